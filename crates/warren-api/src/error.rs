@@ -1,0 +1,253 @@
+//! The one mapping from failures to HTTP statuses and stable error codes.
+//!
+//! Every error answer is `{"error":{"code":"<stable_snake_case>","message":"<sentence>"}}`.
+//! Codes are part of the API contract; messages are for people and may change. Internal
+//! failures are logged in full and answered with a generic message, so no host path or
+//! driver detail reaches a client (I1).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use warren_backend::BackendError;
+use warren_core::CoreError;
+use warren_fs::FsError;
+use warren_protocol::{ErrorBody, ErrorDetail};
+use warren_provisioner::ProvisionerError;
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with an explicit status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 with a code naming what was wrong in the request.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub(crate) fn unauthorized(message: &str) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The human message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn internal(what: &str, error: &dyn std::error::Error) -> Self {
+        tracing::error!(error = %error_chain(error), "{what}");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("{what}; the server log has the details"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (
+            self.status,
+            Json(ErrorBody {
+                error: ErrorDetail {
+                    code: self.code.to_owned(),
+                    message: self.message,
+                },
+            }),
+        )
+            .into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+impl From<ProvisionerError> for ApiError {
+    fn from(error: ProvisionerError) -> Self {
+        use ProvisionerError as P;
+        let message = error.to_string();
+        match &error {
+            P::Invalid(core) => Self::bad_request(core_code(core), message),
+            P::BadRequest(_) => Self::bad_request("invalid_request", message),
+            P::WorkdirNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "workdir_not_found", message)
+            }
+            P::WorkdirNotADirectory { .. } => Self::bad_request("workdir_not_a_directory", message),
+            P::SandboxNotFound(_) => Self::new(StatusCode::NOT_FOUND, "sandbox_not_found", message),
+            P::WorkdirConflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "workdir_conflict", message)
+            }
+            P::SandboxTerminated { .. } => {
+                Self::new(StatusCode::CONFLICT, "sandbox_terminated", message)
+            }
+            P::ExecUnsupported { .. } => {
+                Self::new(StatusCode::NOT_IMPLEMENTED, "exec_not_supported", message)
+            }
+            P::ReadOnlyPath { .. } => Self::new(StatusCode::FORBIDDEN, "read_only", message),
+            P::InvalidCwd { .. } => Self::bad_request("invalid_cwd", message),
+            P::File { path, source } => file_error(path, source),
+            P::Store(e) => Self::internal("the state store failed", e),
+            P::Backend(e) => backend_error(e),
+            P::Interrupted(e) => Self::internal("a file operation was interrupted", e),
+        }
+    }
+}
+
+fn core_code(error: &CoreError) -> &'static str {
+    match error {
+        CoreError::InvalidUid { .. } => "invalid_uid",
+        CoreError::InvalidRuntimeScope { .. } => "invalid_runtime_scope",
+        CoreError::InvalidSandboxId { .. } => "invalid_sandbox_id",
+        CoreError::InvalidWorkdir { .. } => "invalid_workdir",
+        CoreError::InvalidVirtualPath { .. } => "invalid_path",
+    }
+}
+
+fn backend_error(error: &BackendError) -> ApiError {
+    match error {
+        BackendError::ExecUnsupported { .. } => ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "exec_not_supported",
+            error.to_string(),
+        ),
+        BackendError::RuntimeNotFound { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "runtime_not_found", error.to_string())
+        }
+        BackendError::Create { .. } => {
+            ApiError::internal("the runtime could not be started", error)
+        }
+        BackendError::Exec { .. } => ApiError::internal("the command could not be run", error),
+        BackendError::Destroy { .. } => {
+            ApiError::internal("the runtime could not be destroyed", error)
+        }
+    }
+}
+
+/// Maps a file-layer error. The message names the *virtual* path (I1) followed by the file
+/// layer's reason with its own (root-relative) path stripped, so one message never mixes
+/// two path spaces.
+fn file_error(path: &str, error: &FsError) -> ApiError {
+    use FsError as F;
+    let (status, code) = match error {
+        F::InvalidPath { .. } => (StatusCode::BAD_REQUEST, "invalid_path"),
+        F::SymlinkRefused { .. } => (StatusCode::FORBIDDEN, "symlink_refused"),
+        F::MountCrossingRefused { .. } => (StatusCode::FORBIDDEN, "mount_crossing_refused"),
+        F::RootRefused { .. } => (StatusCode::FORBIDDEN, "root_refused"),
+        F::ReadOnly { .. } => (StatusCode::FORBIDDEN, "read_only"),
+        F::PermissionDenied { .. } => (StatusCode::FORBIDDEN, "permission_denied"),
+        F::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+        F::NotADirectory { .. } => (StatusCode::BAD_REQUEST, "not_a_directory"),
+        F::IsADirectory { .. } => (StatusCode::BAD_REQUEST, "is_a_directory"),
+        F::NotAFile { .. } => (StatusCode::BAD_REQUEST, "not_a_file"),
+        F::AlreadyExists { .. } => (StatusCode::CONFLICT, "already_exists"),
+        F::DirectoryNotEmpty { .. } => (StatusCode::CONFLICT, "directory_not_empty"),
+        F::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        F::RangeNotSatisfiable { .. } => {
+            (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
+        }
+        F::PreconditionFailed { .. } => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
+        F::EditNoMatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "edit_no_match"),
+        F::EditAmbiguous { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "edit_ambiguous"),
+        F::EditEmptyOld { .. } => (StatusCode::BAD_REQUEST, "invalid_edit"),
+        F::NotUtf8 { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_utf8"),
+        F::InvalidMode { .. } => (StatusCode::BAD_REQUEST, "invalid_mode"),
+        F::InvalidEtag { .. } => (StatusCode::BAD_REQUEST, "invalid_etag"),
+        F::InvalidGlob { .. } => (StatusCode::BAD_REQUEST, "invalid_glob"),
+        F::InvalidRegex { .. } => (StatusCode::BAD_REQUEST, "invalid_regex"),
+        F::TooDeep { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "too_deep"),
+        F::RootUnavailable { .. }
+        | F::Open { .. }
+        | F::Stat { .. }
+        | F::Read { .. }
+        | F::Write { .. }
+        | F::Lock { .. }
+        | F::Create { .. }
+        | F::SetAttributes { .. }
+        | F::Rename { .. }
+        | F::Remove { .. }
+        | F::List { .. } => return ApiError::internal("a file operation failed", error),
+    };
+    ApiError::new(
+        status,
+        code,
+        format!("{path}: {}", strip_relative_path(&error.to_string())),
+    )
+}
+
+/// `warren-fs` messages start with "`<relative path>`: "; keep only the reason after it.
+fn strip_relative_path(message: &str) -> &str {
+    message
+        .strip_prefix('`')
+        .and_then(|rest| rest.split_once("`: "))
+        .map_or(message, |(_, reason)| reason)
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "route_not_found",
+        "no such endpoint; GET /v1/openapi.json lists them",
+    )
+}
+
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not accept that method; GET /v1/openapi.json lists them",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_layer_paths_are_stripped_from_messages() {
+        assert_eq!(
+            strip_relative_path("`a/b`: not a directory"),
+            "not a directory"
+        );
+        assert_eq!(
+            strip_relative_path("invalid glob \"[\""),
+            "invalid glob \"[\""
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! Extractors whose rejections answer in warren's error format instead of axum's plain text.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use warren_core::SandboxId;
+use warren_provisioner::ProvisionerError;
+
+use crate::ApiError;
+
+/// A JSON body; a malformed one answers 400 `invalid_json` naming the problem.
+pub(crate) struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::new(
+                rejection.status(),
+                "invalid_json",
+                rejection.body_text(),
+            )),
+        }
+    }
+}
+
+/// Query parameters; malformed ones answer 400 `invalid_query`.
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::bad_request(
+                "invalid_query",
+                rejection.body_text(),
+            )),
+        }
+    }
+}
+
+/// The `{id}` path segment as a [`SandboxId`]; a malformed one answers 400.
+pub(crate) struct SandboxPath(pub SandboxId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(id) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|rejection| {
+                    ApiError::bad_request("invalid_path_parameter", rejection.body_text())
+                })?;
+        SandboxId::parse(&id)
+            .map(Self)
+            .map_err(|e| ProvisionerError::from(e).into())
+    }
+}

@@ -1,0 +1,483 @@
+//! `/v1/sandboxes/{id}/files…`: file operations by virtual path (I1, I2, I27).
+//!
+//! Reads carry an `ETag`; writes and edits accept `If-Match` (and `If-None-Match: *` for
+//! create-only) and answer 412 on a mismatch, so concurrent writers never lose an update
+//! silently.
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use warren_core::VirtualPath;
+use warren_fs::{ByteRange, Entry, Etag, GrepOptions, Kind, WriteOptions};
+use warren_protocol::{
+    EditFile, EditResult, FileEntry, FileList, GlobFiles, GrepFiles, GrepMatch, GrepResult,
+    MakeDirectory, MakeDirectoryResult, MoveFile, MoveResult, WriteResult,
+};
+
+use crate::extract::{ApiJson, ApiQuery, SandboxPath};
+use crate::{ApiError, ApiState};
+
+const MAX_LIST_LIMIT: usize = 10_000;
+const MAX_DEPTH: u32 = 64;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct PathQuery {
+    /// Virtual path: absolute under /home/gem/user-data or /home/gem/skills, or relative to
+    /// the workdir.
+    path: String,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct WriteQuery {
+    /// Virtual path of the file.
+    path: String,
+    /// Append to the file instead of replacing it.
+    #[serde(default)]
+    append: bool,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct RemoveQuery {
+    /// Virtual path to delete.
+    path: String,
+    /// Delete a directory and everything in it (symlinks inside are removed, never followed).
+    #[serde(default)]
+    recursive: bool,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct ListQuery {
+    /// Directory to list; default: the workdir.
+    path: Option<String>,
+    /// Levels to descend (1 = direct children; default 1, at most 64).
+    depth: Option<u32>,
+    /// Most entries returned (default 1000, at most 10000).
+    limit: Option<usize>,
+}
+
+fn entry(path: &VirtualPath, entry: &Entry) -> FileEntry {
+    FileEntry {
+        path: VirtualPath::within(path.root(), &entry.path).to_string(),
+        kind: match entry.kind {
+            Kind::File => "file",
+            Kind::Dir => "dir",
+            Kind::Symlink => "symlink",
+            Kind::Other => "other",
+        }
+        .to_owned(),
+        size: entry.size,
+        mode: entry.mode & 0o7777,
+        modified: chrono::DateTime::from_timestamp_millis(entry.modified_unix_ms)
+            .unwrap_or_default()
+            .to_rfc3339(),
+    }
+}
+
+fn etag_header(etag: &Etag) -> HeaderValue {
+    // An ETag is `b3-` plus hex digits, always a valid header value.
+    HeaderValue::from_str(&etag.quoted()).expect("etags are ascii")
+}
+
+fn parse_etag(value: &str) -> Result<Etag, ApiError> {
+    value.trim().parse::<Etag>().map_err(|_| {
+        ApiError::bad_request(
+            "invalid_etag",
+            format!("{value:?} is not an ETag warren issued"),
+        )
+    })
+}
+
+/// `If-Match` (one strong ETag) and `If-None-Match: *` as write preconditions.
+fn preconditions(headers: &HeaderMap) -> Result<(Option<Etag>, bool), ApiError> {
+    let if_match = headers
+        .get(header::IF_MATCH)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("invalid_etag", "If-Match is not ASCII"))
+                .and_then(parse_etag)
+        })
+        .transpose()?;
+    let if_none_match_any = match headers.get(header::IF_NONE_MATCH) {
+        None => false,
+        Some(v) if v.as_bytes() == b"*" => true,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_precondition",
+                "only `If-None-Match: *` (create only) is supported on writes",
+            ))
+        }
+    };
+    Ok((if_match, if_none_match_any))
+}
+
+/// Parses a single-range `Range: bytes=…` header. Multiple ranges are not supported.
+fn byte_range(headers: &HeaderMap) -> Result<Option<ByteRange>, ApiError> {
+    let Some(value) = headers.get(header::RANGE) else {
+        return Ok(None);
+    };
+    let invalid = || {
+        ApiError::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "invalid_range",
+            "Range must be one `bytes=start-end`, `bytes=start-` or `bytes=-suffix`",
+        )
+    };
+    let spec = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().strip_prefix("bytes="))
+        .ok_or_else(invalid)?;
+    let (start, end) = spec.split_once('-').ok_or_else(invalid)?;
+    let number = |s: &str| s.trim().parse::<u64>().map_err(|_| invalid());
+    let range = match (start.trim().is_empty(), end.trim().is_empty()) {
+        (true, false) => ByteRange::Suffix { len: number(end)? },
+        (false, true) => ByteRange::Span {
+            start: number(start)?,
+            end_inclusive: None,
+        },
+        (false, false) => {
+            let (start, end) = (number(start)?, number(end)?);
+            if end < start {
+                return Err(invalid());
+            }
+            ByteRange::Span {
+                start,
+                end_inclusive: Some(end),
+            }
+        }
+        (true, true) => return Err(invalid()),
+    };
+    Ok(Some(range))
+}
+
+/// Reads a file's bytes (with `Range` support); the `ETag` header identifies the content.
+#[utoipa::path(
+    get, path = "/v1/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), PathQuery),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream"),
+        (status = 206, description = "The requested range"),
+        (status = 403, body = warren_protocol::ErrorBody, description = "symlink_refused, read_only, ..."),
+        (status = 404, body = warren_protocol::ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn read(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiQuery(query): ApiQuery<PathQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let range = byte_range(&headers)?;
+    let read = state
+        .provisioner
+        .read(&id, &query.path, range.unwrap_or(ByteRange::FULL))
+        .await?;
+    let value = read.value;
+    let length = value.bytes.len() as u64;
+    let mut response = Response::new(Body::from(value.bytes));
+    let headers = response.headers_mut();
+    headers.insert(header::ETAG, etag_header(&value.etag));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if range.is_some() {
+        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+        let end = (value.range_start + length).saturating_sub(1);
+        let content_range = format!("bytes {}-{end}/{}", value.range_start, value.total_size);
+        response.headers_mut().insert(
+            header::CONTENT_RANGE,
+            HeaderValue::from_str(&content_range).expect("digits and ascii"),
+        );
+    }
+    Ok(response)
+}
+
+/// Writes a file atomically from the raw request body (creating parents), or appends to it.
+#[utoipa::path(
+    put, path = "/v1/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), WriteQuery,
+        ("If-Match" = Option<String>, Header, description = "Write only if the file's ETag is this one"),
+        ("If-None-Match" = Option<String>, Header, description = "`*`: create only")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses(
+        (status = 201, body = WriteResult, description = "Created"),
+        (status = 200, body = WriteResult, description = "Replaced or appended"),
+        (status = 412, body = warren_protocol::ErrorBody, description = "precondition_failed"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn write(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiQuery(query): ApiQuery<WriteQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (if_match, if_none_match_any) = preconditions(&headers)?;
+    let options = WriteOptions {
+        if_match,
+        if_none_match_any,
+        create_parents: true,
+        mode: None,
+    };
+    let written = state
+        .provisioner
+        .write(&id, &query.path, body.to_vec(), options, query.append)
+        .await?;
+    let status = if written.value.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let etag = etag_header(&written.value.etag);
+    let body = WriteResult {
+        path: written.path.to_string(),
+        etag: written.value.etag.to_string(),
+        size: written.value.size,
+        created: written.value.created,
+    };
+    Ok((status, [(header::ETAG, etag)], Json(body)).into_response())
+}
+
+/// Deletes a file, an empty directory, or (with `recursive=true`) a directory tree.
+#[utoipa::path(
+    delete, path = "/v1/sandboxes/{id}/files", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), RemoveQuery),
+    responses((status = 204, description = "Deleted"), (status = 409, body = warren_protocol::ErrorBody, description = "directory_not_empty")),
+    security(("bearer" = []))
+)]
+pub(crate) async fn remove(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiQuery(query): ApiQuery<RemoveQuery>,
+) -> Result<StatusCode, ApiError> {
+    state
+        .provisioner
+        .remove(&id, &query.path, query.recursive)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Metadata of one entry (a symlink is reported as one, never followed).
+#[utoipa::path(
+    get, path = "/v1/sandboxes/{id}/files/stat", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), PathQuery),
+    responses((status = 200, body = FileEntry)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn stat(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiQuery(query): ApiQuery<PathQuery>,
+) -> Result<Json<FileEntry>, ApiError> {
+    let found = state.provisioner.stat(&id, &query.path).await?;
+    Ok(Json(entry(&found.path, &found.value)))
+}
+
+/// Lists a directory to a depth; symlinks are listed, never descended.
+#[utoipa::path(
+    get, path = "/v1/sandboxes/{id}/files/list", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), ListQuery),
+    responses((status = 200, body = FileList)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn list(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<FileList>, ApiError> {
+    let depth = query.depth.unwrap_or(1).clamp(1, MAX_DEPTH);
+    let limit = query.limit.unwrap_or(1000).clamp(1, MAX_LIST_LIMIT);
+    let path = query.path.as_deref().unwrap_or(".");
+    let listing = state.provisioner.list(&id, path, depth, limit).await?;
+    Ok(Json(FileList {
+        path: listing.path.to_string(),
+        entries: listing
+            .value
+            .entries
+            .iter()
+            .map(|e| entry(&listing.path, e))
+            .collect(),
+        truncated: listing.value.truncated,
+    }))
+}
+
+/// Replaces exact text: fails when `old` matches zero times, or more than once unless
+/// `replace_all`.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/files/edit", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = EditFile,
+    responses(
+        (status = 200, body = EditResult),
+        (status = 412, body = warren_protocol::ErrorBody, description = "precondition_failed"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "edit_no_match or edit_ambiguous"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn edit(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<EditFile>,
+) -> Result<Response, ApiError> {
+    let (header_match, _) = preconditions(&headers)?;
+    let if_match = match (header_match, request.if_match.as_deref()) {
+        (Some(etag), None) => Some(etag),
+        (None, Some(body)) => Some(parse_etag(body)?),
+        (None, None) => None,
+        (Some(header), Some(body)) => {
+            let body = parse_etag(body)?;
+            if header != body {
+                return Err(ApiError::bad_request(
+                    "invalid_precondition",
+                    "If-Match and `if_match` disagree",
+                ));
+            }
+            Some(header)
+        }
+    };
+    let edited = state
+        .provisioner
+        .edit(
+            &id,
+            &request.path,
+            request.old,
+            request.new,
+            request.replace_all,
+            if_match,
+        )
+        .await?;
+    let etag = etag_header(&edited.value.etag);
+    let body = EditResult {
+        path: edited.path.to_string(),
+        etag: edited.value.etag.to_string(),
+        replacements: edited.value.replacements as u64,
+    };
+    Ok(([(header::ETAG, etag)], Json(body)).into_response())
+}
+
+/// Finds entries by glob pattern (`**` crosses directories); symlinks are never followed.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/files/glob", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = GlobFiles,
+    responses((status = 200, body = FileList)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn glob(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(request): ApiJson<GlobFiles>,
+) -> Result<Json<FileList>, ApiError> {
+    let limit = request.limit.unwrap_or(1000).clamp(1, MAX_LIST_LIMIT);
+    let base = request.path.as_deref().unwrap_or(".");
+    let found = state
+        .provisioner
+        .glob(&id, base, request.pattern, limit)
+        .await?;
+    Ok(Json(FileList {
+        path: found.path.to_string(),
+        entries: found
+            .value
+            .entries
+            .iter()
+            .map(|e| entry(&found.path, e))
+            .collect(),
+        truncated: found.value.truncated,
+    }))
+}
+
+/// Searches file contents with a regular expression; binary and very large files are skipped.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/files/grep", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = GrepFiles,
+    responses((status = 200, body = GrepResult)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn grep(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(request): ApiJson<GrepFiles>,
+) -> Result<Json<GrepResult>, ApiError> {
+    let base = request.path.as_deref().unwrap_or(".");
+    let options = GrepOptions {
+        glob: request.glob,
+        case_insensitive: request.case_insensitive,
+        max_matches: request.max_matches.unwrap_or(200).clamp(1, MAX_LIST_LIMIT),
+        ..GrepOptions::default()
+    };
+    let found = state
+        .provisioner
+        .grep(&id, base, request.pattern, options)
+        .await?;
+    let root = found.path.root();
+    Ok(Json(GrepResult {
+        matches: found
+            .value
+            .matches
+            .iter()
+            .map(|m| GrepMatch {
+                path: VirtualPath::within(root, &m.path).to_string(),
+                line_number: m.line_number,
+                line: m.line.clone(),
+            })
+            .collect(),
+        truncated: found.value.truncated,
+        files_scanned: found.value.files_scanned,
+    }))
+}
+
+/// Creates a directory and its missing parents.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/files/mkdir", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = MakeDirectory,
+    responses((status = 200, body = MakeDirectoryResult)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn mkdir(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(request): ApiJson<MakeDirectory>,
+) -> Result<Json<MakeDirectoryResult>, ApiError> {
+    let made = state.provisioner.mkdir(&id, &request.path).await?;
+    Ok(Json(MakeDirectoryResult {
+        path: made.path.to_string(),
+        created: made.value,
+    }))
+}
+
+/// Moves or renames an entry inside the UserWorkspace.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/files/move", tag = "files",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = MoveFile,
+    responses((status = 200, body = MoveResult), (status = 409, body = warren_protocol::ErrorBody, description = "already_exists")),
+    security(("bearer" = []))
+)]
+pub(crate) async fn rename(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(request): ApiJson<MoveFile>,
+) -> Result<Json<MoveResult>, ApiError> {
+    let (from, to) = state
+        .provisioner
+        .rename(&id, &request.from, &request.to, request.overwrite)
+        .await?;
+    Ok(Json(MoveResult {
+        from: from.to_string(),
+        to: to.to_string(),
+    }))
+}

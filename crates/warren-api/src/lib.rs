@@ -1,0 +1,139 @@
+//! warren's HTTP API: routing, Bearer authentication, error mapping and the OpenAPI document.
+//!
+//! Handlers parse a request into a call on [`warren_provisioner::Provisioner`] and turn its
+//! answer into JSON; they hold no rules of their own. Every error leaves through
+//! [`ApiError`], the one place that maps failures to HTTP statuses and stable codes.
+//!
+//! **Architecture invariant:** nothing under `/v1` answers without a valid Bearer token, and
+//! the token is compared in constant time (I12, I13).
+
+#![deny(missing_docs)]
+
+mod auth;
+mod error;
+mod extract;
+mod files;
+mod openapi;
+mod sandboxes;
+mod stream;
+mod workdirs;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use warren_protocol::Health;
+use warren_provisioner::Provisioner;
+
+pub use auth::{ProvisionerToken, TokenError};
+pub use error::ApiError;
+pub use openapi::openapi_document;
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct ApiState {
+    provisioner: Arc<Provisioner>,
+    token: Arc<ProvisionerToken>,
+}
+
+impl ApiState {
+    /// State over a provisioner, guarded by `token`.
+    pub fn new(provisioner: Arc<Provisioner>, token: ProvisionerToken) -> Self {
+        Self {
+            provisioner,
+            token: Arc::new(token),
+        }
+    }
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole API as a router, without a socket, so tests can drive it directly.
+pub fn app(state: ApiState) -> Router {
+    let body_limit = usize::try_from(state.provisioner.config().read_cap)
+        .unwrap_or(usize::MAX)
+        .saturating_add(64 * 1024);
+    let v1 = Router::new()
+        .route(
+            "/users/{uid}/workdirs",
+            post(workdirs::create).get(workdirs::list),
+        )
+        .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route(
+            "/sandboxes/{id}",
+            get(sandboxes::get).delete(sandboxes::delete),
+        )
+        .route("/sandboxes/{id}/exec", post(sandboxes::exec))
+        .route(
+            "/sandboxes/{id}/files",
+            get(files::read).put(files::write).delete(files::remove),
+        )
+        .route("/sandboxes/{id}/files/stat", get(files::stat))
+        .route("/sandboxes/{id}/files/list", get(files::list))
+        .route("/sandboxes/{id}/files/edit", post(files::edit))
+        .route("/sandboxes/{id}/files/glob", post(files::glob))
+        .route("/sandboxes/{id}/files/grep", post(files::grep))
+        .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
+        .route("/sandboxes/{id}/files/move", post(files::rename))
+        .route("/openapi.json", get(openapi::serve))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_bearer,
+        ));
+    Router::new()
+        .route("/health", get(health))
+        .nest("/v1", v1)
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let request_id = request
+                    .headers()
+                    .get(REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!(
+                    "request",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    request_id = %request_id,
+                )
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: ApiState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Liveness: the process and its backend are initialised. It proves nothing about any
+/// runtime (I17), and needs no token.
+#[utoipa::path(get, path = "/health", responses((status = 200, body = Health)))]
+async fn health(axum::extract::State(state): axum::extract::State<ApiState>) -> Json<Health> {
+    let backend = state.provisioner.backend();
+    let capabilities = backend.capabilities();
+    Json(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        backend: backend.kind().as_str().into(),
+        isolation: capabilities.isolation,
+        exec: capabilities.exec,
+        warnings: backend.warnings(),
+    })
+}

@@ -1,0 +1,182 @@
+//! `/v1/sandboxes`: sandbox identity, lifecycle and exec (I5, I12, I15, I22).
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use warren_core::{RuntimeScope, Uid, VirtualPath, VirtualRoot};
+use warren_protocol::{CreateSandbox, ExecCommand, ExecResult, SandboxInfo, SandboxList};
+use warren_provisioner::{Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError};
+use warren_store::SandboxRecord;
+
+use crate::extract::{ApiJson, ApiQuery, SandboxPath};
+use crate::{ApiError, ApiState};
+
+pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
+    SandboxInfo {
+        sandbox_id: record.id.to_string(),
+        uid: record.uid.to_string(),
+        runtime_scope_id: record.runtime_scope.to_string(),
+        workdir: record.workdir.to_string(),
+        workdir_path: VirtualPath::within(VirtualRoot::UserData, record.workdir.as_str())
+            .to_string(),
+        backend: record.backend.clone(),
+        state: record.state.as_str().to_owned(),
+        generation: record.generation,
+        created_at: record.created_at.to_rfc3339(),
+        last_active_at: record.last_active_at.to_rfc3339(),
+    }
+}
+
+fn invalid(error: warren_core::CoreError) -> ApiError {
+    ProvisionerError::from(error).into()
+}
+
+/// Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12).
+#[utoipa::path(
+    post, path = "/v1/sandboxes", tag = "sandboxes",
+    request_body = CreateSandbox,
+    responses(
+        (status = 201, body = SandboxInfo, description = "Created"),
+        (status = 200, body = SandboxInfo, description = "Exists with this identity"),
+        (status = 404, body = warren_protocol::ErrorBody, description = "workdir_not_found"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict: the live sandbox is bound to another workdir"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn create(
+    State(state): State<ApiState>,
+    ApiJson(request): ApiJson<CreateSandbox>,
+) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
+    let uid = Uid::new(request.uid).map_err(invalid)?;
+    let scope = RuntimeScope::new(request.runtime_scope_id).map_err(invalid)?;
+    let (record, created) = state
+        .provisioner
+        .create_sandbox(&uid, &scope, request.workdir.as_deref())
+        .await?;
+    let status = match created {
+        Created::New => StatusCode::CREATED,
+        Created::Existing => StatusCode::OK,
+    };
+    Ok((status, Json(sandbox_info(&record))))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub(crate) struct ListQuery {
+    /// Only this user's sandboxes.
+    uid: Option<String>,
+}
+
+/// Lists sandboxes, optionally of one user.
+#[utoipa::path(
+    get, path = "/v1/sandboxes", tag = "sandboxes", params(ListQuery),
+    responses((status = 200, body = SandboxList)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn list(
+    State(state): State<ApiState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<SandboxList>, ApiError> {
+    let uid = query.uid.map(Uid::new).transpose().map_err(invalid)?;
+    let records = state.provisioner.list_sandboxes(uid.as_ref()).await?;
+    Ok(Json(SandboxList {
+        sandboxes: records.iter().map(sandbox_info).collect(),
+    }))
+}
+
+/// One sandbox.
+#[utoipa::path(
+    get, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, body = SandboxInfo), (status = 404, body = warren_protocol::ErrorBody)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn get(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(sandbox_info(&state.provisioner.sandbox(&id).await?)))
+}
+
+/// Reclaims the sandbox's runtime; workspace files stay (I15).
+#[utoipa::path(
+    delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, body = SandboxInfo, description = "Terminated"), (status = 404, body = warren_protocol::ErrorBody)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn delete(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(sandbox_info(
+        &state.provisioner.terminate_sandbox(&id).await?,
+    )))
+}
+
+/// Runs a command in the sandbox's runtime, starting it on first use (I12), and records
+/// the run (I22). With `Accept: application/x-ndjson` or `text/event-stream` the answer
+/// streams [`warren_protocol::ExecEvent`]s as output arrives; a client that disconnects
+/// mid-stream has the command's process tree killed.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/exec", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = ExecCommand,
+    responses(
+        (status = 200, body = ExecResult, description = "The result (JSON), or a stream of ExecEvent (NDJSON / SSE)"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_terminated"),
+        (status = 501, body = warren_protocol::ErrorBody, description = "exec_not_supported by this backend"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn exec(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<ExecCommand>,
+) -> Result<Response, ApiError> {
+    let program = match (request.command, request.argv) {
+        (Some(command), None) => ProgramSpec::Shell(command),
+        (None, Some(argv)) => ProgramSpec::Argv(argv),
+        _ => return Err(ApiError::bad_request(
+            "invalid_request",
+            "give exactly one of `command` (a shell line) and `argv` (a program and its arguments)",
+        )),
+    };
+    let requested_by = headers
+        .get("x-warren-requested-by")
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| "api".to_owned(), |v| v.chars().take(256).collect());
+    let input = ExecInput {
+        program,
+        cwd: request.cwd,
+        env: request.env,
+        timeout: request.timeout_s.map(Duration::from_secs),
+        stdin: request.stdin.unwrap_or_default().into_bytes(),
+        requested_by,
+    };
+    match crate::stream::StreamFormat::from_accept(&headers) {
+        Some(format) => Ok(crate::stream::exec_stream(state, id, input, format)),
+        None => {
+            let report = state.provisioner.exec(&id, input, None).await?;
+            Ok(Json(exec_result(report)).into_response())
+        }
+    }
+}
+
+pub(crate) fn exec_result(report: ExecReport) -> ExecResult {
+    let outcome = report.outcome;
+    ExecResult {
+        run_id: report.run_id,
+        exit_code: outcome.exit_code,
+        signal: outcome.signal,
+        stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&outcome.stderr).into_owned(),
+        truncated: outcome.truncated,
+        timed_out: outcome.timed_out,
+        duration_ms: u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+    }
+}

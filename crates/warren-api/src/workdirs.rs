@@ -1,0 +1,83 @@
+//! `/v1/users/{uid}/workdirs`: a user's workdirs (I4, I8).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use warren_core::{Uid, VirtualPath, VirtualRoot, Workdir};
+use warren_protocol::{CreateWorkdir, WorkdirInfo, WorkdirList};
+use warren_provisioner::{Created, ProvisionerError};
+
+use crate::{ApiError, ApiState};
+
+pub(crate) fn workdir_info(
+    workdir: &Workdir,
+    created_at: chrono::DateTime<chrono::Utc>,
+) -> WorkdirInfo {
+    WorkdirInfo {
+        workdir: workdir.to_string(),
+        path: VirtualPath::within(VirtualRoot::UserData, workdir.as_str()).to_string(),
+        created_at: created_at.to_rfc3339(),
+    }
+}
+
+fn uid(raw: String) -> Result<Uid, ApiError> {
+    Uid::new(raw).map_err(|e| ProvisionerError::from(e).into())
+}
+
+/// Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed.
+#[utoipa::path(
+    post, path = "/v1/users/{uid}/workdirs", tag = "workdirs",
+    params(("uid" = String, Path, description = "The workspace owner")),
+    request_body(content = Option<CreateWorkdir>, description = "Optional explicit path"),
+    responses(
+        (status = 201, body = WorkdirInfo, description = "Created"),
+        (status = 200, body = WorkdirInfo, description = "Existed already"),
+        (status = 400, body = warren_protocol::ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn create(
+    State(state): State<ApiState>,
+    Path(raw_uid): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<WorkdirInfo>), ApiError> {
+    let uid = uid(raw_uid)?;
+    // The body is optional: an empty one means "a fresh default workdir".
+    let request: CreateWorkdir = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateWorkdir::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request("invalid_json", format!("invalid request body: {e}"))
+        })?
+    };
+    let (workdir, created) = state
+        .provisioner
+        .create_workdir(&uid, request.path.as_deref())
+        .await?;
+    let status = match created {
+        Created::New => StatusCode::CREATED,
+        Created::Existing => StatusCode::OK,
+    };
+    Ok((status, Json(workdir_info(&workdir, chrono::Utc::now()))))
+}
+
+/// Lists the workdirs recorded for a user.
+#[utoipa::path(
+    get, path = "/v1/users/{uid}/workdirs", tag = "workdirs",
+    params(("uid" = String, Path, description = "The workspace owner")),
+    responses((status = 200, body = WorkdirList)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn list(
+    State(state): State<ApiState>,
+    Path(raw_uid): Path<String>,
+) -> Result<Json<WorkdirList>, ApiError> {
+    let uid = uid(raw_uid)?;
+    let records = state.provisioner.list_workdirs(&uid).await?;
+    Ok(Json(WorkdirList {
+        workdirs: records
+            .iter()
+            .map(|r| workdir_info(&r.workdir, r.created_at))
+            .collect(),
+    }))
+}

@@ -1,0 +1,108 @@
+//! The seam between the provisioner and whatever hosts runtimes (I20, I21).
+//!
+//! A [`Backend`] creates, discovers, runs commands in and destroys runtimes. The provisioner
+//! decides *when* (lazily, I12; behind the cleanup fence, I15); a backend decides *how*. Agent
+//! code and tools never see which backend serves them (I21).
+//!
+//! **Architecture invariant:** a backend never deletes a UserWorkspace file. It receives the
+//! host paths of the two persistent mounts only to mount them (I7, I15).
+
+#![deny(missing_docs)]
+
+mod memory;
+mod spec;
+
+use async_trait::async_trait;
+
+pub use memory::{MemoryBackend, MemoryEvent};
+pub use spec::{
+    BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest, OutputChunk,
+    OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
+};
+use warren_core::SandboxId;
+
+/// Why a backend could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The backend does not execute commands at all (the memory backend, I20).
+    #[error(
+        "the {backend} backend does not execute commands; start warren with an isolating backend"
+    )]
+    ExecUnsupported {
+        /// The backend's name.
+        backend: &'static str,
+    },
+    /// There is no runtime for the sandbox.
+    #[error("no runtime exists for sandbox {sandbox}")]
+    RuntimeNotFound {
+        /// The sandbox asked about.
+        sandbox: SandboxId,
+    },
+    /// Creating the runtime failed.
+    #[error("could not create the runtime of sandbox {sandbox}")]
+    Create {
+        /// The sandbox being created.
+        sandbox: SandboxId,
+        /// What failed underneath.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Talking to the runtime failed while running a command.
+    #[error("could not run the command in sandbox {sandbox}")]
+    Exec {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// What failed underneath.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Destroying the runtime failed; it may still hold resources.
+    #[error("could not destroy the runtime of sandbox {sandbox}")]
+    Destroy {
+        /// The sandbox being destroyed.
+        sandbox: SandboxId,
+        /// What failed underneath.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Hosts runtimes: one per sandbox.
+///
+/// Implementations must be safe to call concurrently for different sandboxes; the
+/// provisioner serialises lifecycle calls (create, destroy) for one sandbox.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// What this backend can do; callers check before relying on a feature.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Starts the runtime described by `spec`. Creating a runtime that already exists with
+    /// the same identity returns it unchanged.
+    async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError>;
+
+    /// Lists the runtimes this backend hosts now, with the identity each was created with,
+    /// so a restarted provisioner can adopt exactly matching ones (I16).
+    async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError>;
+
+    /// Runs one command in the sandbox's runtime and waits for it. With a `sink`, output is
+    /// also sent there as it arrives; a closed sink kills the command (I24).
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        request: &ExecRequest,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecOutcome, BackendError>;
+
+    /// Conditions an operator must know about (a limit that cannot be enforced, a missing
+    /// kernel feature), reported once at start-up and in `/health`.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Ends every process of the runtime and removes its ephemeral state. Destroying a
+    /// runtime that does not exist succeeds: cleanup must be safe to repeat (I24).
+    async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError>;
+}

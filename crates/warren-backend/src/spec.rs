@@ -1,0 +1,140 @@
+//! What the provisioner hands a backend, and what it gets back.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
+
+/// The backends warren knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// Records calls, isolates nothing, runs nothing; tests only (I20).
+    Memory,
+    /// The native Linux runtime: namespaces, cgroups, seccomp, Landlock.
+    Local,
+}
+
+impl BackendKind {
+    /// The backend's name in configuration, records and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Local => "local",
+        }
+    }
+}
+
+/// What a backend can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Capabilities {
+    /// Runs commands.
+    pub exec: bool,
+    /// Separates runtimes from each other and from the host; false only for `memory`.
+    pub isolation: bool,
+    /// Runtimes outlive a provisioner restart and can be adopted.
+    pub survives_restart: bool,
+    /// Enforces memory, process and CPU limits.
+    pub resource_limits: bool,
+}
+
+/// Everything a backend needs to start one runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeSpec {
+    /// The sandbox this runtime serves.
+    pub sandbox: SandboxId,
+    /// Which start of this sandbox it is; part of the identity a backend records.
+    pub generation: i64,
+    /// The workspace owner.
+    pub uid: Uid,
+    /// The runtime scope.
+    pub runtime_scope: RuntimeScope,
+    /// The default cwd, relative to the UserWorkspace.
+    pub workdir: Workdir,
+    /// Host path of the UserWorkspace, mounted read-write at `/home/gem/user-data` (I7).
+    pub user_workspace: PathBuf,
+    /// Host path of the skill projection, mounted read-only at `/home/gem/skills` (I7).
+    pub skill_projection: PathBuf,
+    /// Environment given to every process of the runtime (I14); never the token (I13).
+    pub env: BTreeMap<String, String>,
+}
+
+/// A runtime a backend reports, with the identity it was created with (I16).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveredRuntime {
+    /// The spec the runtime was created from.
+    pub spec: RuntimeSpec,
+}
+
+/// One command to run in a runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The program and its arguments; `["/bin/sh", "-c", "<command>"]` for a shell line.
+    pub argv: Vec<String>,
+    /// Working directory inside the runtime, an absolute in-runtime path.
+    pub cwd: String,
+    /// Per-call environment, added over the runtime's.
+    pub env: BTreeMap<String, String>,
+    /// Bytes written to the command's stdin, then closed.
+    pub stdin: Vec<u8>,
+    /// Wall-clock limit; the whole process tree is killed when it passes (I24).
+    pub timeout: Duration,
+    /// Most bytes kept of each of stdout and stderr.
+    pub output_cap: usize,
+}
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Bytes a command wrote, as they came.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// Which stream.
+    pub stream: OutputStream,
+    /// The bytes (binary-safe).
+    pub bytes: Vec<u8>,
+}
+
+/// Where a streaming exec sends output as it arrives. When the receiver is dropped (the
+/// client went away), the backend kills the command's process tree.
+pub type OutputSink = tokio::sync::mpsc::Sender<OutputChunk>;
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecOutcome {
+    /// Exit status, when the command exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, when one did.
+    pub signal: Option<i32>,
+    /// Standard output, at most `output_cap` bytes.
+    pub stdout: Vec<u8>,
+    /// Standard error, at most `output_cap` bytes.
+    pub stderr: Vec<u8>,
+    /// Output was cut at `output_cap`.
+    pub truncated: bool,
+    /// The timeout ended the command.
+    pub timed_out: bool,
+    /// Wall-clock time.
+    pub duration: Duration,
+    /// Resources used, where the backend can measure them (I22).
+    pub usage: ResourceUsage,
+}
+
+/// Resources one command used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResourceUsage {
+    /// CPU time in user mode, in milliseconds.
+    pub cpu_user_ms: Option<i64>,
+    /// CPU time in kernel mode, in milliseconds.
+    pub cpu_system_ms: Option<i64>,
+    /// Peak resident memory, in bytes.
+    pub peak_memory_bytes: Option<i64>,
+}

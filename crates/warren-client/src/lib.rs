@@ -1,0 +1,266 @@
+//! A typed HTTP client for warren's `/v1` API, used by the CLI (and later by MCP over stdio).
+//!
+//! Errors keep the server's stable code and message, so a caller can both branch on the
+//! code and show the message to a person.
+
+#![deny(missing_docs)]
+
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use warren_protocol::{
+    CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult, FileList, SandboxInfo,
+    SandboxList, WorkdirInfo, WriteResult,
+};
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The base URL is not a usable http(s) URL.
+    #[error("invalid server URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// Why it is unusable.
+        reason: String,
+    },
+    /// The server could not be reached.
+    #[error("could not reach warren at {url}: {source}")]
+    Connect {
+        /// The server's base URL.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server answered with an error.
+    #[error("{message} ({code}, HTTP {status})")]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The stable error code.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server's answer could not be understood.
+    #[error("unexpected answer from warren (HTTP {status}): {detail}")]
+    Decode {
+        /// The HTTP status.
+        status: u16,
+        /// What could not be decoded.
+        detail: String,
+    },
+}
+
+/// A client of one warren server.
+#[derive(Debug, Clone)]
+pub struct WarrenClient {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl WarrenClient {
+    /// A client for the server at `base_url` (e.g. `http://127.0.0.1:7878`) using `token`.
+    pub fn new(base_url: &str, token: &str) -> Result<Self, ClientError> {
+        let base = base_url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ClientError::InvalidUrl {
+                url: base_url.to_owned(),
+                reason: "it must start with http:// or https://".into(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| ClientError::InvalidUrl {
+                url: base_url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            base,
+            token: token.to_owned(),
+            http,
+        })
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+    }
+
+    async fn send(&self, request: RequestBuilder) -> Result<reqwest::Response, ClientError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|source| ClientError::Connect {
+                url: self.base.clone(),
+                source,
+            })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        Err(match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => ClientError::Api {
+                status: status.as_u16(),
+                code: body.error.code,
+                message: body.error.message,
+            },
+            Err(_) => ClientError::Decode {
+                status: status.as_u16(),
+                detail: text.chars().take(200).collect(),
+            },
+        })
+    }
+
+    async fn json<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T, ClientError> {
+        let response = self.send(request).await?;
+        let status = response.status();
+        response.json().await.map_err(|e| ClientError::Decode {
+            status: status.as_u16(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// `POST /v1/users/{uid}/workdirs`.
+    pub async fn create_workdir(
+        &self,
+        uid: &str,
+        path: Option<&str>,
+    ) -> Result<WorkdirInfo, ClientError> {
+        let body = CreateWorkdir {
+            path: path.map(str::to_owned),
+        };
+        self.json(
+            self.request(Method::POST, &format!("/v1/users/{}/workdirs", encode(uid)))
+                .json(&body),
+        )
+        .await
+    }
+
+    /// `POST /v1/sandboxes`.
+    pub async fn create_sandbox(
+        &self,
+        request: &CreateSandbox,
+    ) -> Result<SandboxInfo, ClientError> {
+        self.json(self.request(Method::POST, "/v1/sandboxes").json(request))
+            .await
+    }
+
+    /// `GET /v1/sandboxes`.
+    pub async fn list_sandboxes(&self, uid: Option<&str>) -> Result<SandboxList, ClientError> {
+        let mut request = self.request(Method::GET, "/v1/sandboxes");
+        if let Some(uid) = uid {
+            request = request.query(&[("uid", uid)]);
+        }
+        self.json(request).await
+    }
+
+    /// `DELETE /v1/sandboxes/{id}`.
+    pub async fn remove_sandbox(&self, id: &str) -> Result<SandboxInfo, ClientError> {
+        self.json(self.request(Method::DELETE, &format!("/v1/sandboxes/{}", encode(id))))
+            .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/exec`.
+    pub async fn exec(&self, id: &str, command: &ExecCommand) -> Result<ExecResult, ClientError> {
+        self.json(
+            self.request(Method::POST, &format!("/v1/sandboxes/{}/exec", encode(id)))
+                .json(command),
+        )
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/files`: the bytes of a file.
+    pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, ClientError> {
+        let response = self
+            .send(
+                self.request(Method::GET, &format!("/v1/sandboxes/{}/files", encode(id)))
+                    .query(&[("path", path)]),
+            )
+            .await?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| ClientError::Decode {
+            status: status.as_u16(),
+            detail: e.to_string(),
+        })?;
+        Ok(bytes.to_vec())
+    }
+
+    /// `PUT /v1/sandboxes/{id}/files`: writes a whole file.
+    pub async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<WriteResult, ClientError> {
+        self.json(
+            self.request(Method::PUT, &format!("/v1/sandboxes/{}/files", encode(id)))
+                .query(&[("path", path)])
+                .body(bytes),
+        )
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/files/list`.
+    pub async fn list_files(
+        &self,
+        id: &str,
+        path: &str,
+        depth: u32,
+    ) -> Result<FileList, ClientError> {
+        self.json(
+            self.request(
+                Method::GET,
+                &format!("/v1/sandboxes/{}/files/list", encode(id)),
+            )
+            .query(&[("path", path), ("depth", &depth.to_string())]),
+        )
+        .await
+    }
+}
+
+impl ClientError {
+    /// The HTTP status of an API error, if this is one.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Self::Api { status, .. } | Self::Decode { status, .. } => {
+                StatusCode::from_u16(*status).ok()
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Percent-encodes one path segment (ids and uids may hold any character).
+fn encode(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_percent_encoded() {
+        assert_eq!(encode("alice"), "alice");
+        assert_eq!(encode("a/b c"), "a%2Fb%20c");
+        assert_eq!(encode("../x"), "..%2Fx");
+    }
+
+    #[test]
+    fn non_http_urls_are_refused() {
+        assert!(WarrenClient::new("ftp://x", "t").is_err());
+        assert!(WarrenClient::new("http://127.0.0.1:7878/", "t").is_ok());
+    }
+}

@@ -1,0 +1,96 @@
+//! Domain types of warren: who owns files, where they live, and which runtime a run uses.
+//!
+//! This crate is pure: no I/O, no async runtime. Every other crate builds on these types, so
+//! a value that exists here has already passed the rules the seed documents set
+//! (I3, I4, I5, I7, I8, I9). Checks that need the filesystem (a workdir must *exist*, no
+//! component may be a symlink) happen in `warren-fs`, by file descriptor.
+
+#![deny(missing_docs)]
+
+mod identity;
+mod layout;
+mod virtual_path;
+mod workdir;
+
+pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
+pub use layout::DataLayout;
+pub use virtual_path::{VirtualPath, VirtualRoot, SKILLS_MOUNT, USER_DATA_MOUNT};
+pub use workdir::Workdir;
+
+/// Why a value was refused by the domain rules.
+///
+/// Messages are lowercase sentences a person (or an agent) can act on; they never contain a
+/// host path (I1).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoreError {
+    /// The uid is empty or too long to be a user id.
+    #[error("invalid uid {uid:?}: {reason}")]
+    InvalidUid {
+        /// The refused uid (possibly shortened).
+        uid: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The runtime scope id is empty, too long or contains control characters.
+    #[error("invalid runtime scope id {scope:?}: {reason}")]
+    InvalidRuntimeScope {
+        /// The refused scope id (possibly shortened).
+        scope: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A sandbox id that warren could not have issued.
+    #[error("invalid sandbox id {id:?}: expected \"sbx-\" followed by 24 lowercase hex digits")]
+    InvalidSandboxId {
+        /// The refused id (possibly shortened).
+        id: String,
+    },
+    /// The workdir breaks one of the workdir rules (I4).
+    #[error("invalid workdir {path:?}: {reason}")]
+    InvalidWorkdir {
+        /// The refused workdir (possibly shortened).
+        path: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The path is not under one of the two virtual roots, or breaks a path rule (I1).
+    #[error(
+        "invalid path {path:?}: {reason}; paths must be relative to the workdir or start with \
+         /home/gem/user-data or /home/gem/skills"
+    )]
+    InvalidVirtualPath {
+        /// The refused path (possibly shortened).
+        path: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+}
+
+/// Shortens user input for inclusion in an error message, so a megabyte-long path does not
+/// become a megabyte-long error.
+pub(crate) fn shorten(input: &str) -> String {
+    const MAX: usize = 200;
+    if input.len() <= MAX {
+        return input.to_owned();
+    }
+    let mut end = MAX;
+    while !input.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &input[..end])
+}
+
+/// Checks one relative path component against the rules shared by workdirs and virtual
+/// paths: no NUL, not longer than a Linux file name may be.
+pub(crate) fn component_problem(component: &str) -> Option<&'static str> {
+    if component.contains('\0') {
+        Some("it contains a NUL byte")
+    } else if component.len() > 255 {
+        Some("a component is longer than 255 bytes")
+    } else {
+        None
+    }
+}
+
+/// Longest path warren accepts, in bytes (Linux PATH_MAX).
+pub(crate) const MAX_PATH_BYTES: usize = 4096;

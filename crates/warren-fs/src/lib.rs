@@ -1,0 +1,43 @@
+//! Trusted host-side access to the bytes of one UserWorkspace.
+//!
+//! A [`WorkspaceRoot`] is opened on a trusted host directory; every operation afterwards takes
+//! a *relative* path string beneath it. Paths are first checked textually (no absolute paths,
+//! no `..`, no NUL, bounded lengths) and then resolved by the kernel one
+//! file descriptor at a time, root to leaf, so that `..`, symlinks in any component (the last
+//! one included), magic links and mount crossings are refused without a check-then-use race
+//! (I2). Two resolvers implement that walk: `openat2(2)` with `RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`, and a portable
+//! component-by-component `O_NOFOLLOW` walk for kernels without `openat2` ([`Resolver`]).
+//!
+//! Operations that change a name (create, rename, unlink) resolve the *parent* directory to a
+//! descriptor and act on the final name with `*at` calls relative to it, so the last component
+//! is never followed. Files and directories created here are handed to the workspace owner
+//! (I11), and conditional writes are serialised per directory with `flock` so that ETag
+//! preconditions never lose an update (I27).
+//!
+//! Error messages never contain a host path (I1): callers may show them to agents.
+//!
+//! Hardlinks are out of scope for path resolution: a hardlink inside the workspace to a file
+//! outside it is the same inode, and no resolver can tell. Keeping such links out is the job
+//! of whoever can create them (the sandbox must not share a filesystem with secrets it can
+//! link to).
+
+mod error;
+mod etag;
+mod path;
+mod remove;
+mod resolve;
+mod root;
+mod types;
+mod walk;
+mod write;
+
+pub use error::{FsError, InvalidPathReason};
+pub use etag::Etag;
+pub use path::{MAX_COMPONENT_LEN, MAX_PATH_LEN};
+pub use resolve::Resolver;
+pub use root::{Owner, WorkspaceRoot};
+pub use types::{
+    ByteRange, EditResult, Entry, GrepMatch, GrepOptions, GrepResult, Kind, Listing, ReadResult,
+    WriteOptions, WriteResult, EDIT_MAX_SIZE, GREP_LINE_MAX_CHARS, MAX_WALK_DEPTH,
+};

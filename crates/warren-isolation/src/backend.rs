@@ -1,0 +1,641 @@
+//! `LocalBackend`: the provisioner side of the native runtime (the embedded default).
+//!
+//! It starts a runtime by running `warren __runtime-init` (this same executable), talks to
+//! each runtime's init over its control socket, and destroys a runtime by killing init —
+//! the kernel then kills every process of the pid namespace — and removing its cgroups and
+//! host directory. UserWorkspace files are never touched (I15).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren_backend::{
+    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
+    OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
+};
+use warren_core::SandboxId;
+
+use crate::cgroup::{CgroupSupport, SandboxCgroup};
+use crate::config::{base_environment, RootSource, RuntimeConfig, RuntimeLimits};
+use crate::control::{self, ExecSpec, Reply, Request};
+use crate::host::HostReport;
+use crate::runtime::RUNTIME_INIT_ARG;
+use crate::IsolationError;
+
+/// How long output is still collected after the command exited, for pipes held open by
+/// background processes it started (those keep running, I6).
+const OUTPUT_GRACE: Duration = Duration::from_millis(150);
+
+/// Configuration of the local backend.
+#[derive(Debug, Clone)]
+pub struct LocalBackendConfig {
+    /// warren's data directory.
+    pub data_dir: PathBuf,
+    /// The program to run as `<program> __runtime-init`: warren's own executable.
+    pub init_program: PathBuf,
+    /// Limits of every runtime.
+    pub limits: RuntimeLimits,
+    /// A root filesystem directory instead of the host profile.
+    pub rootfs: Option<PathBuf>,
+}
+
+/// What a runtime's host directory records about it, for discovery after a restart (I16).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RuntimeIdentity {
+    sandbox: String,
+    generation: i64,
+    uid: String,
+    runtime_scope: String,
+    workdir: String,
+    user_workspace: PathBuf,
+    skill_projection: PathBuf,
+    env: std::collections::BTreeMap<String, String>,
+    pid: i32,
+}
+
+/// The native Linux isolation backend.
+pub struct LocalBackend {
+    config: LocalBackendConfig,
+    runtimes_dir: PathBuf,
+    root: RootSource,
+    cgroups: CgroupSupport,
+    report: HostReport,
+    live: Mutex<HashMap<SandboxId, RuntimeIdentity>>,
+}
+
+impl LocalBackend {
+    /// Checks the host, builds the host profile and prepares the runtimes directory.
+    pub fn new(config: LocalBackendConfig) -> Result<Self, IsolationError> {
+        let report = HostReport::probe();
+        if !report.root {
+            return Err(IsolationError::NotRoot);
+        }
+        if !report.overlayfs {
+            return Err(IsolationError::MissingFeature("overlayfs"));
+        }
+        if !report.seccomp {
+            return Err(IsolationError::MissingFeature("seccomp filters"));
+        }
+        let data = config.data_dir.to_string_lossy();
+        if data.contains([',', ':', '\\']) {
+            return Err(IsolationError::UnusableDataDir);
+        }
+        let runtimes_dir = config.data_dir.join("runtimes");
+        std::fs::create_dir_all(&runtimes_dir).map_err(IsolationError::RuntimesDir)?;
+        let root = match &config.rootfs {
+            Some(path) => RootSource::Directory { path: path.clone() },
+            None => RootSource::HostProfile {
+                etc: crate::profile::build_etc_profile(
+                    Path::new("/etc"),
+                    &config.data_dir.join("runtime-profiles"),
+                )
+                .map_err(IsolationError::HostProfile)?,
+            },
+        };
+        // Runtimes outlive their launcher; as subreaper, warren reaps the inits it kills.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        let cgroups = CgroupSupport::detect().map_err(IsolationError::Cgroup)?;
+        Ok(Self {
+            config,
+            runtimes_dir,
+            root,
+            cgroups,
+            report,
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// What this host supports, for `warren doctor`.
+    pub fn report(&self) -> &HostReport {
+        &self.report
+    }
+
+    fn runtime_dir(&self, sandbox: &SandboxId) -> PathBuf {
+        self.runtimes_dir.join(sandbox.as_str())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, RuntimeIdentity>> {
+        // The map only caches identities that are also on disk; poisoning loses nothing.
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The runtime of `sandbox`, from memory or from its host directory (a runtime started
+    /// by an earlier provisioner process), if its init still answers.
+    fn find(&self, sandbox: &SandboxId) -> Option<RuntimeIdentity> {
+        if let Some(identity) = self.lock().get(sandbox).cloned() {
+            return Some(identity);
+        }
+        let identity = read_identity(&self.runtime_dir(sandbox))?;
+        if ping(&self.runtime_dir(sandbox))
+            .is_some_and(|(s, g)| s == identity.sandbox && g == identity.generation)
+        {
+            self.lock().insert(sandbox.clone(), identity.clone());
+            Some(identity)
+        } else {
+            None
+        }
+    }
+
+    async fn launch(&self, spec: &RuntimeSpec) -> Result<RuntimeIdentity, BackendError> {
+        let create_error = |source| BackendError::Create {
+            sandbox: spec.sandbox.clone(),
+            source,
+        };
+        let dir = self.runtime_dir(&spec.sandbox);
+        // Leftovers of a runtime that died with the machine or an old provisioner.
+        self.teardown(&spec.sandbox)
+            .await
+            .map_err(|e| create_error(std::io::Error::other(e.to_string())))?;
+        std::fs::create_dir_all(&dir).map_err(create_error)?;
+        let config = RuntimeConfig {
+            sandbox: spec.sandbox.to_string(),
+            generation: spec.generation,
+            runtime_dir: dir.clone(),
+            user_workspace: spec.user_workspace.clone(),
+            skill_projection: spec.skill_projection.clone(),
+            root: self.root.clone(),
+            limits: self.config.limits.clone(),
+        };
+        let input =
+            serde_json::to_vec(&config).map_err(|e| create_error(std::io::Error::other(e)))?;
+        let mut child = tokio::process::Command::new(&self.config.init_program)
+            // argv[0] is what /proc shows; never the host path of warren's executable (I1).
+            .arg0("warren-runtime-init")
+            .arg(RUNTIME_INIT_ARG)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(create_error)?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        stdin.write_all(&input).await.map_err(create_error)?;
+        drop(stdin);
+        let mut answer = String::new();
+        child
+            .stdout
+            .take()
+            .expect("stdout is piped")
+            .read_to_string(&mut answer)
+            .await
+            .map_err(create_error)?;
+        let _ = child.wait().await;
+        #[derive(Deserialize)]
+        struct Answer {
+            pid: Option<i32>,
+            error: Option<String>,
+        }
+        let answer: Answer = serde_json::from_str(answer.trim()).map_err(|_| {
+            create_error(std::io::Error::other(format!(
+                "the runtime launcher answered {:?}",
+                answer.trim()
+            )))
+        })?;
+        let pid = match (answer.pid, answer.error) {
+            (Some(pid), None) => pid,
+            (_, error) => {
+                return Err(create_error(std::io::Error::other(
+                    error.unwrap_or_else(|| "no answer".into()),
+                )))
+            }
+        };
+        let identity = RuntimeIdentity {
+            sandbox: spec.sandbox.to_string(),
+            generation: spec.generation,
+            uid: spec.uid.to_string(),
+            runtime_scope: spec.runtime_scope.to_string(),
+            workdir: spec.workdir.to_string(),
+            user_workspace: spec.user_workspace.clone(),
+            skill_projection: spec.skill_projection.clone(),
+            env: spec.env.clone(),
+            pid,
+        };
+        let json = serde_json::to_vec_pretty(&identity)
+            .map_err(|e| create_error(std::io::Error::other(e)))?;
+        std::fs::write(dir.join("runtime.json"), json).map_err(create_error)?;
+        Ok(identity)
+    }
+
+    /// Kills the runtime's init (and with it its whole pid namespace), its cgroups, and
+    /// removes its host directory. Safe to repeat.
+    async fn teardown(&self, sandbox: &SandboxId) -> Result<(), IsolationError> {
+        let dir = self.runtime_dir(sandbox);
+        let identity = self.lock().remove(sandbox).or_else(|| read_identity(&dir));
+        if let Some(identity) = identity {
+            kill_and_wait(identity.pid).await;
+        }
+        let cgroups = self.cgroups.clone();
+        let name = sandbox.to_string();
+        tokio::task::spawn_blocking(move || -> Result<(), IsolationError> {
+            if let Some(cgroup) =
+                SandboxCgroup::open(&cgroups, &name).map_err(IsolationError::Cgroup)?
+            {
+                cgroup.kill_all().map_err(IsolationError::Cgroup)?;
+                cgroup.remove().map_err(IsolationError::Cgroup)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| IsolationError::Teardown(std::io::Error::other(e)))??;
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(IsolationError::Teardown(e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn read_identity(dir: &Path) -> Option<RuntimeIdentity> {
+    let text = std::fs::read(dir.join("runtime.json")).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Asks the runtime in `dir` who it is; None when nothing answers.
+fn ping(dir: &Path) -> Option<(String, i64)> {
+    let stream = std::os::unix::net::UnixStream::connect(dir.join("control.sock")).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    control::send_frame(stream.as_fd(), &Request::Ping, &[]).ok()?;
+    match control::recv_frame::<Reply>(stream.as_fd()).ok()?? {
+        (
+            Reply::Pong {
+                sandbox,
+                generation,
+            },
+            _,
+        ) => Some((sandbox, generation)),
+        _ => None,
+    }
+}
+
+/// SIGKILL to init ends the whole pid namespace; then wait until it is gone (and reap it
+/// when it became our child through subreaping).
+async fn kill_and_wait(pid: i32) {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok();
+    let _ = match &pidfd {
+        Some(fd) => rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL),
+        None => return,
+    };
+    let _ = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG) {
+                Ok(Some(_)) => return,
+                // Not our child: it belongs to an earlier provisioner's reaper; watch /proc.
+                Err(rustix::io::Errno::CHILD)
+                    if !Path::new(&format!("/proc/{}", pid.as_raw_nonzero())).exists() =>
+                {
+                    return
+                }
+                _ => {}
+            }
+            if Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+    .await;
+}
+
+#[async_trait]
+impl Backend for LocalBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Local
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let enforceable = self.cgroups.enforceable();
+        Capabilities {
+            exec: true,
+            isolation: true,
+            survives_restart: true,
+            resource_limits: enforceable.memory && enforceable.pids,
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut warnings = self.report.warnings();
+        let enforceable = self.cgroups.enforceable();
+        for (ok, what) in [
+            (
+                enforceable.memory,
+                "memory limits are not enforced: no memory cgroup controller",
+            ),
+            (
+                enforceable.pids,
+                "process limits are not enforced: no pids cgroup controller",
+            ),
+            (
+                enforceable.cpu,
+                "CPU quotas are not enforced: no cpu cgroup controller",
+            ),
+            (
+                enforceable.tree_kill,
+                "timeouts kill by process group only: no cgroup to kill a whole tree",
+            ),
+        ] {
+            if !ok {
+                warnings.push(what.to_owned());
+            }
+        }
+        warnings
+    }
+
+    async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
+        if let Some(identity) = self.find(&spec.sandbox) {
+            if identity.generation == spec.generation {
+                return Ok(DiscoveredRuntime { spec: spec.clone() });
+            }
+        }
+        let identity = self.launch(spec).await?;
+        self.lock().insert(spec.sandbox.clone(), identity);
+        Ok(DiscoveredRuntime { spec: spec.clone() })
+    }
+
+    async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError> {
+        let Ok(entries) = std::fs::read_dir(&self.runtimes_dir) else {
+            return Ok(Vec::new());
+        };
+        let mut found = Vec::new();
+        for entry in entries.flatten() {
+            let Some(identity) = read_identity(&entry.path()) else {
+                continue;
+            };
+            let Some((sandbox, generation)) = ping(&entry.path()) else {
+                continue;
+            };
+            if sandbox != identity.sandbox || generation != identity.generation {
+                continue;
+            }
+            let spec = (|| {
+                Some(RuntimeSpec {
+                    sandbox: SandboxId::parse(&identity.sandbox).ok()?,
+                    generation: identity.generation,
+                    uid: warren_core::Uid::new(identity.uid.clone()).ok()?,
+                    runtime_scope: warren_core::RuntimeScope::new(identity.runtime_scope.clone())
+                        .ok()?,
+                    workdir: warren_core::Workdir::new(identity.workdir.clone()).ok()?,
+                    user_workspace: identity.user_workspace.clone(),
+                    skill_projection: identity.skill_projection.clone(),
+                    env: identity.env.clone(),
+                })
+            })();
+            if let Some(spec) = spec {
+                found.push(DiscoveredRuntime { spec });
+            }
+        }
+        Ok(found)
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        request: &ExecRequest,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecOutcome, BackendError> {
+        let identity = self
+            .find(sandbox)
+            .ok_or_else(|| BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            })?;
+        let exec_error = |source| BackendError::Exec {
+            sandbox: sandbox.clone(),
+            source,
+        };
+        let mut env = base_environment();
+        env.extend(identity.env.clone());
+        env.extend(request.env.clone());
+        let spec = ExecSpec {
+            argv: request.argv.clone(),
+            cwd: request.cwd.clone(),
+            env,
+        };
+        run(&self.runtime_dir(sandbox), spec, request, sink)
+            .await
+            .map_err(exec_error)
+    }
+
+    async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
+        self.teardown(sandbox)
+            .await
+            .map_err(|e| BackendError::Destroy {
+                sandbox: sandbox.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })
+    }
+}
+
+/// Runs one command through the runtime's control socket.
+async fn run(
+    dir: &Path,
+    spec: ExecSpec,
+    request: &ExecRequest,
+    sink: Option<OutputSink>,
+) -> std::io::Result<ExecOutcome> {
+    let started = Instant::now();
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let stream = std::os::unix::net::UnixStream::connect(dir.join("control.sock"))?;
+    control::send_frame(
+        stream.as_fd(),
+        &Request::Exec(spec),
+        &[
+            stdin_read.as_fd(),
+            stdout_write.as_fd(),
+            stderr_write.as_fd(),
+        ],
+    )?;
+    drop((stdin_read, stdout_write, stderr_write));
+    stream.set_nonblocking(true)?;
+    let mut control = tokio::net::UnixStream::from_std(stream)?;
+
+    let stdin_bytes = request.stdin.clone();
+    let writer = tokio::spawn(async move {
+        if let Ok(mut stdin) = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write) {
+            let _ = stdin.write_all(&stdin_bytes).await;
+        }
+    });
+    let cap = request.output_cap;
+    let (out_task, err_task) = (
+        tokio::spawn(collect(
+            stdout_read,
+            OutputStream::Stdout,
+            cap,
+            sink.clone(),
+        )),
+        tokio::spawn(collect(
+            stderr_read,
+            OutputStream::Stderr,
+            cap,
+            sink.clone(),
+        )),
+    );
+
+    let first = read_reply(&mut control).await?;
+    let mut outcome = ExecOutcome::default();
+    match first {
+        Reply::Started { .. } => {}
+        Reply::Failed { stage, errno } => {
+            writer.abort();
+            let (_, _) = (out_task.await, err_task.await);
+            let reason = std::io::Error::from_raw_os_error(errno);
+            outcome.exit_code = Some(if stage == "exec" && errno == libc::EACCES {
+                126
+            } else {
+                127
+            });
+            outcome.stderr = match stage.as_str() {
+                "exec" => format!(
+                    "warren: cannot run {:?}: {reason}\n",
+                    request.argv.first().map_or("", String::as_str)
+                ),
+                "cwd" => format!("warren: cannot enter {}: {reason}\n", request.cwd),
+                other => format!("warren: command setup failed at {other}: {reason}\n"),
+            }
+            .into_bytes();
+            outcome.duration = started.elapsed();
+            return Ok(outcome);
+        }
+        other => return Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
+    }
+
+    let deadline = tokio::time::sleep(request.timeout);
+    tokio::pin!(deadline);
+    let sink_closed = async {
+        match &sink {
+            Some(sink) => sink.closed().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(sink_closed);
+    let mut killed = false;
+    let exited = loop {
+        tokio::select! {
+            reply = read_reply(&mut control) => break reply?,
+            () = &mut deadline, if !killed => {
+                outcome.timed_out = true;
+                killed = true;
+                send_kill(&mut control).await?;
+            }
+            () = &mut sink_closed, if !killed => {
+                // The client went away mid-stream: nothing may keep running for nobody.
+                killed = true;
+                send_kill(&mut control).await?;
+            }
+        }
+    };
+    let Reply::Exited {
+        exit_code,
+        signal,
+        user_us,
+        system_us,
+        max_rss_kib,
+    } = exited
+    else {
+        return Err(std::io::Error::other(format!(
+            "unexpected reply {exited:?}"
+        )));
+    };
+    outcome.exit_code = exit_code;
+    outcome.signal = signal;
+    outcome.usage = ResourceUsage {
+        cpu_user_ms: Some(user_us / 1000),
+        cpu_system_ms: Some(system_us / 1000),
+        peak_memory_bytes: Some(max_rss_kib * 1024),
+    };
+    writer.abort();
+    let grace = tokio::time::sleep(OUTPUT_GRACE);
+    tokio::pin!(grace);
+    let mut out_task = out_task;
+    let mut err_task = err_task;
+    let mut stdout = None;
+    let mut stderr = None;
+    while stdout.is_none() || stderr.is_none() {
+        tokio::select! {
+            r = &mut out_task, if stdout.is_none() => stdout = Some(r.unwrap_or_default()),
+            r = &mut err_task, if stderr.is_none() => stderr = Some(r.unwrap_or_default()),
+            () = &mut grace => {
+                out_task.abort();
+                err_task.abort();
+                break;
+            }
+        }
+    }
+    let (stdout, out_cut) = stdout.unwrap_or_default();
+    let (stderr, err_cut) = stderr.unwrap_or_default();
+    outcome.stdout = stdout;
+    outcome.stderr = stderr;
+    outcome.truncated = out_cut || err_cut;
+    outcome.duration = started.elapsed();
+    Ok(outcome)
+}
+
+/// Reads a stream to its end (or until aborted), keeping at most `cap` bytes and sending
+/// every chunk to the sink.
+async fn collect(
+    fd: OwnedFd,
+    stream: OutputStream,
+    cap: usize,
+    sink: Option<OutputSink>,
+) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return (kept, truncated);
+    };
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let room = cap.saturating_sub(kept.len());
+        if n > room {
+            truncated = true;
+        }
+        kept.extend_from_slice(&buffer[..n.min(room)]);
+        if let Some(sink) = &sink {
+            if sink
+                .send(OutputChunk {
+                    stream,
+                    bytes: buffer[..n].to_vec(),
+                })
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+async fn read_reply(control: &mut tokio::net::UnixStream) -> std::io::Result<Reply> {
+    let mut header = [0u8; 4];
+    control.read_exact(&mut header).await?;
+    let len = u32::from_le_bytes(header) as usize;
+    if len > control::MAX_FRAME {
+        return Err(std::io::Error::other("oversized reply"));
+    }
+    let mut body = vec![0u8; len];
+    control.read_exact(&mut body).await?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+async fn send_kill(control: &mut tokio::net::UnixStream) -> std::io::Result<()> {
+    let body = serde_json::to_vec(&Request::Kill).map_err(std::io::Error::other)?;
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    control.write_all(&frame).await
+}

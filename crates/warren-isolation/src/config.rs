@@ -1,0 +1,106 @@
+//! What the provisioner side hands a runtime's init process, as JSON on its stdin.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The uid and gid every command runs as (I11).
+pub const SANDBOX_UID: u32 = 1000;
+/// See [`SANDBOX_UID`].
+pub const SANDBOX_GID: u32 = 1000;
+
+/// Everything the init process needs to build and run one runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeConfig {
+    /// The sandbox id (also the cgroup name and hostname suffix).
+    pub sandbox: String,
+    /// The sandbox generation this runtime serves.
+    pub generation: i64,
+    /// Host directory of this runtime: control socket, mount points, identity file.
+    pub runtime_dir: PathBuf,
+    /// Host path of the UserWorkspace, bound read-write at `/home/gem/user-data` (I7).
+    pub user_workspace: PathBuf,
+    /// Host path of the skill projection, bound read-only at `/home/gem/skills` (I7).
+    pub skill_projection: PathBuf,
+    /// Where the root filesystem comes from.
+    pub root: RootSource,
+    /// Resource limits.
+    pub limits: RuntimeLimits,
+}
+
+/// The root filesystem of a runtime; writes land in a per-runtime copy-on-write layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RootSource {
+    /// The host's system directories (`/usr`, `/bin`, `/lib*`, `/sbin`, `/opt`) read-only,
+    /// and a filtered copy of `/etc` without secrets, built once by the provisioner.
+    HostProfile {
+        /// The filtered `/etc`.
+        etc: PathBuf,
+    },
+    /// A root filesystem directory (an unpacked image).
+    Directory {
+        /// The directory.
+        path: PathBuf,
+    },
+}
+
+/// Resource limits of one runtime (I23).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeLimits {
+    /// Memory of the whole runtime, bytes.
+    pub memory_bytes: Option<u64>,
+    /// Processes and threads of the whole runtime.
+    pub pids_max: Option<u64>,
+    /// CPU quota in thousandths of a CPU (1000 = one CPU).
+    pub cpu_millis: Option<u64>,
+    /// Size of the copy-on-write layer over the root filesystem, bytes.
+    pub cow_bytes: u64,
+    /// Size of the ephemeral `/home/gem`, bytes.
+    pub home_bytes: u64,
+    /// Size of `/tmp`, bytes.
+    pub tmp_bytes: u64,
+    /// Size of `/dev/shm`, bytes.
+    pub shm_bytes: u64,
+    /// Open files per process.
+    pub nofile: u64,
+}
+
+impl Default for RuntimeLimits {
+    fn default() -> Self {
+        const MIB: u64 = 1024 * 1024;
+        Self {
+            memory_bytes: Some(1024 * MIB),
+            pids_max: Some(512),
+            cpu_millis: Some(1000),
+            cow_bytes: 1024 * MIB,
+            home_bytes: 512 * MIB,
+            tmp_bytes: 512 * MIB,
+            shm_bytes: 64 * MIB,
+            nofile: 1024,
+        }
+    }
+}
+
+/// The clean environment every command starts from (I13, I14); the sandbox and call
+/// environments are layered over it by the provisioner side.
+pub fn base_environment() -> BTreeMap<String, String> {
+    [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/home/gem"),
+        ("USER", "gem"),
+        ("LOGNAME", "gem"),
+        ("SHELL", "/bin/sh"),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+        ("TMPDIR", "/tmp"),
+        ("TERM", "dumb"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}

@@ -1,0 +1,202 @@
+//! The control protocol between the provisioner and a runtime's init, over the runtime's
+//! Unix socket: length-prefixed JSON frames, with the command's stdin, stdout and stderr
+//! passed as file descriptors (`SCM_RIGHTS`) alongside an exec request.
+//!
+//! The socket lives in the runtime's host directory (mode 0700 data dir, socket 0600), so
+//! only the provisioner reaches it; nothing inside the runtime can see it (I12).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde::{Deserialize, Serialize};
+
+/// Largest frame accepted, bytes: argv and environment of one command.
+pub const MAX_FRAME: usize = 4 * 1024 * 1024;
+
+/// A request to init.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Run a command; stdin, stdout and stderr arrive as three descriptors.
+    Exec(ExecSpec),
+    /// Kill the process tree of the command started on this connection.
+    Kill,
+    /// Who are you? Answered with [`Reply::Pong`].
+    Ping,
+}
+
+/// One command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecSpec {
+    /// Program and arguments; a program without `/` is searched in `PATH` of `env`.
+    pub argv: Vec<String>,
+    /// Working directory inside the runtime.
+    pub cwd: String,
+    /// The complete environment.
+    pub env: BTreeMap<String, String>,
+}
+
+/// An answer from init.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// The command runs.
+    Started {
+        /// Its pid inside the runtime.
+        pid: i32,
+    },
+    /// The command could not be started.
+    Failed {
+        /// Which step failed (`cwd`, `exec`, `credentials`, ...).
+        stage: String,
+        /// The errno.
+        errno: i32,
+    },
+    /// The command ended.
+    Exited {
+        /// Exit status when it exited.
+        exit_code: Option<i32>,
+        /// The signal that killed it.
+        signal: Option<i32>,
+        /// User CPU time of the command and the children it waited for, microseconds.
+        user_us: i64,
+        /// System CPU time, microseconds.
+        system_us: i64,
+        /// Peak resident memory, KiB.
+        max_rss_kib: i64,
+    },
+    /// Identity of the runtime.
+    Pong {
+        /// The sandbox id.
+        sandbox: String,
+        /// The generation.
+        generation: i64,
+    },
+    /// The request was not understood.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Sends one frame, with `fds` attached to its first bytes.
+pub fn send_frame<T: Serialize>(
+    socket: BorrowedFd<'_>,
+    message: &T,
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    let body = serde_json::to_vec(message).map_err(io::Error::other)?;
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !ancillary.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("too many descriptors for one frame"));
+    }
+    let mut sent = rustix::net::sendmsg(
+        socket,
+        &[io::IoSlice::new(&frame)],
+        &mut ancillary,
+        SendFlags::NOSIGNAL,
+    )?;
+    while sent < frame.len() {
+        sent += rustix::net::send(socket, &frame[sent..], SendFlags::NOSIGNAL)?;
+    }
+    Ok(())
+}
+
+/// Receives one frame and the descriptors that came with it. `Ok(None)` on a clean EOF
+/// before any byte.
+pub fn recv_frame<T: for<'de> Deserialize<'de>>(
+    socket: BorrowedFd<'_>,
+) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
+    let mut header = [0u8; 4];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+    let received = rustix::net::recvmsg(
+        socket,
+        &mut [io::IoSliceMut::new(&mut header)],
+        &mut ancillary,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for message in ancillary.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = message {
+            fds.extend(rights);
+        }
+    }
+    if received.bytes == 0 {
+        return Ok(None);
+    }
+    read_exact(socket, &mut header[received.bytes..])?;
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes is larger than {MAX_FRAME}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    read_exact(socket, &mut body)?;
+    let message =
+        serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    Ok(Some((message, fds)))
+}
+
+fn read_exact(socket: BorrowedFd<'_>, mut buffer: &mut [u8]) -> io::Result<()> {
+    while !buffer.is_empty() {
+        match rustix::io::read(socket, &mut *buffer) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buffer = &mut buffer[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Borrows a list of owned descriptors.
+pub fn borrow_all(fds: &[OwnedFd]) -> Vec<BorrowedFd<'_>> {
+    fds.iter().map(AsFd::as_fd).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_carry_messages_and_descriptors() {
+        let (a, b) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let (read_end, write_end) = rustix::pipe::pipe().unwrap();
+        let request = Request::Exec(ExecSpec {
+            argv: vec!["echo".into(), "hi".into()],
+            cwd: "/home/gem".into(),
+            env: BTreeMap::from([("A".into(), "1".into())]),
+        });
+        send_frame(a.as_fd(), &request, &[write_end.as_fd()]).unwrap();
+        drop(write_end);
+        let (got, fds): (Request, _) = recv_frame(b.as_fd()).unwrap().unwrap();
+        assert_eq!(got, request);
+        assert_eq!(fds.len(), 1);
+        rustix::io::write(&fds[0], b"through").unwrap();
+        drop(fds);
+        let mut buffer = [0u8; 16];
+        let n = rustix::io::read(&read_end, &mut buffer).unwrap();
+        assert_eq!(&buffer[..n], b"through");
+        drop(a);
+        assert!(recv_frame::<Request>(b.as_fd()).unwrap().is_none());
+    }
+}

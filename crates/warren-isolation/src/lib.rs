@@ -1,0 +1,51 @@
+//! The native Linux runtime: warren's embedded, daemonless isolation backend.
+//!
+//! A runtime is one long-lived init process, PID 1 of its own pid, mount, ipc, uts, cgroup
+//! and network namespaces, whose root is assembled from read-only system directories under
+//! a copy-on-write layer (see `runtime::rootfs`). Commands run as 1000:1000 with no
+//! capabilities, `no_new_privs`, a seccomp filter ([`seccomp`]) and Landlock rules, in a
+//! cgroup per command inside the runtime's cgroup ([`cgroup`]), so limits hold for the whole
+//! runtime and a timeout kills a command's whole tree.
+//!
+//! **Architecture invariant:** all `unsafe` of the crate is in `sys` (plus test code), each
+//! block with a `// SAFETY:` comment.
+
+mod backend;
+pub mod cgroup;
+pub mod config;
+pub mod control;
+mod host;
+pub mod profile;
+mod runtime;
+pub mod seccomp;
+mod sys;
+
+pub use backend::{LocalBackend, LocalBackendConfig};
+pub use host::HostReport;
+pub use runtime::{runtime_init_main, RUNTIME_INIT_ARG};
+
+/// Why the local backend could not start or clean up.
+#[derive(Debug, thiserror::Error)]
+pub enum IsolationError {
+    /// The local backend needs root today (unprivileged mode is not built yet).
+    #[error("the local backend needs root: it mounts, creates namespaces and cgroups; run warren as root, or use `--backend memory` for a workspace-only server")]
+    NotRoot,
+    /// A kernel feature the backend cannot do without.
+    #[error("this kernel lacks {0}, which the local backend requires")]
+    MissingFeature(&'static str),
+    /// Overlay mount options cannot carry the data directory's path.
+    #[error("the data directory path contains ',', ':' or '\\', which overlay mounts cannot express; choose another --data-dir")]
+    UnusableDataDir,
+    /// The runtimes directory could not be created.
+    #[error("cannot create the runtimes directory")]
+    RuntimesDir(#[source] std::io::Error),
+    /// The host profile's /etc could not be built.
+    #[error("cannot build the host profile's /etc")]
+    HostProfile(#[source] std::io::Error),
+    /// A cgroup operation failed.
+    #[error("cgroup operation failed")]
+    Cgroup(#[source] cgroup::CgroupError),
+    /// Removing a runtime's leftovers failed.
+    #[error("cannot remove a runtime's leftovers")]
+    Teardown(#[source] std::io::Error),
+}

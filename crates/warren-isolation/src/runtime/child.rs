@@ -1,0 +1,177 @@
+//! What happens in a command's process between `fork` and `execve`, in init.
+//!
+//! The order matters: join the command's cgroup and session while still root, drop every
+//! capability and switch to 1000:1000 (I11), set `no_new_privs`, confine the file system
+//! with Landlock, install the seccomp filter last (it must still allow `execve`), enter the
+//! working directory *as the sandbox user* so its permissions apply, and exec.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, ABI,
+};
+
+use crate::cgroup::ExecCgroup;
+use crate::config::{SANDBOX_GID, SANDBOX_UID};
+use crate::control::ExecSpec;
+use crate::seccomp::SeccompProgram;
+use crate::sys;
+
+/// Where the sandbox user may write, beyond what DAC allows; everything else is read and
+/// execute only (Landlock is defence in depth under the mount layout).
+pub(crate) const LANDLOCK_WRITABLE: &[&str] = &["/home/gem", "/tmp", "/dev", "/usr/local", "/opt"];
+
+/// Runs in the forked child; never returns. A failure is written to `error_pipe` as
+/// "<stage> <errno>" and the child exits 127.
+pub(crate) fn exec_command(
+    spec: &ExecSpec,
+    stdio: [OwnedFd; 3],
+    cgroup: Option<&ExecCgroup>,
+    seccomp: &SeccompProgram,
+    nofile: u64,
+    error_pipe: OwnedFd,
+) -> ! {
+    let fail = |stage: &str, errno: i32| -> ! {
+        let _ = rustix::io::write(&error_pipe, format!("{stage} {errno}").as_bytes());
+        sys::exit_immediately(127)
+    };
+    let errno = |e: rustix::io::Errno| e.raw_os_error();
+    sys::reset_signals();
+    if let Some(cgroup) = cgroup {
+        if let Err(e) = cgroup.add_self() {
+            fail("cgroup", errno(e));
+        }
+    }
+    // A cgroup namespace rooted at the command's own cgroup: /proc/self/cgroup inside shows
+    // "/" and nothing of the host's hierarchy. (Init cannot unshare it earlier: moving a
+    // process into a cgroup outside the mover's namespace root is refused.)
+    if let Err(e) = sys::unshare(rustix::thread::UnshareFlags::NEWCGROUP) {
+        fail("cgroup namespace", e.raw_os_error().unwrap_or(0));
+    }
+    if let Err(e) = rustix::process::setsid() {
+        fail("setsid", errno(e));
+    }
+    let [stdin, stdout, stderr] = stdio;
+    for (result, stage) in [
+        (rustix::stdio::dup2_stdin(&stdin), "stdin"),
+        (rustix::stdio::dup2_stdout(&stdout), "stdout"),
+        (rustix::stdio::dup2_stderr(&stderr), "stderr"),
+    ] {
+        if let Err(e) = result {
+            fail(stage, errno(e));
+        }
+    }
+    drop((stdin, stdout, stderr));
+    if let Err(e) = sys::cloexec_from(3) {
+        fail("fds", e.raw_os_error().unwrap_or(0));
+    }
+    let limit = rustix::process::Rlimit {
+        current: Some(nofile),
+        maximum: Some(nofile),
+    };
+    if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::Nofile, limit) {
+        fail("rlimit", errno(e));
+    }
+    let no_core = rustix::process::Rlimit {
+        current: Some(0),
+        maximum: Some(0),
+    };
+    let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
+    if let Err(e) = sys::drop_bounding_set() {
+        fail("capabilities", e.raw_os_error().unwrap_or(0));
+    }
+    let credentials = rustix::thread::set_thread_groups(&[])
+        .and_then(|()| {
+            let gid = rustix::process::Gid::from_raw(SANDBOX_GID);
+            rustix::thread::set_thread_res_gid(gid, gid, gid)
+        })
+        .and_then(|()| {
+            let uid = rustix::process::Uid::from_raw(SANDBOX_UID);
+            rustix::thread::set_thread_res_uid(uid, uid, uid)
+        });
+    if let Err(e) = credentials {
+        fail("credentials", errno(e));
+    }
+    if let Err(e) = rustix::thread::set_no_new_privs(true) {
+        fail("no_new_privs", errno(e));
+    }
+    if restrict_file_system().is_err() {
+        fail("landlock", libc::EPERM);
+    }
+    if seccomp.apply().is_err() {
+        fail("seccomp", libc::EPERM);
+    }
+    if let Err(e) = rustix::process::chdir(spec.cwd.as_str()) {
+        fail("cwd", errno(e));
+    }
+    let error = exec(spec);
+    fail("exec", error.raw_os_error().unwrap_or(0))
+}
+
+/// Read and execute everywhere, write only where the sandbox user is meant to (I7).
+/// Best effort: a kernel without Landlock keeps the mount layout as its boundary, which
+/// `warren doctor` and /health report.
+fn restrict_file_system() -> Result<(), landlock::RulesetError> {
+    let abi = ABI::V5;
+    Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))?
+        .create()?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
+        .add_rules(path_beneath_rules(
+            LANDLOCK_WRITABLE
+                .iter()
+                .filter(|p| std::path::Path::new(p).exists()),
+            AccessFs::from_all(abi),
+        ))?
+        .restrict_self()?;
+    Ok(())
+}
+
+/// `execve` with a `PATH` search like `execvp`, using the command's own environment.
+fn exec(spec: &ExecSpec) -> std::io::Error {
+    let to_c =
+        |s: &[u8]| CString::new(s).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+    let argv: Result<Vec<CString>, _> = spec.argv.iter().map(|a| to_c(a.as_bytes())).collect();
+    let env: Result<Vec<CString>, _> = spec
+        .env
+        .iter()
+        .map(|(k, v)| to_c(format!("{k}={v}").as_bytes()))
+        .collect();
+    let (argv, env) = match (argv, env) {
+        (Ok(argv), Ok(env)) => (argv, env),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let Some(program) = spec.argv.first() else {
+        return std::io::Error::from_raw_os_error(libc::EINVAL);
+    };
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut env_ptrs: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    env_ptrs.push(std::ptr::null());
+    if program.contains('/') {
+        return match to_c(program.as_bytes()) {
+            Ok(path) => sys::execve(&path, &argv_ptrs, &env_ptrs),
+            Err(e) => e,
+        };
+    }
+    let search = spec
+        .env
+        .get("PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", String::as_str);
+    let mut last = std::io::Error::from_raw_os_error(libc::ENOENT);
+    for dir in search.split(':').filter(|d| !d.is_empty()) {
+        let candidate = std::path::Path::new(dir).join(program);
+        let Ok(path) = to_c(candidate.as_os_str().as_bytes()) else {
+            continue;
+        };
+        let error = sys::execve(&path, &argv_ptrs, &env_ptrs);
+        // Keep looking after "not here"; remember "here but not allowed" (like execvp).
+        match error.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {}
+            _ => last = error,
+        }
+    }
+    last
+}

@@ -1,0 +1,404 @@
+//! The launcher and the init process of a runtime.
+//!
+//! The launcher is `warren __runtime-init`, started by the provisioner with a
+//! [`RuntimeConfig`] on stdin. It joins the sandbox's cgroup, opens the two persistent
+//! directories without following links, binds the control socket, unshares every namespace
+//! but the user namespace, and forks init. Init (PID 1 of the new pid namespace) assembles
+//! the root filesystem and serves the control socket until it is killed. The launcher prints
+//! one JSON line — `{"pid":N}` or `{"error":"…"}` — and exits.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::thread::UnshareFlags;
+
+use crate::cgroup::{CgroupSupport, ExecCgroup, Limits, SandboxCgroup};
+use crate::config::RuntimeConfig;
+use crate::control::{self, ExecSpec, Reply, Request};
+use crate::runtime::{child, rootfs, SetupError};
+use crate::seccomp::SeccompProgram;
+use crate::sys::{self, Forked};
+
+/// Entry point of `warren __runtime-init`. Never returns.
+pub fn runtime_init_main() -> ! {
+    let code = match launch() {
+        Ok(pid) => {
+            println!("{{\"pid\":{pid}}}");
+            0
+        }
+        Err(message) => {
+            let line = serde_json::json!({ "error": message });
+            println!("{line}");
+            1
+        }
+    };
+    let _ = std::io::stdout().flush();
+    sys::exit_immediately(code)
+}
+
+fn launch() -> Result<i32, String> {
+    let mut input = String::new();
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .map_err(|e| format!("read the runtime config: {e}"))?;
+    let config: RuntimeConfig =
+        serde_json::from_str(&input).map_err(|e| format!("parse the runtime config: {e}"))?;
+
+    let support = CgroupSupport::detect().map_err(|e| format!("detect cgroups: {e}"))?;
+    let limits = Limits {
+        memory_bytes: config.limits.memory_bytes,
+        pids_max: config.limits.pids_max,
+        cpu_millis: config.limits.cpu_millis,
+    };
+    let (cgroup, _not_enforced) = SandboxCgroup::create(&support, &config.sandbox, &limits)
+        .map_err(|e| format!("create the sandbox cgroup: {e}"))?;
+    cgroup
+        .add_init(rustix::process::getpid().as_raw_nonzero().get())
+        .map_err(|e| format!("join the sandbox cgroup: {e}"))?;
+
+    let socket_path = config.runtime_dir.join("control.sock");
+    let _ = std::fs::remove_file(&socket_path);
+    let listener =
+        UnixListener::bind(&socket_path).map_err(|e| format!("bind the control socket: {e}"))?;
+    std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("restrict the control socket: {e}"))?;
+
+    sys::unshare(
+        UnshareFlags::NEWNS
+            | UnshareFlags::NEWUTS
+            | UnshareFlags::NEWIPC
+            | UnshareFlags::NEWNET
+            | UnshareFlags::NEWPID,
+    )
+    .map_err(|e| format!("create namespaces: {e}"))?;
+
+    let (ready_read, ready_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("create the ready pipe: {e}"))?;
+    match sys::fork_single_threaded().map_err(|e| format!("fork init: {e}"))? {
+        Forked::Child => {
+            drop(ready_read);
+            // Nothing of the provisioner's stdio is kept: the launcher's answer must reach
+            // EOF when the launcher exits, and a provisioner that died cannot hurt init.
+            if let Err(error) = detach_stdio() {
+                let mut ready = std::fs::File::from(ready_write);
+                let _ = write!(ready, "detach stdio: {error}");
+                sys::exit_immediately(1);
+            }
+            let result = Init::setup(config, cgroup, listener);
+            let mut ready = std::fs::File::from(ready_write);
+            match result {
+                Ok(init) => {
+                    let _ = ready.write_all(b"ok");
+                    drop(ready);
+                    init.serve()
+                }
+                Err(error) => {
+                    let _ = ready.write_all(error.to_string().as_bytes());
+                    sys::exit_immediately(1)
+                }
+            }
+        }
+        Forked::Parent(pid) => {
+            drop(ready_write);
+            let mut answer = String::new();
+            let _ = std::fs::File::from(ready_read).read_to_string(&mut answer);
+            if answer == "ok" {
+                Ok(pid)
+            } else {
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid).ok_or("init has no pid")?,
+                    rustix::process::Signal::KILL,
+                );
+                Err(if answer.is_empty() {
+                    "init died during setup".to_owned()
+                } else {
+                    answer
+                })
+            }
+        }
+    }
+}
+
+fn detach_stdio() -> std::io::Result<()> {
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    rustix::stdio::dup2_stdin(&null)?;
+    rustix::stdio::dup2_stdout(&null)?;
+    rustix::stdio::dup2_stderr(&null)?;
+    Ok(())
+}
+
+/// A command started on one control connection.
+struct RunningExec {
+    connection: Option<OwnedFd>,
+    pid: i32,
+    cgroup: Option<ExecCgroup>,
+}
+
+struct Init {
+    config: RuntimeConfig,
+    cgroup: SandboxCgroup,
+    listener: UnixListener,
+    sigchld: OwnedFd,
+    seccomp: SeccompProgram,
+    running: HashMap<i32, RunningExec>,
+    /// Exec cgroups whose command ended while background processes still ran in them.
+    lingering: Vec<ExecCgroup>,
+    next_exec: u64,
+}
+
+impl Init {
+    fn setup(
+        config: RuntimeConfig,
+        cgroup: SandboxCgroup,
+        listener: UnixListener,
+    ) -> Result<Self, SetupError> {
+        fn step<T>(stage: &'static str, result: std::io::Result<T>) -> Result<T, SetupError> {
+            result.map_err(|source| SetupError { stage, source })
+        }
+        let sigchld = step("block SIGCHLD", sys::sigchld_fd())?;
+        let hostname = "warren".to_owned();
+        rootfs::assemble(&config, &hostname)?;
+        let seccomp = SeccompProgram::runtime_policy().map_err(|e| SetupError {
+            stage: "compile the seccomp policy",
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        step(
+            "make the control socket non-blocking",
+            listener.set_nonblocking(true),
+        )?;
+        Ok(Self {
+            config,
+            cgroup,
+            listener,
+            sigchld,
+            seccomp,
+            running: HashMap::new(),
+            lingering: Vec::new(),
+            next_exec: 0,
+        })
+    }
+
+    fn serve(mut self) -> ! {
+        loop {
+            let pids: Vec<i32> = self
+                .running
+                .iter()
+                .filter(|(_, exec)| exec.connection.is_some())
+                .map(|(pid, _)| *pid)
+                .collect();
+            let mut fds = vec![
+                PollFd::new(&self.listener, PollFlags::IN),
+                PollFd::new(&self.sigchld, PollFlags::IN),
+            ];
+            for pid in &pids {
+                if let Some(connection) = &self.running[pid].connection {
+                    fds.push(PollFd::new(connection, PollFlags::IN));
+                }
+            }
+            if rustix::event::poll(&mut fds, None).is_err() {
+                continue;
+            }
+            let listener_ready = !fds[0].revents().is_empty();
+            let child_ready = !fds[1].revents().is_empty();
+            let hung_up: Vec<i32> = pids
+                .iter()
+                .zip(&fds[2..])
+                .filter(|(_, fd)| !fd.revents().is_empty())
+                .map(|(pid, _)| *pid)
+                .collect();
+            drop(fds);
+            if child_ready {
+                sys::drain_signalfd(self.sigchld.as_fd());
+                self.reap();
+            }
+            for pid in hung_up {
+                self.on_connection_input(pid);
+            }
+            if listener_ready {
+                while let Ok((stream, _)) = self.listener.accept() {
+                    self.on_connection(OwnedFd::from(stream));
+                }
+            }
+        }
+    }
+
+    fn on_connection(&mut self, connection: OwnedFd) {
+        // The provisioner writes a whole request at once; a stalled peer cannot hold init.
+        let _ = rustix::net::sockopt::set_socket_timeout(
+            &connection,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(std::time::Duration::from_secs(5)),
+        );
+        let _ = rustix::io::ioctl_fionbio(&connection, false);
+        let (request, fds) = match control::recv_frame::<Request>(connection.as_fd()) {
+            Ok(Some(received)) => received,
+            _ => return,
+        };
+        match request {
+            Request::Ping => {
+                let _ = control::send_frame(
+                    connection.as_fd(),
+                    &Reply::Pong {
+                        sandbox: self.config.sandbox.clone(),
+                        generation: self.config.generation,
+                    },
+                    &[],
+                );
+            }
+            Request::Exec(spec) => self.start(connection, spec, fds),
+            Request::Kill => {
+                let _ = control::send_frame(
+                    connection.as_fd(),
+                    &Reply::Refused {
+                        reason: "kill is only valid on an exec connection".into(),
+                    },
+                    &[],
+                );
+            }
+        }
+    }
+
+    fn start(&mut self, connection: OwnedFd, spec: ExecSpec, stdio: Vec<OwnedFd>) {
+        let reply = |reply: &Reply| {
+            let _ = control::send_frame(connection.as_fd(), reply, &[]);
+        };
+        let Ok(stdio) = <[OwnedFd; 3]>::try_from(stdio) else {
+            reply(&Reply::Refused {
+                reason: "an exec request carries exactly three descriptors".into(),
+            });
+            return;
+        };
+        self.next_exec += 1;
+        let cgroup = self.cgroup.exec_leaf(self.next_exec).ok();
+        let Ok((error_read, error_write)) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        else {
+            reply(&Reply::Failed {
+                stage: "pipe".into(),
+                errno: libc::EMFILE,
+            });
+            return;
+        };
+        let child = match sys::fork_single_threaded() {
+            Ok(Forked::Child) => {
+                drop(error_read);
+                child::exec_command(
+                    &spec,
+                    stdio,
+                    cgroup.as_ref(),
+                    &self.seccomp,
+                    self.config.limits.nofile,
+                    error_write,
+                )
+            }
+            Ok(Forked::Parent(pid)) => pid,
+            Err(error) => {
+                reply(&Reply::Failed {
+                    stage: "fork".into(),
+                    errno: error.raw_os_error().unwrap_or(0),
+                });
+                return;
+            }
+        };
+        drop(stdio);
+        drop(error_write);
+        // The child closes its end by exec (CLOEXEC) or writes why it failed.
+        let mut failure = String::new();
+        let _ = std::fs::File::from(error_read).read_to_string(&mut failure);
+        if let Some((stage, errno)) = failure.rsplit_once(' ') {
+            reply(&Reply::Failed {
+                stage: stage.to_owned(),
+                errno: errno.parse().unwrap_or(0),
+            });
+            // The child exits at once; reap() collects it with nobody left to tell.
+            self.running.insert(
+                child,
+                RunningExec {
+                    connection: None,
+                    pid: child,
+                    cgroup,
+                },
+            );
+            return;
+        }
+        reply(&Reply::Started { pid: child });
+        self.running.insert(
+            child,
+            RunningExec {
+                connection: Some(connection),
+                pid: child,
+                cgroup,
+            },
+        );
+    }
+
+    /// The provisioner sent `Kill`, or closed the connection (it gave up on the command,
+    /// or died): either way the command's whole tree is killed (I24).
+    fn on_connection_input(&mut self, pid: i32) {
+        let Some(exec) = self.running.get_mut(&pid) else {
+            return;
+        };
+        let Some(connection) = &exec.connection else {
+            return;
+        };
+        let keep = matches!(
+            control::recv_frame::<Request>(connection.as_fd()),
+            Ok(Some((Request::Kill, _)))
+        );
+        if !keep {
+            exec.connection = None;
+        }
+        match &exec.cgroup {
+            Some(cgroup) => {
+                let _ = cgroup.kill();
+            }
+            None => {
+                let _ = rustix::process::kill_process_group(
+                    rustix::process::Pid::from_raw(exec.pid).expect("pids are positive"),
+                    rustix::process::Signal::KILL,
+                );
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        while let Ok(Some(reaped)) = sys::wait4_nohang(-1) {
+            let Some(exec) = self.running.remove(&reaped.pid) else {
+                continue; // an orphan re-parented to PID 1
+            };
+            if let Some(connection) = &exec.connection {
+                let _ = control::send_frame(
+                    connection.as_fd(),
+                    &Reply::Exited {
+                        exit_code: reaped.exit_code,
+                        signal: reaped.signal,
+                        user_us: reaped.user_us,
+                        system_us: reaped.system_us,
+                        max_rss_kib: reaped.max_rss_kib,
+                    },
+                    &[],
+                );
+            }
+            if let Some(cgroup) = exec.cgroup {
+                self.lingering.push(cgroup);
+            }
+        }
+        // Background processes may outlive their command (I6); their cgroup goes once empty.
+        let lingering = std::mem::take(&mut self.lingering);
+        for cgroup in lingering {
+            if cgroup.is_empty() {
+                let _ = cgroup.remove();
+            } else {
+                self.lingering.push(cgroup);
+            }
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! Assembles the view from inside a runtime (I7, I8, I11), in the init process, inside its
+//! fresh mount namespace, before `pivot_root`:
+//!
+//! ```text
+//! /                 tmpfs, read-only after assembly (host profile), or an overlay (rootfs dir)
+//! /usr /opt /lib*   overlay: host directory read-only below, per-runtime tmpfs above (CoW)
+//! /etc              overlay over the provisioner's filtered copy of /etc (no secrets)
+//! /home/gem         tmpfs, size-capped, owned by 1000:1000
+//! /home/gem/user-data   bind of this uid's UserWorkspace, rw, nosuid, nodev
+//! /home/gem/skills      bind of this uid's skill projection, ro, nosuid, nodev
+//! /tmp /dev/shm     tmpfs, size-capped, 1777
+//! /dev              tmpfs (ro) with null zero full random urandom tty bound from the host,
+//!                   a private devpts instance, and the usual /proc/self/fd links
+//! /proc             a fresh procfs of the runtime's pid namespace, with the dangerous
+//!                   entries masked or read-only
+//! ```
+//!
+//! Nothing else of the host is reachable: not other uids' workspaces, not the data dir,
+//! not the token, not /root, not the Docker socket.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
+
+use crate::config::{RootSource, RuntimeConfig, SANDBOX_GID, SANDBOX_UID};
+use crate::runtime::SetupError;
+
+/// Host system directories of the host profile, each bound read-only under a CoW layer (or
+/// recreated as the same symlink on merged-/usr systems).
+pub(crate) const HOST_PROFILE_DIRS: &[&str] = &[
+    "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt",
+];
+
+/// Directories the sandbox user may write to in the CoW layer, so installs into the usual
+/// prefixes (`pip install --prefix /usr/local`, tools under /opt) work as 1000:1000.
+pub(crate) const USER_WRITABLE_PREFIXES: &[&str] = &["usr/local", "opt"];
+
+/// Device nodes bound from the host into the runtime's /dev.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// /proc entries hidden behind /dev/null: kernel memory, keys, timing side channels.
+const PROC_MASKED: &[&str] = &[
+    "kcore",
+    "keys",
+    "timer_list",
+    "sysrq-trigger",
+    "kpagecount",
+    "kpageflags",
+];
+/// /proc trees made read-only.
+const PROC_READ_ONLY: &[&str] = &["sys", "bus", "fs", "irq"];
+
+fn step<T>(stage: &'static str, result: io::Result<T>) -> Result<T, SetupError> {
+    result.map_err(|source| SetupError { stage, source })
+}
+
+fn rustix_step<T>(stage: &'static str, result: rustix::io::Result<T>) -> Result<T, SetupError> {
+    step(stage, result.map_err(io::Error::from))
+}
+
+fn mkdir(path: &Path, mode: u32) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(mode).create(path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+fn tmpfs(target: &Path, flags: MountFlags, options: &str) -> rustix::io::Result<()> {
+    let options = std::ffi::CString::new(options).map_err(|_| rustix::io::Errno::INVAL)?;
+    rustix::mount::mount("tmpfs", target, "tmpfs", flags, options.as_c_str())
+}
+
+/// Mounts an overlay of `lower` with its writable layer in `<cow>/<name>`.
+///
+/// Options name the layers *relative to the CoW tmpfs* (the caller's cwd), because
+/// /proc/mounts inside the runtime shows them verbatim and no host path of warren's may
+/// appear there (I1). A lower layer outside the standard system directories is first bound
+/// into the CoW tmpfs for the same reason.
+fn overlay(lower: &Path, cow: &Path, name: &str, target: &Path) -> io::Result<()> {
+    let layer = cow.join(name);
+    std::fs::create_dir_all(layer.join("upper"))?;
+    std::fs::create_dir_all(layer.join("work"))?;
+    let lower_option = if HOST_PROFILE_DIRS
+        .iter()
+        .any(|d| lower == Path::new("/").join(d))
+    {
+        lower.display().to_string()
+    } else {
+        let bound = layer.join("lower");
+        std::fs::create_dir_all(&bound)?;
+        rustix::mount::mount_bind(lower, &bound)?;
+        format!("{name}/lower")
+    };
+    let options = format!("lowerdir={lower_option},upperdir={name}/upper,workdir={name}/work");
+    let options = std::ffi::CString::new(options).map_err(io::Error::other)?;
+    rustix::mount::mount(
+        "overlay",
+        target,
+        "overlay",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        options.as_c_str(),
+    )?;
+    Ok(())
+}
+
+/// Binds a directory held open by `fd` (opened without following links) onto `target`.
+fn bind_fd(fd: &OwnedFd, target: &Path, read_only: bool) -> io::Result<()> {
+    // Binding through /proc/self/fd uses the directory already opened no-follow, so a
+    // symlink swapped into the host path after the check cannot redirect the mount.
+    rustix::mount::mount_bind(format!("/proc/self/fd/{}", fd.as_raw_fd()), target)?;
+    let mut flags = MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV;
+    if read_only {
+        flags |= MountFlags::RDONLY;
+    }
+    rustix::mount::mount_remount(target, flags, "")?;
+    Ok(())
+}
+
+/// Builds the runtime's root under `<runtime_dir>/root` and pivots into it.
+pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), SetupError> {
+    let root = config.runtime_dir.join("root");
+    let cow = config.runtime_dir.join("cow");
+    let limits = &config.limits;
+    rustix_step(
+        "make mounts private",
+        rustix::mount::mount_change(
+            "/",
+            MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+        ),
+    )?;
+    step(
+        "create mount points",
+        mkdir(&root, 0o755).and(mkdir(&cow, 0o700)),
+    )?;
+    rustix_step(
+        "mount the copy-on-write layer",
+        tmpfs(
+            &cow,
+            MountFlags::NOSUID | MountFlags::NODEV,
+            &format!("size={},mode=0700", limits.cow_bytes),
+        ),
+    )?;
+    rustix_step(
+        "enter the copy-on-write layer",
+        rustix::process::chdir(&cow),
+    )?;
+    let read_only_root = match &config.root {
+        RootSource::HostProfile { etc } => {
+            rustix_step(
+                "mount the root tmpfs",
+                tmpfs(
+                    &root,
+                    MountFlags::NOSUID | MountFlags::NODEV,
+                    "size=1m,mode=0755",
+                ),
+            )?;
+            for name in HOST_PROFILE_DIRS {
+                let host = Path::new("/").join(name);
+                let Ok(meta) = std::fs::symlink_metadata(&host) else {
+                    continue;
+                };
+                let target = root.join(name);
+                if meta.file_type().is_symlink() {
+                    let link = step("read a host profile link", std::fs::read_link(&host))?;
+                    step(
+                        "recreate a host profile link",
+                        std::os::unix::fs::symlink(link, &target),
+                    )?;
+                } else if meta.is_dir() {
+                    step("create a host profile dir", mkdir(&target, 0o755))?;
+                    step(
+                        "overlay a host profile dir",
+                        overlay(&host, &cow, name, &target),
+                    )?;
+                }
+            }
+            step("create /etc", mkdir(&root.join("etc"), 0o755))?;
+            step("overlay /etc", overlay(etc, &cow, "etc", &root.join("etc")))?;
+            for dir in ["var", "run", "home", "tmp", "proc", "dev", "root"] {
+                step("create a root dir", mkdir(&root.join(dir), 0o755))?;
+            }
+            step(
+                "link /var/tmp",
+                std::os::unix::fs::symlink("/tmp", root.join("var/tmp")),
+            )?;
+            true
+        }
+        RootSource::Directory { path } => {
+            step(
+                "overlay the root directory",
+                overlay(path, &cow, "root", &root),
+            )?;
+            for dir in ["home", "tmp", "proc", "dev"] {
+                step("create a root dir", mkdir(&root.join(dir), 0o755))?;
+            }
+            false
+        }
+    };
+    for prefix in USER_WRITABLE_PREFIXES {
+        let dir = root.join(prefix);
+        if dir.is_dir() {
+            // A chown on the overlay copies only the directory up; the host is untouched.
+            step(
+                "hand install prefixes to the sandbox user",
+                chown_tree_top(&dir),
+            )?;
+        }
+    }
+    // Opened here, inside the new mount namespace: a bind mount's source must belong to it.
+    let open_dir = |path: &Path| {
+        rustix::fs::open(
+            path,
+            rustix::fs::OFlags::PATH
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+    };
+    let workspace = rustix_step("open the user workspace", open_dir(&config.user_workspace))?;
+    let skills = rustix_step(
+        "open the skill projection",
+        open_dir(&config.skill_projection),
+    )?;
+    home(config, &root, &workspace, &skills)?;
+    rustix_step(
+        "mount /tmp",
+        tmpfs(
+            &root.join("tmp"),
+            MountFlags::NOSUID | MountFlags::NODEV,
+            &format!("size={},mode=1777", limits.tmp_bytes),
+        ),
+    )?;
+    dev(config, &root)?;
+    proc(&root)?;
+    rustix_step(
+        "set the hostname",
+        rustix::system::sethostname(hostname.as_bytes()),
+    )?;
+    step("bring loopback up", crate::sys::loopback_up())?;
+    pivot(&root)?;
+    if read_only_root {
+        rustix_step(
+            "make / read-only",
+            rustix::mount::mount_remount(
+                "/",
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                "size=1m,mode=0755",
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+fn chown_tree_top(dir: &Path) -> io::Result<()> {
+    let own = |path: &Path| {
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            path,
+            Some(rustix::fs::Uid::from_raw(SANDBOX_UID)),
+            Some(rustix::fs::Gid::from_raw(SANDBOX_GID)),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+    };
+    own(dir)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            own(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn home(
+    config: &RuntimeConfig,
+    root: &Path,
+    workspace: &OwnedFd,
+    skills: &OwnedFd,
+) -> Result<(), SetupError> {
+    let home = root.join("home/gem");
+    step("create /home/gem", mkdir(&home, 0o755))?;
+    rustix_step(
+        "mount /home/gem",
+        tmpfs(
+            &home,
+            MountFlags::NOSUID | MountFlags::NODEV,
+            &format!(
+                "size={},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_GID}",
+                config.limits.home_bytes
+            ),
+        ),
+    )?;
+    let user_data = home.join("user-data");
+    let skills_dir = home.join("skills");
+    step(
+        "create mount points in /home/gem",
+        mkdir(&user_data, 0o755).and(mkdir(&skills_dir, 0o755)),
+    )?;
+    step(
+        "bind the user workspace",
+        bind_fd(workspace, &user_data, false),
+    )?;
+    step(
+        "bind the skill projection",
+        bind_fd(skills, &skills_dir, true),
+    )?;
+    Ok(())
+}
+
+fn dev(config: &RuntimeConfig, root: &Path) -> Result<(), SetupError> {
+    let dev = root.join("dev");
+    rustix_step(
+        "mount /dev",
+        tmpfs(
+            &dev,
+            MountFlags::NOSUID | MountFlags::NOEXEC,
+            "size=64k,mode=0755",
+        ),
+    )?;
+    for name in DEVICES {
+        let target = dev.join(name);
+        step(
+            "create a device mount point",
+            std::fs::File::create(&target).map(drop),
+        )?;
+        rustix_step(
+            "bind a device",
+            rustix::mount::mount_bind(Path::new("/dev").join(name), &target),
+        )?;
+    }
+    let pts = dev.join("pts");
+    step("create /dev/pts", mkdir(&pts, 0o755))?;
+    rustix_step(
+        "mount /dev/pts",
+        rustix::mount::mount(
+            "devpts",
+            &pts,
+            "devpts",
+            MountFlags::NOSUID | MountFlags::NOEXEC,
+            c"newinstance,ptmxmode=0666,mode=0620",
+        ),
+    )?;
+    let shm = dev.join("shm");
+    step("create /dev/shm", mkdir(&shm, 0o1777))?;
+    rustix_step(
+        "mount /dev/shm",
+        tmpfs(
+            &shm,
+            MountFlags::NOSUID | MountFlags::NODEV,
+            &format!("size={},mode=1777", config.limits.shm_bytes),
+        ),
+    )?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        step(
+            "link in /dev",
+            std::os::unix::fs::symlink(target, dev.join(link)),
+        )?;
+    }
+    rustix_step(
+        "make /dev read-only",
+        rustix::mount::mount_remount(
+            &dev,
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
+            "size=64k,mode=0755",
+        ),
+    )?;
+    Ok(())
+}
+
+fn proc(root: &Path) -> Result<(), SetupError> {
+    let proc = root.join("proc");
+    rustix_step(
+        "mount /proc",
+        rustix::mount::mount(
+            "proc",
+            &proc,
+            "proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            // Processes of other users — init, which runs as root — are invisible to the
+            // sandbox user: nothing about the runtime's machinery shows in `ps`.
+            c"hidepid=invisible",
+        ),
+    )?;
+    let null = root.join("dev/null");
+    for name in PROC_MASKED {
+        let target = proc.join(name);
+        if target.exists() {
+            rustix_step(
+                "mask a /proc entry",
+                rustix::mount::mount_bind(&null, &target),
+            )?;
+        }
+    }
+    for name in PROC_READ_ONLY {
+        let target = proc.join(name);
+        if target.is_dir() {
+            rustix_step(
+                "bind a /proc tree",
+                rustix::mount::mount_bind(&target, &target),
+            )?;
+            rustix_step(
+                "make a /proc tree read-only",
+                rustix::mount::mount_remount(
+                    &target,
+                    MountFlags::BIND
+                        | MountFlags::RDONLY
+                        | MountFlags::NOSUID
+                        | MountFlags::NODEV
+                        | MountFlags::NOEXEC,
+                    "",
+                ),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn pivot(root: &Path) -> Result<(), SetupError> {
+    rustix_step("enter the new root", rustix::process::chdir(root))?;
+    // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves
+    // nothing of the host's mount tree in this namespace.
+    rustix_step("pivot_root", rustix::process::pivot_root(".", "."))?;
+    rustix_step(
+        "detach the host root",
+        rustix::mount::unmount(".", UnmountFlags::DETACH),
+    )?;
+    rustix_step("enter /", rustix::process::chdir("/"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn mode_bits_of_created_dirs_are_as_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x");
+        mkdir(&path, 0o700).unwrap();
+        mkdir(&path, 0o700).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! Wire types of warren's HTTP API (`/v1`), shared by the server and the client.
+//!
+//! These are the contract other issues and clients rely on: field names are stable, new
+//! fields are added as optional. Paths in every type are virtual paths (I1); no host path
+//! ever appears in a response.
+
+#![deny(missing_docs)]
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Every error answer: `{"error":{"code":"…","message":"…"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// A stable machine-readable code and a sentence for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable snake_case code, e.g. `workdir_conflict`.
+    pub code: String,
+    /// What went wrong and, where possible, what to do.
+    pub message: String,
+}
+
+/// `GET /health`: the process and its backend are initialised — nothing more (I17).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the server answers.
+    pub status: String,
+    /// warren's version.
+    pub version: String,
+    /// The default backend's name.
+    pub backend: String,
+    /// Whether the default backend isolates runtimes; false for `memory` (I20).
+    pub isolation: bool,
+    /// Whether the default backend executes commands.
+    pub exec: bool,
+    /// What the backend cannot enforce on this host (missing cgroup controllers, no
+    /// Landlock, ...); empty when everything is in force.
+    pub warnings: Vec<String>,
+}
+
+/// `POST /v1/users/{uid}/workdirs`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWorkdir {
+    /// Relative workdir, e.g. `projects/x`; default `projects/<uuid>` (I8).
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// A workdir of a user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkdirInfo {
+    /// Relative workdir inside the UserWorkspace.
+    pub workdir: String,
+    /// The same directory as a virtual path.
+    pub path: String,
+    /// When warren recorded it (RFC 3339).
+    pub created_at: String,
+}
+
+/// `GET /v1/users/{uid}/workdirs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkdirList {
+    /// The workdirs, oldest first.
+    pub workdirs: Vec<WorkdirInfo>,
+}
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// The workspace owner.
+    pub uid: String,
+    /// The runtime scope: the root conversation's thread id (I6).
+    pub runtime_scope_id: String,
+    /// Relative workdir; when absent, the live sandbox's workdir is kept or a fresh
+    /// `projects/<uuid>` is created (I8).
+    #[serde(default)]
+    pub workdir: Option<String>,
+}
+
+/// A sandbox: the identity of one (uid, runtime scope) and the state of its runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxInfo {
+    /// Stable id derived from uid and runtime scope only (I5).
+    pub sandbox_id: String,
+    /// The workspace owner.
+    pub uid: String,
+    /// The runtime scope.
+    pub runtime_scope_id: String,
+    /// Relative workdir inside the UserWorkspace.
+    pub workdir: String,
+    /// The workdir as a virtual path: the default cwd of commands.
+    pub workdir_path: String,
+    /// The backend hosting the runtime.
+    pub backend: String,
+    /// `created` (no runtime yet, I12), `running`, `stopped`, `terminating`, `terminated`.
+    pub state: String,
+    /// Incremented each time the identity is reused after termination.
+    pub generation: i64,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub last_active_at: String,
+}
+
+/// `GET /v1/sandboxes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxList {
+    /// The sandboxes, oldest first.
+    pub sandboxes: Vec<SandboxInfo>,
+}
+
+/// `POST /v1/sandboxes/{id}/exec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecCommand {
+    /// A shell command line, run with `/bin/sh -c`. Exactly one of `command` and `argv`.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// A program and its arguments, run without a shell.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// Working directory as a virtual path; default: the workdir.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Extra environment for this call.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit in seconds (default 60, at most 3600).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+    /// Text written to the command's stdin.
+    #[serde(default)]
+    pub stdin: Option<String>,
+}
+
+/// The result of one command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ExecResult {
+    /// The run record's id (I22).
+    pub run_id: String,
+    /// Exit status, when the command exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// Standard output (invalid UTF-8 replaced).
+    pub stdout: String,
+    /// Standard error (invalid UTF-8 replaced).
+    pub stderr: String,
+    /// Output was cut at the output cap.
+    pub truncated: bool,
+    /// The timeout ended the command.
+    pub timed_out: bool,
+    /// Wall-clock time in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// One event of a streaming exec (`Accept: application/x-ndjson` gives one JSON object per
+/// line; `Accept: text/event-stream` gives the same objects as SSE `data:` with the `type`
+/// as the event name). Output arrives as it is written; `exit` (or `error`) comes last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecEvent {
+    /// Bytes on standard output, base64-encoded (binary-safe).
+    Stdout {
+        /// Base64 of the bytes.
+        data: String,
+    },
+    /// Bytes on standard error, base64-encoded.
+    Stderr {
+        /// Base64 of the bytes.
+        data: String,
+    },
+    /// The command ended; `stdout`/`stderr` in the result hold what was kept under the cap.
+    Exit {
+        /// The result.
+        result: ExecResult,
+    },
+    /// The exec failed; no `exit` follows.
+    Error {
+        /// The error.
+        error: ErrorDetail,
+    },
+}
+
+/// One file system entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FileEntry {
+    /// Virtual path.
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits, e.g. 420 for 0644.
+    pub mode: u32,
+    /// Last modification (RFC 3339).
+    pub modified: String,
+}
+
+/// `GET /v1/sandboxes/{id}/files/list`, and the answer of `glob`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FileList {
+    /// The directory listed or searched, as a virtual path.
+    pub path: String,
+    /// Entries sorted by path.
+    pub entries: Vec<FileEntry>,
+    /// More entries exist than were returned.
+    pub truncated: bool,
+}
+
+/// The answer of a write, append or edit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WriteResult {
+    /// Virtual path.
+    pub path: String,
+    /// The new ETag (also in the `ETag` header).
+    pub etag: String,
+    /// New size in bytes.
+    pub size: u64,
+    /// The file did not exist before.
+    pub created: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/files/edit`: exact string replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditFile {
+    /// Virtual path of a UTF-8 text file.
+    pub path: String,
+    /// Text to find; must match exactly once unless `replace_all`.
+    pub old: String,
+    /// Replacement text.
+    pub new: String,
+    /// Replace every match.
+    #[serde(default)]
+    pub replace_all: bool,
+    /// Apply only if the file's ETag still is this one (also accepted as `If-Match`).
+    #[serde(default)]
+    pub if_match: Option<String>,
+}
+
+/// The answer of an edit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EditResult {
+    /// Virtual path.
+    pub path: String,
+    /// The new ETag.
+    pub etag: String,
+    /// How many matches were replaced.
+    pub replacements: u64,
+}
+
+/// `POST /v1/sandboxes/{id}/files/glob`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobFiles {
+    /// Glob pattern relative to `path`, e.g. `**/*.py`.
+    pub pattern: String,
+    /// Directory to search (virtual path); default: the workdir.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Most entries returned (default 1000, at most 10000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `POST /v1/sandboxes/{id}/files/grep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepFiles {
+    /// Regular expression (Rust `regex` syntax).
+    pub pattern: String,
+    /// Directory or file to search (virtual path); default: the workdir.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only search files whose path matches this glob.
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// Match without regard to case.
+    #[serde(default)]
+    pub case_insensitive: bool,
+    /// Most matches returned (default 200, at most 10000).
+    #[serde(default)]
+    pub max_matches: Option<usize>,
+}
+
+/// One matching line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GrepMatch {
+    /// Virtual path of the file.
+    pub path: String,
+    /// 1-based line number.
+    pub line_number: u64,
+    /// The line (long lines are shortened).
+    pub line: String,
+}
+
+/// The answer of a grep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GrepResult {
+    /// Matches in path and line order.
+    pub matches: Vec<GrepMatch>,
+    /// More matches exist than were returned.
+    pub truncated: bool,
+    /// How many files were searched.
+    pub files_scanned: u64,
+}
+
+/// `POST /v1/sandboxes/{id}/files/mkdir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MakeDirectory {
+    /// Virtual path; missing parents are created too.
+    pub path: String,
+}
+
+/// The answer of a mkdir.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MakeDirectoryResult {
+    /// Virtual path.
+    pub path: String,
+    /// The directory did not exist before.
+    pub created: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/files/move`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveFile {
+    /// Virtual path to move.
+    pub from: String,
+    /// Virtual destination path.
+    pub to: String,
+    /// Replace an existing destination.
+    #[serde(default)]
+    pub overwrite: bool,
+}
+
+/// The answer of a move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MoveResult {
+    /// Virtual source path.
+    pub from: String,
+    /// Virtual destination path.
+    pub to: String,
+}

@@ -1,0 +1,92 @@
+//! The provisioner's error type.
+
+use warren_backend::BackendError;
+use warren_core::{CoreError, SandboxId};
+use warren_fs::FsError;
+use warren_store::StoreError;
+
+/// Why the provisioner refused or failed a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionerError {
+    /// A uid, scope, sandbox id, workdir or virtual path broke a domain rule.
+    #[error(transparent)]
+    Invalid(#[from] CoreError),
+    /// The request itself is malformed (both or neither of `command` and `argv`, ...).
+    #[error("{0}")]
+    BadRequest(&'static str),
+    /// The workdir does not exist in the uid's workspace (I4).
+    #[error("workdir {workdir:?} does not exist in the workspace of uid {uid:?}; create it with POST /v1/users/{{uid}}/workdirs")]
+    WorkdirNotFound {
+        /// The uid.
+        uid: String,
+        /// The missing workdir.
+        workdir: String,
+    },
+    /// The workdir exists but is not a plain directory.
+    #[error("workdir {workdir:?} is not a directory")]
+    WorkdirNotADirectory {
+        /// The workdir.
+        workdir: String,
+    },
+    /// No sandbox has this id.
+    #[error("no sandbox {0}")]
+    SandboxNotFound(SandboxId),
+    /// The live sandbox of this identity is bound to another workdir (I5).
+    #[error("sandbox {sandbox} of this uid and runtime scope is bound to workdir {bound:?}; a live runtime cannot be rebound to {requested:?}")]
+    WorkdirConflict {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its workdir.
+        bound: String,
+        /// The workdir asked for.
+        requested: String,
+    },
+    /// The sandbox is behind its cleanup fence or gone (I15).
+    #[error("sandbox {sandbox} is {state}; create it again with POST /v1/sandboxes to start a new generation")]
+    SandboxTerminated {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its state.
+        state: &'static str,
+    },
+    /// The backend does not run commands (the memory backend, I20).
+    #[error(
+        "the {backend} backend does not execute commands; restart warren with an isolating backend"
+    )]
+    ExecUnsupported {
+        /// The backend's name.
+        backend: &'static str,
+    },
+    /// The working directory does not exist or is not a directory.
+    #[error(
+        "cwd {path} is not an existing directory under /home/gem/user-data or /home/gem/skills"
+    )]
+    InvalidCwd {
+        /// The virtual path, or what was given.
+        path: String,
+    },
+    /// A write was aimed at the read-only skills mount (I7).
+    #[error("{path} is read-only: files under /home/gem/skills cannot be changed")]
+    ReadOnlyPath {
+        /// The virtual path.
+        path: String,
+    },
+    /// The file layer refused or failed.
+    #[error("{path}: {source}")]
+    File {
+        /// The virtual path involved.
+        path: String,
+        /// What the file layer said.
+        #[source]
+        source: FsError,
+    },
+    /// The state store failed.
+    #[error("the state store failed")]
+    Store(#[from] StoreError),
+    /// The backend failed.
+    #[error("the backend failed")]
+    Backend(#[source] BackendError),
+    /// A blocking file task panicked or was cancelled.
+    #[error("a file operation was interrupted")]
+    Interrupted(#[source] tokio::task::JoinError),
+}

@@ -1,0 +1,307 @@
+//! Running a command in a sandbox's runtime: start it lazily (I12), record the run (I22).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use warren_backend::{Backend, BackendError, ExecOutcome, ExecRequest, OutputSink, RuntimeSpec};
+use warren_core::{SandboxId, VirtualPath};
+use warren_fs::Kind;
+use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
+
+use crate::{Provisioner, ProvisionerError};
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgramSpec {
+    /// A shell command line, run with `/bin/sh -c`.
+    Shell(String),
+    /// A program and its arguments.
+    Argv(Vec<String>),
+}
+
+impl ProgramSpec {
+    fn argv(&self) -> Vec<String> {
+        match self {
+            Self::Shell(line) => vec!["/bin/sh".into(), "-c".into(), line.clone()],
+            Self::Argv(argv) => argv.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Shell(line) => line.clone(),
+            // serde_json cannot fail on a list of strings.
+            Self::Argv(argv) => serde_json::to_string(argv).unwrap_or_default(),
+        }
+    }
+}
+
+/// One exec call as a transport received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecInput {
+    /// What to run.
+    pub program: ProgramSpec,
+    /// Working directory as a virtual path; default: the workdir.
+    pub cwd: Option<String>,
+    /// Extra environment for this call.
+    pub env: BTreeMap<String, String>,
+    /// Timeout; default and maximum come from the configuration.
+    pub timeout: Option<Duration>,
+    /// Bytes for stdin.
+    pub stdin: Vec<u8>,
+    /// Who asked, for the run record (I22).
+    pub requested_by: String,
+}
+
+/// The result of an exec, with its run record id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecReport {
+    /// The run record's id.
+    pub run_id: String,
+    /// How the command ended.
+    pub outcome: ExecOutcome,
+}
+
+impl Provisioner {
+    /// Runs one command in the sandbox's runtime, starting the runtime if it is not running.
+    /// With a `sink`, output also streams there as it arrives.
+    ///
+    /// If the caller stops waiting (its future is dropped: the client disconnected), the
+    /// command's process tree is killed and the run is recorded as failed with reason
+    /// `client_disconnected`; nothing keeps running for nobody (I24).
+    pub async fn exec(
+        &self,
+        id: &SandboxId,
+        input: ExecInput,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecReport, ProvisionerError> {
+        if let ProgramSpec::Argv(argv) = &input.program {
+            if argv.is_empty() {
+                return Err(ProvisionerError::BadRequest("argv must not be empty"));
+            }
+        }
+        let timeout = match input.timeout {
+            None => self.config.default_exec_timeout,
+            Some(t) if t.is_zero() => {
+                return Err(ProvisionerError::BadRequest("timeout_s must be at least 1"))
+            }
+            Some(t) => t.min(self.config.max_exec_timeout),
+        };
+        let capabilities = self.backend.capabilities();
+        if !capabilities.exec {
+            return Err(ProvisionerError::ExecUnsupported {
+                backend: self.backend.kind().as_str(),
+            });
+        }
+        let record = self.sandbox(id).await?;
+        refuse_fenced(&record)?;
+        let cwd = self.exec_cwd(id, input.cwd.as_deref()).await?;
+        let request = ExecRequest {
+            argv: input.program.argv(),
+            cwd: cwd.to_string(),
+            env: input.env,
+            stdin: input.stdin,
+            timeout,
+            output_cap: self.config.output_cap,
+        };
+        let mut record = record;
+        for attempt in 1..=2 {
+            record = self.ensure_runtime(record).await?;
+            let run_id = uuid::Uuid::new_v4().to_string();
+            self.store
+                .start_run(&NewRun {
+                    id: run_id.clone(),
+                    sandbox_id: id.clone(),
+                    generation: record.generation,
+                    command: input.program.describe(),
+                    cwd: cwd.to_string(),
+                    requested_by: input.requested_by.clone(),
+                })
+                .await?;
+            let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+            let _cancel_on_drop = CancelOnDrop(Some(cancel));
+            let task = tokio::spawn(run_and_record(
+                self.backend.clone(),
+                self.store.clone(),
+                id.clone(),
+                run_id.clone(),
+                request.clone(),
+                sink.clone(),
+                cancelled,
+            ));
+            match task.await.map_err(ProvisionerError::Interrupted)? {
+                Ok(outcome) => {
+                    self.store.touch_sandbox(id).await?;
+                    return Ok(ExecReport { run_id, outcome });
+                }
+                Err(RunError::Backend(BackendError::RuntimeNotFound { .. })) if attempt == 1 => {
+                    // The runtime vanished (killed, host rebooted) before the command
+                    // started: mark it stopped and start a fresh one.
+                    tracing::warn!(sandbox = %id, "runtime lost; starting a new one");
+                    record = self
+                        .store
+                        .set_sandbox_state(id, record.generation, SandboxState::Stopped)
+                        .await?
+                        .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
+                }
+                Err(RunError::Backend(error)) => return Err(ProvisionerError::Backend(error)),
+                Err(RunError::Store(error)) => return Err(ProvisionerError::Store(error)),
+            }
+        }
+        Err(ProvisionerError::Backend(BackendError::RuntimeNotFound {
+            sandbox: id.clone(),
+        }))
+    }
+
+    /// The command's working directory: an existing directory under one of the two
+    /// persistent mounts, the workdir by default.
+    async fn exec_cwd(
+        &self,
+        id: &SandboxId,
+        cwd: Option<&str>,
+    ) -> Result<VirtualPath, ProvisionerError> {
+        let found = match self.stat(id, cwd.unwrap_or(".")).await {
+            Ok(found) => found,
+            Err(ProvisionerError::File { path, .. }) => {
+                return Err(ProvisionerError::InvalidCwd { path })
+            }
+            Err(other) => return Err(other),
+        };
+        if found.value.kind != Kind::Dir {
+            return Err(ProvisionerError::InvalidCwd {
+                path: found.path.to_string(),
+            });
+        }
+        Ok(found.path)
+    }
+
+    /// Starts the sandbox's runtime unless it runs already (I12). Serialised per sandbox, so
+    /// concurrent first execs start one runtime.
+    async fn ensure_runtime(
+        &self,
+        record: SandboxRecord,
+    ) -> Result<SandboxRecord, ProvisionerError> {
+        if record.state == SandboxState::Running {
+            return Ok(record);
+        }
+        let lock = self.lifecycle_lock(&record.id);
+        let _guard = lock.lock().await;
+        let record = self.sandbox(&record.id).await?;
+        refuse_fenced(&record)?;
+        if record.state == SandboxState::Running {
+            return Ok(record);
+        }
+        let safe = record.uid.safe();
+        let spec = RuntimeSpec {
+            sandbox: record.id.clone(),
+            generation: record.generation,
+            uid: record.uid.clone(),
+            runtime_scope: record.runtime_scope.clone(),
+            workdir: record.workdir.clone(),
+            user_workspace: self.layout.user_workspace(&safe),
+            skill_projection: self.layout.skill_projection(&safe),
+            env: self.config.sandbox_env.clone(),
+        };
+        self.backend
+            .create(&spec)
+            .await
+            .map_err(ProvisionerError::Backend)?;
+        self.store
+            .set_sandbox_state(&record.id, record.generation, SandboxState::Running)
+            .await?
+            .ok_or_else(|| {
+                ProvisionerError::Backend(BackendError::RuntimeNotFound {
+                    sandbox: record.id.clone(),
+                })
+            })
+    }
+}
+
+/// Sends on drop: the exec task learns that its caller stopped waiting.
+struct CancelOnDrop(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            let _ = cancel.send(());
+        }
+    }
+}
+
+enum RunError {
+    Backend(BackendError),
+    Store(warren_store::StoreError),
+}
+
+/// Runs the command and closes its run record, whatever happens (I22, I24). It runs as its
+/// own task so the record is closed even when the caller goes away.
+async fn run_and_record(
+    backend: Arc<dyn Backend>,
+    store: Arc<dyn StateStore>,
+    sandbox: SandboxId,
+    run_id: String,
+    request: ExecRequest,
+    sink: Option<OutputSink>,
+    cancelled: tokio::sync::oneshot::Receiver<()>,
+) -> Result<ExecOutcome, RunError> {
+    let result = tokio::select! {
+        result = backend.exec(&sandbox, &request, sink) => Some(result),
+        // Dropping the backend's future closes its connection to the runtime, which kills
+        // the command's process tree.
+        Ok(()) = cancelled => None,
+    };
+    let failed = |reason: String| RunOutcome {
+        exit_code: None,
+        signal: None,
+        timed_out: false,
+        duration_ms: 0,
+        cpu_user_ms: None,
+        cpu_system_ms: None,
+        peak_memory_bytes: None,
+        failure: Some(reason),
+    };
+    let outcome = match &result {
+        Some(Ok(outcome)) => RunOutcome {
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            timed_out: outcome.timed_out,
+            duration_ms: duration_ms(outcome.duration),
+            cpu_user_ms: outcome.usage.cpu_user_ms,
+            cpu_system_ms: outcome.usage.cpu_system_ms,
+            peak_memory_bytes: outcome.usage.peak_memory_bytes,
+            failure: None,
+        },
+        Some(Err(error)) => failed(format!("backend_error: {error}")),
+        None => failed("client_disconnected".to_owned()),
+    };
+    store
+        .finish_run(&run_id, &outcome)
+        .await
+        .map_err(RunError::Store)?;
+    match result {
+        Some(Ok(outcome)) => Ok(outcome),
+        Some(Err(error)) => Err(RunError::Backend(error)),
+        None => Err(RunError::Backend(BackendError::Exec {
+            sandbox,
+            source: std::io::Error::other("the caller went away"),
+        })),
+    }
+}
+
+fn refuse_fenced(record: &SandboxRecord) -> Result<(), ProvisionerError> {
+    match record.state {
+        SandboxState::Terminating | SandboxState::Terminated => {
+            Err(ProvisionerError::SandboxTerminated {
+                sandbox: record.id.clone(),
+                state: record.state.as_str(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+fn duration_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,296 @@
+//! File operations by virtual path on a sandbox's persistent mounts (I1, I2, I7, I10, I27).
+//!
+//! A virtual path is parsed against the sandbox's workdir, mapped to the UserWorkspace or
+//! the skill projection, and handed to `warren-fs`, which resolves it by file descriptor
+//! beneath that root. Writes under `/home/gem/skills` are refused here and again by the
+//! read-only root. Files need no runtime: these calls never start one (I17).
+
+use warren_core::{SandboxId, VirtualPath, VirtualRoot, Workdir};
+use warren_fs::{
+    ByteRange, EditResult, Entry, Etag, FsError, GrepOptions, GrepResult, Listing, ReadResult,
+    WorkspaceRoot, WriteOptions, WriteResult,
+};
+use warren_store::SandboxRecord;
+
+use crate::{Provisioner, ProvisionerError};
+
+/// A value together with the virtual path it concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located<T> {
+    /// The virtual path the operation resolved.
+    pub path: VirtualPath,
+    /// What the file layer returned; paths inside it are relative to `path`'s root.
+    pub value: T,
+}
+
+/// A read: the bytes and the virtual path.
+pub type FileRead = Located<ReadResult>;
+/// A write, append or edit.
+pub type Written = Located<WriteResult>;
+
+/// The two roots one sandbox's file operations can reach.
+struct SandboxRoots {
+    workdir: Workdir,
+    workspace: std::path::PathBuf,
+    skills: std::path::PathBuf,
+}
+
+impl SandboxRoots {
+    fn resolve(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
+        Ok(VirtualPath::parse(input, &self.workdir)?)
+    }
+
+    fn open(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
+        let root = match path.root() {
+            VirtualRoot::UserData => WorkspaceRoot::open(&self.workspace),
+            // Read-only twice over: the provisioner refuses writes before they get here, and
+            // the root itself refuses every mutating call (I7).
+            VirtualRoot::Skills => WorkspaceRoot::open(&self.skills).map(WorkspaceRoot::read_only),
+        };
+        root.map_err(|source| fs_error(path, source))
+    }
+
+    fn open_writable(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
+        if !path.root().is_writable() {
+            return Err(ProvisionerError::ReadOnlyPath {
+                path: path.to_string(),
+            });
+        }
+        self.open(path)
+    }
+}
+
+fn fs_error(path: &VirtualPath, source: FsError) -> ProvisionerError {
+    ProvisionerError::File {
+        path: path.to_string(),
+        source,
+    }
+}
+
+impl Provisioner {
+    async fn roots(&self, id: &SandboxId) -> Result<SandboxRoots, ProvisionerError> {
+        let record: SandboxRecord = self.sandbox(id).await?;
+        let safe = record.uid.safe();
+        // File access proves ownership and no-follow resolution, not that a runtime is
+        // usable (I17), so it is allowed in every state, including after termination: the
+        // files are the user's and stay (I15).
+        self.store.touch_sandbox(id).await?;
+        Ok(SandboxRoots {
+            workdir: record.workdir,
+            workspace: self.layout.user_workspace(&safe),
+            skills: self.layout.skill_projection(&safe),
+        })
+    }
+
+    /// Resolves `input` for a sandbox without touching the file system (for messages and
+    /// in-runtime paths).
+    pub async fn resolve_path(
+        &self,
+        id: &SandboxId,
+        input: &str,
+    ) -> Result<VirtualPath, ProvisionerError> {
+        self.roots(id).await?.resolve(input)
+    }
+
+    /// Metadata of one entry.
+    pub async fn stat(
+        &self,
+        id: &SandboxId,
+        input: &str,
+    ) -> Result<Located<Entry>, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let value = roots
+                .open(&path)?
+                .stat(path.relative())
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Reads a byte range of a file, up to the configured read cap.
+    pub async fn read(
+        &self,
+        id: &SandboxId,
+        input: &str,
+        range: ByteRange,
+    ) -> Result<FileRead, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        let cap = self.config.read_cap;
+        self.blocking(move || {
+            let value = roots
+                .open(&path)?
+                .read(path.relative(), range, cap)
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Writes a whole file atomically (or appends), honouring `If-Match` (I27).
+    pub async fn write(
+        &self,
+        id: &SandboxId,
+        input: &str,
+        bytes: Vec<u8>,
+        options: WriteOptions,
+        append: bool,
+    ) -> Result<Written, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let root = roots.open_writable(&path)?;
+            let value = if append {
+                root.append(path.relative(), &bytes, options)
+            } else {
+                root.write(path.relative(), &bytes, options)
+            }
+            .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Replaces exact text in a file; zero or ambiguous matches are refused.
+    pub async fn edit(
+        &self,
+        id: &SandboxId,
+        input: &str,
+        old: String,
+        new: String,
+        replace_all: bool,
+        if_match: Option<Etag>,
+    ) -> Result<Located<EditResult>, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let value = roots
+                .open_writable(&path)?
+                .edit(path.relative(), &old, &new, replace_all, if_match.as_ref())
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Creates a directory and its missing parents.
+    pub async fn mkdir(
+        &self,
+        id: &SandboxId,
+        input: &str,
+    ) -> Result<Located<bool>, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let value = roots
+                .open_writable(&path)?
+                .mkdir_p(path.relative())
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Lists a directory to `depth` levels; entry paths are relative to the path's root.
+    pub async fn list(
+        &self,
+        id: &SandboxId,
+        input: &str,
+        depth: u32,
+        limit: usize,
+    ) -> Result<Located<Listing>, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let value = roots
+                .open(&path)?
+                .list(path.relative(), depth, limit)
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Finds entries under `input` whose path relative to it matches `pattern`.
+    pub async fn glob(
+        &self,
+        id: &SandboxId,
+        input: &str,
+        pattern: String,
+        limit: usize,
+    ) -> Result<Located<Listing>, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let value = roots
+                .open(&path)?
+                .glob(path.relative(), &pattern, limit)
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Searches file contents under `input` with a regular expression.
+    pub async fn grep(
+        &self,
+        id: &SandboxId,
+        input: &str,
+        pattern: String,
+        options: GrepOptions,
+    ) -> Result<Located<GrepResult>, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let value = roots
+                .open(&path)?
+                .grep(path.relative(), &pattern, options)
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
+    }
+
+    /// Moves an entry within one root; moving between the workspace and skills is refused.
+    pub async fn rename(
+        &self,
+        id: &SandboxId,
+        from: &str,
+        to: &str,
+        overwrite: bool,
+    ) -> Result<(VirtualPath, VirtualPath), ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let from = roots.resolve(from)?;
+        let to = roots.resolve(to)?;
+        self.blocking(move || {
+            let root = roots.open_writable(&from)?;
+            roots.open_writable(&to)?;
+            root.rename(from.relative(), to.relative(), overwrite)
+                .map_err(|e| fs_error(&from, e))?;
+            Ok((from, to))
+        })
+        .await
+    }
+
+    /// Deletes a file or, when `recursive`, a directory tree. Never follows a symlink.
+    pub async fn remove(
+        &self,
+        id: &SandboxId,
+        input: &str,
+        recursive: bool,
+    ) -> Result<VirtualPath, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            roots
+                .open_writable(&path)?
+                .remove(path.relative(), recursive)
+                .map_err(|e| fs_error(&path, e))?;
+            Ok(path)
+        })
+        .await
+    }
+}

@@ -1,0 +1,108 @@
+//! The provisioner: decides which runtime serves a run, when it starts and ends, and serves
+//! file operations on the UserWorkspace by virtual path.
+//!
+//! Transports (HTTP, CLI, MCP) parse requests and call [`Provisioner`]; all rules live here.
+//!
+//! **Architecture invariants:**
+//! - a sandbox's identity is (uid, runtime scope) and its id is derived from nothing else (I5);
+//! - creating a sandbox never starts a runtime; the first exec does (I12);
+//! - no code path here deletes a UserWorkspace file on runtime cleanup (I15);
+//! - every file operation goes through `warren-fs`, by file descriptor (I2).
+
+#![deny(missing_docs)]
+
+mod error;
+mod exec;
+mod files;
+mod sandboxes;
+pub use sandboxes::Created;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use error::ProvisionerError;
+pub use exec::{ExecInput, ExecReport, ProgramSpec};
+pub use files::{FileRead, Located, Written};
+use warren_backend::Backend;
+use warren_core::{DataLayout, SandboxId};
+use warren_store::StateStore;
+
+/// Limits and defaults of one provisioner.
+#[derive(Debug, Clone)]
+pub struct ProvisionerConfig {
+    /// warren's data directory (see [`DataLayout`]).
+    pub data_dir: PathBuf,
+    /// Largest byte span one file read returns.
+    pub read_cap: u64,
+    /// Exec timeout when a call gives none.
+    pub default_exec_timeout: Duration,
+    /// Longest exec timeout a call may ask for.
+    pub max_exec_timeout: Duration,
+    /// Most bytes kept of each of stdout and stderr.
+    pub output_cap: usize,
+    /// The global sandbox environment (I14).
+    pub sandbox_env: BTreeMap<String, String>,
+}
+
+impl ProvisionerConfig {
+    /// The defaults for a data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            read_cap: 64 * 1024 * 1024,
+            default_exec_timeout: Duration::from_secs(60),
+            max_exec_timeout: Duration::from_secs(3600),
+            output_cap: 1024 * 1024,
+            sandbox_env: BTreeMap::new(),
+        }
+    }
+}
+
+/// The provisioner of one warren process.
+pub struct Provisioner {
+    config: ProvisionerConfig,
+    layout: DataLayout,
+    store: Arc<dyn StateStore>,
+    backend: Arc<dyn Backend>,
+    /// Serialises lifecycle changes (runtime start, destroy) of one sandbox, without making
+    /// different sandboxes wait for each other.
+    lifecycle_locks: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Provisioner {
+    /// A provisioner over an opened state store and backend.
+    pub fn new(
+        config: ProvisionerConfig,
+        store: Arc<dyn StateStore>,
+        backend: Arc<dyn Backend>,
+    ) -> Self {
+        Self {
+            layout: DataLayout::new(config.data_dir.clone()),
+            config,
+            store,
+            backend,
+            lifecycle_locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The default backend.
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ProvisionerConfig {
+        &self.config
+    }
+
+    fn lifecycle_lock(&self, sandbox: &SandboxId) -> Arc<tokio::sync::Mutex<()>> {
+        // Poisoning cannot leave the map inconsistent: entries are only inserted.
+        let mut locks = self
+            .lifecycle_locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        locks.entry(sandbox.clone()).or_default().clone()
+    }
+}

@@ -1,0 +1,225 @@
+//! Workdirs and sandbox identity: create, find, reclaim (I4, I5, I8, I12, I15).
+
+use warren_core::{DataLayout, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_fs::{FsError, Kind, WorkspaceRoot};
+use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
+
+use crate::{Provisioner, ProvisionerError};
+
+/// Whether a create call made something new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// It was created by this call.
+    New,
+    /// It existed already with this identity.
+    Existing,
+}
+
+impl Provisioner {
+    /// Creates (or confirms) a workdir of `uid`, making the UserWorkspace and the skill
+    /// projection directories on first use. Only the workdir itself is created: `uploads/`
+    /// and `outputs/` appear on first use (I8).
+    pub async fn create_workdir(
+        &self,
+        uid: &Uid,
+        path: Option<&str>,
+    ) -> Result<(Workdir, Created), ProvisionerError> {
+        let workdir = match path {
+            Some(path) => Workdir::new(path)?,
+            None => Workdir::new_project(),
+        };
+        let data_dir = self.layout.data_dir().to_owned();
+        let safe = uid.safe();
+        let relative = workdir.as_str().to_owned();
+        let created = self
+            .blocking(move || -> Result<bool, ProvisionerError> {
+                let workspace_relative = DataLayout::user_workspace_relative(&safe);
+                // The data directory's own tree is the provisioner's (root-owned when run as
+                // root); only the UserWorkspace and what is inside it belong to 1000:1000 (I11).
+                let data = WorkspaceRoot::open(&data_dir)
+                    .map_err(|source| file_error("the data directory", source))?
+                    .with_owner(None);
+                let (parent, _) = workspace_relative
+                    .rsplit_once('/')
+                    .expect("the workspace path has a parent component");
+                for dir in [parent, &DataLayout::skill_projection_relative(&safe)] {
+                    data.mkdir_p(dir)
+                        .map_err(|source| file_error("the data directory", source))?;
+                }
+                let owner_dir = WorkspaceRoot::open(&data_dir.join(parent))
+                    .map_err(|source| file_error("the user workspace", source))?;
+                owner_dir
+                    .mkdir_p("workspace")
+                    .map_err(|source| file_error("the user workspace", source))?;
+                let workspace = WorkspaceRoot::open(&data_dir.join(&workspace_relative))
+                    .map_err(|source| file_error("the user workspace", source))?;
+                workspace
+                    .mkdir_p(&relative)
+                    .map_err(|source| workdir_error(&relative, source))
+            })
+            .await?;
+        self.store.record_workdir(uid, &workdir).await?;
+        let created = if created {
+            Created::New
+        } else {
+            Created::Existing
+        };
+        Ok((workdir, created))
+    }
+
+    /// The workdirs recorded for `uid`.
+    pub async fn list_workdirs(&self, uid: &Uid) -> Result<Vec<WorkdirRecord>, ProvisionerError> {
+        Ok(self.store.list_workdirs(uid).await?)
+    }
+
+    /// Finds or creates the sandbox of (uid, scope) bound to `workdir`, without starting a
+    /// runtime (I12). With no workdir, a live sandbox keeps its own and a new one gets a
+    /// fresh `projects/<uuid>` (I8).
+    pub async fn create_sandbox(
+        &self,
+        uid: &Uid,
+        scope: &RuntimeScope,
+        workdir: Option<&str>,
+    ) -> Result<(SandboxRecord, Created), ProvisionerError> {
+        let id = SandboxId::derive(uid, scope);
+        let workdir = match workdir {
+            Some(path) => {
+                let workdir = Workdir::new(path)?;
+                self.check_workdir_exists(uid, &workdir).await?;
+                workdir
+            }
+            None => match self.store.get_sandbox(&id).await? {
+                Some(record) if record.state != SandboxState::Terminated => record.workdir,
+                _ => self.create_workdir(uid, None).await?.0,
+            },
+        };
+        let claim = self
+            .store
+            .claim_sandbox(&NewSandbox {
+                id,
+                uid: uid.clone(),
+                runtime_scope: scope.clone(),
+                workdir: workdir.clone(),
+                backend: self.backend.kind().as_str().to_owned(),
+            })
+            .await?;
+        match claim {
+            SandboxClaim::Created(record) => {
+                tracing::info!(sandbox = %record.id, generation = record.generation, "sandbox created");
+                Ok((record, Created::New))
+            }
+            SandboxClaim::Existing(record) => Ok((record, Created::Existing)),
+            SandboxClaim::WorkdirConflict(record) => Err(ProvisionerError::WorkdirConflict {
+                sandbox: record.id,
+                bound: record.workdir.to_string(),
+                requested: workdir.to_string(),
+            }),
+        }
+    }
+
+    /// The sandbox with this id.
+    pub async fn sandbox(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
+        self.store
+            .get_sandbox(id)
+            .await?
+            .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))
+    }
+
+    /// All sandboxes, or those of one uid.
+    pub async fn list_sandboxes(
+        &self,
+        uid: Option<&Uid>,
+    ) -> Result<Vec<SandboxRecord>, ProvisionerError> {
+        Ok(self.store.list_sandboxes(uid).await?)
+    }
+
+    /// Reclaims the sandbox's runtime and marks it terminated. Workspace files stay (I15).
+    /// Terminating an already terminated sandbox returns it unchanged.
+    pub async fn terminate_sandbox(
+        &self,
+        id: &SandboxId,
+    ) -> Result<SandboxRecord, ProvisionerError> {
+        let lock = self.lifecycle_lock(id);
+        let _guard = lock.lock().await;
+        let record = self.sandbox(id).await?;
+        if record.state == SandboxState::Terminated {
+            return Ok(record);
+        }
+        // The fence goes up first: from here on, execs of this generation are refused.
+        let fenced = self
+            .store
+            .set_sandbox_state(id, record.generation, SandboxState::Terminating)
+            .await?
+            .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
+        self.backend
+            .destroy(id)
+            .await
+            .map_err(ProvisionerError::Backend)?;
+        let terminated = self
+            .store
+            .set_sandbox_state(id, fenced.generation, SandboxState::Terminated)
+            .await?
+            .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
+        tracing::info!(sandbox = %id, generation = terminated.generation, "sandbox terminated; workspace kept");
+        Ok(terminated)
+    }
+
+    async fn check_workdir_exists(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+    ) -> Result<(), ProvisionerError> {
+        let workspace = self.layout.user_workspace(&uid.safe());
+        let relative = workdir.as_str().to_owned();
+        let entry = self
+            .blocking(move || {
+                WorkspaceRoot::open(&workspace)
+                    .and_then(|root| root.stat(&relative))
+                    .map_err(|source| workdir_error(&relative, source))
+            })
+            .await;
+        match entry {
+            Ok(entry) if entry.kind == Kind::Dir => Ok(()),
+            Ok(_) => Err(ProvisionerError::WorkdirNotADirectory {
+                workdir: workdir.to_string(),
+            }),
+            // A uid with no workspace yet has no workdir either.
+            Err(ProvisionerError::File {
+                source: FsError::NotFound { .. },
+                ..
+            })
+            | Err(ProvisionerError::File {
+                source: FsError::RootUnavailable { .. },
+                ..
+            }) => Err(ProvisionerError::WorkdirNotFound {
+                uid: uid.to_string(),
+                workdir: workdir.to_string(),
+            }),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Runs blocking file work off the async threads.
+    pub(crate) async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ProvisionerError> + Send + 'static,
+    ) -> Result<T, ProvisionerError> {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(ProvisionerError::Interrupted)?
+    }
+}
+
+fn file_error(what: &str, source: FsError) -> ProvisionerError {
+    ProvisionerError::File {
+        path: what.to_owned(),
+        source,
+    }
+}
+
+fn workdir_error(workdir: &str, source: FsError) -> ProvisionerError {
+    ProvisionerError::File {
+        path: format!("workdir {workdir}"),
+        source,
+    }
+}

@@ -1,0 +1,125 @@
+//! The one error type of the state store.
+//!
+//! Each variant names the operation that failed and keeps the driver's error as its source,
+//! so a log shows both what warren was doing and why the database refused.
+
+use warren_core::{RuntimeScope, SandboxId, Uid};
+
+/// Why a state store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database file could not be created or given its private permissions.
+    #[error("could not create the state store file")]
+    CreateFile(#[source] std::io::Error),
+
+    /// The database could not be opened or configured.
+    #[error("could not open the state store")]
+    Open(#[source] sqlx::Error),
+
+    /// The database was written by a newer warren: its schema is unknown to this binary, and
+    /// running against it could corrupt it.
+    #[error(
+        "the state store has schema version {found}, newer than version {known} known to this \
+         warren; upgrade warren or use another database"
+    )]
+    SchemaTooNew {
+        /// The newest migration recorded in the database.
+        found: i64,
+        /// The newest migration this binary ships.
+        known: i64,
+    },
+
+    /// Applying the schema migrations failed.
+    #[error("could not migrate the state store schema")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+
+    /// A statement failed.
+    #[error("could not {operation} in the state store")]
+    Query {
+        /// What the store was doing, e.g. "claim a sandbox".
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// A stored value breaks the rules of its type; the database was changed outside warren
+    /// or by a buggy version.
+    #[error("the state store holds an invalid value in {table}.{column}: {detail}")]
+    Corrupt {
+        /// The table holding the value.
+        table: &'static str,
+        /// The column holding the value.
+        column: &'static str,
+        /// Why the value was refused.
+        detail: String,
+    },
+
+    /// A sandbox claim whose id is not the one derived from its uid and runtime scope.
+    #[error("sandbox id {id} is not the id of uid {uid:?} with runtime scope {scope:?}")]
+    SandboxIdMismatch {
+        /// The id given.
+        id: SandboxId,
+        /// The uid given.
+        uid: Uid,
+        /// The runtime scope given.
+        scope: RuntimeScope,
+    },
+
+    /// No sandbox with this id was ever claimed.
+    #[error("sandbox {id} is not recorded")]
+    UnknownSandbox {
+        /// The id asked for.
+        id: SandboxId,
+    },
+
+    /// No run with this id was ever started.
+    #[error("run {run_id:?} is not recorded")]
+    UnknownRun {
+        /// The id asked for.
+        run_id: String,
+    },
+
+    /// A run with this id was already started.
+    #[error("run {run_id:?} is already recorded")]
+    DuplicateRun {
+        /// The id given.
+        run_id: String,
+    },
+
+    /// The run already has an outcome, which is never overwritten.
+    #[error("run {run_id:?} has already finished")]
+    RunAlreadyFinished {
+        /// The id given.
+        run_id: String,
+    },
+}
+
+impl StoreError {
+    /// A closure turning a driver error into [`StoreError::Query`] for `operation`, for use
+    /// with `map_err`.
+    pub(crate) fn query(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Self {
+        move |source| Self::Query { operation, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_lowercase_and_name_the_operation() {
+        let err = StoreError::query("claim a sandbox")(sqlx::Error::RowNotFound);
+        assert_eq!(
+            err.to_string(),
+            "could not claim a sandbox in the state store"
+        );
+        assert!(std::error::Error::source(&err).is_some());
+
+        let err = StoreError::SchemaTooNew { found: 7, known: 1 };
+        let message = err.to_string();
+        assert!(message.starts_with("the state store has schema version 7"));
+        assert!(message.contains("upgrade warren"));
+    }
+}

@@ -1,0 +1,105 @@
+//! warren's state store: workdirs, sandboxes and run records.
+//!
+//! Every command's result, exit status and resource use is recorded here (I22), and the
+//! sandbox table is the single arbiter of which runtime belongs to which (uid, runtime scope)
+//! (I5). Callers talk to the object-safe [`StateStore`] trait so that a PostgreSQL store can
+//! be added next to [`SqliteStore`] without touching them.
+
+mod error;
+mod model;
+mod sqlite;
+
+pub use error::StoreError;
+pub use model::{
+    NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
+    SandboxRecord, SandboxState, WorkdirRecord,
+};
+pub use sqlite::SqliteStore;
+
+use warren_core::{SandboxId, Uid, Workdir};
+
+/// The operations warren needs from its state store.
+///
+/// Implementations must be safe to share between tasks and, where the storage allows it,
+/// between processes: every method is atomic on its own, and [`StateStore::claim_sandbox`]
+/// and [`StateStore::set_sandbox_state`] are the only ways to change a sandbox's binding or
+/// state, so their conditions are checked inside the storage, not by the caller.
+#[async_trait::async_trait]
+pub trait StateStore: Send + Sync + 'static {
+    /// Records that `workdir` was created for `uid` (idempotent). Returns true when newly
+    /// recorded.
+    async fn record_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError>;
+
+    /// The workdirs recorded for `uid`, oldest first (ties broken by path).
+    async fn list_workdirs(&self, uid: &Uid) -> Result<Vec<WorkdirRecord>, StoreError>;
+
+    /// Atomically claims the sandbox of `(new.uid, new.runtime_scope)`; race-free under many
+    /// concurrent callers and processes.
+    ///
+    /// - no sandbox with that id: one is recorded with generation 1 and state
+    ///   [`SandboxState::Created`] → [`SandboxClaim::Created`];
+    /// - a sandbox that is not terminated, on the same workdir → [`SandboxClaim::Existing`]
+    ///   (its backend is kept even if `new.backend` differs);
+    /// - a sandbox that is not terminated, on another workdir →
+    ///   [`SandboxClaim::WorkdirConflict`]: a live runtime cannot be rebound (I5);
+    /// - a terminated sandbox: the same row gets generation + 1, the new workdir and backend,
+    ///   state [`SandboxState::Created`] and fresh times → [`SandboxClaim::Created`].
+    ///
+    /// Fails with [`StoreError::SandboxIdMismatch`] when `new.id` is not the id derived from
+    /// `new.uid` and `new.runtime_scope`.
+    async fn claim_sandbox(&self, new: &NewSandbox) -> Result<SandboxClaim, StoreError>;
+
+    /// The sandbox with this id, if one was ever claimed.
+    async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<SandboxRecord>, StoreError>;
+
+    /// The sandboxes of `uid`, or of everyone when `None`, oldest first (ties broken by id).
+    async fn list_sandboxes(&self, uid: Option<&Uid>) -> Result<Vec<SandboxRecord>, StoreError>;
+
+    /// Moves the sandbox to `state` only if its current generation is `generation`, so a
+    /// stale caller cannot touch a newer generation. Returns the updated record, or `None`
+    /// when the id or generation does not match.
+    async fn set_sandbox_state(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        state: SandboxState,
+    ) -> Result<Option<SandboxRecord>, StoreError>;
+
+    /// Sets the sandbox's `last_active_at` to now. Fails with [`StoreError::UnknownSandbox`]
+    /// when no such sandbox exists.
+    async fn touch_sandbox(&self, id: &SandboxId) -> Result<(), StoreError>;
+
+    /// Records the start of a run: status [`RunStatus::Running`], started now, with the id
+    /// the caller generated. Fails with [`StoreError::UnknownSandbox`] when the sandbox was
+    /// never claimed and [`StoreError::DuplicateRun`] when the id is taken.
+    async fn start_run(&self, new: &NewRun) -> Result<RunRecord, StoreError>;
+
+    /// Records how a running run ended, finished now: [`RunStatus::Failed`] when
+    /// `outcome.failure` is set, [`RunStatus::Finished`] otherwise. Fails with
+    /// [`StoreError::UnknownRun`] or [`StoreError::RunAlreadyFinished`]; an outcome is never
+    /// overwritten.
+    async fn finish_run(&self, run_id: &str, outcome: &RunOutcome)
+        -> Result<RunRecord, StoreError>;
+
+    /// The newest `limit` runs of a sandbox (all generations), newest first.
+    async fn list_runs(
+        &self,
+        sandbox: &SandboxId,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Closes every run still running as [`RunStatus::Failed`] with `reason`, as after a
+    /// provisioner restart nobody is left to finish them. Returns how many were closed.
+    async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_store_trait_can_be_used_as_a_shared_trait_object() {
+        fn takes(_: std::sync::Arc<dyn StateStore>) {}
+        let _ = takes;
+    }
+}

@@ -1,0 +1,774 @@
+//! The SQLite implementation of [`StateStore`].
+//!
+//! One database file holds everything. It is opened in WAL mode so readers never wait for
+//! the writer, with a generous busy timeout so concurrent writers (other tasks, other
+//! processes) queue instead of failing. Every write is a single statement except
+//! [`StateStore::claim_sandbox`], which reads and then writes and therefore runs in a
+//! `BEGIN IMMEDIATE` transaction: the write lock is taken before the read, so two claimers
+//! can never both see "no sandbox" (or both see "terminated") and both create one.
+
+use std::fs::{OpenOptions, Permissions};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sqlx::error::ErrorKind;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row, Sqlite};
+use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
+
+use crate::{
+    NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus, SandboxClaim, SandboxRecord,
+    SandboxState, StateStore, StoreError, WorkdirRecord,
+};
+
+/// The schema, embedded at build time so the binary and its schema cannot drift apart.
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// How long a statement waits for another writer before giving up. Claims and run records
+/// are tiny transactions; a wait this long means something is wedged, not merely busy.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The columns of a sandbox row, in the order [`sandbox_from_row`] expects them named.
+macro_rules! sandbox_columns {
+    () => {
+        "id, uid, runtime_scope, workdir, backend, state, generation, created_at, \
+         last_active_at, updated_at"
+    };
+}
+
+/// The columns of a run row, in the order [`run_from_row`] expects them named.
+macro_rules! run_columns {
+    () => {
+        "id, sandbox_id, generation, command, cwd, requested_by, status, started_at, \
+         finished_at, exit_code, signal, timed_out, duration_ms, cpu_user_ms, cpu_system_ms, \
+         peak_memory_bytes, failure_reason"
+    };
+}
+
+/// A [`StateStore`] backed by one SQLite database.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file at `path` and brings its schema up to
+    /// date.
+    ///
+    /// A new file is created with mode 0600: it is private state. The database runs in WAL
+    /// mode with full fsync on commit, a busy timeout of 10 s and foreign keys enforced.
+    /// Migrations run under the database's write lock, so several processes may open the
+    /// same file at once. A database whose schema is newer than this binary knows is refused
+    /// with [`StoreError::SchemaTooNew`] and left untouched.
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        create_private_file(path)?;
+        let base = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(false)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        switch_to_wal(&base).await?;
+        // The mode is stored in the file, so each pooled connection's pragma is now a no-op
+        // that only guards against someone having switched the file back.
+        let options = base
+            .journal_mode(SqliteJournalMode::Wal)
+            // I22 asks for a reliable record: every commit reaches the disk before it is
+            // reported, even across a power loss.
+            .synchronous(SqliteSynchronous::Full);
+        let pool = SqlitePoolOptions::new()
+            .connect_with(options)
+            .await
+            .map_err(StoreError::Open)?;
+        let store = Self { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Opens a private in-memory database, for tests.
+    ///
+    /// Every SQLite connection to `:memory:` is a database of its own, so the pool holds
+    /// exactly one connection and never retires it; closing the store discards the data.
+    pub async fn open_in_memory() -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .in_memory(true)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options)
+            .await
+            .map_err(StoreError::Open)?;
+        let store = Self { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Closes every connection, waiting for statements in flight. Later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The newest schema version this binary knows.
+    pub fn schema_version() -> i64 {
+        MIGRATOR
+            .iter()
+            .map(|migration| migration.version)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Refuses a database from the future, then applies the migrations it lacks.
+    ///
+    /// Both happen inside one `BEGIN IMMEDIATE` transaction: it serialises concurrent
+    /// openers (sqlx's SQLite migrator takes no lock of its own), and each migration runs in
+    /// a savepoint within it, so a failure leaves the schema as it was.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::Open)?;
+        let has_history: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master \
+             WHERE type = 'table' AND name = '_sqlx_migrations')",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query("read the schema version"))?;
+        if has_history {
+            let found: Option<i64> =
+                sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(StoreError::query("read the schema version"))?;
+            let known = Self::schema_version();
+            if let Some(found) = found.filter(|found| *found > known) {
+                return Err(StoreError::SchemaTooNew { found, known });
+            }
+        }
+        MIGRATOR
+            .run_direct(&mut *tx)
+            .await
+            .map_err(StoreError::Migrate)?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("commit the schema migrations"))
+    }
+
+    async fn fetch_sandbox(
+        &self,
+        id: &SandboxId,
+        operation: &'static str,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            sandbox_columns!(),
+            " FROM sandboxes WHERE id = ?1"
+        ))
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query(operation))?;
+        row.as_ref().map(sandbox_from_row).transpose()
+    }
+
+    async fn fetch_run(
+        &self,
+        run_id: &str,
+        operation: &'static str,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE id = ?1"
+        ))
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query(operation))?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+}
+
+/// Puts the database into WAL mode, once, before the pool opens.
+///
+/// Changing the journal mode needs an exclusive lock, and SQLite does not wait for that lock
+/// through the busy timeout: when several processes open a fresh file at once, all but one
+/// would fail with "database is locked". So the switch is retried here, within the same
+/// time budget a busy statement gets.
+async fn switch_to_wal(options: &SqliteConnectOptions) -> Result<(), StoreError> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let attempt = async {
+            let mut connection = options.connect().await?;
+            let result = sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&mut connection)
+                .await;
+            // A connection that fails to close is gone either way; the pragma decides.
+            let _ = connection.close().await;
+            result
+        };
+        match attempt.await {
+            Ok(_) => return Ok(()),
+            Err(error) if is_busy(&error) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => return Err(StoreError::Open(error)),
+        }
+    }
+}
+
+/// Whether SQLite refused because another connection holds a lock (SQLITE_BUSY and its
+/// extended codes), which is worth waiting out.
+fn is_busy(error: &sqlx::Error) -> bool {
+    const SQLITE_BUSY: i32 = 5;
+    match error {
+        sqlx::Error::Database(database) => database
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| code & 0xff == SQLITE_BUSY),
+        _ => false,
+    }
+}
+
+/// Creates the database file with mode 0600 if it does not exist yet.
+///
+/// SQLite would create it with the process umask (typically 0644); creating it first keeps
+/// the file private from its first byte. SQLite gives the `-wal` and `-shm` files the mode
+/// of the database file. An existing file is left as its owner set it.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        // The umask may have removed bits from 0600; set it exactly.
+        Ok(file) => file
+            .set_permissions(Permissions::from_mode(0o600))
+            .map_err(StoreError::CreateFile),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(StoreError::CreateFile(error)),
+    }
+}
+
+/// The current time as stored: unix milliseconds, UTC.
+fn now_millis() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// Reads typed, validated values out of one row, reporting any failure as
+/// [`StoreError::Corrupt`] at the offending column.
+struct Columns<'r> {
+    row: &'r SqliteRow,
+    table: &'static str,
+}
+
+impl<'r> Columns<'r> {
+    fn corrupt(&self, column: &'static str, detail: impl ToString) -> StoreError {
+        StoreError::Corrupt {
+            table: self.table,
+            column,
+            detail: detail.to_string(),
+        }
+    }
+
+    fn get<T>(&self, column: &'static str) -> Result<T, StoreError>
+    where
+        T: sqlx::Decode<'r, Sqlite> + sqlx::Type<Sqlite>,
+    {
+        self.row
+            .try_get(column)
+            .map_err(|error| self.corrupt(column, error))
+    }
+
+    /// A text column turned into a domain type by its validating constructor.
+    fn parse<T, E: ToString>(
+        &self,
+        column: &'static str,
+        constructor: impl FnOnce(String) -> Result<T, E>,
+    ) -> Result<T, StoreError> {
+        let text: String = self.get(column)?;
+        constructor(text).map_err(|error| self.corrupt(column, error))
+    }
+
+    fn time(&self, column: &'static str) -> Result<DateTime<Utc>, StoreError> {
+        let millis: i64 = self.get(column)?;
+        DateTime::from_timestamp_millis(millis)
+            .ok_or_else(|| self.corrupt(column, format!("{millis} ms is out of range")))
+    }
+
+    fn optional_time(&self, column: &'static str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let millis: Option<i64> = self.get(column)?;
+        millis
+            .map(|millis| {
+                DateTime::from_timestamp_millis(millis)
+                    .ok_or_else(|| self.corrupt(column, format!("{millis} ms is out of range")))
+            })
+            .transpose()
+    }
+}
+
+fn workdir_from_row(row: &SqliteRow) -> Result<WorkdirRecord, StoreError> {
+    let columns = Columns {
+        row,
+        table: "workdirs",
+    };
+    Ok(WorkdirRecord {
+        uid: columns.parse("uid", Uid::new)?,
+        workdir: columns.parse("workdir", Workdir::new)?,
+        created_at: columns.time("created_at")?,
+    })
+}
+
+fn sandbox_from_row(row: &SqliteRow) -> Result<SandboxRecord, StoreError> {
+    let columns = Columns {
+        row,
+        table: "sandboxes",
+    };
+    Ok(SandboxRecord {
+        id: columns.parse("id", |id| SandboxId::parse(&id))?,
+        uid: columns.parse("uid", Uid::new)?,
+        runtime_scope: columns.parse("runtime_scope", RuntimeScope::new)?,
+        workdir: columns.parse("workdir", Workdir::new)?,
+        backend: columns.get("backend")?,
+        state: columns.parse("state", |state| state.parse::<SandboxState>())?,
+        generation: columns.get("generation")?,
+        created_at: columns.time("created_at")?,
+        last_active_at: columns.time("last_active_at")?,
+        updated_at: columns.time("updated_at")?,
+    })
+}
+
+fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
+    let columns = Columns { row, table: "runs" };
+    Ok(RunRecord {
+        id: columns.get("id")?,
+        sandbox_id: columns.parse("sandbox_id", |id| SandboxId::parse(&id))?,
+        generation: columns.get("generation")?,
+        command: columns.get("command")?,
+        cwd: columns.get("cwd")?,
+        requested_by: columns.get("requested_by")?,
+        status: columns.parse("status", |status| status.parse::<RunStatus>())?,
+        started_at: columns.time("started_at")?,
+        finished_at: columns.optional_time("finished_at")?,
+        exit_code: columns.get("exit_code")?,
+        signal: columns.get("signal")?,
+        timed_out: columns.get("timed_out")?,
+        duration_ms: columns.get("duration_ms")?,
+        cpu_user_ms: columns.get("cpu_user_ms")?,
+        cpu_system_ms: columns.get("cpu_system_ms")?,
+        peak_memory_bytes: columns.get("peak_memory_bytes")?,
+        failure_reason: columns.get("failure_reason")?,
+    })
+}
+
+/// The kind of constraint a failed statement broke, if that is why it failed.
+fn violation(error: &sqlx::Error) -> Option<ErrorKind> {
+    match error {
+        sqlx::Error::Database(database) => Some(database.kind()),
+        _ => None,
+    }
+}
+
+#[async_trait::async_trait]
+impl StateStore for SqliteStore {
+    async fn record_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError> {
+        let now = now_millis();
+        let result = sqlx::query(
+            "INSERT INTO workdirs (uid, workdir, created_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (uid, workdir) DO NOTHING",
+        )
+        .bind(uid.as_str())
+        .bind(workdir.as_str())
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("record a workdir"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn list_workdirs(&self, uid: &Uid) -> Result<Vec<WorkdirRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT uid, workdir, created_at FROM workdirs WHERE uid = ?1 \
+             ORDER BY created_at, workdir",
+        )
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list workdirs"))?;
+        rows.iter().map(workdir_from_row).collect()
+    }
+
+    async fn claim_sandbox(&self, new: &NewSandbox) -> Result<SandboxClaim, StoreError> {
+        const OPERATION: &str = "claim a sandbox";
+        if SandboxId::derive(&new.uid, &new.runtime_scope) != new.id {
+            return Err(StoreError::SandboxIdMismatch {
+                id: new.id.clone(),
+                uid: new.uid.clone(),
+                scope: new.runtime_scope.clone(),
+            });
+        }
+        // IMMEDIATE takes the write lock now (waiting up to the busy timeout), so the row
+        // read below cannot change before this transaction writes or ends.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        let current = sqlx::query(concat!(
+            "SELECT ",
+            sandbox_columns!(),
+            " FROM sandboxes WHERE id = ?1"
+        ))
+        .bind(new.id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        let current = current.as_ref().map(sandbox_from_row).transpose()?;
+
+        let now = now_millis();
+        let row = match current {
+            Some(record) if record.state != SandboxState::Terminated => {
+                // Nothing to write; ending the transaction now releases the write lock
+                // without waiting for the connection to go back to the pool.
+                tx.rollback().await.map_err(StoreError::query(OPERATION))?;
+                return Ok(if record.workdir == new.workdir {
+                    SandboxClaim::Existing(record)
+                } else {
+                    SandboxClaim::WorkdirConflict(record)
+                });
+            }
+            Some(_terminated) => {
+                sqlx::query(concat!(
+                    "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
+                     generation = generation + 1, created_at = ?5, last_active_at = ?5, \
+                     updated_at = ?5 WHERE id = ?1 RETURNING ",
+                    sandbox_columns!()
+                ))
+                .bind(new.id.as_str())
+                .bind(new.workdir.as_str())
+                .bind(&new.backend)
+                .bind(SandboxState::Created.as_str())
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await
+            }
+            None => {
+                sqlx::query(concat!(
+                    "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
+                     generation, created_at, last_active_at, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7) RETURNING ",
+                    sandbox_columns!()
+                ))
+                .bind(new.id.as_str())
+                .bind(new.uid.as_str())
+                .bind(new.runtime_scope.as_str())
+                .bind(new.workdir.as_str())
+                .bind(&new.backend)
+                .bind(SandboxState::Created.as_str())
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await
+            }
+        }
+        .map_err(StoreError::query(OPERATION))?;
+        let record = sandbox_from_row(&row)?;
+        tx.commit().await.map_err(StoreError::query(OPERATION))?;
+        Ok(SandboxClaim::Created(record))
+    }
+
+    async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<SandboxRecord>, StoreError> {
+        self.fetch_sandbox(id, "read a sandbox").await
+    }
+
+    async fn list_sandboxes(&self, uid: Option<&Uid>) -> Result<Vec<SandboxRecord>, StoreError> {
+        const OPERATION: &str = "list sandboxes";
+        let rows = match uid {
+            Some(uid) => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    sandbox_columns!(),
+                    " FROM sandboxes WHERE uid = ?1 ORDER BY created_at, id"
+                ))
+                .bind(uid.as_str())
+                .fetch_all(&self.pool)
+                .await
+            }
+            None => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    sandbox_columns!(),
+                    " FROM sandboxes ORDER BY created_at, id"
+                ))
+                .fetch_all(&self.pool)
+                .await
+            }
+        }
+        .map_err(StoreError::query(OPERATION))?;
+        rows.iter().map(sandbox_from_row).collect()
+    }
+
+    async fn set_sandbox_state(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        state: SandboxState,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let now = now_millis();
+        // The generation test is part of the UPDATE itself, so it cannot be raced.
+        let row = sqlx::query(concat!(
+            "UPDATE sandboxes SET state = ?3, updated_at = ?4 \
+             WHERE id = ?1 AND generation = ?2 RETURNING ",
+            sandbox_columns!()
+        ))
+        .bind(id.as_str())
+        .bind(generation)
+        .bind(state.as_str())
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("set a sandbox state"))?;
+        row.as_ref().map(sandbox_from_row).transpose()
+    }
+
+    async fn touch_sandbox(&self, id: &SandboxId) -> Result<(), StoreError> {
+        let now = now_millis();
+        let result = sqlx::query("UPDATE sandboxes SET last_active_at = ?2 WHERE id = ?1")
+            .bind(id.as_str())
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("touch a sandbox"))?;
+        if result.rows_affected() == 0 {
+            return Err(StoreError::UnknownSandbox { id: id.clone() });
+        }
+        Ok(())
+    }
+
+    async fn start_run(&self, new: &NewRun) -> Result<RunRecord, StoreError> {
+        let now = now_millis();
+        let row = sqlx::query(concat!(
+            "INSERT INTO runs (id, sandbox_id, generation, command, cwd, requested_by, status, \
+             started_at, timed_out) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0) RETURNING ",
+            run_columns!()
+        ))
+        .bind(&new.id)
+        .bind(new.sandbox_id.as_str())
+        .bind(new.generation)
+        .bind(&new.command)
+        .bind(&new.cwd)
+        .bind(&new.requested_by)
+        .bind(RunStatus::Running.as_str())
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|error| match violation(&error) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
+                id: new.sandbox_id.clone(),
+            },
+            Some(ErrorKind::UniqueViolation) => StoreError::DuplicateRun {
+                run_id: new.id.clone(),
+            },
+            _ => StoreError::query("start a run")(error),
+        })?;
+        run_from_row(&row)
+    }
+
+    async fn finish_run(
+        &self,
+        run_id: &str,
+        outcome: &RunOutcome,
+    ) -> Result<RunRecord, StoreError> {
+        const OPERATION: &str = "finish a run";
+        let now = now_millis();
+        let status = if outcome.failure.is_some() {
+            RunStatus::Failed
+        } else {
+            RunStatus::Finished
+        };
+        // Only a running run can finish: an outcome already recorded is never overwritten.
+        let row = sqlx::query(concat!(
+            "UPDATE runs SET status = ?2, finished_at = ?3, exit_code = ?4, signal = ?5, \
+             timed_out = ?6, duration_ms = ?7, cpu_user_ms = ?8, cpu_system_ms = ?9, \
+             peak_memory_bytes = ?10, failure_reason = ?11 \
+             WHERE id = ?1 AND status = 'running' RETURNING ",
+            run_columns!()
+        ))
+        .bind(run_id)
+        .bind(status.as_str())
+        .bind(now)
+        .bind(outcome.exit_code)
+        .bind(outcome.signal)
+        .bind(outcome.timed_out)
+        .bind(outcome.duration_ms)
+        .bind(outcome.cpu_user_ms)
+        .bind(outcome.cpu_system_ms)
+        .bind(outcome.peak_memory_bytes)
+        .bind(outcome.failure.as_deref())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        match row {
+            Some(row) => run_from_row(&row),
+            // Tell the two misses apart for the caller; the record cannot return to
+            // running, so this second read cannot contradict the update.
+            None => match self.fetch_run(run_id, OPERATION).await? {
+                Some(_) => Err(StoreError::RunAlreadyFinished {
+                    run_id: run_id.to_owned(),
+                }),
+                None => Err(StoreError::UnknownRun {
+                    run_id: run_id.to_owned(),
+                }),
+            },
+        }
+    }
+
+    async fn list_runs(
+        &self,
+        sandbox: &SandboxId,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        // rowid breaks ties between runs started in the same millisecond: it grows with
+        // every insert, so the later start still comes first.
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE sandbox_id = ?1 ORDER BY started_at DESC, rowid DESC LIMIT ?2"
+        ))
+        .bind(sandbox.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list runs"))?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError> {
+        let now = now_millis();
+        let result = sqlx::query(
+            "UPDATE runs SET status = 'failed', finished_at = ?1, failure_reason = ?2 \
+             WHERE status = 'running'",
+        )
+        .bind(now)
+        .bind(reason)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("fail running runs"))?;
+        Ok(result.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(uid: &str, scope: &str, workdir: &str) -> NewSandbox {
+        NewSandbox::new(
+            Uid::new(uid).unwrap(),
+            RuntimeScope::new(scope).unwrap(),
+            Workdir::new(workdir).unwrap(),
+            "bwrap",
+        )
+    }
+
+    #[tokio::test]
+    async fn each_in_memory_store_is_a_database_of_its_own() {
+        let a = SqliteStore::open_in_memory().await.unwrap();
+        let b = SqliteStore::open_in_memory().await.unwrap();
+        a.claim_sandbox(&claim("alice", "t", "projects/a"))
+            .await
+            .unwrap();
+        assert_eq!(a.list_sandboxes(None).await.unwrap().len(), 1);
+        assert!(b.list_sandboxes(None).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stored_value_that_breaks_its_type_is_reported_as_corrupt() {
+        let store = SqliteStore::open_in_memory().await.unwrap();
+        let new = claim("alice", "t", "projects/a");
+        store.claim_sandbox(&new).await.unwrap();
+        // `agents/` is reserved (I9): no Workdir can hold it, so reading it back must fail.
+        sqlx::query("UPDATE sandboxes SET workdir = 'agents/x'")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let err = store.get_sandbox(&new.id).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    table: "sandboxes",
+                    column: "workdir",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("sandboxes.workdir"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_time_outside_the_calendar_is_reported_as_corrupt() {
+        let store = SqliteStore::open_in_memory().await.unwrap();
+        let uid = Uid::new("alice").unwrap();
+        store
+            .record_workdir(&uid, &Workdir::new("projects/a").unwrap())
+            .await
+            .unwrap();
+        sqlx::query("UPDATE workdirs SET created_at = ?1")
+            .bind(i64::MAX)
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let err = store.list_workdirs(&uid).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    column: "created_at",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_schema_refuses_an_unknown_sandbox_state() {
+        let store = SqliteStore::open_in_memory().await.unwrap();
+        store
+            .claim_sandbox(&claim("alice", "t", "projects/a"))
+            .await
+            .unwrap();
+        let result = sqlx::query("UPDATE sandboxes SET state = 'paused'")
+            .execute(&store.pool)
+            .await;
+        assert!(matches!(
+            violation(&result.unwrap_err()),
+            Some(ErrorKind::CheckViolation)
+        ));
+    }
+
+    #[tokio::test]
+    async fn records_returned_by_a_write_equal_the_same_records_read_back() {
+        let store = SqliteStore::open_in_memory().await.unwrap();
+        let new = claim("alice", "t", "projects/a");
+        let created = store.claim_sandbox(&new).await.unwrap().into_record();
+        assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(created));
+    }
+
+    #[test]
+    fn the_embedded_schema_has_a_version() {
+        assert!(SqliteStore::schema_version() >= 1);
+    }
+}

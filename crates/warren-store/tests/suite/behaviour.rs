@@ -1,0 +1,625 @@
+//! What every state store must do, whatever it is built on.
+//!
+//! Each check takes a [`Backend`] so it can open as many handles as it needs; the macro in
+//! `mod.rs` runs each one against every backend.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use warren_core::{RuntimeScope, SandboxId};
+use warren_store::{
+    NewSandbox, RunOutcome, RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
+};
+
+use super::backends::Backend;
+use super::fixtures::{claim, exited, next_millisecond, run, uid, workdir};
+
+/// Claims `new` from `tasks` concurrent tokio tasks, spread over `stores`, and returns every
+/// answer.
+async fn race_claims(
+    stores: &[Arc<dyn StateStore>],
+    new: &NewSandbox,
+    tasks: usize,
+) -> Vec<SandboxClaim> {
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let store = Arc::clone(&stores[task % stores.len()]);
+            let new = new.clone();
+            tokio::spawn(async move { store.claim_sandbox(&new).await })
+        })
+        .collect();
+    let mut claims = Vec::with_capacity(tasks);
+    for handle in handles {
+        claims.push(handle.await.expect("task").expect("claim"));
+    }
+    claims
+}
+
+fn count_created(claims: &[SandboxClaim]) -> usize {
+    claims
+        .iter()
+        .filter(|claim| matches!(claim, SandboxClaim::Created(_)))
+        .count()
+}
+
+fn count_existing(claims: &[SandboxClaim]) -> usize {
+    claims
+        .iter()
+        .filter(|claim| matches!(claim, SandboxClaim::Existing(_)))
+        .count()
+}
+
+pub async fn claiming_an_unclaimed_sandbox_creates_generation_one(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+
+    let SandboxClaim::Created(record) = store.claim_sandbox(&new).await.unwrap() else {
+        panic!("an unclaimed sandbox must be created");
+    };
+
+    assert_eq!(record.id, new.id);
+    assert_eq!(record.uid, new.uid);
+    assert_eq!(record.runtime_scope, new.runtime_scope);
+    assert_eq!(record.workdir, new.workdir);
+    assert_eq!(record.backend, "bwrap");
+    assert_eq!(record.state, SandboxState::Created);
+    assert_eq!(record.generation, 1);
+    assert_eq!(record.created_at, record.last_active_at);
+    assert_eq!(record.created_at, record.updated_at);
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(record));
+}
+
+pub async fn claiming_a_live_sandbox_on_the_same_workdir_joins_it(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+
+    let mut other_backend = new.clone();
+    other_backend.backend = "docker".to_owned();
+    let again = store.claim_sandbox(&other_backend).await.unwrap();
+
+    // The live generation keeps its own backend: joining never rebinds anything.
+    assert_eq!(again, SandboxClaim::Existing(created));
+}
+
+pub async fn claiming_a_live_sandbox_on_another_workdir_is_a_conflict_that_changes_nothing(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+
+    let elsewhere = claim("alice", "thread-1", "projects/b");
+    let answer = store.claim_sandbox(&elsewhere).await.unwrap();
+
+    assert_eq!(answer, SandboxClaim::WorkdirConflict(created.clone()));
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(created));
+}
+
+pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let elsewhere = claim("alice", "thread-1", "projects/b");
+    store.claim_sandbox(&new).await.unwrap();
+
+    for state in [
+        SandboxState::Created,
+        SandboxState::Running,
+        SandboxState::Stopped,
+        SandboxState::Terminating,
+    ] {
+        let record = store
+            .set_sandbox_state(&new.id, 1, state)
+            .await
+            .unwrap()
+            .expect("generation 1 is current");
+        assert_eq!(
+            store.claim_sandbox(&new).await.unwrap(),
+            SandboxClaim::Existing(record.clone()),
+            "{state}"
+        );
+        assert_eq!(
+            store.claim_sandbox(&elsewhere).await.unwrap(),
+            SandboxClaim::WorkdirConflict(record),
+            "{state}"
+        );
+    }
+}
+
+pub async fn a_claim_whose_id_is_not_derived_from_its_uid_and_scope_is_refused(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let mut new = claim("alice", "thread-1", "projects/a");
+    new.id = SandboxId::derive(&uid("bob"), &RuntimeScope::new("thread-1").unwrap());
+
+    let err = store.claim_sandbox(&new).await.unwrap_err();
+
+    assert!(
+        matches!(err, StoreError::SandboxIdMismatch { .. }),
+        "{err:?}"
+    );
+    assert!(store.list_sandboxes(None).await.unwrap().is_empty());
+}
+
+pub async fn fifty_concurrent_claims_of_one_identity_create_exactly_one_sandbox(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+
+    let claims = race_claims(&[Arc::clone(&store)], &new, 50).await;
+
+    assert_eq!(count_created(&claims), 1);
+    assert_eq!(count_existing(&claims), 49);
+    let records: HashSet<_> = claims
+        .iter()
+        .map(|claim| claim.record().generation)
+        .collect();
+    assert_eq!(records, HashSet::from([1]));
+    assert_eq!(store.list_sandboxes(None).await.unwrap().len(), 1);
+}
+
+pub async fn two_store_handles_racing_to_claim_create_exactly_one_sandbox(backend: &dyn Backend) {
+    if !backend.is_shared() {
+        return;
+    }
+    // Opened concurrently too: creating the schema must itself be race-free.
+    let (first, second) = tokio::join!(backend.open(), backend.open());
+    let new = claim("alice", "thread-1", "projects/a");
+
+    let claims = race_claims(&[first, Arc::clone(&second)], &new, 50).await;
+
+    assert_eq!(count_created(&claims), 1);
+    assert_eq!(count_existing(&claims), 49);
+    assert_eq!(second.list_sandboxes(None).await.unwrap().len(), 1);
+}
+
+pub async fn reclaiming_a_terminated_sandbox_bumps_its_generation_and_may_take_a_new_workdir(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let first = claim("alice", "thread-1", "projects/a");
+    let old = store.claim_sandbox(&first).await.unwrap().into_record();
+    store
+        .set_sandbox_state(&first.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap()
+        .expect("generation 1 is current");
+    next_millisecond().await;
+
+    let mut second = claim("alice", "thread-1", "projects/b");
+    second.backend = "docker".to_owned();
+    let SandboxClaim::Created(record) = store.claim_sandbox(&second).await.unwrap() else {
+        panic!("a terminated sandbox must be claimed afresh");
+    };
+
+    assert_eq!(record.id, first.id);
+    assert_eq!(record.generation, 2);
+    assert_eq!(record.state, SandboxState::Created);
+    assert_eq!(record.workdir, workdir("projects/b"));
+    assert_eq!(record.backend, "docker");
+    assert!(record.created_at > old.created_at);
+    assert_eq!(record.last_active_at, record.created_at);
+    assert_eq!(store.list_sandboxes(None).await.unwrap(), vec![record]);
+}
+
+pub async fn concurrent_reclaims_of_a_terminated_sandbox_bump_the_generation_once(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    store.claim_sandbox(&new).await.unwrap();
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap()
+        .expect("generation 1 is current");
+
+    let claims = race_claims(&[Arc::clone(&store)], &new, 20).await;
+
+    assert_eq!(count_created(&claims), 1);
+    assert_eq!(count_existing(&claims), 19);
+    let current = store.get_sandbox(&new.id).await.unwrap().unwrap();
+    assert_eq!(current.generation, 2);
+}
+
+pub async fn a_stale_generation_cannot_change_the_sandbox_state(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    store.claim_sandbox(&new).await.unwrap();
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap()
+        .expect("generation 1 is current");
+    let current = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert_eq!(current.generation, 2);
+
+    // A caller still holding generation 1 tries to tear down generation 2.
+    let stale = store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminating)
+        .await
+        .unwrap();
+
+    assert_eq!(stale, None);
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(current));
+    let unknown = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("t").unwrap());
+    assert_eq!(
+        store
+            .set_sandbox_state(&unknown, 1, SandboxState::Running)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+pub async fn the_current_generation_moves_the_sandbox_through_its_states(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    next_millisecond().await;
+
+    let running = store
+        .set_sandbox_state(&new.id, 1, SandboxState::Running)
+        .await
+        .unwrap()
+        .expect("generation 1 is current");
+
+    assert_eq!(running.state, SandboxState::Running);
+    assert!(running.updated_at > created.updated_at);
+    assert_eq!(running.created_at, created.created_at);
+    assert_eq!(running.generation, 1);
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(running));
+}
+
+pub async fn touching_a_sandbox_moves_only_its_last_activity(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    next_millisecond().await;
+
+    store.touch_sandbox(&new.id).await.unwrap();
+
+    let touched = store.get_sandbox(&new.id).await.unwrap().unwrap();
+    assert!(touched.last_active_at > created.last_active_at);
+    assert_eq!(touched.updated_at, created.updated_at);
+    assert_eq!(touched.state, created.state);
+    let unknown = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("t").unwrap());
+    let err = store.touch_sandbox(&unknown).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::UnknownSandbox { ref id } if *id == unknown),
+        "{err:?}"
+    );
+}
+
+pub async fn sandboxes_are_listed_per_uid_oldest_first(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let mut expected_alice = Vec::new();
+    for scope in ["t-3", "t-1", "t-2"] {
+        let record = store
+            .claim_sandbox(&claim("alice", scope, "projects/a"))
+            .await
+            .unwrap()
+            .into_record();
+        expected_alice.push(record);
+        next_millisecond().await;
+    }
+    let bob = store
+        .claim_sandbox(&claim("bob", "t-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+
+    assert_eq!(
+        store.list_sandboxes(Some(&uid("alice"))).await.unwrap(),
+        expected_alice
+    );
+    assert_eq!(
+        store.list_sandboxes(Some(&uid("bob"))).await.unwrap(),
+        vec![bob.clone()]
+    );
+    assert!(store
+        .list_sandboxes(Some(&uid("carol")))
+        .await
+        .unwrap()
+        .is_empty());
+    let mut everyone = expected_alice;
+    everyone.push(bob);
+    assert_eq!(store.list_sandboxes(None).await.unwrap(), everyone);
+    let unknown = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("t").unwrap());
+    assert_eq!(store.get_sandbox(&unknown).await.unwrap(), None);
+}
+
+pub async fn a_run_is_recorded_from_start_to_finish(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let new = run("run-1", &sandbox.id, sandbox.generation);
+
+    let started = store.start_run(&new).await.unwrap();
+
+    assert_eq!(started.id, "run-1");
+    assert_eq!(started.sandbox_id, sandbox.id);
+    assert_eq!(started.generation, 1);
+    assert_eq!(started.command, new.command);
+    assert_eq!(started.cwd, new.cwd);
+    assert_eq!(started.requested_by, "agent-1");
+    assert_eq!(started.status, RunStatus::Running);
+    assert_eq!(started.finished_at, None);
+    assert_eq!(started.exit_code, None);
+    assert!(!started.timed_out);
+    assert_eq!(
+        store.list_runs(&sandbox.id, 10).await.unwrap(),
+        vec![started.clone()]
+    );
+    next_millisecond().await;
+
+    let outcome = RunOutcome {
+        signal: Some(9),
+        timed_out: true,
+        ..exited(137)
+    };
+    let finished = store.finish_run("run-1", &outcome).await.unwrap();
+
+    assert_eq!(finished.status, RunStatus::Finished);
+    assert_eq!(finished.started_at, started.started_at);
+    assert!(finished.finished_at.unwrap() > started.started_at);
+    assert_eq!(finished.exit_code, Some(137));
+    assert_eq!(finished.signal, Some(9));
+    assert!(finished.timed_out);
+    assert_eq!(finished.duration_ms, Some(12));
+    assert_eq!(finished.cpu_user_ms, Some(3));
+    assert_eq!(finished.cpu_system_ms, Some(1));
+    assert_eq!(finished.peak_memory_bytes, Some(4 << 20));
+    assert_eq!(finished.failure_reason, None);
+    assert_eq!(
+        store.list_runs(&sandbox.id, 10).await.unwrap(),
+        vec![finished]
+    );
+}
+
+pub async fn a_run_warren_could_not_complete_is_recorded_as_failed(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    store
+        .start_run(&run("run-1", &sandbox.id, 1))
+        .await
+        .unwrap();
+
+    let outcome = RunOutcome {
+        duration_ms: 5,
+        failure: Some("the runtime could not be started".to_owned()),
+        ..RunOutcome::default()
+    };
+    let failed = store.finish_run("run-1", &outcome).await.unwrap();
+
+    assert_eq!(failed.status, RunStatus::Failed);
+    assert_eq!(
+        failed.failure_reason.as_deref(),
+        Some("the runtime could not be started")
+    );
+    assert_eq!(failed.exit_code, None);
+    assert!(failed.finished_at.is_some());
+}
+
+pub async fn a_finished_run_cannot_be_finished_again(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    store
+        .start_run(&run("run-1", &sandbox.id, 1))
+        .await
+        .unwrap();
+    let first = store.finish_run("run-1", &exited(0)).await.unwrap();
+
+    let err = store.finish_run("run-1", &exited(1)).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::RunAlreadyFinished { ref run_id } if run_id == "run-1"),
+        "{err:?}"
+    );
+    assert_eq!(store.list_runs(&sandbox.id, 1).await.unwrap(), vec![first]);
+
+    let err = store.finish_run("run-404", &exited(0)).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::UnknownRun { ref run_id } if run_id == "run-404"),
+        "{err:?}"
+    );
+}
+
+pub async fn runs_are_refused_for_unknown_sandboxes_and_duplicate_ids(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let unknown = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("t").unwrap());
+    let err = store
+        .start_run(&run("run-1", &unknown, 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::UnknownSandbox { ref id } if *id == unknown),
+        "{err:?}"
+    );
+
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let first = store
+        .start_run(&run("run-1", &sandbox.id, 1))
+        .await
+        .unwrap();
+    let err = store
+        .start_run(&run("run-1", &sandbox.id, 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::DuplicateRun { ref run_id } if run_id == "run-1"),
+        "{err:?}"
+    );
+    assert_eq!(store.list_runs(&sandbox.id, 10).await.unwrap(), vec![first]);
+}
+
+pub async fn runs_are_listed_newest_first_up_to_the_limit(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let other = store
+        .claim_sandbox(&claim("alice", "thread-2", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    // No pause between starts: runs begun within one millisecond must still list in order.
+    for index in 0..5 {
+        store
+            .start_run(&run(&format!("run-{index}"), &sandbox.id, 1))
+            .await
+            .unwrap();
+    }
+    store
+        .start_run(&run("elsewhere", &other.id, 1))
+        .await
+        .unwrap();
+
+    let ids = |runs: Vec<warren_store::RunRecord>| -> Vec<String> {
+        runs.into_iter().map(|run| run.id).collect()
+    };
+    assert_eq!(
+        ids(store.list_runs(&sandbox.id, 10).await.unwrap()),
+        ["run-4", "run-3", "run-2", "run-1", "run-0"]
+    );
+    assert_eq!(
+        ids(store.list_runs(&sandbox.id, 2).await.unwrap()),
+        ["run-4", "run-3"]
+    );
+    assert!(store.list_runs(&sandbox.id, 0).await.unwrap().is_empty());
+    assert_eq!(
+        ids(store.list_runs(&other.id, 10).await.unwrap()),
+        ["elsewhere"]
+    );
+}
+
+pub async fn failing_running_runs_closes_only_the_runs_still_running(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    for id in ["done", "stuck-1", "stuck-2"] {
+        store.start_run(&run(id, &sandbox.id, 1)).await.unwrap();
+    }
+    let done = store.finish_run("done", &exited(0)).await.unwrap();
+
+    let closed = store
+        .fail_running_runs("the provisioner restarted")
+        .await
+        .unwrap();
+
+    assert_eq!(closed, 2);
+    let runs = store.list_runs(&sandbox.id, 10).await.unwrap();
+    for stuck in runs.iter().filter(|run| run.id.starts_with("stuck")) {
+        assert_eq!(stuck.status, RunStatus::Failed);
+        assert_eq!(
+            stuck.failure_reason.as_deref(),
+            Some("the provisioner restarted")
+        );
+        assert!(stuck.finished_at.is_some());
+    }
+    assert!(runs.contains(&done));
+    assert_eq!(store.fail_running_runs("again").await.unwrap(), 0);
+}
+
+pub async fn recording_a_workdir_twice_reports_it_new_only_once(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let alice = uid("alice");
+
+    assert!(store
+        .record_workdir(&alice, &workdir("projects/a"))
+        .await
+        .unwrap());
+    let first = store.list_workdirs(&alice).await.unwrap();
+    next_millisecond().await;
+    assert!(!store
+        .record_workdir(&alice, &workdir("projects/a"))
+        .await
+        .unwrap());
+
+    // The first record, and its time, stand.
+    assert_eq!(store.list_workdirs(&alice).await.unwrap(), first);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].uid, alice);
+    assert_eq!(first[0].workdir, workdir("projects/a"));
+}
+
+pub async fn workdirs_are_listed_per_uid_oldest_first(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let alice = uid("alice");
+    for path in ["projects/z", "projects/a", "notes"] {
+        store.record_workdir(&alice, &workdir(path)).await.unwrap();
+        next_millisecond().await;
+    }
+    store
+        .record_workdir(&uid("bob"), &workdir("projects/b"))
+        .await
+        .unwrap();
+
+    let paths: Vec<_> = store
+        .list_workdirs(&alice)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.workdir.as_str().to_owned())
+        .collect();
+    assert_eq!(paths, ["projects/z", "projects/a", "notes"]);
+    assert_eq!(store.list_workdirs(&uid("bob")).await.unwrap().len(), 1);
+    assert!(store.list_workdirs(&uid("carol")).await.unwrap().is_empty());
+}
+
+pub async fn a_reopened_store_keeps_its_data(backend: &dyn Backend) {
+    if !backend.is_shared() {
+        return;
+    }
+    let sandbox;
+    let runs;
+    let workdirs;
+    {
+        let store = backend.open().await;
+        sandbox = store
+            .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+            .await
+            .unwrap()
+            .into_record();
+        store
+            .start_run(&run("run-1", &sandbox.id, 1))
+            .await
+            .unwrap();
+        store
+            .record_workdir(&uid("alice"), &workdir("projects/a"))
+            .await
+            .unwrap();
+        runs = store.list_runs(&sandbox.id, 10).await.unwrap();
+        workdirs = store.list_workdirs(&uid("alice")).await.unwrap();
+    }
+
+    let store = backend.open().await;
+
+    assert_eq!(
+        store.get_sandbox(&sandbox.id).await.unwrap(),
+        Some(sandbox.clone())
+    );
+    assert_eq!(store.list_runs(&sandbox.id, 10).await.unwrap(), runs);
+    assert_eq!(store.list_workdirs(&uid("alice")).await.unwrap(), workdirs);
+}

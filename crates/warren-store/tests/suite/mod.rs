@@ -1,0 +1,54 @@
+//! The behaviour suite, run against every store backend.
+//!
+//! `behaviour` holds backend-agnostic checks, each an `async fn(&dyn Backend)`. The
+//! `behaviour_suite!` macro turns every check into one `#[tokio::test]` per backend, so a
+//! PostgreSQL store joins the suite by adding one `Backend` and one macro line below.
+
+mod backends;
+mod behaviour;
+mod fixtures;
+mod sqlite;
+
+/// Declares one test module per backend, with one test per behaviour check.
+macro_rules! behaviour_suite {
+    ($module:ident => $backend:expr) => {
+        mod $module {
+            behaviour_suite!(@checks $backend;
+                claiming_an_unclaimed_sandbox_creates_generation_one,
+                claiming_a_live_sandbox_on_the_same_workdir_joins_it,
+                claiming_a_live_sandbox_on_another_workdir_is_a_conflict_that_changes_nothing,
+                every_state_but_terminated_counts_as_live_for_a_claim,
+                a_claim_whose_id_is_not_derived_from_its_uid_and_scope_is_refused,
+                fifty_concurrent_claims_of_one_identity_create_exactly_one_sandbox,
+                two_store_handles_racing_to_claim_create_exactly_one_sandbox,
+                reclaiming_a_terminated_sandbox_bumps_its_generation_and_may_take_a_new_workdir,
+                concurrent_reclaims_of_a_terminated_sandbox_bump_the_generation_once,
+                a_stale_generation_cannot_change_the_sandbox_state,
+                the_current_generation_moves_the_sandbox_through_its_states,
+                touching_a_sandbox_moves_only_its_last_activity,
+                sandboxes_are_listed_per_uid_oldest_first,
+                a_run_is_recorded_from_start_to_finish,
+                a_run_warren_could_not_complete_is_recorded_as_failed,
+                a_finished_run_cannot_be_finished_again,
+                runs_are_refused_for_unknown_sandboxes_and_duplicate_ids,
+                runs_are_listed_newest_first_up_to_the_limit,
+                failing_running_runs_closes_only_the_runs_still_running,
+                recording_a_workdir_twice_reports_it_new_only_once,
+                workdirs_are_listed_per_uid_oldest_first,
+                a_reopened_store_keeps_its_data,
+            );
+        }
+    };
+    (@checks $backend:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                let backend = $backend;
+                crate::suite::behaviour::$check(&backend).await;
+            }
+        )*
+    };
+}
+
+behaviour_suite!(sqlite_in_memory => crate::suite::backends::SqliteInMemory);
+behaviour_suite!(sqlite_file => crate::suite::backends::SqliteFile::new());

@@ -1,0 +1,181 @@
+//! What only the SQLite store can be asked: file permissions and schema versions.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+use warren_store::{SqliteStore, StateStore, StoreError};
+
+use super::fixtures::{claim, uid, workdir};
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Runs `sql` on the database file behind warren's back.
+async fn execute_raw(path: &Path, sql: &str) {
+    let mut connection = SqliteConnectOptions::new()
+        .filename(path)
+        .connect()
+        .await
+        .expect("raw connection");
+    sqlx::query(sql)
+        .execute(&mut connection)
+        .await
+        .expect("raw statement");
+    connection.close().await.expect("close raw connection");
+}
+
+async fn count_raw(path: &Path, sql: &str) -> i64 {
+    let mut connection = SqliteConnectOptions::new()
+        .filename(path)
+        .connect()
+        .await
+        .expect("raw connection");
+    let count = sqlx::query_scalar(sql)
+        .fetch_one(&mut connection)
+        .await
+        .expect("raw count");
+    connection.close().await.expect("close raw connection");
+    count
+}
+
+#[tokio::test]
+async fn the_database_file_is_created_readable_by_its_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    store
+        .record_workdir(&uid("alice"), &workdir("projects/a"))
+        .await
+        .unwrap();
+
+    assert_eq!(mode(&path), 0o600);
+    // SQLite creates its write-ahead log with the mode of the database file.
+    let wal = dir.path().join("state.db-wal");
+    if wal.exists() {
+        assert_eq!(mode(&wal), 0o600);
+    }
+    store.close().await;
+}
+
+#[tokio::test]
+async fn the_database_runs_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    SqliteStore::open(&path).await.unwrap().close().await;
+
+    let mut connection = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn reopening_a_store_applies_each_migration_only_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    for _ in 0..3 {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+            .await
+            .unwrap();
+        store.close().await;
+    }
+
+    let migrations = count_raw(&path, "SELECT COUNT(*) FROM _sqlx_migrations").await;
+    let known = count_raw(
+        &path,
+        "SELECT COUNT(*) FROM _sqlx_migrations WHERE success = 1",
+    )
+    .await;
+    assert_eq!(migrations, known);
+    assert_eq!(
+        count_raw(&path, "SELECT MAX(version) FROM _sqlx_migrations").await,
+        SqliteStore::schema_version()
+    );
+    assert_eq!(count_raw(&path, "SELECT COUNT(*) FROM sandboxes").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_stores_opening_a_fresh_file_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+
+    let opens: Vec<_> = (0..8)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { SqliteStore::open(&path).await })
+        })
+        .collect();
+    for open in opens {
+        open.await.unwrap().unwrap();
+    }
+
+    assert_eq!(
+        count_raw(&path, "SELECT COUNT(*) FROM _sqlx_migrations").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_warren_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap();
+    store.close().await;
+    let future = SqliteStore::schema_version() + 1000;
+    execute_raw(
+        &path,
+        &format!(
+            "INSERT INTO _sqlx_migrations \
+             (version, description, success, checksum, execution_time) \
+             VALUES ({future}, 'from the future', TRUE, x'00', 0)"
+        ),
+    )
+    .await;
+
+    let err = SqliteStore::open(&path).await.unwrap_err();
+
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found, known }
+            if found == future && known == SqliteStore::schema_version()),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("schema version {future}")),
+        "{message}"
+    );
+    assert!(message.contains("upgrade warren"), "{message}");
+    // Refusing must not touch the database.
+    assert_eq!(count_raw(&path, "SELECT COUNT(*) FROM sandboxes").await, 1);
+}
+
+#[tokio::test]
+async fn a_store_in_a_missing_directory_cannot_be_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing").join("state.db");
+
+    let err = SqliteStore::open(&path).await.unwrap_err();
+
+    assert!(matches!(err, StoreError::CreateFile(_)), "{err:?}");
+    assert_eq!(err.to_string(), "could not create the state store file");
+}

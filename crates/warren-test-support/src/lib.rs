@@ -1,0 +1,208 @@
+//! Shared test support: start a real `warren serve` process in a temporary data directory
+//! and talk to it over real HTTP.
+//!
+//! Tests pass the path of the binary under test (`env!("CARGO_BIN_EXE_warren")`), so this
+//! crate depends on no warren library and cannot drift from what users run.
+
+#![deny(missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use reqwest::{Client, Method, RequestBuilder};
+
+/// A token long enough for `warren serve` (I13).
+pub const TEST_TOKEN: &str = "test-token-0123456789abcdef0123456789abcdef";
+
+/// A running `warren serve` with its own data directory, killed on drop.
+pub struct TestServer {
+    child: Child,
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub url: String,
+    /// The token the server accepts.
+    pub token: String,
+    data_dir: tempfile::TempDir,
+    http: Client,
+}
+
+impl TestServer {
+    /// Starts `bin serve --backend memory` on a free loopback port.
+    pub fn start(bin: &Path) -> Self {
+        Self::start_with(bin, &["--backend", "memory"])
+    }
+
+    /// Starts `bin serve <extra args>` on a free loopback port with [`TEST_TOKEN`].
+    pub fn start_with(bin: &Path, extra_args: &[&str]) -> Self {
+        Self::start_with_token(bin, extra_args, Some(TEST_TOKEN))
+    }
+
+    /// Starts `bin serve <extra args>`; with `token: None` the server generates its own
+    /// into `<data>/token`, which this reads back.
+    pub fn start_with_token(bin: &Path, extra_args: &[&str], token: Option<&str>) -> Self {
+        let data_dir = tempfile::tempdir().expect("create a temporary data dir");
+        let mut command = Command::new(bin);
+        command.env_remove("WARREN_TOKEN");
+        if let Some(token) = token {
+            command.env("WARREN_TOKEN", token);
+        }
+        let mut child = command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra_args)
+            .env("WARREN_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("warren listening on ") {
+                    let _ = sender.send(url.to_owned());
+                }
+            }
+        });
+        let url = match receiver.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                panic!("warren serve did not report its address within 30 s (exit: {status:?})");
+            }
+        };
+        let token = match token {
+            Some(token) => token.to_owned(),
+            None => std::fs::read_to_string(data_dir.path().join("token"))
+                .expect("the server generated a token file"),
+        };
+        Self {
+            child,
+            url,
+            token,
+            data_dir,
+            http: Client::new(),
+        }
+    }
+
+    /// The server's data directory on the host.
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
+    }
+
+    /// The host directory of a uid's UserWorkspace, for planting test fixtures. The uid must
+    /// be one that is safe as a directory name.
+    pub fn workspace_of(&self, safe_uid: &str) -> PathBuf {
+        self.data_dir
+            .path()
+            .join("user-data/shared")
+            .join(safe_uid)
+            .join("workspace")
+    }
+
+    /// A request with the right Bearer token.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    /// A request with no credentials at all.
+    pub fn anonymous(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.url))
+    }
+
+    /// Sends a request and returns its status and JSON body (`null` when the body is not
+    /// JSON).
+    pub async fn send_json(&self, request: RequestBuilder) -> (u16, serde_json::Value) {
+        let response = request.send().await.expect("the server answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("a readable body");
+        let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        (status, body)
+    }
+
+    /// `POST /v1/users/{uid}/workdirs` with `path`, asserting success; returns the workdir.
+    pub async fn workdir(&self, uid: &str, path: &str) -> String {
+        let (status, body) = self
+            .send_json(
+                self.request(Method::POST, &format!("/v1/users/{uid}/workdirs"))
+                    .json(&serde_json::json!({ "path": path })),
+            )
+            .await;
+        assert!(
+            status == 201 || status == 200,
+            "create workdir: {status} {body}"
+        );
+        body["workdir"].as_str().expect("workdir").to_owned()
+    }
+
+    /// Creates a workdir and a sandbox of (uid, scope) bound to it; returns the sandbox id.
+    pub async fn sandbox(&self, uid: &str, scope: &str, workdir: &str) -> String {
+        self.workdir(uid, workdir).await;
+        let (status, body) = self
+            .send_json(
+                self.request(Method::POST, "/v1/sandboxes")
+                    .json(&serde_json::json!({
+                        "uid": uid, "runtime_scope_id": scope, "workdir": workdir,
+                    })),
+            )
+            .await;
+        assert!(
+            status == 201 || status == 200,
+            "create sandbox: {status} {body}"
+        );
+        body["sandbox_id"].as_str().expect("sandbox_id").to_owned()
+    }
+
+    /// Kills the server at once (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `bin` with `args` and `env` (nothing else of the test's environment that matters to
+/// warren), waiting at most 30 s, and returns its output.
+pub fn run_to_exit(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(bin);
+    command
+        .args(args)
+        .env_remove("WARREN_TOKEN")
+        .env_remove("WARREN_URL")
+        .env_remove("WARREN_DATA_DIR")
+        .env("WARREN_LOG", "warn")
+        .stdin(Stdio::null());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let pid = child.id();
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match receiver.recv_timeout(Duration::from_secs(30)) {
+        Ok(output) => output.expect("the process ran"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("{} {args:?} did not exit within 30 s", bin.display());
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Client subcommands: talk to a running server through `WARREN_URL` and `WARREN_TOKEN`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use warren_client::{ClientError, WarrenClient};
+use warren_protocol::{CreateSandbox, ExecCommand};
+
+/// Where the server is and how to authenticate.
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// The server's base URL.
+    #[arg(long, env = "WARREN_URL", default_value = "http://127.0.0.1:7878")]
+    url: String,
+    /// The provisioner token.
+    #[arg(long, env = "WARREN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl Connection {
+    fn client(&self) -> anyhow::Result<WarrenClient> {
+        let token = self.token.as_deref().context(
+            "no token: set WARREN_TOKEN (the server generated one into <data-dir>/token)",
+        )?;
+        Ok(WarrenClient::new(&self.url, token)?)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WorkdirArgs {
+    #[command(subcommand)]
+    command: WorkdirCommand,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkdirCommand {
+    /// Create a workdir (default `projects/<uuid>`).
+    Create {
+        /// The workspace owner.
+        #[arg(long)]
+        uid: String,
+        /// Relative path inside the user's workspace.
+        #[arg(long)]
+        path: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    #[command(subcommand)]
+    command: SandboxCommand,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Subcommand)]
+enum SandboxCommand {
+    /// Find or create the sandbox of a uid and runtime scope.
+    Create {
+        /// The workspace owner.
+        #[arg(long)]
+        uid: String,
+        /// The runtime scope (the root conversation's thread id).
+        #[arg(long)]
+        scope: String,
+        /// Relative workdir; default: a fresh projects/<uuid>.
+        #[arg(long)]
+        workdir: Option<String>,
+    },
+    /// List sandboxes.
+    List {
+        /// Only this user's.
+        #[arg(long)]
+        uid: Option<String>,
+    },
+    /// Reclaim a sandbox's runtime; workspace files stay.
+    Rm {
+        /// Sandbox id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Sandbox id.
+    id: String,
+    /// Working directory (virtual path); default: the workdir.
+    #[arg(long)]
+    cwd: Option<String>,
+    /// Timeout in seconds.
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Extra environment, as NAME=VALUE (repeatable).
+    #[arg(long = "env", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// The command line, run with /bin/sh -c.
+    #[arg(required = true, trailing_var_arg = true)]
+    command: Vec<String>,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Args)]
+pub struct CatArgs {
+    /// Sandbox id.
+    id: String,
+    /// Virtual path.
+    path: String,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Args)]
+pub struct PutArgs {
+    /// Sandbox id.
+    id: String,
+    /// Virtual path to write.
+    path: String,
+    /// Local file to upload; default: stdin.
+    #[arg(long)]
+    from: Option<PathBuf>,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Sandbox id.
+    id: String,
+    /// Virtual path; default: the workdir.
+    #[arg(default_value = ".")]
+    path: String,
+    /// Levels to descend.
+    #[arg(long, default_value_t = 1)]
+    depth: u32,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+fn parse_env(raw: &str) -> Result<(String, String), String> {
+    raw.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{raw:?} is not NAME=VALUE"))
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Turns an API failure into a message a person can act on, and exit code 1 (2 for usage
+/// errors the server reported as 4xx).
+fn report(error: ClientError) -> anyhow::Result<ExitCode> {
+    eprintln!("warren: {error}");
+    if let ClientError::Connect { .. } = error {
+        eprintln!("hint: is `warren serve` running, and does WARREN_URL point at it?");
+    }
+    if error.status().is_some_and(|s| s.as_u16() == 401) {
+        eprintln!("hint: WARREN_TOKEN must be the server's token (see <data-dir>/token)");
+    }
+    let code = match error.status() {
+        Some(s) if s.is_client_error() => 2,
+        _ => 1,
+    };
+    Ok(ExitCode::from(code))
+}
+
+pub async fn workdir(args: WorkdirArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    match args.command {
+        WorkdirCommand::Create { uid, path } => {
+            match client.create_workdir(&uid, path.as_deref()).await {
+                Ok(info) => print_json(&info).map(|()| ExitCode::SUCCESS),
+                Err(e) => report(e),
+            }
+        }
+    }
+}
+
+pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    let result = match args.command {
+        SandboxCommand::Create {
+            uid,
+            scope,
+            workdir,
+        } => client
+            .create_sandbox(&CreateSandbox {
+                uid,
+                runtime_scope_id: scope,
+                workdir,
+            })
+            .await
+            .map(|info| serde_json::to_value(info).unwrap_or_default()),
+        SandboxCommand::List { uid } => client
+            .list_sandboxes(uid.as_deref())
+            .await
+            .map(|list| serde_json::to_value(list).unwrap_or_default()),
+        SandboxCommand::Rm { id } => client
+            .remove_sandbox(&id)
+            .await
+            .map(|info| serde_json::to_value(info).unwrap_or_default()),
+    };
+    match result {
+        Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
+        Err(e) => report(e),
+    }
+}
+
+pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    let command = ExecCommand {
+        command: Some(args.command.join(" ")),
+        argv: None,
+        cwd: args.cwd,
+        env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
+        timeout_s: args.timeout,
+        stdin: None,
+    };
+    match client.exec(&args.id, &command).await {
+        Ok(result) => {
+            std::io::stdout().write_all(result.stdout.as_bytes())?;
+            std::io::stderr().write_all(result.stderr.as_bytes())?;
+            if result.timed_out {
+                eprintln!("warren: the command timed out and was killed");
+                return Ok(ExitCode::from(124));
+            }
+            // Shell convention: the command's own status, or 128 + signal.
+            let code = match (result.exit_code, result.signal) {
+                (Some(code), _) => code,
+                (None, Some(signal)) => 128 + signal,
+                (None, None) => 1,
+            };
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        Err(e) => report(e),
+    }
+}
+
+pub async fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    match client.read_file(&args.id, &args.path).await {
+        Ok(bytes) => {
+            std::io::stdout().write_all(&bytes)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => report(e),
+    }
+}
+
+pub async fn put(args: PutArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    let bytes = match &args.from {
+        Some(path) => {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?
+        }
+        None => {
+            let mut bytes = Vec::new();
+            std::io::stdin().read_to_end(&mut bytes)?;
+            bytes
+        }
+    };
+    match client.write_file(&args.id, &args.path, bytes).await {
+        Ok(result) => print_json(&result).map(|()| ExitCode::SUCCESS),
+        Err(e) => report(e),
+    }
+}
+
+pub async fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    match client.list_files(&args.id, &args.path, args.depth).await {
+        Ok(list) => {
+            for entry in &list.entries {
+                let marker = match entry.kind.as_str() {
+                    "dir" => "/",
+                    "symlink" => "@",
+                    _ => "",
+                };
+                println!("{:>10}  {}{marker}", entry.size, entry.path);
+            }
+            if list.truncated {
+                eprintln!("warren: listing truncated; narrow the path or lower --depth");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => report(e),
+    }
+}

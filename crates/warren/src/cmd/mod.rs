@@ -1,0 +1,59 @@
+//! Subcommands: one short file each.
+
+mod client;
+mod doctor;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Sandboxes and workspaces for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "warren", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the provisioner: the HTTP API on embedded defaults.
+    Serve(serve::ServeArgs),
+    /// Print the OpenAPI document of the HTTP API.
+    Openapi,
+    /// Show which isolation features this host supports.
+    Doctor,
+    /// Manage workdirs of a user (client of a running server).
+    Workdir(client::WorkdirArgs),
+    /// Manage sandboxes (client of a running server).
+    Sandbox(client::SandboxArgs),
+    /// Run a command in a sandbox (client of a running server).
+    Exec(client::ExecArgs),
+    /// Print a file of a sandbox to stdout (client of a running server).
+    Cat(client::CatArgs),
+    /// Write stdin or a local file to a sandbox file (client of a running server).
+    Put(client::PutArgs),
+    /// List a directory of a sandbox (client of a running server).
+    Ls(client::LsArgs),
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Openapi => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&warren_api::openapi_document())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor => doctor::run(),
+        Command::Workdir(args) => client::workdir(args).await,
+        Command::Sandbox(args) => client::sandbox(args).await,
+        Command::Exec(args) => client::exec(args).await,
+        Command::Cat(args) => client::cat(args).await,
+        Command::Put(args) => client::put(args).await,
+        Command::Ls(args) => client::ls(args).await,
+    }
+}

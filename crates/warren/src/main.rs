@@ -1,0 +1,37 @@
+//! `warren`: sandboxes and workspaces for AI agents.
+//!
+//! This binary only parses arguments and dispatches; every rule lives in the library crates.
+//! `warren serve` runs the provisioner; the other subcommands are clients of a running
+//! server, found through `WARREN_URL` and `WARREN_TOKEN`.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // A runtime launcher is this same executable, re-run by the local backend; it must not
+    // start an async runtime or threads before it forks (see warren_isolation::runtime).
+    if std::env::args_os().nth(1).as_deref() == Some(warren_isolation::RUNTIME_INIT_ARG.as_ref()) {
+        warren_isolation::runtime_init_main();
+    }
+    let cli = cmd::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("warren: could not start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(cmd::run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("warren: {error:#}");
+            ExitCode::from(1)
+        }
+    }
+}

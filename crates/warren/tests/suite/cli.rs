@@ -1,0 +1,118 @@
+//! The client subcommands against a real server: output, exit codes and hints.
+
+use warren_test_support::run_to_exit;
+
+use super::{bin, server};
+
+#[tokio::test]
+async fn the_cli_creates_a_sandbox_writes_reads_and_lists_files() {
+    let server = server();
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let bin = bin();
+    let out = run_to_exit(
+        bin,
+        &[
+            "workdir",
+            "create",
+            "--uid",
+            "alice",
+            "--path",
+            "projects/cli",
+        ],
+        &env,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_to_exit(
+        bin,
+        &[
+            "sandbox",
+            "create",
+            "--uid",
+            "alice",
+            "--scope",
+            "t",
+            "--workdir",
+            "projects/cli",
+        ],
+        &env,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = info["sandbox_id"].as_str().unwrap().to_owned();
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), "from the cli\n").unwrap();
+    let out = run_to_exit(
+        bin,
+        &[
+            "put",
+            &id,
+            "notes/a.txt",
+            "--from",
+            local.path().to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_to_exit(bin, &["cat", &id, "notes/a.txt"], &env);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from the cli\n");
+    let out = run_to_exit(bin, &["ls", &id, "notes"], &env);
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains("/home/gem/user-data/projects/cli/notes/a.txt"));
+    let out = run_to_exit(bin, &["sandbox", "list", "--uid", "alice"], &env);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
+    let out = run_to_exit(bin, &["sandbox", "rm", &id], &env);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("terminated"));
+}
+
+#[tokio::test]
+async fn cli_errors_say_what_went_wrong_and_what_to_do() {
+    let server = server();
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let bin = bin();
+    let out = run_to_exit(bin, &["cat", "sbx-0123456789abcdef01234567", "x"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sandbox_not_found"));
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let out = run_to_exit(bin, &["exec", &id, "echo", "hi"], &env);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exec_not_supported"));
+    let wrong = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", "wrong-token-wrong-token-wrong-token"),
+    ];
+    let out = run_to_exit(bin, &["sandbox", "list"], &wrong);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hint: WARREN_TOKEN"));
+    let out = run_to_exit(
+        bin,
+        &["sandbox", "list"],
+        &[("WARREN_URL", "http://127.0.0.1:9"), ("WARREN_TOKEN", "x")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is `warren serve` running"));
+    let out = run_to_exit(
+        bin,
+        &["sandbox", "list"],
+        &[("WARREN_URL", server.url.as_str())],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set WARREN_TOKEN"));
+}

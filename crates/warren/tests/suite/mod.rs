@@ -1,0 +1,29 @@
+//! One module per area of the API contract.
+
+mod auth;
+mod cli;
+mod etag;
+mod files;
+mod openapi;
+mod path_attacks;
+mod sandboxes;
+mod workdirs;
+
+use std::path::Path;
+
+use warren_test_support::TestServer;
+
+pub(crate) fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+pub(crate) fn server() -> TestServer {
+    TestServer::start(bin())
+}
+
+/// Whether this test process runs as root, where files must end up owned by 1000:1000 (I11).
+pub(crate) fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
