@@ -74,6 +74,7 @@ pub(crate) fn exec_stream(
         let exec = state.provisioner.exec(&id, input, Some(chunk_tx));
         tokio::pin!(exec);
         let engine = base64::engine::general_purpose::STANDARD;
+        let mut client_gone = false;
         let result = loop {
             tokio::select! {
                 Some(chunk) = chunk_rx.recv() => {
@@ -83,9 +84,16 @@ pub(crate) fn exec_stream(
                         OutputStream::Stderr => ExecEvent::Stderr { data },
                     };
                     if body_tx.send(format.frame(&event)).await.is_err() {
-                        // The client is gone: closing the sink makes the backend kill it.
+                        client_gone = true;
                         chunk_rx.close();
                     }
+                }
+                // A silent command must not outlive its client either: notice the
+                // disconnect itself, not only a failed send.
+                () = body_tx.closed(), if !client_gone => {
+                    client_gone = true;
+                    // Closing the sink makes the backend kill the command's tree (I24).
+                    chunk_rx.close();
                 }
                 result = &mut exec => break result,
             }

@@ -56,6 +56,7 @@ struct RuntimeIdentity {
     user_workspace: PathBuf,
     skill_projection: PathBuf,
     env: std::collections::BTreeMap<String, String>,
+    cgroup: String,
     pid: i32,
 }
 
@@ -63,6 +64,8 @@ struct RuntimeIdentity {
 pub struct LocalBackend {
     config: LocalBackendConfig,
     runtimes_dir: PathBuf,
+    /// Distinguishes this instance's cgroups from another warren's on the same host.
+    instance: String,
     root: RootSource,
     cgroups: CgroupSupport,
     report: HostReport,
@@ -101,9 +104,12 @@ impl LocalBackend {
         // Runtimes outlive their launcher; as subreaper, warren reaps the inits it kills.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         let cgroups = CgroupSupport::detect().map_err(IsolationError::Cgroup)?;
+        let instance =
+            blake3::hash(config.data_dir.as_os_str().as_encoded_bytes()).to_hex()[..8].to_owned();
         Ok(Self {
             config,
             runtimes_dir,
+            instance,
             root,
             cgroups,
             report,
@@ -114,6 +120,10 @@ impl LocalBackend {
     /// What this host supports, for `warren doctor`.
     pub fn report(&self) -> &HostReport {
         &self.report
+    }
+
+    fn cgroup_name(&self, sandbox: &SandboxId) -> String {
+        format!("{}-{}", self.instance, sandbox)
     }
 
     fn runtime_dir(&self, sandbox: &SandboxId) -> PathBuf {
@@ -156,6 +166,7 @@ impl LocalBackend {
         let config = RuntimeConfig {
             sandbox: spec.sandbox.to_string(),
             generation: spec.generation,
+            cgroup_name: self.cgroup_name(&spec.sandbox),
             runtime_dir: dir.clone(),
             user_workspace: spec.user_workspace.clone(),
             skill_projection: spec.skill_projection.clone(),
@@ -215,6 +226,7 @@ impl LocalBackend {
             user_workspace: spec.user_workspace.clone(),
             skill_projection: spec.skill_projection.clone(),
             env: spec.env.clone(),
+            cgroup: self.cgroup_name(&spec.sandbox),
             pid,
         };
         let json = serde_json::to_vec_pretty(&identity)
@@ -232,7 +244,7 @@ impl LocalBackend {
             kill_and_wait(identity.pid).await;
         }
         let cgroups = self.cgroups.clone();
-        let name = sandbox.to_string();
+        let name = self.cgroup_name(sandbox);
         tokio::task::spawn_blocking(move || -> Result<(), IsolationError> {
             if let Some(cgroup) =
                 SandboxCgroup::open(&cgroups, &name).map_err(IsolationError::Cgroup)?
@@ -467,18 +479,21 @@ async fn run(
         }
     });
     let cap = request.output_cap;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let (out_task, err_task) = (
         tokio::spawn(collect(
             stdout_read,
             OutputStream::Stdout,
             cap,
             sink.clone(),
+            stopped.clone(),
         )),
         tokio::spawn(collect(
             stderr_read,
             OutputStream::Stderr,
             cap,
             sink.clone(),
+            stopped,
         )),
     );
 
@@ -488,6 +503,7 @@ async fn run(
         Reply::Started { .. } => {}
         Reply::Failed { stage, errno } => {
             writer.abort();
+            let _ = stop.send(true);
             let (_, _) = (out_task.await, err_task.await);
             let reason = std::io::Error::from_raw_os_error(errno);
             outcome.exit_code = Some(if stage == "exec" && errno == libc::EACCES {
@@ -555,23 +571,19 @@ async fn run(
         peak_memory_bytes: Some(max_rss_kib * 1024),
     };
     writer.abort();
-    let grace = tokio::time::sleep(OUTPUT_GRACE);
-    tokio::pin!(grace);
-    let mut out_task = out_task;
-    let mut err_task = err_task;
-    let mut stdout = None;
-    let mut stderr = None;
-    while stdout.is_none() || stderr.is_none() {
-        tokio::select! {
-            r = &mut out_task, if stdout.is_none() => stdout = Some(r.unwrap_or_default()),
-            r = &mut err_task, if stderr.is_none() => stderr = Some(r.unwrap_or_default()),
-            () = &mut grace => {
-                out_task.abort();
-                err_task.abort();
-                break;
-            }
+    // Pipes still held open by background processes (I6) must not hold the answer: after a
+    // short grace the collectors stop and hand over what they have.
+    let both = async { (out_task.await, err_task.await) };
+    tokio::pin!(both);
+    let collected = tokio::select! {
+        collected = &mut both => collected,
+        () = tokio::time::sleep(OUTPUT_GRACE) => {
+            let _ = stop.send(true);
+            both.await
         }
-    }
+    };
+    let stdout = collected.0.ok();
+    let stderr = collected.1.ok();
     let (stdout, out_cut) = stdout.unwrap_or_default();
     let (stderr, err_cut) = stderr.unwrap_or_default();
     outcome.stdout = stdout;
@@ -588,6 +600,7 @@ async fn collect(
     stream: OutputStream,
     cap: usize,
     sink: Option<OutputSink>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> (Vec<u8>, bool) {
     let mut kept = Vec::new();
     let mut truncated = false;
@@ -596,9 +609,12 @@ async fn collect(
     };
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
-        let n = match pipe.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = tokio::select! {
+            read = pipe.read(&mut buffer) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = stop.changed() => break,
         };
         let room = cap.saturating_sub(kept.len());
         if n > room {

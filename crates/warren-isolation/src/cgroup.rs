@@ -985,6 +985,12 @@ impl SandboxCgroup {
         stats
     }
 
+    /// The sandbox's directory in every hierarchy in use, for rules that must name them
+    /// (init confines itself with Landlock but still manages its command cgroups here).
+    pub fn directories(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
+        self.places.iter().map(|place| place.dir.as_fd())
+    }
+
     /// Whether no process is left in the sandbox (in any hierarchy, any leaf). A cgroup that
     /// cannot be read counts as not empty.
     pub fn is_empty(&self) -> bool {

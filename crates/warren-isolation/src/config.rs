@@ -17,6 +17,9 @@ pub struct RuntimeConfig {
     pub sandbox: String,
     /// The sandbox generation this runtime serves.
     pub generation: i64,
+    /// The runtime's cgroup name (under `warren/`), unique per warren instance so two
+    /// instances on one host never share one.
+    pub cgroup_name: String,
     /// Host directory of this runtime: control socket, mount points, identity file.
     pub runtime_dir: PathBuf,
     /// Host path of the UserWorkspace, bound read-write at `/home/gem/user-data` (I7).
@@ -47,6 +50,10 @@ pub enum RootSource {
 }
 
 /// Resource limits of one runtime (I23).
+///
+/// The ephemeral file systems (CoW layer, `/home/gem`, `/tmp`, `/dev/shm`) are tmpfs: their
+/// pages count against `memory_bytes`. The defaults keep their sum well below the memory
+/// limit, so filling them answers "No space left on device" rather than the OOM killer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeLimits {
     /// Memory of the whole runtime, bytes.
@@ -71,12 +78,12 @@ impl Default for RuntimeLimits {
     fn default() -> Self {
         const MIB: u64 = 1024 * 1024;
         Self {
-            memory_bytes: Some(1024 * MIB),
+            memory_bytes: Some(2048 * MIB),
             pids_max: Some(512),
             cpu_millis: Some(1000),
-            cow_bytes: 1024 * MIB,
-            home_bytes: 512 * MIB,
-            tmp_bytes: 512 * MIB,
+            cow_bytes: 512 * MIB,
+            home_bytes: 256 * MIB,
+            tmp_bytes: 256 * MIB,
             shm_bytes: 64 * MIB,
             nofile: 1024,
         }

@@ -34,6 +34,11 @@ impl TestServer {
         Self::start_with(bin, &["--backend", "memory"])
     }
 
+    /// Starts `bin serve` on its default backend: the native Linux runtime.
+    pub fn start_local(bin: &Path) -> Self {
+        Self::start_with(bin, &["--backend", "local"])
+    }
+
     /// Starts `bin serve <extra args>` on a free loopback port with [`TEST_TOKEN`].
     pub fn start_with(bin: &Path, extra_args: &[&str]) -> Self {
         Self::start_with_token(bin, extra_args, Some(TEST_TOKEN))
@@ -161,6 +166,29 @@ impl TestServer {
         body["sandbox_id"].as_str().expect("sandbox_id").to_owned()
     }
 
+    /// Runs a shell command in a sandbox and returns the JSON result, asserting HTTP 200.
+    pub async fn exec(&self, sandbox: &str, command: &str) -> serde_json::Value {
+        self.exec_with(sandbox, serde_json::json!({ "command": command }))
+            .await
+    }
+
+    /// Runs an exec request body in a sandbox and returns the JSON result, asserting 200.
+    pub async fn exec_with(&self, sandbox: &str, body: serde_json::Value) -> serde_json::Value {
+        let (status, result) = self
+            .send_json(
+                self.request(Method::POST, &format!("/v1/sandboxes/{sandbox}/exec"))
+                    .json(&body),
+            )
+            .await;
+        assert_eq!(status, 200, "exec {body}: {result}");
+        result
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server at once (SIGKILL) and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -171,6 +199,59 @@ impl TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
+        // Runtimes outlive the server by design; a test must not leave them behind.
+        reap_runtimes(self.data_dir.path());
+    }
+}
+
+/// Kills every runtime recorded under `data_dir` and removes its cgroups.
+pub fn reap_runtimes(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("runtimes")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(identity) = std::fs::read(entry.path().join("runtime.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        else {
+            continue;
+        };
+        if let Some(pid) = identity["pid"].as_i64() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        if let Some(cgroup) = identity["cgroup"].as_str() {
+            for hierarchy in cgroup_hierarchies() {
+                remove_cgroup_tree(&hierarchy.join("warren").join(cgroup));
+            }
+        }
+    }
+}
+
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from("/sys/fs/cgroup")];
+    if let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") {
+        out.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    out
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    if !dir.is_dir() {
+        return;
+    }
+    for attempt in 0..200 {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.path().is_dir() {
+                    remove_cgroup_tree(&entry.path());
+                }
+            }
+        }
+        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        let _ = attempt;
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -1,27 +1,19 @@
 //! What happens in a command's process between `fork` and `execve`, in init.
 //!
 //! The order matters: join the command's cgroup and session while still root, drop every
-//! capability and switch to 1000:1000 (I11), set `no_new_privs`, confine the file system
-//! with Landlock, install the seccomp filter last (it must still allow `execve`), enter the
-//! working directory *as the sandbox user* so its permissions apply, and exec.
+//! capability and switch to 1000:1000 (I11), set `no_new_privs`, install the seccomp
+//! filter last (it must still allow `execve`), enter the working directory *as the sandbox
+//! user* so its permissions apply, and exec. Landlock is inherited from init (`confine`).
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-
-use landlock::{
-    path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, ABI,
-};
 
 use crate::cgroup::ExecCgroup;
 use crate::config::{SANDBOX_GID, SANDBOX_UID};
 use crate::control::ExecSpec;
 use crate::seccomp::SeccompProgram;
 use crate::sys;
-
-/// Where the sandbox user may write, beyond what DAC allows; everything else is read and
-/// execute only (Landlock is defence in depth under the mount layout).
-pub(crate) const LANDLOCK_WRITABLE: &[&str] = &["/home/gem", "/tmp", "/dev", "/usr/local", "/opt"];
 
 /// Runs in the forked child; never returns. A failure is written to `error_pipe` as
 /// "<stage> <errno>" and the child exits 127.
@@ -79,6 +71,8 @@ pub(crate) fn exec_command(
         maximum: Some(0),
     };
     let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
+    // Raising the score back is always allowed; it fails only if init could not lower it.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "0");
     if let Err(e) = sys::drop_bounding_set() {
         fail("capabilities", e.raw_os_error().unwrap_or(0));
     }
@@ -97,9 +91,6 @@ pub(crate) fn exec_command(
     if let Err(e) = rustix::thread::set_no_new_privs(true) {
         fail("no_new_privs", errno(e));
     }
-    if restrict_file_system().is_err() {
-        fail("landlock", libc::EPERM);
-    }
     if seccomp.apply().is_err() {
         fail("seccomp", libc::EPERM);
     }
@@ -108,25 +99,6 @@ pub(crate) fn exec_command(
     }
     let error = exec(spec);
     fail("exec", error.raw_os_error().unwrap_or(0))
-}
-
-/// Read and execute everywhere, write only where the sandbox user is meant to (I7).
-/// Best effort: a kernel without Landlock keeps the mount layout as its boundary, which
-/// `warren doctor` and /health report.
-fn restrict_file_system() -> Result<(), landlock::RulesetError> {
-    let abi = ABI::V5;
-    Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))?
-        .create()?
-        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
-        .add_rules(path_beneath_rules(
-            LANDLOCK_WRITABLE
-                .iter()
-                .filter(|p| std::path::Path::new(p).exists()),
-            AccessFs::from_all(abi),
-        ))?
-        .restrict_self()?;
-    Ok(())
 }
 
 /// `execve` with a `PATH` search like `execvp`, using the command's own environment.

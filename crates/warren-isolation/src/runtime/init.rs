@@ -54,11 +54,17 @@ fn launch() -> Result<i32, String> {
         pids_max: config.limits.pids_max,
         cpu_millis: config.limits.cpu_millis,
     };
-    let (cgroup, _not_enforced) = SandboxCgroup::create(&support, &config.sandbox, &limits)
+    let (cgroup, _not_enforced) = SandboxCgroup::create(&support, &config.cgroup_name, &limits)
         .map_err(|e| format!("create the sandbox cgroup: {e}"))?;
     cgroup
         .add_init(rustix::process::getpid().as_raw_nonzero().get())
         .map_err(|e| format!("join the sandbox cgroup: {e}"))?;
+
+    // The OOM killer should pick a runaway command, never init: losing init loses the
+    // runtime. Best effort: without CAP_SYS_RESOURCE the score cannot go below zero, and
+    // init's few hundred KiB still make it the last candidate. Commands reset their own
+    // score (see `child`).
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
 
     let socket_path = config.runtime_dir.join("control.sock");
     let _ = std::fs::remove_file(&socket_path);
@@ -174,6 +180,10 @@ impl Init {
             "make the control socket non-blocking",
             listener.set_nonblocking(true),
         )?;
+        crate::runtime::confine::confine(cgroup.directories()).map_err(|e| SetupError {
+            stage: "apply Landlock",
+            source: std::io::Error::other(e.to_string()),
+        })?;
         Ok(Self {
             config,
             cgroup,

@@ -11,6 +11,7 @@
 //! provisioner process and survives a provisioner restart.
 
 pub(crate) mod child;
+pub(crate) mod confine;
 pub(crate) mod init;
 pub(crate) mod rootfs;
 

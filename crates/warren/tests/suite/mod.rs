@@ -2,10 +2,12 @@
 
 mod auth;
 mod cli;
+mod escape;
 mod etag;
 mod files;
 mod openapi;
 mod path_attacks;
+mod runtime;
 mod sandboxes;
 mod workdirs;
 
