@@ -557,7 +557,11 @@ impl CgroupSupport {
                 mount: &mount.path,
                 hierarchy: mount.label(),
                 controllers,
-                leafy: controllers.pids,
+                // With v2 present its leafs tell commands apart (and commands are spawned
+                // straight into them, see `ExecCgroup::spawn_target`); v1 then only holds
+                // the sandbox-wide limits, which commands inherit from init without the
+                // costly migration a write to a v1 `cgroup.procs` takes.
+                leafy: controllers.pids && self.unified.is_none(),
             });
         }
         // Without v2 and v1 pids, some other v1 hierarchy has to carry the leafs, or a
@@ -917,16 +921,9 @@ impl SandboxCgroup {
                     parent,
                     dir,
                 });
-            } else {
-                let path = place.path(&self.name, None);
-                procs.push(ProcsFile {
-                    fd: open_procs(place.dir.as_fd()).map_err(|source| CgroupError::Open {
-                        path: path.clone(),
-                        source,
-                    })?,
-                    path,
-                });
             }
+            // Non-leafy hierarchies need nothing: a command is init's child and inherits
+            // init's place there.
         }
         Ok(ExecCgroup {
             leaf,
@@ -1053,6 +1050,15 @@ impl ExecCgroup {
             })?;
         }
         Ok(())
+    }
+
+    /// The v2 leaf to spawn the command straight into (`clone3(CLONE_INTO_CGROUP)`), when
+    /// it is the command's only placement; then no `add_self` migration is needed.
+    pub fn spawn_target(&self) -> Option<BorrowedFd<'_>> {
+        match self.leaves.as_slice() {
+            [leaf] if leaf.unified => Some(leaf.dir.as_fd()),
+            _ => None,
+        }
     }
 
     /// The leaf's name, `exec-<n>`.
@@ -1745,14 +1751,15 @@ mod tests {
             cpu: true,
             ..Controllers::default()
         };
-        // cpuacct is left out: the v2 hierarchy's cpu.stat reports usage already.
+        // cpuacct is left out: the v2 hierarchy's cpu.stat reports usage already; v1 pids
+        // holds only the sandbox-wide limit, commands are told apart by the v2 leafs.
         assert_eq!(
             plan_summary(&support),
             vec![
                 ("unified".to_owned(), Controllers::default(), true),
                 ("cpu".to_owned(), cpu, false),
                 ("memory".to_owned(), memory, false),
-                ("pids".to_owned(), pids, true),
+                ("pids".to_owned(), pids, false),
             ]
         );
         let description = support.describe();

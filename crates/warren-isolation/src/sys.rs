@@ -32,6 +32,49 @@ pub(crate) fn fork_single_threaded() -> io::Result<Forked> {
     }
 }
 
+/// `clone3(CLONE_INTO_CGROUP)`: like [`fork_single_threaded`], but the child starts life in
+/// the cgroup v2 directory `cgroup`, with no migration (which takes a global lock and an
+/// RCU grace period, milliseconds per command).
+pub(crate) fn fork_into_cgroup(cgroup: BorrowedFd<'_>) -> io::Result<Forked> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+    let args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: as for fork: the caller is single-threaded; with no stack given the child
+    // continues on a copy of the parent's stack, exactly like fork. `args` is a valid
+    // clone_args of the size passed, alive for the call.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match result {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(pid as i32)),
+    }
+}
+
 /// `unshare(2)` of the given `CLONE_*` flags.
 pub(crate) fn unshare(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
     // SAFETY: rustix marks unshare unsafe because unsharing file descriptors or the

@@ -23,17 +23,20 @@ const JOIN_ENV: &str = "WARREN_CGROUP_TEST_JOIN";
 /// What that helper prints once it has joined.
 const JOINED: &str = "warren-cgroup-test-joined";
 
-fn support() -> Option<CgroupSupport> {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: cgroup tests need root");
-        return None;
-    }
+/// The host's cgroups; these tests need root and a usable hierarchy, and fail saying so
+/// rather than skip.
+fn support() -> CgroupSupport {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "the cgroup tests need root: they create cgroups and move processes"
+    );
     let support = CgroupSupport::detect().expect("detect cgroup hierarchies");
-    if !support.enforceable().tree_kill {
-        eprintln!("skipped: no usable cgroup hierarchy");
-        return None;
-    }
-    Some(support)
+    assert!(
+        support.enforceable().tree_kill,
+        "no usable cgroup hierarchy on this host: {:?}",
+        support.describe()
+    );
+    support
 }
 
 fn unique(what: &str) -> String {
@@ -207,7 +210,7 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
 
 #[test]
 fn limits_are_written_to_the_controller_files() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("limits");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let limits = Limits {
@@ -264,11 +267,11 @@ fn limits_are_written_to_the_controller_files() {
 
 #[test]
 fn creating_again_after_a_crash_reuses_the_cgroup_and_replaces_its_limits() {
-    let Some(support) = support() else { return };
-    if !support.enforceable().memory {
-        eprintln!("skipped: no memory controller");
-        return;
-    }
+    let support = support();
+    assert!(
+        support.enforceable().memory,
+        "this test needs the memory cgroup controller"
+    );
     let name = unique("reuse");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let small = Limits {
@@ -303,7 +306,7 @@ fn creating_again_after_a_crash_reuses_the_cgroup_and_replaces_its_limits() {
 
 #[test]
 fn open_finds_an_existing_sandbox_and_returns_none_for_an_unknown_one() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("open");
     let _cleanup = Cleanup::new(&support, &[&name]);
     assert!(SandboxCgroup::open(&support, &name).unwrap().is_none());
@@ -318,7 +321,7 @@ fn open_finds_an_existing_sandbox_and_returns_none_for_an_unknown_one() {
 
 #[test]
 fn add_init_puts_the_process_in_the_init_leaf_of_every_hierarchy() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("init");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let (cgroup, _) = SandboxCgroup::create(&support, &name, &Limits::default()).unwrap();
@@ -336,7 +339,13 @@ fn add_init_puts_the_process_in_the_init_leaf_of_every_hierarchy() {
         assert_eq!(cgroup_of(child.id(), None), Some(init.clone()));
     }
     if support.v1_mount("pids").is_some() {
-        assert_eq!(cgroup_of(child.id(), Some("pids")), Some(init.clone()));
+        // With v2 present, v1 pids carries only the sandbox-wide limit (no leafs).
+        let expected = if support.unified_mount().is_some() {
+            sandbox.clone()
+        } else {
+            init.clone()
+        };
+        assert_eq!(cgroup_of(child.id(), Some("pids")), Some(expected));
     }
     for controller in ["memory", "cpu"] {
         if support.v1_mount(controller).is_some() {
@@ -356,7 +365,7 @@ fn add_init_puts_the_process_in_the_init_leaf_of_every_hierarchy() {
 
 #[test]
 fn killing_an_exec_leaf_takes_down_its_whole_tree_including_a_setsid_grandchild() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("tree");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let (cgroup, _) = SandboxCgroup::create(&support, &name, &Limits::default()).unwrap();
@@ -406,7 +415,7 @@ fn killing_an_exec_leaf_takes_down_its_whole_tree_including_a_setsid_grandchild(
 
 #[test]
 fn kill_all_empties_the_init_and_every_exec_leaf() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("killall");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let (cgroup, _) = SandboxCgroup::create(&support, &name, &Limits::default()).unwrap();
@@ -440,7 +449,7 @@ fn kill_all_empties_the_init_and_every_exec_leaf() {
 
 #[test]
 fn remove_leaves_no_directory_behind_in_any_hierarchy() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("remove");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let (cgroup, _) = SandboxCgroup::create(
@@ -477,11 +486,11 @@ fn remove_leaves_no_directory_behind_in_any_hierarchy() {
 
 #[test]
 fn a_32_mib_memory_limit_gets_a_200_mib_allocation_killed_while_the_test_survives() {
-    let Some(support) = support() else { return };
-    if !support.enforceable().memory {
-        eprintln!("skipped: no memory controller");
-        return;
-    }
+    let support = support();
+    assert!(
+        support.enforceable().memory,
+        "this test needs the memory cgroup controller"
+    );
     let python = if Path::new("/usr/bin/python3").exists() {
         "/usr/bin/python3"
     } else {
@@ -496,11 +505,11 @@ fn a_32_mib_memory_limit_gets_a_200_mib_allocation_killed_while_the_test_survive
     let (cgroup, unenforced) = SandboxCgroup::create(&support, &name, &limits).unwrap();
     assert!(unenforced.is_empty() || !unenforced.contains(&"memory"));
 
-    let exec = cgroup.exec_leaf(1).unwrap();
+    // Placed like init: commands inherit the sandbox-wide limits from it.
     let mut command = gated(&format!(
         "exec {python} -c 'b = bytearray(200 * 1024 * 1024)'"
     ));
-    exec.add_pid(pid_of(&command)).unwrap();
+    cgroup.add_init(pid_of(&command)).unwrap();
     open_gate(&mut command);
 
     let status = wait_with_timeout(&mut command, Duration::from_secs(30));
@@ -518,11 +527,11 @@ fn a_32_mib_memory_limit_gets_a_200_mib_allocation_killed_while_the_test_survive
 
 #[test]
 fn pids_max_of_20_makes_a_fork_loop_fail() {
-    let Some(support) = support() else { return };
-    if !support.enforceable().pids {
-        eprintln!("skipped: no pids controller");
-        return;
-    }
+    let support = support();
+    assert!(
+        support.enforceable().pids,
+        "this test needs the pids cgroup controller"
+    );
     let name = unique("pids");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let limits = Limits {
@@ -531,9 +540,8 @@ fn pids_max_of_20_makes_a_fork_loop_fail() {
     };
     let (cgroup, _) = SandboxCgroup::create(&support, &name, &limits).unwrap();
 
-    let exec = cgroup.exec_leaf(1).unwrap();
     let mut command = gated("for i in $(seq 50); do sleep 5 & done; wait");
-    exec.add_pid(pid_of(&command)).unwrap();
+    cgroup.add_init(pid_of(&command)).unwrap();
     open_gate(&mut command);
 
     let status = wait_with_timeout(&mut command, Duration::from_secs(60));
@@ -556,7 +564,7 @@ fn pids_max_of_20_makes_a_fork_loop_fail() {
 
 #[test]
 fn stats_report_memory_pids_and_cpu_of_the_sandbox() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("stats");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let (cgroup, _) = SandboxCgroup::create(&support, &name, &Limits::default()).unwrap();
@@ -592,7 +600,7 @@ fn stats_report_memory_pids_and_cpu_of_the_sandbox() {
 
 #[test]
 fn remove_stale_removes_what_keep_rejects_and_only_that() {
-    let Some(support) = support() else { return };
+    let support = support();
     let stale = unique("stale");
     let kept = unique("kept");
     let _cleanup = Cleanup::new(&support, &[&stale, &kept]);
@@ -636,7 +644,7 @@ fn helper_joins_an_exec_leaf_when_run_by_the_add_self_test() {
 
 #[test]
 fn add_self_moves_the_calling_process_into_the_exec_leaf() {
-    let Some(support) = support() else { return };
+    let support = support();
     let name = unique("self");
     let _cleanup = Cleanup::new(&support, &[&name]);
     let (cgroup, _) = SandboxCgroup::create(&support, &name, &Limits::default()).unwrap();
@@ -667,7 +675,7 @@ fn add_self_moves_the_calling_process_into_the_exec_leaf() {
     if support.unified_mount().is_some() {
         assert_eq!(cgroup_of(helper.id(), None), Some(leaf.clone()));
     }
-    if support.v1_mount("pids").is_some() {
+    if support.v1_mount("pids").is_some() && support.unified_mount().is_none() {
         assert_eq!(cgroup_of(helper.id(), Some("pids")), Some(leaf));
     }
     assert!(!exec.is_empty());

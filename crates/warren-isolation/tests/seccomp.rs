@@ -386,10 +386,10 @@ for name, action in [("fork", fork), ("thread", thread), ("files", files), ("she
 
 #[test]
 fn without_the_filter_root_can_unshare_a_uts_namespace() {
-    if !is_root() {
-        eprintln!("skipped: unshare(CLONE_NEWUTS) needs root");
-        return;
-    }
+    assert!(
+        is_root(),
+        "this control test needs root: unshare(CLONE_NEWUTS) proves the filter is what denies it"
+    );
     let mut script = probe_line(
         "unshare_newuts",
         libc::SYS_unshare,

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use warren_backend::{Backend, BackendError, ExecOutcome, ExecRequest, OutputSink, RuntimeSpec};
 use warren_core::{SandboxId, VirtualPath};
-use warren_fs::Kind;
 use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
 use crate::{Provisioner, ProvisionerError};
@@ -97,7 +96,12 @@ impl Provisioner {
         }
         let record = self.sandbox(id).await?;
         refuse_fenced(&record)?;
-        let cwd = self.exec_cwd(id, input.cwd.as_deref()).await?;
+        let cwd = match input.cwd.as_deref() {
+            Some(cwd) => self.exec_cwd(&record, cwd).await?,
+            // The workdir was checked when the sandbox was created; if it vanished since,
+            // the command's own chdir (as the sandbox user) reports it.
+            None => VirtualPath::parse(".", &record.workdir)?,
+        };
         let request = ExecRequest {
             argv: input.program.argv(),
             cwd: cwd.to_string(),
@@ -132,10 +136,8 @@ impl Provisioner {
                 cancelled,
             ));
             match task.await.map_err(ProvisionerError::Interrupted)? {
-                Ok(outcome) => {
-                    self.store.touch_sandbox(id).await?;
-                    return Ok(ExecReport { run_id, outcome });
-                }
+                // Starting and finishing the run recorded the sandbox's activity.
+                Ok(outcome) => return Ok(ExecReport { run_id, outcome }),
                 Err(RunError::Backend(BackendError::RuntimeNotFound { .. })) if attempt == 1 => {
                     // The runtime vanished (killed, host rebooted) before the command
                     // started: mark it stopped and start a fresh one.
@@ -153,28 +155,6 @@ impl Provisioner {
         Err(ProvisionerError::Backend(BackendError::RuntimeNotFound {
             sandbox: id.clone(),
         }))
-    }
-
-    /// The command's working directory: an existing directory under one of the two
-    /// persistent mounts, the workdir by default.
-    async fn exec_cwd(
-        &self,
-        id: &SandboxId,
-        cwd: Option<&str>,
-    ) -> Result<VirtualPath, ProvisionerError> {
-        let found = match self.stat(id, cwd.unwrap_or(".")).await {
-            Ok(found) => found,
-            Err(ProvisionerError::File { path, .. }) => {
-                return Err(ProvisionerError::InvalidCwd { path })
-            }
-            Err(other) => return Err(other),
-        };
-        if found.value.kind != Kind::Dir {
-            return Err(ProvisionerError::InvalidCwd {
-                path: found.path.to_string(),
-            });
-        }
-        Ok(found.path)
     }
 
     /// Starts the sandbox's runtime unless it runs already (I12). Serialised per sandbox, so

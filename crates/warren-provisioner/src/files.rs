@@ -68,18 +68,51 @@ fn fs_error(path: &VirtualPath, source: FsError) -> ProvisionerError {
 }
 
 impl Provisioner {
+    /// The roots of a file operation, which counts as sandbox activity.
     async fn roots(&self, id: &SandboxId) -> Result<SandboxRoots, ProvisionerError> {
         let record: SandboxRecord = self.sandbox(id).await?;
-        let safe = record.uid.safe();
         // File access proves ownership and no-follow resolution, not that a runtime is
         // usable (I17), so it is allowed in every state, including after termination: the
         // files are the user's and stay (I15).
         self.store.touch_sandbox(id).await?;
-        Ok(SandboxRoots {
-            workdir: record.workdir,
+        Ok(self.roots_of(&record))
+    }
+
+    fn roots_of(&self, record: &SandboxRecord) -> SandboxRoots {
+        let safe = record.uid.safe();
+        SandboxRoots {
+            workdir: record.workdir.clone(),
             workspace: self.layout.user_workspace(&safe),
             skills: self.layout.skill_projection(&safe),
-        })
+        }
+    }
+
+    /// The working directory a command asked for: an existing directory under one of the
+    /// two persistent mounts. (The run itself records the activity.)
+    pub(crate) async fn exec_cwd(
+        &self,
+        record: &SandboxRecord,
+        cwd: &str,
+    ) -> Result<VirtualPath, ProvisionerError> {
+        let roots = self.roots_of(record);
+        let path = roots.resolve(cwd)?;
+        let found = self
+            .blocking(move || {
+                let entry = roots
+                    .open(&path)?
+                    .stat(path.relative())
+                    .map_err(|e| fs_error(&path, e))?;
+                Ok((path, entry))
+            })
+            .await;
+        match found {
+            Ok((path, entry)) if entry.kind == warren_fs::Kind::Dir => Ok(path),
+            Ok((path, _)) => Err(ProvisionerError::InvalidCwd {
+                path: path.to_string(),
+            }),
+            Err(ProvisionerError::File { path, .. }) => Err(ProvisionerError::InvalidCwd { path }),
+            Err(other) => Err(other),
+        }
     }
 
     /// Resolves `input` for a sandbox without touching the file system (for messages and

@@ -70,7 +70,8 @@ pub trait StateStore: Send + Sync + 'static {
     async fn touch_sandbox(&self, id: &SandboxId) -> Result<(), StoreError>;
 
     /// Records the start of a run: status [`RunStatus::Running`], started now, with the id
-    /// the caller generated. Fails with [`StoreError::UnknownSandbox`] when the sandbox was
+    /// the caller generated. Starting (and finishing) a run also moves the sandbox's
+    /// `last_active_at`, in the same transaction. Fails with [`StoreError::UnknownSandbox`] when the sandbox was
     /// never claimed and [`StoreError::DuplicateRun`] when the id is taken.
     async fn start_run(&self, new: &NewRun) -> Result<RunRecord, StoreError>;
 

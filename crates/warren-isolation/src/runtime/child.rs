@@ -1,9 +1,10 @@
 //! What happens in a command's process between `fork` and `execve`, in init.
 //!
-//! The order matters: join the command's cgroup and session while still root, drop every
-//! capability and switch to 1000:1000 (I11), set `no_new_privs`, install the seccomp
-//! filter last (it must still allow `execve`), enter the working directory *as the sandbox
-//! user* so its permissions apply, and exec. Landlock is inherited from init (`confine`).
+//! The order matters: join the command's cgroup and session while still root, switch to
+//! 1000:1000 (I11), which clears every capability (init already emptied the bounding
+//! set), set `no_new_privs`, install the seccomp filter last (it must still allow
+//! `execve`), enter the working directory *as the sandbox user* so its permissions apply,
+//! and exec. Landlock is inherited from init (`confine`).
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
@@ -31,7 +32,8 @@ pub(crate) fn exec_command(
     };
     let errno = |e: rustix::io::Errno| e.raw_os_error();
     sys::reset_signals();
-    if let Some(cgroup) = cgroup {
+    // Spawned straight into its cgroup when possible (see init); otherwise join it now.
+    if let Some(cgroup) = cgroup.filter(|c| c.spawn_target().is_none()) {
         if let Err(e) = cgroup.add_self() {
             fail("cgroup", errno(e));
         }
@@ -73,9 +75,6 @@ pub(crate) fn exec_command(
     let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
     // Raising the score back is always allowed; it fails only if init could not lower it.
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
-    if let Err(e) = sys::drop_bounding_set() {
-        fail("capabilities", e.raw_os_error().unwrap_or(0));
-    }
     let credentials = rustix::thread::set_thread_groups(&[])
         .and_then(|()| {
             let gid = rustix::process::Gid::from_raw(SANDBOX_GID);

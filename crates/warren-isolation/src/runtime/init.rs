@@ -141,11 +141,17 @@ fn detach_stdio() -> std::io::Result<()> {
     Ok(())
 }
 
+/// How many empty exec cgroups init keeps for reuse.
+const SPARE_EXEC_CGROUPS: usize = 8;
+
 /// A command started on one control connection.
 struct RunningExec {
     connection: Option<OwnedFd>,
     pid: i32,
     cgroup: Option<ExecCgroup>,
+    /// Its tree was killed; its cgroup is removed, never reused (a kill may still be
+    /// settling in it).
+    killed: bool,
 }
 
 struct Init {
@@ -156,7 +162,10 @@ struct Init {
     seccomp: SeccompProgram,
     running: HashMap<i32, RunningExec>,
     /// Exec cgroups whose command ended while background processes still ran in them.
-    lingering: Vec<ExecCgroup>,
+    lingering: Vec<(ExecCgroup, bool)>,
+    /// Empty exec cgroups kept for the next commands: creating and removing a cgroup per
+    /// command costs more than the command itself often does.
+    spare: Vec<ExecCgroup>,
     next_exec: u64,
 }
 
@@ -180,6 +189,9 @@ impl Init {
             "make the control socket non-blocking",
             listener.set_nonblocking(true),
         )?;
+        // Init never execs, so emptying its bounding set costs it nothing, and every command
+        // inherits the empty set: nothing it runs can regain a capability (file caps too).
+        step("drop the capability bounding set", sys::drop_bounding_set())?;
         crate::runtime::confine::confine(cgroup.directories()).map_err(|e| SetupError {
             stage: "apply Landlock",
             source: std::io::Error::other(e.to_string()),
@@ -192,6 +204,7 @@ impl Init {
             seccomp,
             running: HashMap::new(),
             lingering: Vec::new(),
+            spare: Vec::new(),
             next_exec: 0,
         })
     }
@@ -286,8 +299,10 @@ impl Init {
             });
             return;
         };
-        self.next_exec += 1;
-        let cgroup = self.cgroup.exec_leaf(self.next_exec).ok();
+        let cgroup = self.spare.pop().or_else(|| {
+            self.next_exec += 1;
+            self.cgroup.exec_leaf(self.next_exec).ok()
+        });
         let Ok((error_read, error_write)) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         else {
@@ -297,7 +312,11 @@ impl Init {
             });
             return;
         };
-        let child = match sys::fork_single_threaded() {
+        let spawned = match cgroup.as_ref().and_then(|c| c.spawn_target()) {
+            Some(target) => sys::fork_into_cgroup(target),
+            None => sys::fork_single_threaded(),
+        };
+        let child = match spawned {
             Ok(Forked::Child) => {
                 drop(error_read);
                 child::exec_command(
@@ -335,6 +354,7 @@ impl Init {
                     connection: None,
                     pid: child,
                     cgroup,
+                    killed: false,
                 },
             );
             return;
@@ -346,6 +366,7 @@ impl Init {
                 connection: Some(connection),
                 pid: child,
                 cgroup,
+                killed: false,
             },
         );
     }
@@ -366,6 +387,7 @@ impl Init {
         if !keep {
             exec.connection = None;
         }
+        exec.killed = true;
         match &exec.cgroup {
             Some(cgroup) => {
                 let _ = cgroup.kill();
@@ -398,16 +420,18 @@ impl Init {
                 );
             }
             if let Some(cgroup) = exec.cgroup {
-                self.lingering.push(cgroup);
+                self.lingering.push((cgroup, !exec.killed));
             }
         }
         // Background processes may outlive their command (I6); their cgroup goes once empty.
         let lingering = std::mem::take(&mut self.lingering);
-        for cgroup in lingering {
-            if cgroup.is_empty() {
-                let _ = cgroup.remove();
+        for (cgroup, reusable) in lingering {
+            if !cgroup.is_empty() {
+                self.lingering.push((cgroup, reusable));
+            } else if reusable && self.spare.len() < SPARE_EXEC_CGROUPS {
+                self.spare.push(cgroup);
             } else {
-                self.lingering.push(cgroup);
+                let _ = cgroup.remove();
             }
         }
     }

@@ -160,10 +160,9 @@ pub async fn fifty_concurrent_claims_of_one_identity_create_exactly_one_sandbox(
     assert_eq!(store.list_sandboxes(None).await.unwrap().len(), 1);
 }
 
+/// Only for backends where two handles share data (see `sqlite.rs`).
 pub async fn two_store_handles_racing_to_claim_create_exactly_one_sandbox(backend: &dyn Backend) {
-    if !backend.is_shared() {
-        return;
-    }
+    assert!(backend.is_shared(), "two handles must share one database");
     // Opened concurrently too: creating the schema must itself be race-free.
     let (first, second) = tokio::join!(backend.open(), backend.open());
     let new = claim("alice", "thread-1", "projects/a");
@@ -290,6 +289,28 @@ pub async fn touching_a_sandbox_moves_only_its_last_activity(backend: &dyn Backe
     assert!(
         matches!(err, StoreError::UnknownSandbox { ref id } if *id == unknown),
         "{err:?}"
+    );
+}
+
+pub async fn starting_and_finishing_a_run_count_as_sandbox_activity(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    next_millisecond().await;
+    let started = store.start_run(&run("r1", &new.id, 1)).await.unwrap();
+    let after_start = store.get_sandbox(&new.id).await.unwrap().unwrap();
+    assert_eq!(after_start.last_active_at, started.started_at);
+    assert!(after_start.last_active_at > created.last_active_at);
+    next_millisecond().await;
+    let finished = store
+        .finish_run("r1", &RunOutcome::default())
+        .await
+        .unwrap();
+    let after_finish = store.get_sandbox(&new.id).await.unwrap().unwrap();
+    assert_eq!(Some(after_finish.last_active_at), finished.finished_at);
+    assert_eq!(
+        after_finish.updated_at, created.updated_at,
+        "activity is not a state change"
     );
 }
 
@@ -588,30 +609,34 @@ pub async fn workdirs_are_listed_per_uid_oldest_first(backend: &dyn Backend) {
     assert!(store.list_workdirs(&uid("carol")).await.unwrap().is_empty());
 }
 
+/// Only for backends whose data outlives a handle (see `sqlite.rs`).
 pub async fn a_reopened_store_keeps_its_data(backend: &dyn Backend) {
-    if !backend.is_shared() {
-        return;
-    }
+    assert!(
+        backend.is_shared(),
+        "reopening needs a backend that persists"
+    );
     let sandbox;
     let runs;
     let workdirs;
     {
         let store = backend.open().await;
-        sandbox = store
+        let claimed = store
             .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
             .await
             .unwrap()
             .into_record();
         store
-            .start_run(&run("run-1", &sandbox.id, 1))
+            .start_run(&run("run-1", &claimed.id, 1))
             .await
             .unwrap();
         store
             .record_workdir(&uid("alice"), &workdir("projects/a"))
             .await
             .unwrap();
-        runs = store.list_runs(&sandbox.id, 10).await.unwrap();
+        runs = store.list_runs(&claimed.id, 10).await.unwrap();
         workdirs = store.list_workdirs(&uid("alice")).await.unwrap();
+        // The run moved the sandbox's last activity; compare against the latest record.
+        sandbox = store.get_sandbox(&claimed.id).await.unwrap().unwrap();
     }
 
     let store = backend.open().await;

@@ -20,12 +20,12 @@ macro_rules! behaviour_suite {
                 every_state_but_terminated_counts_as_live_for_a_claim,
                 a_claim_whose_id_is_not_derived_from_its_uid_and_scope_is_refused,
                 fifty_concurrent_claims_of_one_identity_create_exactly_one_sandbox,
-                two_store_handles_racing_to_claim_create_exactly_one_sandbox,
                 reclaiming_a_terminated_sandbox_bumps_its_generation_and_may_take_a_new_workdir,
                 concurrent_reclaims_of_a_terminated_sandbox_bump_the_generation_once,
                 a_stale_generation_cannot_change_the_sandbox_state,
                 the_current_generation_moves_the_sandbox_through_its_states,
                 touching_a_sandbox_moves_only_its_last_activity,
+                starting_and_finishing_a_run_count_as_sandbox_activity,
                 sandboxes_are_listed_per_uid_oldest_first,
                 a_run_is_recorded_from_start_to_finish,
                 a_run_warren_could_not_complete_is_recorded_as_failed,
@@ -35,7 +35,6 @@ macro_rules! behaviour_suite {
                 failing_running_runs_closes_only_the_runs_still_running,
                 recording_a_workdir_twice_reports_it_new_only_once,
                 workdirs_are_listed_per_uid_oldest_first,
-                a_reopened_store_keeps_its_data,
             );
         }
     };

@@ -127,8 +127,21 @@ async fn many_stores_opening_a_fresh_file_at_once_all_succeed() {
 
     assert_eq!(
         count_raw(&path, "SELECT COUNT(*) FROM _sqlx_migrations").await,
-        1
+        migration_files(),
+        "each migration applied exactly once"
     );
+}
+
+/// How many migrations this binary ships.
+fn migration_files() -> i64 {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite");
+    std::fs::read_dir(dir).unwrap().count() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reopened_file_store_keeps_its_data() {
+    let backend = crate::suite::backends::SqliteFile::new();
+    crate::suite::behaviour::a_reopened_store_keeps_its_data(&backend).await;
 }
 
 #[tokio::test]
@@ -178,4 +191,11 @@ async fn a_store_in_a_missing_directory_cannot_be_created() {
 
     assert!(matches!(err, StoreError::CreateFile(_)), "{err:?}");
     assert_eq!(err.to_string(), "could not create the state store file");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_file_store_handles_racing_to_claim_create_exactly_one_sandbox() {
+    let backend = crate::suite::backends::SqliteFile::new();
+    crate::suite::behaviour::two_store_handles_racing_to_claim_create_exactly_one_sandbox(&backend)
+        .await;
 }

@@ -209,7 +209,7 @@ async fn a_fork_bomb_is_bounded_and_everything_survives() {
         "{bomb}"
     );
     let after = server.exec(&id, "echo alive; ps -e | wc -l").await;
-    assert!(out(&after).starts_with("alive"), "{}", out(&after));
+    assert!(out(&after).starts_with("alive"), "{after}");
     let count: usize = out(&after).lines().nth(1).unwrap().trim().parse().unwrap();
     assert!(
         count < 20,
