@@ -56,9 +56,6 @@ fn launch() -> Result<i32, String> {
     };
     let (cgroup, _not_enforced) = SandboxCgroup::create(&support, &config.cgroup_name, &limits)
         .map_err(|e| format!("create the sandbox cgroup: {e}"))?;
-    cgroup
-        .add_init(rustix::process::getpid().as_raw_nonzero().get())
-        .map_err(|e| format!("join the sandbox cgroup: {e}"))?;
 
     // The OOM killer should pick a runaway command, never init: losing init loses the
     // runtime. Best effort: without CAP_SYS_RESOURCE the score cannot go below zero, and
@@ -110,8 +107,19 @@ fn launch() -> Result<i32, String> {
         }
         Forked::Parent(pid) => {
             drop(ready_write);
+            // Moving a process into a v1 cgroup waits for an RCU grace period (~10 ms
+            // here); done now, it overlaps with init assembling the root. Init starts no
+            // command before it reports ready, and the launcher reports only after both.
+            let joined = cgroup.add_init(pid);
             let mut answer = String::new();
             let _ = std::fs::File::from(ready_read).read_to_string(&mut answer);
+            if let Err(error) = joined {
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid).ok_or("init has no pid")?,
+                    rustix::process::Signal::KILL,
+                );
+                return Err(format!("move init into the sandbox cgroup: {error}"));
+            }
             if answer == "ok" {
                 Ok(pid)
             } else {
