@@ -7,6 +7,19 @@ use sha2::{Digest, Sha256};
 
 use crate::{shorten, CoreError};
 
+/// Why an identifier given by a client (uid, scope id) is unusable: the same rules for both.
+fn identifier_problem(value: &str, max_len: usize) -> Option<&'static str> {
+    if value.is_empty() {
+        Some("it is empty")
+    } else if value.len() > max_len {
+        Some("it is too long")
+    } else if value.chars().any(char::is_control) {
+        Some("it contains control characters")
+    } else {
+        None
+    }
+}
+
 /// The user a workspace belongs to: the authorisation boundary for files.
 ///
 /// Any non-empty string of at most 256 bytes without control characters is a uid; whether it
@@ -22,16 +35,7 @@ impl Uid {
     /// Validates a uid.
     pub fn new(uid: impl Into<String>) -> Result<Self, CoreError> {
         let uid = uid.into();
-        let reason = if uid.is_empty() {
-            Some("it is empty")
-        } else if uid.len() > Self::MAX_LEN {
-            Some("it is longer than 256 bytes")
-        } else if uid.chars().any(char::is_control) {
-            Some("it contains control characters")
-        } else {
-            None
-        };
-        match reason {
+        match identifier_problem(&uid, Self::MAX_LEN) {
             Some(reason) => Err(CoreError::InvalidUid {
                 uid: shorten(&uid),
                 reason,
@@ -116,16 +120,7 @@ impl RuntimeScope {
     /// Validates a runtime scope id.
     pub fn new(scope: impl Into<String>) -> Result<Self, CoreError> {
         let scope = scope.into();
-        let reason = if scope.is_empty() {
-            Some("it is empty")
-        } else if scope.len() > Self::MAX_LEN {
-            Some("it is longer than 256 bytes")
-        } else if scope.chars().any(char::is_control) {
-            Some("it contains control characters")
-        } else {
-            None
-        };
-        match reason {
+        match identifier_problem(&scope, Self::MAX_LEN) {
             Some(reason) => Err(CoreError::InvalidRuntimeScope {
                 scope: shorten(&scope),
                 reason,

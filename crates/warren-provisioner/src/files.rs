@@ -28,6 +28,13 @@ pub type FileRead = Located<ReadResult>;
 /// A write, append or edit.
 pub type Written = Located<WriteResult>;
 
+/// Whether an operation changes files (refused under the read-only skills mount).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
 /// The two roots one sandbox's file operations can reach.
 struct SandboxRoots {
     workdir: Workdir,
@@ -94,25 +101,41 @@ impl Provisioner {
         record: &SandboxRecord,
         cwd: &str,
     ) -> Result<VirtualPath, ProvisionerError> {
-        let roots = self.roots_of(record);
-        let path = roots.resolve(cwd)?;
         let found = self
-            .blocking(move || {
-                let entry = roots
-                    .open(&path)?
-                    .stat(path.relative())
-                    .map_err(|e| fs_error(&path, e))?;
-                Ok((path, entry))
+            .on_path(self.roots_of(record), cwd, Access::Read, |root, rel| {
+                root.stat(rel)
             })
             .await;
         match found {
-            Ok((path, entry)) if entry.kind == warren_fs::Kind::Dir => Ok(path),
-            Ok((path, _)) => Err(ProvisionerError::InvalidCwd {
-                path: path.to_string(),
+            Ok(found) if found.value.kind == warren_fs::Kind::Dir => Ok(found.path),
+            Ok(found) => Err(ProvisionerError::InvalidCwd {
+                path: found.path.to_string(),
             }),
             Err(ProvisionerError::File { path, .. }) => Err(ProvisionerError::InvalidCwd { path }),
             Err(other) => Err(other),
         }
+    }
+
+    /// The one path every file operation takes: resolve the virtual path against the
+    /// sandbox's roots, refuse writes to the read-only mount, open the root and run `op` on
+    /// the root-relative path off the async threads, naming the virtual path in errors.
+    async fn on_path<T: Send + 'static>(
+        &self,
+        roots: SandboxRoots,
+        input: &str,
+        access: Access,
+        op: impl FnOnce(&WorkspaceRoot, &str) -> Result<T, FsError> + Send + 'static,
+    ) -> Result<Located<T>, ProvisionerError> {
+        let path = roots.resolve(input)?;
+        self.blocking(move || {
+            let root = match access {
+                Access::Read => roots.open(&path)?,
+                Access::Write => roots.open_writable(&path)?,
+            };
+            let value = op(&root, path.relative()).map_err(|e| fs_error(&path, e))?;
+            Ok(Located { path, value })
+        })
+        .await
     }
 
     /// Resolves `input` for a sandbox without touching the file system (for messages and
@@ -132,15 +155,8 @@ impl Provisioner {
         input: &str,
     ) -> Result<Located<Entry>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            let value = roots
-                .open(&path)?
-                .stat(path.relative())
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
-        })
-        .await
+        self.on_path(roots, input, Access::Read, |root, rel| root.stat(rel))
+            .await
     }
 
     /// Reads a byte range of a file, up to the configured read cap.
@@ -151,14 +167,9 @@ impl Provisioner {
         range: ByteRange,
     ) -> Result<FileRead, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
         let cap = self.config.read_cap;
-        self.blocking(move || {
-            let value = roots
-                .open(&path)?
-                .read(path.relative(), range, cap)
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
+        self.on_path(roots, input, Access::Read, move |root, rel| {
+            root.read(rel, range, cap)
         })
         .await
     }
@@ -173,16 +184,12 @@ impl Provisioner {
         append: bool,
     ) -> Result<Written, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            let root = roots.open_writable(&path)?;
-            let value = if append {
-                root.append(path.relative(), &bytes, options)
+        self.on_path(roots, input, Access::Write, move |root, rel| {
+            if append {
+                root.append(rel, &bytes, options)
             } else {
-                root.write(path.relative(), &bytes, options)
+                root.write(rel, &bytes, options)
             }
-            .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
         })
         .await
     }
@@ -198,13 +205,8 @@ impl Provisioner {
         if_match: Option<Etag>,
     ) -> Result<Located<EditResult>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            let value = roots
-                .open_writable(&path)?
-                .edit(path.relative(), &old, &new, replace_all, if_match.as_ref())
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
+        self.on_path(roots, input, Access::Write, move |root, rel| {
+            root.edit(rel, &old, &new, replace_all, if_match.as_ref())
         })
         .await
     }
@@ -216,15 +218,8 @@ impl Provisioner {
         input: &str,
     ) -> Result<Located<bool>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            let value = roots
-                .open_writable(&path)?
-                .mkdir_p(path.relative())
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
-        })
-        .await
+        self.on_path(roots, input, Access::Write, |root, rel| root.mkdir_p(rel))
+            .await
     }
 
     /// Lists a directory to `depth` levels; entry paths are relative to the path's root.
@@ -236,13 +231,8 @@ impl Provisioner {
         limit: usize,
     ) -> Result<Located<Listing>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            let value = roots
-                .open(&path)?
-                .list(path.relative(), depth, limit)
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
+        self.on_path(roots, input, Access::Read, move |root, rel| {
+            root.list(rel, depth, limit)
         })
         .await
     }
@@ -256,13 +246,8 @@ impl Provisioner {
         limit: usize,
     ) -> Result<Located<Listing>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            let value = roots
-                .open(&path)?
-                .glob(path.relative(), &pattern, limit)
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
+        self.on_path(roots, input, Access::Read, move |root, rel| {
+            root.glob(rel, &pattern, limit)
         })
         .await
     }
@@ -276,13 +261,8 @@ impl Provisioner {
         options: GrepOptions,
     ) -> Result<Located<GrepResult>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            let value = roots
-                .open(&path)?
-                .grep(path.relative(), &pattern, options)
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(Located { path, value })
+        self.on_path(roots, input, Access::Read, move |root, rel| {
+            root.grep(rel, &pattern, options)
         })
         .await
     }
@@ -316,14 +296,11 @@ impl Provisioner {
         recursive: bool,
     ) -> Result<VirtualPath, ProvisionerError> {
         let roots = self.roots(id).await?;
-        let path = roots.resolve(input)?;
-        self.blocking(move || {
-            roots
-                .open_writable(&path)?
-                .remove(path.relative(), recursive)
-                .map_err(|e| fs_error(&path, e))?;
-            Ok(path)
-        })
-        .await
+        let removed = self
+            .on_path(roots, input, Access::Write, move |root, rel| {
+                root.remove(rel, recursive)
+            })
+            .await?;
+        Ok(removed.path)
     }
 }

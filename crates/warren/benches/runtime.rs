@@ -25,13 +25,18 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn mem_available_kib() -> u64 {
+/// A field of /proc/meminfo, in KiB.
+fn meminfo_kib(field: &str) -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap();
     text.lines()
-        .find(|l| l.starts_with("MemAvailable:"))
+        .find(|l| l.split(':').next() == Some(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap()
+}
+
+fn mem_available_kib() -> u64 {
+    meminfo_kib("MemAvailable")
 }
 
 fn bwrap_command(workspace: &Path, program: &[&str]) -> Command {
@@ -298,7 +303,7 @@ async fn main() {
                 .unwrap_or(0);
         }
     }
-    let total_kib = mem_available_kib_total();
+    let total_kib = meminfo_kib("MemTotal");
     println!(
         "idle runtimes created               {created} in {:.1} s ({:.1} ms each, sequential)",
         elapsed.as_secs_f64(),
@@ -335,13 +340,4 @@ async fn main() {
             let _ = child.wait();
         }
     }
-}
-
-fn mem_available_kib_total() -> u64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    text.lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap()
 }

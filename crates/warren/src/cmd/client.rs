@@ -99,7 +99,9 @@ pub struct ExecArgs {
     /// Extra environment, as NAME=VALUE (repeatable).
     #[arg(long = "env", value_parser = parse_env)]
     env: Vec<(String, String)>,
-    /// The command line, run with /bin/sh -c.
+    /// One argument: a shell line, run with /bin/sh -c (`warren exec ID 'ls | wc -l'`).
+    /// Several: a program and its arguments, run without a shell
+    /// (`warren exec ID -- python3 -c 'print(42)'`).
     #[arg(required = true, trailing_var_arg = true)]
     command: Vec<String>,
     #[command(flatten)]
@@ -215,9 +217,13 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let client = args.connection.client()?;
+    let (command, argv) = match <[String; 1]>::try_from(args.command) {
+        Ok([line]) => (Some(line), None),
+        Err(argv) => (None, Some(argv)),
+    };
     let command = ExecCommand {
-        command: Some(args.command.join(" ")),
-        argv: None,
+        command,
+        argv,
         cwd: args.cwd,
         env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
         timeout_s: args.timeout,

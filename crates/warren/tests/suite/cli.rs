@@ -116,3 +116,26 @@ async fn cli_errors_say_what_went_wrong_and_what_to_do() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("set WARREN_TOKEN"));
 }
+
+#[tokio::test]
+async fn cli_exec_passes_output_and_exit_status_through() {
+    let server = super::runtime::local();
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let out = run_to_exit(
+        bin(),
+        &["exec", &id, "--", "python3", "-c", "print(6*7)"],
+        &env,
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "42\n");
+    assert_eq!(out.status.code(), Some(0));
+    let out = run_to_exit(bin(), &["exec", &id, "echo to-err >&2; exit 3"], &env);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "to-err\n");
+    assert_eq!(out.status.code(), Some(3));
+    let out = run_to_exit(bin(), &["exec", &id, "--timeout", "1", "sleep 30"], &env);
+    assert_eq!(out.status.code(), Some(124));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("timed out"));
+}
