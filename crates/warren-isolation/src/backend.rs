@@ -373,21 +373,33 @@ impl Backend for LocalBackend {
         Ok(DiscoveredRuntime { spec: spec.clone() })
     }
 
+    /// Lists the runtimes that answer on their control socket with the identity their
+    /// directory records. Runtime directories that do not answer (init died, the host
+    /// rebooted) are cleaned up on the way: processes, cgroups and directory.
     async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError> {
         let Ok(entries) = std::fs::read_dir(&self.runtimes_dir) else {
             return Ok(Vec::new());
         };
         let mut found = Vec::new();
         for entry in entries.flatten() {
-            let Some(identity) = read_identity(&entry.path()) else {
+            let answer = ping(&entry.path());
+            let identity = read_identity(&entry.path()).filter(|identity| {
+                answer.as_ref().is_some_and(|(sandbox, generation)| {
+                    *sandbox == identity.sandbox && *generation == identity.generation
+                })
+            });
+            let Some(identity) = identity else {
+                let name = entry.file_name();
+                if let Some(sandbox) = name.to_str().and_then(|n| SandboxId::parse(n).ok()) {
+                    tracing::warn!(%sandbox, "cleaning up a runtime that no longer answers");
+                    // A leftover that cannot be removed now (a zombie init nobody reaps)
+                    // must not keep the provisioner from starting; the next start retries.
+                    if let Err(error) = self.teardown(&sandbox).await {
+                        tracing::error!(%sandbox, %error, "could not clean up a dead runtime");
+                    }
+                }
                 continue;
             };
-            let Some((sandbox, generation)) = ping(&entry.path()) else {
-                continue;
-            };
-            if sandbox != identity.sandbox || generation != identity.generation {
-                continue;
-            }
             let spec = (|| {
                 Some(RuntimeSpec {
                     sandbox: SandboxId::parse(&identity.sandbox).ok()?,

@@ -14,6 +14,7 @@
 mod error;
 mod exec;
 mod files;
+mod recovery;
 mod sandboxes;
 pub use sandboxes::Created;
 
@@ -25,6 +26,7 @@ use std::time::Duration;
 pub use error::ProvisionerError;
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
+pub use recovery::RecoveryReport;
 use warren_backend::Backend;
 use warren_core::{DataLayout, SandboxId};
 use warren_store::StateStore;

@@ -25,7 +25,52 @@ pub struct TestServer {
     /// The token the server accepts.
     pub token: String,
     data_dir: tempfile::TempDir,
+    bin: PathBuf,
+    extra_args: Vec<String>,
     http: Client,
+}
+
+/// Starts `bin serve` on `data_dir` and waits for the address it reports.
+fn spawn_server(
+    bin: &Path,
+    data_dir: &Path,
+    extra_args: &[&str],
+    token: Option<&str>,
+) -> (Child, String) {
+    let mut command = Command::new(bin);
+    command.env_remove("WARREN_TOKEN");
+    if let Some(token) = token {
+        command.env("WARREN_TOKEN", token);
+    }
+    let mut child = command
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra_args)
+        .env("WARREN_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("warren listening on ") {
+                let _ = sender.send(url.to_owned());
+            }
+        }
+    });
+    match receiver.recv_timeout(Duration::from_secs(30)) {
+        Ok(url) => (child, url),
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait().ok();
+            panic!("warren serve did not report its address within 30 s (exit: {status:?})");
+        }
+    }
 }
 
 impl TestServer {
@@ -48,40 +93,7 @@ impl TestServer {
     /// into `<data>/token`, which this reads back.
     pub fn start_with_token(bin: &Path, extra_args: &[&str], token: Option<&str>) -> Self {
         let data_dir = tempfile::tempdir().expect("create a temporary data dir");
-        let mut command = Command::new(bin);
-        command.env_remove("WARREN_TOKEN");
-        if let Some(token) = token {
-            command.env("WARREN_TOKEN", token);
-        }
-        let mut child = command
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir.path())
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra_args)
-            .env("WARREN_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("warren listening on ") {
-                    let _ = sender.send(url.to_owned());
-                }
-            }
-        });
-        let url = match receiver.recv_timeout(Duration::from_secs(30)) {
-            Ok(url) => url,
-            Err(_) => {
-                let _ = child.kill();
-                let status = child.wait().ok();
-                panic!("warren serve did not report its address within 30 s (exit: {status:?})");
-            }
-        };
+        let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token);
         let token = match token {
             Some(token) => token.to_owned(),
             None => std::fs::read_to_string(data_dir.path().join("token"))
@@ -92,8 +104,20 @@ impl TestServer {
             url,
             token,
             data_dir,
+            bin: bin.to_owned(),
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             http: Client::new(),
         }
+    }
+
+    /// Kills the server with SIGKILL (runtimes and files stay) and starts it again on the
+    /// same data directory and token, on a new port.
+    pub fn restart_after_kill(&mut self) {
+        self.kill();
+        let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+        let (child, url) = spawn_server(&self.bin, self.data_dir.path(), &args, Some(&self.token));
+        self.child = child;
+        self.url = url;
     }
 
     /// The server's data directory on the host.

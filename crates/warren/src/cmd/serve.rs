@@ -91,6 +91,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Arc::new(store),
         backend,
     ));
+    let recovered = provisioner
+        .recover()
+        .await
+        .context("cannot reconcile the state store with the backend")?;
+    tracing::info!(
+        runs_failed = recovered.runs_failed,
+        runtimes_adopted = recovered.runtimes_adopted,
+        runtimes_destroyed = recovered.runtimes_destroyed,
+        sandboxes_stopped = recovered.sandboxes_stopped,
+        terminations_finished = recovered.terminations_finished,
+        cleanup_failures = recovered.cleanup_failures,
+        "reconciled state with the backend"
+    );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -391,3 +391,125 @@ async fn runs_are_recorded_with_status_and_resource_use() {
     );
     assert!(fields[4].contains("/home/gem/user-data/projects/a"));
 }
+
+fn sqlite_row(server: &TestServer, sql: &str, param: &str) -> String {
+    let db = server.data_dir().join("warren.db");
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute(sys.argv[2], (sys.argv[3],)).fetchone())",
+            db.to_str().unwrap(),
+            sql,
+            param,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_survives_a_killed_server_and_is_adopted_after_restart() {
+    let mut server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "echo kept > /tmp/state").await;
+    let identity: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            server
+                .data_dir()
+                .join("runtimes")
+                .join(&id)
+                .join("runtime.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let init_pid = identity["pid"].as_i64().unwrap();
+    // A command in flight when the server dies.
+    let in_flight = server
+        .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+        .json(&json!({"command": "sleep 306", "timeout_s": 600}))
+        .send();
+    let in_flight = tokio::spawn(in_flight);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    server.restart_after_kill();
+    assert!(
+        in_flight.await.unwrap().is_err(),
+        "the in-flight request died with the server"
+    );
+
+    let after = server.exec(&id, "cat /tmp/state; ps -eo args").await;
+    assert!(
+        stdout(&after).starts_with("kept\n"),
+        "the runtime was adopted: {after}"
+    );
+    assert!(
+        !stdout(&after).contains("sleep 306"),
+        "the orphaned command was killed: {after}"
+    );
+    let identity: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            server
+                .data_dir()
+                .join("runtimes")
+                .join(&id)
+                .join("runtime.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        identity["pid"].as_i64(),
+        Some(init_pid),
+        "the same init serves"
+    );
+    let run = sqlite_row(
+        &server,
+        "select status, failure_reason from runs where command = ?",
+        "sleep 306",
+    );
+    assert_eq!(run, "('failed', 'provisioner_restarted')");
+}
+
+#[tokio::test]
+async fn a_runtime_that_died_with_the_host_is_cleaned_up_and_replaced() {
+    let mut server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "echo lost > /tmp/state").await;
+    let runtime_dir = server.data_dir().join("runtimes").join(&id);
+    let identity: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(runtime_dir.join("runtime.json")).unwrap()).unwrap();
+    server.kill();
+    // The machine "rebooted": the runtime is gone, its directory and record are not.
+    let pid = identity["pid"].as_i64().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    server.restart_after_kill();
+
+    let (_, sandbox) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+        .await;
+    assert_eq!(sandbox["state"], "stopped", "{sandbox}");
+    let cgroup = identity["cgroup"].as_str().unwrap();
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        let dir = hierarchy.path().join("warren").join(cgroup);
+        let leftover = std::process::Command::new("find")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            !dir.exists(),
+            "stale cgroup kept: {}",
+            String::from_utf8_lossy(&leftover.stdout)
+        );
+    }
+    let fresh = server
+        .exec(&id, "cat /tmp/state 2>/dev/null || echo fresh")
+        .await;
+    assert_eq!(stdout(&fresh), "fresh\n", "a new runtime started: {fresh}");
+    let kept = server.workspace_of("alice").join("projects/a");
+    assert!(kept.is_dir(), "the workspace stays (I15)");
+}

@@ -1,0 +1,114 @@
+//! Start-up reconciliation: what the state store says against what the backend hosts
+//! (I16, I17, I24). Runs once, before the API serves.
+
+use std::collections::HashMap;
+
+use warren_store::SandboxState;
+
+use crate::{Provisioner, ProvisionerError};
+
+/// What reconciliation found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Runs that were in flight when the previous process died, now closed as failed.
+    pub runs_failed: u64,
+    /// Live runtimes whose identity matches their sandbox exactly, kept.
+    pub runtimes_adopted: usize,
+    /// Runtimes nobody owns any more (unknown, terminated, other generation or identity),
+    /// destroyed.
+    pub runtimes_destroyed: usize,
+    /// Sandboxes recorded as running whose runtime is gone, marked stopped.
+    pub sandboxes_stopped: usize,
+    /// Sandboxes caught behind their cleanup fence, now terminated.
+    pub terminations_finished: usize,
+    /// Cleanups that failed (logged); they are retried on the next start.
+    pub cleanup_failures: usize,
+}
+
+impl Provisioner {
+    /// Reconciles the state store with the backend after a start (or a crash).
+    ///
+    /// A runtime is adopted only if it matches its sandbox's record exactly: same id,
+    /// generation, uid, runtime scope and workdir (I16). Anything else the backend hosts
+    /// is destroyed; workspace files are never touched (I15).
+    pub async fn recover(&self) -> Result<RecoveryReport, ProvisionerError> {
+        let mut report = RecoveryReport {
+            runs_failed: self
+                .store
+                .fail_running_runs("provisioner_restarted")
+                .await?,
+            ..RecoveryReport::default()
+        };
+        let records: HashMap<_, _> = self
+            .store
+            .list_sandboxes(None)
+            .await?
+            .into_iter()
+            .map(|record| (record.id.clone(), record))
+            .collect();
+        let discovered = self
+            .backend
+            .discover()
+            .await
+            .map_err(ProvisionerError::Backend)?;
+        let mut live = std::collections::HashSet::new();
+        for runtime in discovered {
+            let spec = &runtime.spec;
+            let owner = records.get(&spec.sandbox).filter(|record| {
+                record.generation == spec.generation
+                    && record.uid == spec.uid
+                    && record.runtime_scope == spec.runtime_scope
+                    && record.workdir == spec.workdir
+                    && matches!(record.state, SandboxState::Running | SandboxState::Created)
+            });
+            if owner.is_some() {
+                live.insert(spec.sandbox.clone());
+                report.runtimes_adopted += 1;
+            } else {
+                tracing::warn!(sandbox = %spec.sandbox, generation = spec.generation, "destroying a runtime no sandbox owns");
+                match self.backend.destroy(&spec.sandbox).await {
+                    Ok(()) => report.runtimes_destroyed += 1,
+                    Err(error) => {
+                        tracing::error!(sandbox = %spec.sandbox, %error, "could not destroy an orphaned runtime");
+                        report.cleanup_failures += 1;
+                    }
+                }
+            }
+        }
+        for record in records.values() {
+            match record.state {
+                SandboxState::Running if !live.contains(&record.id) => {
+                    self.store
+                        .set_sandbox_state(&record.id, record.generation, SandboxState::Stopped)
+                        .await?;
+                    report.sandboxes_stopped += 1;
+                }
+                SandboxState::Created if live.contains(&record.id) => {
+                    // The runtime started but the record never said so (a crash between).
+                    self.store
+                        .set_sandbox_state(&record.id, record.generation, SandboxState::Running)
+                        .await?;
+                }
+                SandboxState::Terminating => match self.backend.destroy(&record.id).await {
+                    Ok(()) => {
+                        self.store
+                            .set_sandbox_state(
+                                &record.id,
+                                record.generation,
+                                SandboxState::Terminated,
+                            )
+                            .await?;
+                        report.terminations_finished += 1;
+                    }
+                    Err(error) => {
+                        // It stays behind its fence; a DELETE or the next start retries.
+                        tracing::error!(sandbox = %record.id, %error, "could not finish a termination");
+                        report.cleanup_failures += 1;
+                    }
+                },
+                _ => {}
+            }
+        }
+        Ok(report)
+    }
+}
