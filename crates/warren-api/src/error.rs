@@ -103,6 +103,9 @@ impl From<ProvisionerError> for ApiError {
             P::WorkdirConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "workdir_conflict", message)
             }
+            P::NetworkConflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "network_conflict", message)
+            }
             P::SandboxTerminated { .. } => {
                 Self::new(StatusCode::CONFLICT, "sandbox_terminated", message)
             }
@@ -126,6 +129,7 @@ fn core_code(error: &CoreError) -> &'static str {
         CoreError::InvalidSandboxId { .. } => "invalid_sandbox_id",
         CoreError::InvalidWorkdir { .. } => "invalid_workdir",
         CoreError::InvalidVirtualPath { .. } => "invalid_path",
+        CoreError::InvalidNetworkPolicy { .. } => "invalid_network",
     }
 }
 

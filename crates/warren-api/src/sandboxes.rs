@@ -7,8 +7,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use warren_core::{RuntimeScope, Uid, VirtualPath, VirtualRoot};
-use warren_protocol::{CreateSandbox, ExecCommand, ExecResult, SandboxInfo, SandboxList};
+use warren_core::{NetworkPolicy, RuntimeScope, Uid, VirtualPath, VirtualRoot};
+use warren_protocol::{
+    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList,
+};
 use warren_provisioner::{Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError};
 use warren_store::SandboxRecord;
 
@@ -23,12 +25,40 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
         workdir: record.workdir.to_string(),
         workdir_path: VirtualPath::within(VirtualRoot::UserData, record.workdir.as_str())
             .to_string(),
+        network: NetworkSpec {
+            mode: record.network.mode().to_owned(),
+            allow: match &record.network {
+                NetworkPolicy::Allowlist { allow } => allow.clone(),
+                _ => Vec::new(),
+            },
+        },
         backend: record.backend.clone(),
         state: record.state.as_str().to_owned(),
         generation: record.generation,
         created_at: record.created_at.to_rfc3339(),
         last_active_at: record.last_active_at.to_rfc3339(),
     }
+}
+
+fn network_policy(spec: NetworkSpec) -> Result<NetworkPolicy, ApiError> {
+    let policy = match spec.mode.as_str() {
+        "none" | "open" if !spec.allow.is_empty() => {
+            return Err(ApiError::bad_request(
+                "invalid_network",
+                "`allow` is only meaningful with mode `allowlist`",
+            ))
+        }
+        "none" => NetworkPolicy::None,
+        "open" => NetworkPolicy::Open,
+        "allowlist" => NetworkPolicy::Allowlist { allow: spec.allow },
+        other => {
+            return Err(ApiError::bad_request(
+                "invalid_network",
+                format!("unknown network mode {other:?}; use none, open or allowlist"),
+            ))
+        }
+    };
+    Ok(policy)
 }
 
 fn invalid(error: warren_core::CoreError) -> ApiError {
@@ -53,9 +83,13 @@ pub(crate) async fn create(
 ) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
     let uid = Uid::new(request.uid).map_err(invalid)?;
     let scope = RuntimeScope::new(request.runtime_scope_id).map_err(invalid)?;
+    let network = match request.network {
+        None => NetworkPolicy::None,
+        Some(spec) => network_policy(spec)?,
+    };
     let (record, created) = state
         .provisioner
-        .create_sandbox(&uid, &scope, request.workdir.as_deref())
+        .create_sandbox(&uid, &scope, request.workdir.as_deref(), network)
         .await?;
     let status = match created {
         Created::New => StatusCode::CREATED,

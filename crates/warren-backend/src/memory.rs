@@ -134,6 +134,7 @@ mod tests {
             user_workspace: "/data/ws".into(),
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),
+            network: warren_core::NetworkPolicy::None,
         }
     }
 

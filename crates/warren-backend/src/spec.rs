@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 /// The backends warren knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -58,6 +58,8 @@ pub struct RuntimeSpec {
     pub skill_projection: PathBuf,
     /// Environment given to every process of the runtime (I14); never the token (I13).
     pub env: BTreeMap<String, String>,
+    /// Where the runtime's processes may connect (I23).
+    pub network: NetworkPolicy,
 }
 
 /// A runtime a backend reports, with the identity it was created with (I16).

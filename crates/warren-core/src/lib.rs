@@ -9,11 +9,13 @@
 
 mod identity;
 mod layout;
+mod network;
 mod virtual_path;
 mod workdir;
 
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
 pub use layout::DataLayout;
+pub use network::{is_internal, NetworkPolicy};
 pub use virtual_path::{VirtualPath, VirtualRoot, SKILLS_MOUNT, USER_DATA_MOUNT};
 pub use workdir::Workdir;
 
@@ -50,6 +52,14 @@ pub enum CoreError {
     InvalidWorkdir {
         /// The refused workdir (possibly shortened).
         path: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A network policy entry is malformed.
+    #[error("invalid network policy entry {entry:?}: {reason}")]
+    InvalidNetworkPolicy {
+        /// The refused entry (possibly shortened).
+        entry: String,
         /// Why it was refused.
         reason: &'static str,
     },

@@ -19,7 +19,7 @@ use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
     OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
 };
-use warren_core::SandboxId;
+use warren_core::{NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
 use crate::config::{base_environment, RootSource, RuntimeConfig, RuntimeLimits};
@@ -56,6 +56,8 @@ struct RuntimeIdentity {
     user_workspace: PathBuf,
     skill_projection: PathBuf,
     env: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    network: NetworkPolicy,
     cgroup: String,
     pid: i32,
 }
@@ -145,11 +147,27 @@ impl LocalBackend {
         if ping(&self.runtime_dir(sandbox))
             .is_some_and(|(s, g)| s == identity.sandbox && g == identity.generation)
         {
-            self.lock().insert(sandbox.clone(), identity.clone());
+            self.adopt(sandbox, identity.clone());
             Some(identity)
         } else {
             None
         }
+    }
+
+    /// Takes a runtime into this provisioner's care: remembers it and, if its network
+    /// policy lets anything out, serves its egress.
+    fn adopt(&self, sandbox: &SandboxId, identity: RuntimeIdentity) {
+        if identity.network.has_egress() {
+            let socket = self.runtime_dir(sandbox).join("control.sock");
+            if let Err(error) = crate::egress::spawn_egress(
+                socket,
+                identity.network.clone(),
+                tokio::runtime::Handle::current(),
+            ) {
+                tracing::error!(%sandbox, %error, "cannot serve the runtime's egress");
+            }
+        }
+        self.lock().insert(sandbox.clone(), identity);
     }
 
     async fn launch(&self, spec: &RuntimeSpec) -> Result<RuntimeIdentity, BackendError> {
@@ -172,6 +190,7 @@ impl LocalBackend {
             skill_projection: spec.skill_projection.clone(),
             root: self.root.clone(),
             limits: self.config.limits.clone(),
+            egress: spec.network.has_egress(),
         };
         let input =
             serde_json::to_vec(&config).map_err(|e| create_error(std::io::Error::other(e)))?;
@@ -226,6 +245,7 @@ impl LocalBackend {
             user_workspace: spec.user_workspace.clone(),
             skill_projection: spec.skill_projection.clone(),
             env: spec.env.clone(),
+            network: spec.network.clone(),
             cgroup: self.cgroup_name(&spec.sandbox),
             pid,
         };
@@ -261,6 +281,25 @@ impl LocalBackend {
             _ => Ok(()),
         }
     }
+}
+
+/// What tells programs inside a runtime with egress to use its proxy port.
+fn proxy_environment() -> Vec<(String, String)> {
+    let proxy = format!("http://127.0.0.1:{}", crate::config::PROXY_PORT);
+    let mut env = Vec::new();
+    for name in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+    ] {
+        env.push((name.to_owned(), proxy.clone()));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
+    }
+    env
 }
 
 fn read_identity(dir: &Path) -> Option<RuntimeIdentity> {
@@ -369,7 +408,7 @@ impl Backend for LocalBackend {
             }
         }
         let identity = self.launch(spec).await?;
-        self.lock().insert(spec.sandbox.clone(), identity);
+        self.adopt(&spec.sandbox, identity);
         Ok(DiscoveredRuntime { spec: spec.clone() })
     }
 
@@ -411,9 +450,13 @@ impl Backend for LocalBackend {
                     user_workspace: identity.user_workspace.clone(),
                     skill_projection: identity.skill_projection.clone(),
                     env: identity.env.clone(),
+                    network: identity.network.clone(),
                 })
             })();
             if let Some(spec) = spec {
+                if !self.lock().contains_key(&spec.sandbox) {
+                    self.adopt(&spec.sandbox, identity.clone());
+                }
                 found.push(DiscoveredRuntime { spec });
             }
         }
@@ -436,6 +479,9 @@ impl Backend for LocalBackend {
             source,
         };
         let mut env = base_environment();
+        if identity.network.has_egress() {
+            env.extend(proxy_environment());
+        }
         env.extend(identity.env.clone());
         env.extend(request.env.clone());
         let spec = ExecSpec {

@@ -30,7 +30,13 @@ pub struct RuntimeConfig {
     pub root: RootSource,
     /// Resource limits.
     pub limits: RuntimeLimits,
+    /// Whether the runtime gets an egress proxy port ([`PROXY_PORT`] on its loopback).
+    pub egress: bool,
 }
+
+/// The loopback port inside a runtime where its egress proxy listens (network `open` or
+/// `allowlist`); init hands each connection to the provisioner, which filters it.
+pub const PROXY_PORT: u16 = 3128;
 
 /// The root filesystem of a runtime; writes land in a per-runtime copy-on-write layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

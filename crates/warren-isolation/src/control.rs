@@ -29,6 +29,9 @@ pub enum Request {
     Kill,
     /// Who are you? Answered with [`Reply::Pong`].
     Ping,
+    /// Make this connection the one init sends egress connections over
+    /// ([`Reply::Connection`]), replacing any earlier one.
+    Egress,
 }
 
 /// One command.
@@ -78,6 +81,8 @@ pub enum Reply {
         /// The generation.
         generation: i64,
     },
+    /// A process connected to the runtime's proxy port; its socket is attached.
+    Connection,
     /// The request was not understood.
     Refused {
         /// Why.

@@ -14,6 +14,7 @@ mod backend;
 pub mod cgroup;
 pub mod config;
 pub mod control;
+mod egress;
 mod host;
 pub mod profile;
 mod runtime;

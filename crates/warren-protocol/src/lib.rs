@@ -84,6 +84,24 @@ pub struct CreateSandbox {
     /// `projects/<uuid>` is created (I8).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Network policy; default `{"mode":"none"}` (loopback only). Part of the binding: a
+    /// live sandbox cannot change it (409 `network_conflict`).
+    #[serde(default)]
+    pub network: Option<NetworkSpec>,
+}
+
+/// Where a sandbox's processes may connect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// `none` (loopback only), `open` (HTTP/HTTPS egress through warren's proxy to public
+    /// destinations) or `allowlist` (only the listed destinations, through the proxy).
+    pub mode: String,
+    /// For `allowlist`: host names, `*.suffix` wildcards, IP addresses or CIDR ranges.
+    /// Internal addresses (loopback, private, link-local) are reachable only when listed
+    /// as an address or range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
 }
 
 /// A sandbox: the identity of one (uid, runtime scope) and the state of its runtime.
@@ -99,6 +117,8 @@ pub struct SandboxInfo {
     pub workdir: String,
     /// The workdir as a virtual path: the default cwd of commands.
     pub workdir_path: String,
+    /// The network policy.
+    pub network: NetworkSpec,
     /// The backend hosting the runtime.
     pub backend: String,
     /// `created` (no runtime yet, I12), `running`, `stopped`, `terminating`, `terminated`.

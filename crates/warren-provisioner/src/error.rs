@@ -41,6 +41,16 @@ pub enum ProvisionerError {
         /// The workdir asked for.
         requested: String,
     },
+    /// The live sandbox of this identity runs under another network policy (I16).
+    #[error("sandbox {sandbox} of this uid and runtime scope runs with network {bound:?}; a live runtime cannot change it to {requested:?}")]
+    NetworkConflict {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its policy's mode.
+        bound: &'static str,
+        /// The mode asked for.
+        requested: &'static str,
+    },
     /// The sandbox is behind its cleanup fence or gone (I15).
     #[error("sandbox {sandbox} is {state}; create it again with POST /v1/sandboxes to start a new generation")]
     SandboxTerminated {

@@ -183,6 +183,7 @@ impl Provisioner {
             user_workspace: self.layout.user_workspace(&safe),
             skill_projection: self.layout.skill_projection(&safe),
             env: self.config.sandbox_env.clone(),
+            network: record.network.clone(),
         };
         self.backend
             .create(&spec)

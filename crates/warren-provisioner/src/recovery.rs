@@ -29,7 +29,7 @@ impl Provisioner {
     /// Reconciles the state store with the backend after a start (or a crash).
     ///
     /// A runtime is adopted only if it matches its sandbox's record exactly: same id,
-    /// generation, uid, runtime scope and workdir (I16). Anything else the backend hosts
+    /// generation, uid, runtime scope, workdir and network policy (I16). Anything else the backend hosts
     /// is destroyed; workspace files are never touched (I15).
     pub async fn recover(&self) -> Result<RecoveryReport, ProvisionerError> {
         let mut report = RecoveryReport {
@@ -59,6 +59,7 @@ impl Provisioner {
                     && record.uid == spec.uid
                     && record.runtime_scope == spec.runtime_scope
                     && record.workdir == spec.workdir
+                    && record.network == spec.network
                     && matches!(record.state, SandboxState::Running | SandboxState::Created)
             });
             if owner.is_some() {

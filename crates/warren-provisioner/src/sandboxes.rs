@@ -1,6 +1,6 @@
 //! Workdirs and sandbox identity: create, find, reclaim (I4, I5, I8, I12, I15).
 
-use warren_core::{DataLayout, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{DataLayout, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
 
@@ -80,7 +80,9 @@ impl Provisioner {
         uid: &Uid,
         scope: &RuntimeScope,
         workdir: Option<&str>,
+        network: NetworkPolicy,
     ) -> Result<(SandboxRecord, Created), ProvisionerError> {
+        let network = network.validate()?;
         let id = SandboxId::derive(uid, scope);
         let workdir = match workdir {
             Some(path) => {
@@ -100,6 +102,7 @@ impl Provisioner {
                 uid: uid.clone(),
                 runtime_scope: scope.clone(),
                 workdir: workdir.clone(),
+                network: network.clone(),
                 backend: self.backend.kind().as_str().to_owned(),
             })
             .await?;
@@ -113,6 +116,11 @@ impl Provisioner {
                 sandbox: record.id,
                 bound: record.workdir.to_string(),
                 requested: workdir.to_string(),
+            }),
+            SandboxClaim::NetworkConflict(record) => Err(ProvisionerError::NetworkConflict {
+                sandbox: record.id,
+                bound: record.network.mode(),
+                requested: network.mode(),
             }),
         }
     }

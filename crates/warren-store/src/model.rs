@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 /// A workdir created for a uid.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -31,7 +31,9 @@ pub struct NewSandbox {
     pub runtime_scope: RuntimeScope,
     /// The workdir the runtime is to be bound to.
     pub workdir: Workdir,
-    /// The backend that will run it, e.g. "bwrap".
+    /// Where its processes may connect; part of the binding like the workdir (I16).
+    pub network: NetworkPolicy,
+    /// The backend that will run it, e.g. "local".
     pub backend: String,
 }
 
@@ -48,6 +50,7 @@ impl NewSandbox {
             uid,
             runtime_scope,
             workdir,
+            network: NetworkPolicy::None,
             backend: backend.into(),
         }
     }
@@ -63,24 +66,28 @@ pub enum SandboxClaim {
     Existing(SandboxRecord),
     /// A live generation is bound to another workdir and cannot be rebound (I5).
     WorkdirConflict(SandboxRecord),
+    /// A live generation runs under another network policy and cannot be changed (I16).
+    NetworkConflict(SandboxRecord),
 }
 
 impl SandboxClaim {
     /// The sandbox record, whichever way the claim went.
     pub fn record(&self) -> &SandboxRecord {
         match self {
-            Self::Created(record) | Self::Existing(record) | Self::WorkdirConflict(record) => {
-                record
-            }
+            Self::Created(record)
+            | Self::Existing(record)
+            | Self::WorkdirConflict(record)
+            | Self::NetworkConflict(record) => record,
         }
     }
 
     /// The sandbox record, whichever way the claim went.
     pub fn into_record(self) -> SandboxRecord {
         match self {
-            Self::Created(record) | Self::Existing(record) | Self::WorkdirConflict(record) => {
-                record
-            }
+            Self::Created(record)
+            | Self::Existing(record)
+            | Self::WorkdirConflict(record)
+            | Self::NetworkConflict(record) => record,
         }
     }
 }
@@ -96,6 +103,8 @@ pub struct SandboxRecord {
     pub runtime_scope: RuntimeScope,
     /// The workdir the current generation is bound to.
     pub workdir: Workdir,
+    /// The network policy of the current generation.
+    pub network: NetworkPolicy,
     /// The backend of the current generation.
     pub backend: String,
     /// Where the current generation is in its life.

@@ -20,7 +20,7 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection, Row, Sqlite};
-use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 use crate::{
     NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus, SandboxClaim, SandboxRecord,
@@ -37,7 +37,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The columns of a sandbox row, in the order [`sandbox_from_row`] expects them named.
 macro_rules! sandbox_columns {
     () => {
-        "id, uid, runtime_scope, workdir, backend, state, generation, created_at, \
+        "id, uid, runtime_scope, workdir, network, backend, state, generation, created_at, \
          last_active_at, updated_at"
     };
 }
@@ -343,6 +343,9 @@ fn sandbox_from_row(row: &SqliteRow) -> Result<SandboxRecord, StoreError> {
         uid: columns.parse("uid", Uid::new)?,
         runtime_scope: columns.parse("runtime_scope", RuntimeScope::new)?,
         workdir: columns.parse("workdir", Workdir::new)?,
+        network: columns.parse("network", |json: String| {
+            serde_json::from_str::<NetworkPolicy>(&json)
+        })?,
         backend: columns.get("backend")?,
         state: columns.parse("state", |state| state.parse::<SandboxState>())?,
         generation: columns.get("generation")?,
@@ -440,22 +443,29 @@ impl StateStore for SqliteStore {
         let current = current.as_ref().map(sandbox_from_row).transpose()?;
 
         let now = now_millis();
+        let network = serde_json::to_string(&new.network).map_err(|e| StoreError::Corrupt {
+            table: "sandboxes",
+            column: "network",
+            detail: e.to_string(),
+        })?;
         let row = match current {
             Some(record) if record.state != SandboxState::Terminated => {
                 // Nothing to write; ending the transaction now releases the write lock
                 // without waiting for the connection to go back to the pool.
                 tx.rollback().await.map_err(StoreError::query(OPERATION))?;
-                return Ok(if record.workdir == new.workdir {
-                    SandboxClaim::Existing(record)
-                } else {
+                return Ok(if record.workdir != new.workdir {
                     SandboxClaim::WorkdirConflict(record)
+                } else if record.network != new.network {
+                    SandboxClaim::NetworkConflict(record)
+                } else {
+                    SandboxClaim::Existing(record)
                 });
             }
             Some(_terminated) => {
                 sqlx::query(concat!(
                     "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
                      generation = generation + 1, created_at = ?5, last_active_at = ?5, \
-                     updated_at = ?5 WHERE id = ?1 RETURNING ",
+                     updated_at = ?5, network = ?6 WHERE id = ?1 RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -463,14 +473,15 @@ impl StateStore for SqliteStore {
                 .bind(&new.backend)
                 .bind(SandboxState::Created.as_str())
                 .bind(now)
+                .bind(&network)
                 .fetch_one(&mut *tx)
                 .await
             }
             None => {
                 sqlx::query(concat!(
                     "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
-                     generation, created_at, last_active_at, updated_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7) RETURNING ",
+                     generation, created_at, last_active_at, updated_at, network) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8) RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -480,6 +491,7 @@ impl StateStore for SqliteStore {
                 .bind(&new.backend)
                 .bind(SandboxState::Created.as_str())
                 .bind(now)
+                .bind(&network)
                 .fetch_one(&mut *tx)
                 .await
             }

@@ -175,6 +175,10 @@ struct Init {
     /// command costs more than the command itself often does.
     spare: Vec<ExecCgroup>,
     next_exec: u64,
+    /// The proxy port inside the runtime, for network `open` and `allowlist`.
+    proxy: Option<std::net::TcpListener>,
+    /// Where accepted proxy connections go: the provisioner's egress connection.
+    egress: Option<OwnedFd>,
 }
 
 impl Init {
@@ -200,6 +204,23 @@ impl Init {
         // Init never execs, so emptying its bounding set costs it nothing, and every command
         // inherits the empty set: nothing it runs can regain a capability (file caps too).
         step("drop the capability bounding set", sys::drop_bounding_set())?;
+        // Bound inside the runtime's network namespace, on its loopback only.
+        let proxy = if config.egress {
+            let proxy = step(
+                "bind the proxy port",
+                std::net::TcpListener::bind((
+                    std::net::Ipv4Addr::LOCALHOST,
+                    crate::config::PROXY_PORT,
+                )),
+            )?;
+            step(
+                "make the proxy port non-blocking",
+                proxy.set_nonblocking(true),
+            )?;
+            Some(proxy)
+        } else {
+            None
+        };
         crate::runtime::confine::confine(cgroup.directories()).map_err(|e| SetupError {
             stage: "apply Landlock",
             source: std::io::Error::other(e.to_string()),
@@ -213,6 +234,8 @@ impl Init {
             running: HashMap::new(),
             lingering: Vec::new(),
             spare: Vec::new(),
+            proxy,
+            egress: None,
             next_exec: 0,
         })
     }
@@ -229,6 +252,21 @@ impl Init {
                 PollFd::new(&self.listener, PollFlags::IN),
                 PollFd::new(&self.sigchld, PollFlags::IN),
             ];
+            // Fixed slots 2 and 3 (a closed fd is skipped by poll when absent).
+            let extra = [
+                self.proxy.as_ref().map(AsFd::as_fd),
+                self.egress.as_ref().map(AsFd::as_fd),
+            ];
+            let extra_fds: Vec<_> = extra.iter().flatten().collect();
+            let proxy_slot = self.proxy.is_some().then_some(2);
+            let egress_slot = self
+                .egress
+                .is_some()
+                .then_some(2 + usize::from(self.proxy.is_some()));
+            for fd in &extra_fds {
+                fds.push(PollFd::new(*fd, PollFlags::IN));
+            }
+            let first_exec = fds.len();
             for pid in &pids {
                 if let Some(connection) = &self.running[pid].connection {
                     fds.push(PollFd::new(connection, PollFlags::IN));
@@ -239,13 +277,23 @@ impl Init {
             }
             let listener_ready = !fds[0].revents().is_empty();
             let child_ready = !fds[1].revents().is_empty();
+            let proxy_ready = proxy_slot.is_some_and(|i| !fds[i].revents().is_empty());
+            let egress_closed = egress_slot.is_some_and(|i| !fds[i].revents().is_empty());
             let hung_up: Vec<i32> = pids
                 .iter()
-                .zip(&fds[2..])
+                .zip(&fds[first_exec..])
                 .filter(|(_, fd)| !fd.revents().is_empty())
                 .map(|(pid, _)| *pid)
                 .collect();
             drop(fds);
+            drop(extra_fds);
+            if egress_closed {
+                // The provisioner only ever reads from it: input means it went away.
+                self.egress = None;
+            }
+            if proxy_ready {
+                self.on_proxy_connections();
+            }
             if child_ready {
                 sys::drain_signalfd(self.sigchld.as_fd());
                 self.reap();
@@ -285,6 +333,9 @@ impl Init {
                 );
             }
             Request::Exec(spec) => self.start(connection, spec, fds),
+            Request::Egress => {
+                self.egress = Some(connection);
+            }
             Request::Kill => {
                 let _ = control::send_frame(
                     connection.as_fd(),
@@ -377,6 +428,18 @@ impl Init {
                 killed: false,
             },
         );
+    }
+
+    /// Hands each process that connected to the proxy port to the provisioner, which
+    /// applies the sandbox's network policy; without a provisioner the connection closes.
+    fn on_proxy_connections(&mut self) {
+        let Some(proxy) = &self.proxy else { return };
+        while let Ok((stream, _)) = proxy.accept() {
+            let Some(egress) = &self.egress else { continue };
+            if control::send_frame(egress.as_fd(), &Reply::Connection, &[stream.as_fd()]).is_err() {
+                self.egress = None;
+            }
+        }
     }
 
     /// The provisioner sent `Kill`, or closed the connection (it gave up on the command,

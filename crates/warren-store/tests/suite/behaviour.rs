@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use warren_core::{RuntimeScope, SandboxId};
+use warren_core::{NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
     NewSandbox, RunOutcome, RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
 };
@@ -94,6 +94,29 @@ pub async fn claiming_a_live_sandbox_on_another_workdir_is_a_conflict_that_chang
 
     assert_eq!(answer, SandboxClaim::WorkdirConflict(created.clone()));
     assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(created));
+}
+
+pub async fn claiming_a_live_sandbox_under_another_network_policy_is_a_conflict(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert_eq!(created.network, NetworkPolicy::None);
+    let mut open = new.clone();
+    open.network = NetworkPolicy::Open;
+    match store.claim_sandbox(&open).await.unwrap() {
+        SandboxClaim::NetworkConflict(record) => assert_eq!(record, created),
+        other => panic!("expected a network conflict, got {other:?}"),
+    }
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap();
+    let reclaimed = store.claim_sandbox(&open).await.unwrap();
+    assert!(
+        matches!(&reclaimed, SandboxClaim::Created(r) if r.network == NetworkPolicy::Open && r.generation == 2)
+    );
 }
 
 pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn Backend) {

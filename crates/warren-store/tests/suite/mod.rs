@@ -17,6 +17,7 @@ macro_rules! behaviour_suite {
                 claiming_an_unclaimed_sandbox_creates_generation_one,
                 claiming_a_live_sandbox_on_the_same_workdir_joins_it,
                 claiming_a_live_sandbox_on_another_workdir_is_a_conflict_that_changes_nothing,
+                claiming_a_live_sandbox_under_another_network_policy_is_a_conflict,
                 every_state_but_terminated_counts_as_live_for_a_claim,
                 a_claim_whose_id_is_not_derived_from_its_uid_and_scope_is_refused,
                 fifty_concurrent_claims_of_one_identity_create_exactly_one_sandbox,

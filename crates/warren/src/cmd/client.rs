@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use warren_client::{ClientError, WarrenClient};
-use warren_protocol::{CreateSandbox, ExecCommand};
+use warren_protocol::{CreateSandbox, ExecCommand, NetworkSpec};
 
 /// Where the server is and how to authenticate.
 #[derive(Debug, Args)]
@@ -72,6 +72,12 @@ enum SandboxCommand {
         /// Relative workdir; default: a fresh projects/<uuid>.
         #[arg(long)]
         workdir: Option<String>,
+        /// Network: none (loopback only), open, or allowlist (with --allow).
+        #[arg(long, default_value = "none")]
+        network: String,
+        /// An allowed destination for `--network allowlist` (repeatable).
+        #[arg(long = "allow")]
+        allow: Vec<String>,
     },
     /// List sandboxes.
     List {
@@ -192,11 +198,17 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             uid,
             scope,
             workdir,
+            network,
+            allow,
         } => client
             .create_sandbox(&CreateSandbox {
                 uid,
                 runtime_scope_id: scope,
                 workdir,
+                network: Some(NetworkSpec {
+                    mode: network,
+                    allow,
+                }),
             })
             .await
             .map(|info| serde_json::to_value(info).unwrap_or_default()),

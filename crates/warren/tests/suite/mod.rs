@@ -5,6 +5,7 @@ mod cli;
 mod escape;
 mod etag;
 mod files;
+mod network;
 mod openapi;
 mod path_attacks;
 mod runtime;

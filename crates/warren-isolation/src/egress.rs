@@ -1,0 +1,292 @@
+//! The egress proxy: the only way out of a runtime with network `open` or `allowlist`
+//! (I23: network opened only to the targets a task needs).
+//!
+//! A runtime has no route anywhere; its init listens on `127.0.0.1:3128` inside the
+//! runtime and passes every connection's socket to the provisioner over the control
+//! socket. Here, in the provisioner's network namespace, each connection is read as an HTTP
+//! proxy request (`CONNECT host:port` for HTTPS and any TCP, or an absolute-form HTTP
+//! request), checked against the sandbox's [`NetworkPolicy`] *after* name resolution (so
+//! no name can lead to the host, a private network or cloud metadata unless listed as an
+//! address), and only then connected and spliced. Commands get `HTTP(S)_PROXY` pointing
+//! at the port.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use warren_core::NetworkPolicy;
+
+use crate::control::{self, Reply, Request};
+
+/// Largest request head accepted, bytes.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long resolving and connecting a destination may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Serves a runtime's egress for as long as its init answers: connects to its control
+/// socket, registers as the egress connection and proxies every connection init hands
+/// over. Runs on its own thread (the receive loop blocks); proxying runs on `runtime`.
+pub(crate) fn spawn_egress(
+    control_socket: PathBuf,
+    policy: NetworkPolicy,
+    runtime: tokio::runtime::Handle,
+) -> std::io::Result<()> {
+    let stream = std::os::unix::net::UnixStream::connect(&control_socket)?;
+    control::send_frame(stream.as_fd(), &Request::Egress, &[])?;
+    std::thread::Builder::new()
+        .name("warren-egress".into())
+        .spawn(move || {
+            // Ends when init dies (EOF) or the runtime is destroyed.
+            while let Ok(Some((Reply::Connection, fds))) =
+                control::recv_frame::<Reply>(stream.as_fd())
+            {
+                for fd in fds {
+                    let policy = policy.clone();
+                    runtime.spawn(async move {
+                        if let Err(error) = proxy(fd, &policy).await {
+                            tracing::debug!(%error, "egress connection ended");
+                        }
+                    });
+                }
+            }
+        })?;
+    Ok(())
+}
+
+async fn proxy(fd: OwnedFd, policy: &NetworkPolicy) -> std::io::Result<()> {
+    let std_stream = std::net::TcpStream::from(fd);
+    std_stream.set_nonblocking(true)?;
+    let mut client = TcpStream::from_std(std_stream)?;
+    let (head, rest) = read_head(&mut client).await?;
+    let Some(request) = ProxyRequest::parse(&head) else {
+        return refuse(&mut client, 400, "warren: not an HTTP proxy request").await;
+    };
+    let target = match connect(&request.host, request.port, policy).await {
+        Ok(target) => target,
+        Err(Refusal::Policy) => {
+            let message = format!(
+                "warren: {}:{} is not allowed by this sandbox's network policy ({})",
+                request.host,
+                request.port,
+                policy.mode()
+            );
+            return refuse(&mut client, 403, &message).await;
+        }
+        Err(Refusal::Unreachable(error)) => {
+            let message = format!(
+                "warren: cannot reach {}:{}: {error}",
+                request.host, request.port
+            );
+            return refuse(&mut client, 502, &message).await;
+        }
+    };
+    let mut target = target;
+    if request.tunnel {
+        client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await?;
+        target.write_all(&rest).await?;
+    } else {
+        target.write_all(&request.forwarded_head).await?;
+        target.write_all(&rest).await?;
+    }
+    tokio::io::copy_bidirectional(&mut client, &mut target).await?;
+    Ok(())
+}
+
+enum Refusal {
+    Policy,
+    Unreachable(std::io::Error),
+}
+
+/// Resolves on the host and connects to the first address the policy permits.
+async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStream, Refusal> {
+    let lookup = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((host, port)))
+        .await
+        .map_err(|_| Refusal::Unreachable(std::io::ErrorKind::TimedOut.into()))?
+        .map_err(Refusal::Unreachable)?;
+    let permitted: Vec<SocketAddr> = lookup.filter(|a| policy.permits(host, a.ip())).collect();
+    if permitted.is_empty() {
+        return Err(Refusal::Policy);
+    }
+    let mut last = std::io::Error::from(std::io::ErrorKind::NotFound);
+    for address in permitted {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(error)) => last = error,
+            Err(_) => last = std::io::ErrorKind::TimedOut.into(),
+        }
+    }
+    Err(Refusal::Unreachable(last))
+}
+
+async fn refuse(client: &mut TcpStream, status: u16, message: &str) -> std::io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        _ => "Bad Gateway",
+    };
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{message}\n",
+        message.len() + 1
+    );
+    client.write_all(response.as_bytes()).await?;
+    client.shutdown().await
+}
+
+/// Reads up to the end of the request head; returns the head and any bytes after it.
+async fn read_head(client: &mut TcpStream) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buffer.split_off(end + 4);
+            return Ok((buffer, rest));
+        }
+        if buffer.len() > MAX_HEAD {
+            return Err(std::io::Error::other("request head too large"));
+        }
+        let n = tokio::time::timeout(CONNECT_TIMEOUT, client.read(&mut chunk))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A parsed proxy request.
+#[derive(Debug, PartialEq, Eq)]
+struct ProxyRequest {
+    host: String,
+    port: u16,
+    /// `CONNECT`: a tunnel; otherwise an HTTP request to forward.
+    tunnel: bool,
+    /// For plain HTTP: the head rewritten to origin form, with `Connection: close` so one
+    /// connection carries one request (each is checked on its own).
+    forwarded_head: Vec<u8>,
+}
+
+impl ProxyRequest {
+    fn parse(head: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(head).ok()?;
+        let mut lines = text.split("\r\n");
+        let mut first = lines.next()?.split(' ');
+        let (method, target, version) = (first.next()?, first.next()?, first.next()?);
+        if !version.starts_with("HTTP/1.") {
+            return None;
+        }
+        if method.eq_ignore_ascii_case("CONNECT") {
+            let (host, port) = split_authority(target, None)?;
+            return Some(Self {
+                host,
+                port,
+                tunnel: true,
+                forwarded_head: Vec::new(),
+            });
+        }
+        let rest = target.strip_prefix("http://")?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = split_authority(authority, Some(80))?;
+        let mut forwarded = format!("{method} {path} {version}\r\n");
+        for line in lines.filter(|l| !l.is_empty()) {
+            let name = line
+                .split(':')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            if matches!(
+                name.as_str(),
+                "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
+            ) {
+                continue;
+            }
+            forwarded.push_str(line);
+            forwarded.push_str("\r\n");
+        }
+        forwarded.push_str("Connection: close\r\n\r\n");
+        Some(Self {
+            host,
+            port,
+            tunnel: false,
+            forwarded_head: forwarded.into_bytes(),
+        })
+    }
+}
+
+fn split_authority(authority: &str, default_port: Option<u16>) -> Option<(String, u16)> {
+    if authority.contains('@') {
+        return None;
+    }
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        match after.strip_prefix(':') {
+            Some(port) => (host, Some(port.parse().ok()?)),
+            None if after.is_empty() => (host, None),
+            None => return None,
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port.parse().ok()?)),
+            None => (authority, None),
+        }
+    };
+    let port = port.or(default_port)?;
+    (!host.is_empty() && port != 0).then(|| (host.to_ascii_lowercase(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_requests_become_tunnels() {
+        let request =
+            ProxyRequest::parse(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n")
+                .unwrap();
+        assert_eq!(
+            (request.host.as_str(), request.port, request.tunnel),
+            ("pypi.org", 443, true)
+        );
+        let v6 = ProxyRequest::parse(b"CONNECT [::1]:8080 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 8080));
+    }
+
+    #[test]
+    fn plain_requests_are_rewritten_to_origin_form_with_one_request_per_connection() {
+        let request = ProxyRequest::parse(
+            b"GET http://Example.com/a?b=1 HTTP/1.1\r\nHost: example.com\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (request.host.as_str(), request.port, request.tunnel),
+            ("example.com", 80, false)
+        );
+        assert_eq!(
+            String::from_utf8(request.forwarded_head).unwrap(),
+            "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn malformed_requests_are_refused() {
+        for head in [
+            &b"GET /relative HTTP/1.1\r\n\r\n"[..],
+            b"CONNECT pypi.org HTTP/1.1\r\n\r\n",
+            b"CONNECT user@host:443 HTTP/1.1\r\n\r\n",
+            b"CONNECT host:0 HTTP/1.1\r\n\r\n",
+            b"GET http://h/ SPDY/3\r\n\r\n",
+            b"\xff\xfe",
+        ] {
+            assert!(ProxyRequest::parse(head).is_none(), "{head:?}");
+        }
+    }
+}
