@@ -93,6 +93,17 @@ impl TestServer {
     /// into `<data>/token`, which this reads back.
     pub fn start_with_token(bin: &Path, extra_args: &[&str], token: Option<&str>) -> Self {
         let data_dir = tempfile::tempdir().expect("create a temporary data dir");
+        Self::start_in(bin, data_dir, extra_args, token)
+    }
+
+    /// Starts `bin serve <extra args>` on a data directory the test prepared (an imported
+    /// image, a planted layout); it is removed when the server is dropped.
+    pub fn start_in(
+        bin: &Path,
+        data_dir: tempfile::TempDir,
+        extra_args: &[&str],
+        token: Option<&str>,
+    ) -> Self {
         let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token);
         let token = match token {
             Some(token) => token.to_owned(),

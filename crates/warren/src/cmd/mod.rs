@@ -2,6 +2,7 @@
 
 mod client;
 mod doctor;
+mod image;
 mod serve;
 
 use std::process::ExitCode;
@@ -24,6 +25,8 @@ enum Command {
     Openapi,
     /// Show which isolation features this host supports.
     Doctor,
+    /// Import root filesystems for runtimes (offline; works on the data directory).
+    Image(image::ImageArgs),
     /// Manage workdirs of a user (client of a running server).
     Workdir(client::WorkdirArgs),
     /// Manage sandboxes (client of a running server).
@@ -49,6 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor::run(),
+        Command::Image(args) => image::run(args),
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Exec(args) => client::exec(args).await,

@@ -33,8 +33,11 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "local")]
     backend: BackendChoice,
     /// A root filesystem directory for runtimes instead of the host profile (local backend).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "image")]
     rootfs: Option<PathBuf>,
+    /// An image imported with `warren image import` as the runtimes' root filesystem.
+    #[arg(long)]
+    image: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -66,7 +69,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 data_dir: data_dir.clone(),
                 init_program: std::env::current_exe().context("cannot find warren's own executable")?,
                 limits: RuntimeLimits::default(),
-                rootfs: args.rootfs.clone(),
+                rootfs: match (&args.rootfs, &args.image) {
+                    (Some(dir), _) => Some(dir.clone()),
+                    (None, Some(name)) => Some(super::image::rootfs_of(&data_dir, name)?),
+                    (None, None) => None,
+                },
             })
             .context("cannot start the local isolation backend (`warren doctor` shows what this host supports)")?;
             Arc::new(backend)
@@ -131,7 +138,7 @@ fn init_logging() {
         .init();
 }
 
-fn default_data_dir() -> anyhow::Result<PathBuf> {
+pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     if rustix::process::geteuid().is_root() {
         return Ok(PathBuf::from("/var/lib/warren"));
     }

@@ -5,6 +5,7 @@ mod cli;
 mod escape;
 mod etag;
 mod files;
+mod image;
 mod network;
 mod openapi;
 mod path_attacks;

@@ -1,0 +1,139 @@
+//! Runtimes on an imported OCI image instead of the host profile.
+
+use std::io::Write;
+
+use sha2::{Digest, Sha256};
+use warren_test_support::{run_to_exit, TestServer, TEST_TOKEN};
+
+use super::bin;
+
+/// An OCI layout with one gzip layer: the host's dash and the libraries it needs, and a
+/// marker file — a root filesystem that has nothing of the host profile.
+fn minimal_image(dir: &std::path::Path) {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (inside, host) in [
+        ("bin/sh", "/bin/dash"),
+        (
+            "lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+        ),
+        ("lib64/ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2"),
+    ] {
+        let bytes = std::fs::read(host).unwrap_or_else(|e| panic!("{host}: {e}"));
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o755);
+        header.set_size(bytes.len() as u64);
+        builder
+            .append_data(&mut header, inside, &bytes[..])
+            .unwrap();
+    }
+    let marker = b"from the image\n";
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(marker.len() as u64);
+    builder
+        .append_data(&mut header, "etc/marker", &marker[..])
+        .unwrap();
+    let layer = {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&builder.into_inner().unwrap()).unwrap();
+        gz.finish().unwrap()
+    };
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |bytes: &[u8]| {
+        let hex = hex::encode(Sha256::digest(bytes));
+        std::fs::write(blobs.join(&hex), bytes).unwrap();
+        serde_json::json!({"digest": format!("sha256:{hex}"), "size": bytes.len()})
+    };
+    let mut layer_desc = put(&layer);
+    layer_desc["mediaType"] = "application/vnd.oci.image.layer.v1.tar+gzip".into();
+    let mut config = put(b"{}");
+    config["mediaType"] = "application/vnd.oci.image.config.v1+json".into();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "config": config, "layers": [layer_desc],
+    }))
+    .unwrap();
+    let mut manifest_desc = put(&manifest);
+    manifest_desc["mediaType"] = "application/vnd.oci.image.manifest.v1+json".into();
+    let index = serde_json::json!({"schemaVersion": 2, "manifests": [manifest_desc]});
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_runtime_runs_on_an_imported_image() {
+    let layout = tempfile::tempdir().unwrap();
+    minimal_image(layout.path());
+    let data = tempfile::tempdir().unwrap();
+    let data_arg = data.path().to_str().unwrap().to_owned();
+    let out = run_to_exit(
+        bin(),
+        &[
+            "image",
+            "import",
+            layout.path().to_str().unwrap(),
+            "--name",
+            "mini",
+            "--data-dir",
+            &data_arg,
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("imported mini: 1 layers"));
+    let again = run_to_exit(
+        bin(),
+        &[
+            "image",
+            "import",
+            layout.path().to_str().unwrap(),
+            "--name",
+            "mini",
+            "--data-dir",
+            &data_arg,
+        ],
+        &[],
+    );
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already imported"));
+
+    let server = TestServer::start_in(bin(), data, &["--image", "mini"], Some(TEST_TOKEN));
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let result = server
+        .exec(&id, "read line < /etc/marker; echo \"$line\"; echo x > /home/gem/user-data/projects/a/out; test -e /usr/bin/python3 || echo no-host-usr; id -u 2>/dev/null || echo no-id-binary")
+        .await;
+    assert_eq!(
+        result["stdout"], "from the image\nno-host-usr\nno-id-binary\n",
+        "{result}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(server.workspace_of("alice").join("projects/a/out")).unwrap(),
+        "x\n"
+    );
+    let whoami = server.exec(&id, "echo $HOME; cd ~ && pwd").await;
+    assert_eq!(whoami["stdout"], "/home/gem\n/home/gem\n");
+}
+
+#[test]
+fn serving_an_image_that_was_never_imported_says_how_to_import_it() {
+    let data = tempfile::tempdir().unwrap();
+    let out = run_to_exit(
+        bin(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--image",
+            "nope",
+            "--data-dir",
+            data.path().to_str().unwrap(),
+        ],
+        &[("WARREN_TOKEN", TEST_TOKEN)],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warren image import"));
+}
