@@ -22,7 +22,7 @@ use warren_backend::{
 use warren_core::{NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
-use crate::config::{base_environment, RootSource, RuntimeConfig, RuntimeLimits};
+use crate::config::{base_environment, IdMap, RootSource, RuntimeConfig, RuntimeLimits};
 use crate::control::{self, ExecSpec, Reply, Request};
 use crate::host::HostReport;
 use crate::runtime::RUNTIME_INIT_ARG;
@@ -71,6 +71,10 @@ pub struct LocalBackend {
     root: RootSource,
     cgroups: CgroupSupport,
     report: HostReport,
+    /// Unprivileged mode: runtimes get a user namespace mapping 1000:1000 to warren's ids.
+    user_namespace: Option<IdMap>,
+    /// Whether runtimes get cgroups (not in unprivileged mode).
+    cgroups_enabled: bool,
     live: Mutex<HashMap<SandboxId, RuntimeIdentity>>,
 }
 
@@ -78,9 +82,13 @@ impl LocalBackend {
     /// Checks the host, builds the host profile and prepares the runtimes directory.
     pub fn new(config: LocalBackendConfig) -> Result<Self, IsolationError> {
         let report = HostReport::probe();
-        if !report.root {
+        if !report.root && !report.unprivileged_userns {
             return Err(IsolationError::NotRoot);
         }
+        let user_namespace = (!report.root).then(|| IdMap {
+            outside_uid: rustix::process::geteuid().as_raw(),
+            outside_gid: rustix::process::getegid().as_raw(),
+        });
         if !report.overlayfs {
             return Err(IsolationError::MissingFeature("overlayfs"));
         }
@@ -115,6 +123,8 @@ impl LocalBackend {
             root,
             cgroups,
             report,
+            cgroups_enabled: user_namespace.is_none(),
+            user_namespace,
             live: Mutex::new(HashMap::new()),
         })
     }
@@ -122,6 +132,15 @@ impl LocalBackend {
     /// What this host supports, for `warren doctor`.
     pub fn report(&self) -> &HostReport {
         &self.report
+    }
+
+    /// What this backend enforces: the host's cgroups, unless it runs unprivileged.
+    fn enforceable(&self) -> crate::cgroup::Enforceable {
+        if self.cgroups_enabled {
+            self.cgroups.enforceable()
+        } else {
+            crate::cgroup::Enforceable::default()
+        }
     }
 
     fn cgroup_name(&self, sandbox: &SandboxId) -> String {
@@ -191,6 +210,8 @@ impl LocalBackend {
             root: self.root.clone(),
             limits: self.config.limits.clone(),
             egress: spec.network.has_egress(),
+            user_namespace: self.user_namespace,
+            cgroups: self.cgroups_enabled,
         };
         let input =
             serde_json::to_vec(&config).map_err(|e| create_error(std::io::Error::other(e)))?;
@@ -265,7 +286,11 @@ impl LocalBackend {
         }
         let cgroups = self.cgroups.clone();
         let name = self.cgroup_name(sandbox);
+        let cgroups_enabled = self.cgroups_enabled;
         tokio::task::spawn_blocking(move || -> Result<(), IsolationError> {
+            if !cgroups_enabled {
+                return Ok(());
+            }
             if let Some(cgroup) =
                 SandboxCgroup::open(&cgroups, &name).map_err(IsolationError::Cgroup)?
             {
@@ -364,7 +389,7 @@ impl Backend for LocalBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let enforceable = self.cgroups.enforceable();
+        let enforceable = self.enforceable();
         Capabilities {
             exec: true,
             isolation: true,
@@ -375,7 +400,12 @@ impl Backend for LocalBackend {
 
     fn warnings(&self) -> Vec<String> {
         let mut warnings = self.report.warnings();
-        let enforceable = self.cgroups.enforceable();
+        if self.user_namespace.is_some() {
+            warnings.push(
+                "unprivileged mode: runtimes run in a user namespace without cgroups; installs into /usr/local are not possible".to_owned(),
+            );
+        }
+        let enforceable = self.enforceable();
         for (ok, what) in [
             (
                 enforceable.memory,

@@ -32,6 +32,21 @@ pub struct RuntimeConfig {
     pub limits: RuntimeLimits,
     /// Whether the runtime gets an egress proxy port ([`PROXY_PORT`] on its loopback).
     pub egress: bool,
+    /// Unprivileged mode: the runtime gets its own user namespace in which the sandbox
+    /// user 1000:1000 is the provisioner's own uid and gid outside. `None` as root.
+    pub user_namespace: Option<IdMap>,
+    /// Whether the runtime gets cgroups (limits, whole-tree kill). Unprivileged warren
+    /// cannot create them without a delegated hierarchy.
+    pub cgroups: bool,
+}
+
+/// The one id mapping of an unprivileged runtime's user namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdMap {
+    /// The provisioner's uid on the host, which is 1000 inside.
+    pub outside_uid: u32,
+    /// The provisioner's gid on the host, which is 1000 inside.
+    pub outside_gid: u32,
 }
 
 /// The loopback port inside a runtime where its egress proxy listens (network `open` or

@@ -28,8 +28,8 @@ pub use runtime::{runtime_init_main, RUNTIME_INIT_ARG};
 /// Why the local backend could not start or clean up.
 #[derive(Debug, thiserror::Error)]
 pub enum IsolationError {
-    /// The local backend needs root today (unprivileged mode is not built yet).
-    #[error("the local backend needs root: it mounts, creates namespaces and cgroups; run warren as root, or use `--backend memory` for a workspace-only server")]
+    /// Neither root nor unprivileged user namespaces are available.
+    #[error("the local backend needs root, or unprivileged user namespaces (this host disallows them: see /proc/sys/user/max_user_namespaces); use `--backend memory` for a workspace-only server")]
     NotRoot,
     /// A kernel feature the backend cannot do without.
     #[error("this kernel lacks {0}, which the local backend requires")]

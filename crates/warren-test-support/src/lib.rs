@@ -25,6 +25,8 @@ pub struct TestServer {
     /// The token the server accepts.
     pub token: String,
     data_dir: tempfile::TempDir,
+    /// The data directory's name inside `data_dir`, when not `data_dir` itself.
+    data_subdir: Option<PathBuf>,
     bin: PathBuf,
     extra_args: Vec<String>,
     http: Client,
@@ -36,8 +38,14 @@ fn spawn_server(
     data_dir: &Path,
     extra_args: &[&str],
     token: Option<&str>,
+    user: Option<(u32, u32)>,
 ) -> (Child, String) {
     let mut command = Command::new(bin);
+    if let Some((uid, gid)) = user {
+        // As root, std also drops every supplementary group when a uid is set.
+        std::os::unix::process::CommandExt::uid(&mut command, uid);
+        std::os::unix::process::CommandExt::gid(&mut command, gid);
+    }
     command.env_remove("WARREN_TOKEN");
     if let Some(token) = token {
         command.env("WARREN_TOKEN", token);
@@ -104,7 +112,7 @@ impl TestServer {
         extra_args: &[&str],
         token: Option<&str>,
     ) -> Self {
-        let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token);
+        let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token, None);
         let token = match token {
             Some(token) => token.to_owned(),
             None => std::fs::read_to_string(data_dir.path().join("token"))
@@ -115,8 +123,35 @@ impl TestServer {
             url,
             token,
             data_dir,
+            data_subdir: None,
             bin: bin.to_owned(),
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            http: Client::new(),
+        }
+    }
+
+    /// Starts `bin serve` as an unprivileged user (`uid`:`gid`, no supplementary groups),
+    /// on a data directory that user owns. The binary is copied next to it first, so the
+    /// user can run it wherever the build lives. The test itself must run as root.
+    pub fn start_unprivileged(bin: &Path, uid: u32, gid: u32) -> Self {
+        let home = tempfile::tempdir().expect("create a temporary dir");
+        let own = |path: &Path| std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+        own(home.path());
+        let copy = home.path().join("warren");
+        std::fs::copy(bin, &copy).expect("copy the warren binary");
+        own(&copy);
+        let data = home.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        own(&data);
+        let (child, url) = spawn_server(&copy, &data, &[], Some(TEST_TOKEN), Some((uid, gid)));
+        Self {
+            child,
+            url,
+            token: TEST_TOKEN.to_owned(),
+            data_dir: home,
+            data_subdir: Some("data".into()),
+            bin: copy,
+            extra_args: Vec::new(),
             http: Client::new(),
         }
     }
@@ -126,21 +161,24 @@ impl TestServer {
     pub fn restart_after_kill(&mut self) {
         self.kill();
         let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
-        let (child, url) = spawn_server(&self.bin, self.data_dir.path(), &args, Some(&self.token));
+        let (child, url) =
+            spawn_server(&self.bin, &self.data_dir(), &args, Some(&self.token), None);
         self.child = child;
         self.url = url;
     }
 
     /// The server's data directory on the host.
-    pub fn data_dir(&self) -> &Path {
-        self.data_dir.path()
+    pub fn data_dir(&self) -> PathBuf {
+        match &self.data_subdir {
+            Some(sub) => self.data_dir.path().join(sub),
+            None => self.data_dir.path().to_owned(),
+        }
     }
 
     /// The host directory of a uid's UserWorkspace, for planting test fixtures. The uid must
     /// be one that is safe as a directory name.
     pub fn workspace_of(&self, safe_uid: &str) -> PathBuf {
-        self.data_dir
-            .path()
+        self.data_dir()
             .join("user-data/shared")
             .join(safe_uid)
             .join("workspace")
@@ -235,7 +273,7 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
         // Runtimes outlive the server by design; a test must not leave them behind.
-        reap_runtimes(self.data_dir.path());
+        reap_runtimes(&self.data_dir());
     }
 }
 

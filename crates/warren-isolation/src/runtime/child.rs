@@ -24,6 +24,7 @@ pub(crate) fn exec_command(
     cgroup: Option<&ExecCgroup>,
     seccomp: &SeccompProgram,
     nofile: u64,
+    in_user_namespace: bool,
     error_pipe: OwnedFd,
 ) -> ! {
     let fail = |stage: &str, errno: i32| -> ! {
@@ -75,7 +76,13 @@ pub(crate) fn exec_command(
     let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
     // Raising the score back is always allowed; it fails only if init could not lower it.
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
-    let credentials = rustix::thread::set_thread_groups(&[])
+    // In a user namespace setgroups is denied (see init) and the caller's groups stay.
+    let groups = if in_user_namespace {
+        Ok(())
+    } else {
+        rustix::thread::set_thread_groups(&[])
+    };
+    let credentials = groups
         .and_then(|()| {
             let gid = rustix::process::Gid::from_raw(SANDBOX_GID);
             rustix::thread::set_thread_res_gid(gid, gid, gid)
@@ -86,6 +93,22 @@ pub(crate) fn exec_command(
         });
     if let Err(e) = credentials {
         fail("credentials", errno(e));
+    }
+    // As root, becoming 1000 cleared every capability; in a user namespace the process
+    // already is 1000 and still holds the namespace's capabilities: clear them explicitly.
+    let no_capabilities = rustix::thread::CapabilitySet::empty();
+    if let Err(e) = rustix::thread::set_capabilities(
+        None,
+        rustix::thread::CapabilitySets {
+            effective: no_capabilities,
+            permitted: no_capabilities,
+            inheritable: no_capabilities,
+        },
+    ) {
+        fail("capabilities", errno(e));
+    }
+    if let Err(e) = rustix::thread::clear_ambient_capability_set() {
+        fail("capabilities", errno(e));
     }
     if let Err(e) = rustix::thread::set_no_new_privs(true) {
         fail("no_new_privs", errno(e));

@@ -48,14 +48,19 @@ fn launch() -> Result<i32, String> {
     let config: RuntimeConfig =
         serde_json::from_str(&input).map_err(|e| format!("parse the runtime config: {e}"))?;
 
-    let support = CgroupSupport::detect().map_err(|e| format!("detect cgroups: {e}"))?;
-    let limits = Limits {
-        memory_bytes: config.limits.memory_bytes,
-        pids_max: config.limits.pids_max,
-        cpu_millis: config.limits.cpu_millis,
+    let cgroup = if config.cgroups {
+        let support = CgroupSupport::detect().map_err(|e| format!("detect cgroups: {e}"))?;
+        let limits = Limits {
+            memory_bytes: config.limits.memory_bytes,
+            pids_max: config.limits.pids_max,
+            cpu_millis: config.limits.cpu_millis,
+        };
+        let (cgroup, _not_enforced) = SandboxCgroup::create(&support, &config.cgroup_name, &limits)
+            .map_err(|e| format!("create the sandbox cgroup: {e}"))?;
+        Some(cgroup)
+    } else {
+        None
     };
-    let (cgroup, _not_enforced) = SandboxCgroup::create(&support, &config.cgroup_name, &limits)
-        .map_err(|e| format!("create the sandbox cgroup: {e}"))?;
 
     // The OOM killer should pick a runaway command, never init: losing init loses the
     // runtime. Best effort: without CAP_SYS_RESOURCE the score cannot go below zero, and
@@ -70,6 +75,9 @@ fn launch() -> Result<i32, String> {
     std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("restrict the control socket: {e}"))?;
 
+    if let Some(map) = config.user_namespace {
+        enter_user_namespace(map)?;
+    }
     sys::unshare(
         UnshareFlags::NEWNS
             | UnshareFlags::NEWUTS
@@ -110,7 +118,7 @@ fn launch() -> Result<i32, String> {
             // Moving a process into a v1 cgroup waits for an RCU grace period (~10 ms
             // here); done now, it overlaps with init assembling the root. Init starts no
             // command before it reports ready, and the launcher reports only after both.
-            let joined = cgroup.add_init(pid);
+            let joined = cgroup.as_ref().map_or(Ok(()), |c| c.add_init(pid));
             let mut answer = String::new();
             let _ = std::fs::File::from(ready_read).read_to_string(&mut answer);
             if let Err(error) = joined {
@@ -135,6 +143,29 @@ fn launch() -> Result<i32, String> {
             }
         }
     }
+}
+
+/// Unprivileged mode: a user namespace where this process is the sandbox user 1000:1000
+/// (its own ids outside) and holds the capabilities it needs to build the runtime. It
+/// gains nothing outside: the namespace maps no other id.
+fn enter_user_namespace(map: crate::config::IdMap) -> Result<(), String> {
+    sys::unshare(UnshareFlags::NEWUSER).map_err(|e| format!("create a user namespace: {e}"))?;
+    let write = |file: &str, content: String| {
+        std::fs::write(format!("/proc/self/{file}"), content)
+            .map_err(|e| format!("write /proc/self/{file}: {e}"))
+    };
+    // Required before an unprivileged gid_map; it also keeps anyone inside from dropping a
+    // supplementary group to get past a "deny this group" permission.
+    write("setgroups", "deny".into())?;
+    write(
+        "uid_map",
+        format!("{} {} 1", crate::config::SANDBOX_UID, map.outside_uid),
+    )?;
+    write(
+        "gid_map",
+        format!("{} {} 1", crate::config::SANDBOX_GID, map.outside_gid),
+    )?;
+    Ok(())
 }
 
 fn detach_stdio() -> std::io::Result<()> {
@@ -164,7 +195,7 @@ struct RunningExec {
 
 struct Init {
     config: RuntimeConfig,
-    cgroup: SandboxCgroup,
+    cgroup: Option<SandboxCgroup>,
     listener: UnixListener,
     sigchld: OwnedFd,
     seccomp: SeccompProgram,
@@ -184,7 +215,7 @@ struct Init {
 impl Init {
     fn setup(
         config: RuntimeConfig,
-        cgroup: SandboxCgroup,
+        cgroup: Option<SandboxCgroup>,
         listener: UnixListener,
     ) -> Result<Self, SetupError> {
         fn step<T>(stage: &'static str, result: std::io::Result<T>) -> Result<T, SetupError> {
@@ -221,7 +252,8 @@ impl Init {
         } else {
             None
         };
-        crate::runtime::confine::confine(cgroup.directories()).map_err(|e| SetupError {
+        let cgroup_dirs = cgroup.iter().flat_map(SandboxCgroup::directories);
+        crate::runtime::confine::confine(cgroup_dirs).map_err(|e| SetupError {
             stage: "apply Landlock",
             source: std::io::Error::other(e.to_string()),
         })?;
@@ -360,7 +392,7 @@ impl Init {
         };
         let cgroup = self.spare.pop().or_else(|| {
             self.next_exec += 1;
-            self.cgroup.exec_leaf(self.next_exec).ok()
+            self.cgroup.as_ref()?.exec_leaf(self.next_exec).ok()
         });
         let Ok((error_read, error_write)) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -384,6 +416,7 @@ impl Init {
                     cgroup.as_ref(),
                     &self.seccomp,
                     self.config.limits.nofile,
+                    self.config.user_namespace.is_some(),
                     error_write,
                 )
             }

@@ -79,7 +79,13 @@ fn tmpfs(target: &Path, flags: MountFlags, options: &str) -> rustix::io::Result<
 /// /proc/mounts inside the runtime shows them verbatim and no host path of warren's may
 /// appear there (I1). A lower layer outside the standard system directories is first bound
 /// into the CoW tmpfs for the same reason.
-fn overlay(lower: &Path, cow: &Path, name: &str, target: &Path) -> io::Result<()> {
+fn overlay(
+    lower: &Path,
+    cow: &Path,
+    name: &str,
+    target: &Path,
+    user_namespace: bool,
+) -> io::Result<()> {
     let layer = cow.join(name);
     std::fs::create_dir_all(layer.join("upper"))?;
     std::fs::create_dir_all(layer.join("work"))?;
@@ -94,7 +100,12 @@ fn overlay(lower: &Path, cow: &Path, name: &str, target: &Path) -> io::Result<()
         rustix::mount::mount_bind(lower, &bound)?;
         format!("{name}/lower")
     };
-    let options = format!("lowerdir={lower_option},upperdir={name}/upper,workdir={name}/work");
+    let mut options = format!("lowerdir={lower_option},upperdir={name}/upper,workdir={name}/work");
+    if user_namespace {
+        // overlayfs keeps its whiteouts in trusted.* xattrs, which a user namespace may not
+        // write; user.* ones work there.
+        options.push_str(",userxattr");
+    }
     let options = std::ffi::CString::new(options).map_err(io::Error::other)?;
     rustix::mount::mount(
         "overlay",
@@ -124,6 +135,7 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
     let root = config.runtime_dir.join("root");
     let cow = config.runtime_dir.join("cow");
     let limits = &config.limits;
+    let userns = config.user_namespace.is_some();
     rustix_step(
         "make mounts private",
         rustix::mount::mount_change(
@@ -173,12 +185,15 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
                     step("create a host profile dir", mkdir(&target, 0o755))?;
                     step(
                         "overlay a host profile dir",
-                        overlay(&host, &cow, name, &target),
+                        overlay(&host, &cow, name, &target, userns),
                     )?;
                 }
             }
             step("create /etc", mkdir(&root.join("etc"), 0o755))?;
-            step("overlay /etc", overlay(etc, &cow, "etc", &root.join("etc")))?;
+            step(
+                "overlay /etc",
+                overlay(etc, &cow, "etc", &root.join("etc"), userns),
+            )?;
             for dir in ["var", "run", "home", "tmp", "proc", "dev", "root"] {
                 step("create a root dir", mkdir(&root.join(dir), 0o755))?;
             }
@@ -191,7 +206,7 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
         RootSource::Directory { path } => {
             step(
                 "overlay the root directory",
-                overlay(path, &cow, "root", &root),
+                overlay(path, &cow, "root", &root, userns),
             )?;
             for dir in ["home", "tmp", "proc", "dev"] {
                 step("create a root dir", mkdir(&root.join(dir), 0o755))?;
@@ -203,10 +218,12 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
         let dir = root.join(prefix);
         if dir.is_dir() {
             // A chown on the overlay copies only the directory up; the host is untouched.
-            step(
-                "hand install prefixes to the sandbox user",
-                chown_tree_top(&dir),
-            )?;
+            // In a user namespace root-owned host directories cannot change hands (their
+            // owner is not mapped): installs there are then not possible, and that is all.
+            let result = chown_tree_top(&dir);
+            if !userns {
+                step("hand install prefixes to the sandbox user", result)?;
+            }
         }
     }
     // Opened here, inside the new mount namespace: a bind mount's source must belong to it.

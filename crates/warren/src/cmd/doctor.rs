@@ -28,15 +28,22 @@ pub fn run() -> anyhow::Result<ExitCode> {
         "seccomp denies         {}",
         warren_isolation::seccomp::SeccompProgram::denied_syscalls().join(" ")
     );
-    let usable = report.root && report.overlayfs && report.seccomp;
+    let usable = (report.root || report.unprivileged_userns) && report.overlayfs && report.seccomp;
     if usable {
-        println!("\nthe local backend can run here; warnings it will log at start-up:");
+        let mode = if report.root {
+            "as root"
+        } else {
+            "unprivileged (user namespaces, no cgroups: no memory/process/CPU limits)"
+        };
+        println!("\nthe local backend can run here, {mode}; warnings it will log at start-up:");
         for warning in report.warnings() {
             println!("  - {warning}");
         }
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("\nthe local backend cannot run here: it needs root, overlayfs and seccomp");
+        println!(
+            "\nthe local backend cannot run here: it needs overlayfs, seccomp, and root or unprivileged user namespaces"
+        );
         Ok(ExitCode::from(1))
     }
 }

@@ -11,6 +11,7 @@ mod openapi;
 mod path_attacks;
 mod runtime;
 mod sandboxes;
+mod unprivileged;
 mod workdirs;
 
 use std::path::Path;
