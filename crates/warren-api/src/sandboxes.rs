@@ -173,7 +173,16 @@ pub(crate) async fn exec(
     ApiJson(request): ApiJson<ExecCommand>,
 ) -> Result<Response, ApiError> {
     let program = match (request.command, request.argv) {
-        (Some(command), None) => ProgramSpec::Shell(command),
+        (Some(command), None) => match request.shell.as_deref() {
+            None | Some("sh") => ProgramSpec::Shell(command),
+            Some("bash") => ProgramSpec::Bash(command),
+            Some(other) => {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!("unknown shell {other:?}: use \"sh\" or \"bash\""),
+                ))
+            }
+        },
         (None, Some(argv)) => ProgramSpec::Argv(argv),
         _ => return Err(ApiError::bad_request(
             "invalid_request",

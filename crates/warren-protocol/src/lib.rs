@@ -154,6 +154,9 @@ pub struct ExecCommand {
     /// Extra environment for this call.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The shell for `command`: `sh` (default, `/bin/sh -c`) or `bash`.
+    #[serde(default)]
+    pub shell: Option<String>,
     /// Wall-clock limit in seconds (default 60, at most 3600).
     #[serde(default)]
     pub timeout_s: Option<u64>,

@@ -16,6 +16,8 @@ use crate::{Provisioner, ProvisionerError};
 pub enum ProgramSpec {
     /// A shell command line, run with `/bin/sh -c`.
     Shell(String),
+    /// A shell command line, run with `bash -c` (for bash syntax: arrays, `[[`, pipefail).
+    Bash(String),
     /// A program and its arguments.
     Argv(Vec<String>),
 }
@@ -24,13 +26,14 @@ impl ProgramSpec {
     fn argv(&self) -> Vec<String> {
         match self {
             Self::Shell(line) => vec!["/bin/sh".into(), "-c".into(), line.clone()],
+            Self::Bash(line) => vec!["bash".into(), "-c".into(), line.clone()],
             Self::Argv(argv) => argv.clone(),
         }
     }
 
     fn describe(&self) -> String {
         match self {
-            Self::Shell(line) => line.clone(),
+            Self::Shell(line) | Self::Bash(line) => line.clone(),
             // serde_json cannot fail on a list of strings.
             Self::Argv(argv) => serde_json::to_string(argv).unwrap_or_default(),
         }

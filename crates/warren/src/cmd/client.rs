@@ -236,6 +236,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let command = ExecCommand {
         command,
         argv,
+        shell: None,
         cwd: args.cwd,
         env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
         timeout_s: args.timeout,

@@ -193,6 +193,12 @@ async fn exit_statuses_signals_and_missing_programs_are_reported() {
         .exec_with(&id, json!({"argv": ["printf", "%s|", "a b", "$HOME"]}))
         .await;
     assert_eq!(stdout(&argv), "a b|$HOME|", "argv is not shell-interpreted");
+    let bash = server
+        .exec_with(&id, json!({"command": "a=(1 2 3); echo ${#a[@]}", "shell": "bash"}))
+        .await;
+    assert_eq!(stdout(&bash), "3\n", "{bash}");
+    let sh = server.exec(&id, "a=(1 2 3); echo ${#a[@]}").await;
+    assert_ne!(sh["exit_code"], 0, "arrays are bash syntax, not sh");
     let stdin = server
         .exec_with(&id, json!({"command": "tr a-z A-Z", "stdin": "shout"}))
         .await;
