@@ -75,6 +75,8 @@ pub struct LocalBackend {
     user_namespace: Option<IdMap>,
     /// Whether runtimes get cgroups (not in unprivileged mode).
     cgroups_enabled: bool,
+    /// Launchers started ahead of need (see [`LauncherPool`]).
+    launchers: LauncherPool,
     live: Mutex<HashMap<SandboxId, RuntimeIdentity>>,
 }
 
@@ -117,6 +119,7 @@ impl LocalBackend {
         let instance =
             blake3::hash(config.data_dir.as_os_str().as_encoded_bytes()).to_hex()[..8].to_owned();
         Ok(Self {
+            launchers: LauncherPool::new(config.init_program.clone()),
             config,
             runtimes_dir,
             instance,
@@ -215,19 +218,14 @@ impl LocalBackend {
         };
         let input =
             serde_json::to_vec(&config).map_err(|e| create_error(std::io::Error::other(e)))?;
-        let mut child = tokio::process::Command::new(&self.config.init_program)
-            // argv[0] is what /proc shows; never the host path of warren's executable (I1).
-            .arg0("warren-runtime-init")
-            .arg(RUNTIME_INIT_ARG)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(create_error)?;
+        let mut child = self.launchers.take().map_err(create_error)?;
         let mut stdin = child.stdin.take().expect("stdin is piped");
-        stdin.write_all(&input).await.map_err(create_error)?;
+        if stdin.write_all(&input).await.is_err() {
+            // A waiting launcher that died meanwhile: start a fresh one.
+            child = spawn_launcher(&self.config.init_program).map_err(create_error)?;
+            stdin = child.stdin.take().expect("stdin is piped");
+            stdin.write_all(&input).await.map_err(create_error)?;
+        }
         drop(stdin);
         let mut answer = String::new();
         child
@@ -304,6 +302,66 @@ impl LocalBackend {
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(IsolationError::Teardown(e)),
             _ => Ok(()),
+        }
+    }
+}
+
+/// Starts `warren __runtime-init`, which then waits for its configuration on stdin.
+fn spawn_launcher(program: &Path) -> std::io::Result<tokio::process::Child> {
+    tokio::process::Command::new(program)
+        // argv[0] is what /proc shows; never the host path of warren's executable (I1).
+        .arg0("warren-runtime-init")
+        .arg(RUNTIME_INIT_ARG)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+}
+
+/// A few launchers started ahead of need, each blocked reading its configuration.
+///
+/// Executing warren's binary and starting its runtime costs ~3 ms, a third of creating a
+/// runtime; a waiting launcher takes that off the request's path. They hold nothing but a
+/// pipe: when warren exits their stdin closes and they exit too.
+struct LauncherPool {
+    program: PathBuf,
+    ready: std::sync::Arc<Mutex<Vec<tokio::process::Child>>>,
+}
+
+impl LauncherPool {
+    const SIZE: usize = 2;
+
+    fn new(program: PathBuf) -> Self {
+        Self {
+            program,
+            ready: std::sync::Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// A waiting launcher (or a fresh one when none waits); the pool refills behind.
+    fn take(&self) -> std::io::Result<tokio::process::Child> {
+        let taken = self.ready.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let ready = self.ready.clone();
+        let program = self.program.clone();
+        tokio::spawn(async move {
+            loop {
+                if ready.lock().unwrap_or_else(|e| e.into_inner()).len() >= Self::SIZE {
+                    return;
+                }
+                match spawn_launcher(&program) {
+                    Ok(child) => ready.lock().unwrap_or_else(|e| e.into_inner()).push(child),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot start a runtime launcher ahead of need");
+                        return;
+                    }
+                }
+            }
+        });
+        match taken {
+            Some(child) => Ok(child),
+            None => spawn_launcher(&self.program),
         }
     }
 }

@@ -110,8 +110,14 @@ async fn main() {
     println!("warren local runtime vs anchors ({iterations} iterations each, this machine)\n");
 
     // Create-and-first-exec: a new sandbox, then its first command (the runtime starts lazily).
+    // They are deleted after the timing, not in between: a destroyed runtime's network
+    // namespace is torn down asynchronously by the kernel, and on two cores that work
+    // would land inside the next creation's time.
     let mut create = Vec::new();
-    for i in 0..iterations {
+    let mut cold_ids = Vec::new();
+    // Both sides get the same untimed warm-up: page cache, the server's first requests.
+    let warm_up = 5;
+    for i in 0..iterations + warm_up {
         let started = Instant::now();
         let (status, body) = server
             .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
@@ -121,8 +127,13 @@ async fn main() {
         assert_eq!(status, 201, "{body}");
         let id = body["sandbox_id"].as_str().unwrap().to_owned();
         let result = server.exec(&id, "true").await;
-        create.push(started.elapsed());
+        if i >= warm_up {
+            create.push(started.elapsed());
+        }
         assert_eq!(result["exit_code"], 0);
+        cold_ids.push(id);
+    }
+    for id in cold_ids {
         server
             .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
             .await;
@@ -144,10 +155,12 @@ async fn main() {
     let bwrap = Command::new("bwrap").arg("--version").output().is_ok();
     let mut bwrap_runs = Vec::new();
     if bwrap {
-        for _ in 0..iterations {
+        for i in 0..iterations + warm_up {
             let started = Instant::now();
             let status = bwrap_command(&workspace, &["/bin/true"]).status().unwrap();
-            bwrap_runs.push(started.elapsed());
+            if i >= warm_up {
+                bwrap_runs.push(started.elapsed());
+            }
             assert!(status.success(), "bwrap failed");
         }
     }

@@ -194,7 +194,10 @@ async fn exit_statuses_signals_and_missing_programs_are_reported() {
         .await;
     assert_eq!(stdout(&argv), "a b|$HOME|", "argv is not shell-interpreted");
     let bash = server
-        .exec_with(&id, json!({"command": "a=(1 2 3); echo ${#a[@]}", "shell": "bash"}))
+        .exec_with(
+            &id,
+            json!({"command": "a=(1 2 3); echo ${#a[@]}", "shell": "bash"}),
+        )
         .await;
     assert_eq!(stdout(&bash), "3\n", "{bash}");
     let sh = server.exec(&id, "a=(1 2 3); echo ${#a[@]}").await;
