@@ -91,26 +91,7 @@ fn bwrap_command(workspace: &Path, program: &[&str]) -> Command {
 const DOCKER_IMAGE: &str = "warren-bench-rootfs:latest";
 
 fn import_docker_image() {
-    let mut builder = tar::Builder::new(Vec::new());
-    for (inside, host) in [
-        ("bin/true", "/bin/true"),
-        ("bin/sleep", "/bin/sleep"),
-        ("bin/sh", "/bin/dash"),
-        (
-            "lib/x86_64-linux-gnu/libc.so.6",
-            "/lib/x86_64-linux-gnu/libc.so.6",
-        ),
-        ("lib64/ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2"),
-    ] {
-        let bytes = std::fs::read(host).unwrap();
-        let mut header = tar::Header::new_gnu();
-        header.set_mode(0o755);
-        header.set_size(bytes.len() as u64);
-        builder
-            .append_data(&mut header, inside, &bytes[..])
-            .unwrap();
-    }
-    let rootfs = builder.into_inner().unwrap();
+    let rootfs = warren_test_support::minimal_rootfs_tar(&[]);
     let mut import = Command::new("docker")
         .args(["import", "-", DOCKER_IMAGE])
         .stdin(Stdio::piped())

@@ -3,15 +3,8 @@
 
 use serde_json::json;
 
+use super::output as out;
 use super::runtime::local;
-
-fn out(result: &serde_json::Value) -> String {
-    format!(
-        "{}{}",
-        result["stdout"].as_str().unwrap_or(""),
-        result["stderr"].as_str().unwrap_or("")
-    )
-}
 
 #[tokio::test]
 async fn host_secrets_and_other_trees_are_not_there() {

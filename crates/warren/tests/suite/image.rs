@@ -10,33 +10,10 @@ use super::bin;
 /// An OCI layout with one gzip layer: the host's dash and the libraries it needs, and a
 /// marker file — a root filesystem that has nothing of the host profile.
 fn minimal_image(dir: &std::path::Path) {
-    let mut builder = tar::Builder::new(Vec::new());
-    for (inside, host) in [
-        ("bin/sh", "/bin/dash"),
-        (
-            "lib/x86_64-linux-gnu/libc.so.6",
-            "/lib/x86_64-linux-gnu/libc.so.6",
-        ),
-        ("lib64/ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2"),
-    ] {
-        let bytes = std::fs::read(host).unwrap_or_else(|e| panic!("{host}: {e}"));
-        let mut header = tar::Header::new_gnu();
-        header.set_mode(0o755);
-        header.set_size(bytes.len() as u64);
-        builder
-            .append_data(&mut header, inside, &bytes[..])
-            .unwrap();
-    }
-    let marker = b"from the image\n";
-    let mut header = tar::Header::new_gnu();
-    header.set_mode(0o644);
-    header.set_size(marker.len() as u64);
-    builder
-        .append_data(&mut header, "etc/marker", &marker[..])
-        .unwrap();
+    let rootfs = warren_test_support::minimal_rootfs_tar(&[("etc/marker", b"from the image\n")]);
     let layer = {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&builder.into_inner().unwrap()).unwrap();
+        gz.write_all(&rootfs).unwrap();
         gz.finish().unwrap()
     };
     let blobs = dir.join("blobs/sha256");

@@ -26,6 +26,15 @@ pub(crate) fn server() -> TestServer {
     TestServer::start(bin())
 }
 
+/// A command's stdout followed by its stderr, from an exec result.
+pub(crate) fn output(result: &serde_json::Value) -> String {
+    format!(
+        "{}{}",
+        result["stdout"].as_str().unwrap_or(""),
+        result["stderr"].as_str().unwrap_or("")
+    )
+}
+
 /// Whether this test process runs as root, where files must end up owned by 1000:1000 (I11).
 pub(crate) fn running_as_root() -> bool {
     std::fs::metadata("/proc/self")

@@ -10,6 +10,7 @@ use reqwest::Method;
 use serde_json::json;
 use warren_test_support::TestServer;
 
+use super::output as out;
 use super::runtime::local;
 
 /// A TEST-NET address on a test interface with a tiny HTTP server; removed on drop.
@@ -104,14 +105,6 @@ async fn sandbox_with(server: &TestServer, scope: &str, network: serde_json::Val
 fn fetch(url: &str) -> String {
     format!(
         "python3 -c \"import urllib.request, urllib.error, os\ntry: print(urllib.request.urlopen('{url}', timeout=10).read().decode())\nexcept urllib.error.HTTPError as e: print('HTTP', e.code, e.read().decode())\nexcept Exception as e: print('FAILED', e)\""
-    )
-}
-
-fn out(result: &serde_json::Value) -> String {
-    format!(
-        "{}{}",
-        result["stdout"].as_str().unwrap_or(""),
-        result["stderr"].as_str().unwrap_or("")
     )
 }
 

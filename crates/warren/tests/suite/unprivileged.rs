@@ -8,17 +8,9 @@ use reqwest::Method;
 use serde_json::json;
 use warren_test_support::TestServer;
 
-use super::bin;
+use super::{bin, output as out};
 
 const NOBODY: u32 = 65534;
-
-fn out(result: &serde_json::Value) -> String {
-    format!(
-        "{}{}",
-        result["stdout"].as_str().unwrap_or(""),
-        result["stderr"].as_str().unwrap_or("")
-    )
-}
 
 #[tokio::test]
 async fn an_unprivileged_warren_runs_isolated_commands_and_says_what_it_cannot_enforce() {
