@@ -54,6 +54,35 @@ impl NetworkPolicy {
         !matches!(self, Self::None)
     }
 
+    /// Whether a destination named `host` may even be looked up. An allowlist resolves only
+    /// names it lists (or IP literals): resolving any name would let a sandbox leak data
+    /// through the host's DNS (`<secret>.attacker.example`).
+    pub fn may_resolve(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        match self {
+            Self::None => false,
+            Self::Open => true,
+            Self::Allowlist { allow } => {
+                host.parse::<IpAddr>().is_ok()
+                    || allow
+                        .iter()
+                        .filter_map(|e| Destination::parse(e))
+                        .any(|d| d.covers_name(&host))
+            }
+        }
+    }
+
+    /// Whether an allowlist names this address (or a range holding it) explicitly.
+    pub fn lists_address(&self, address: IpAddr) -> bool {
+        match self {
+            Self::Allowlist { allow } => allow
+                .iter()
+                .filter_map(|e| Destination::parse(e))
+                .any(|d| d.covers_address(address)),
+            _ => false,
+        }
+    }
+
     /// The mode's name.
     pub fn mode(&self) -> &'static str {
         match self {
@@ -183,8 +212,15 @@ pub fn is_internal(address: IpAddr) -> bool {
                 || a >= 240
         }
         IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
+            let segments = v6.segments();
+            let first = segments[0];
             if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal(IpAddr::V4(v4));
+            }
+            // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                let [.., a, b] = segments;
+                let v4 = std::net::Ipv4Addr::new((a >> 8) as u8, a as u8, (b >> 8) as u8, b as u8);
                 return is_internal(IpAddr::V4(v4));
             }
             v6.is_loopback()
@@ -219,6 +255,7 @@ mod tests {
             "fd00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
         ] {
             assert!(!open.permits("x", ip(internal)), "{internal}");
         }
@@ -251,6 +288,31 @@ mod tests {
         assert!(!policy.permits("mirror", ip("10.8.3.4")));
         // A listed name that resolves inside is refused: DNS cannot open the host.
         assert!(!policy.permits("pypi.org", ip("127.0.0.1")));
+    }
+
+    #[test]
+    fn an_allowlist_never_resolves_names_it_does_not_list() {
+        let policy = NetworkPolicy::Allowlist {
+            allow: vec![
+                "pypi.org".into(),
+                "*.pythonhosted.org".into(),
+                "10.0.0.0/8".into(),
+            ],
+        };
+        assert!(policy.may_resolve("pypi.org"));
+        assert!(policy.may_resolve("files.pythonhosted.org"));
+        assert!(
+            policy.may_resolve("10.1.2.3"),
+            "IP literals need no resolver"
+        );
+        assert!(
+            !policy.may_resolve("c2VjcmV0.attacker.example"),
+            "no DNS exfiltration"
+        );
+        assert!(NetworkPolicy::Open.may_resolve("anything.example"));
+        assert!(!NetworkPolicy::None.may_resolve("pypi.org"));
+        assert!(policy.lists_address(ip("10.9.9.9")));
+        assert!(!NetworkPolicy::Open.lists_address(ip("10.9.9.9")));
     }
 
     #[test]

@@ -73,9 +73,13 @@ impl ImageLayout {
         let (root, unpacked) = if meta.is_dir() {
             (source.to_owned(), None)
         } else {
-            let dir = std::env::temp_dir().join(format!("warren-image-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).map_err(|e| read_error(&dir, e))?;
+            // A fresh, private (0700, unguessable) directory: a predictable one could be
+            // swapped by another local user between its removal and its creation.
+            let dir = tempfile::Builder::new()
+                .prefix("warren-image-")
+                .tempdir()
+                .map_err(|e| read_error(&std::env::temp_dir(), e))?
+                .keep();
             let guard = TempDir(dir.clone());
             let file = std::fs::File::open(source).map_err(|e| read_error(source, e))?;
             // The tar crate refuses entries that would land outside `dir`; the layout's

@@ -154,6 +154,9 @@ impl Extractor<'_> {
                 continue;
             }
             if let Some(hidden) = name.strip_prefix(".wh.") {
+                if matches!(hidden, "" | "." | "..") {
+                    return Err(self.unsafe_entry(&display, "whiteout of '.', '..' or nothing"));
+                }
                 if let Some(dir) = self.existing_directory(parents, &display)? {
                     remove_any(dir.as_fd(), hidden).map_err(|e| write_error(&display, e))?;
                 }

@@ -227,6 +227,15 @@ fn hostile_entries_are_refused_and_nothing_lands_outside() {
             "hard link through a symlink",
             tar_bytes(&[E::Symlink("s", "OUTSIDE"), E::Hardlink("h", "s/secret")]),
         ),
+        // A whiteout of ".." would empty the staging root's parent.
+        (
+            "whiteout of the parent",
+            tar_bytes(&[E::File(".wh...", "", 0o644)]),
+        ),
+        (
+            "whiteout of dot",
+            tar_bytes(&[E::Dir("a"), E::File("a/.wh..", "", 0o644)]),
+        ),
     ];
     for (name, layer) in cases {
         let w = world();
@@ -249,16 +258,25 @@ fn hostile_entries_are_refused_and_nothing_lands_outside() {
             rebuilt.into_inner().unwrap()
         };
         layout(&w.source, &[(gzip(&layer), GZ)]);
+        // A neighbour of the target that must survive whatever the layer says.
+        let parent = w.target.parent().unwrap().to_owned();
+        std::fs::create_dir_all(&parent).unwrap();
+        std::fs::write(parent.join("neighbour"), "keep").unwrap();
         let result = import(&w.source, &w.target);
         assert!(
             matches!(result, Err(ImageError::UnsafeEntry { .. })),
             "{name}: {result:?}"
         );
         assert!(!w.target.exists(), "{name}: a target appeared");
-        let staging: Vec<_> = std::fs::read_dir(w.target.parent().unwrap())
+        let left: Vec<_> = std::fs::read_dir(&parent)
             .unwrap()
+            .map(|e| e.unwrap().file_name())
             .collect();
-        assert!(staging.is_empty(), "{name}: staging left behind");
+        assert_eq!(
+            left,
+            ["neighbour"],
+            "{name}: staging left behind or neighbour gone"
+        );
         let names: Vec<_> = std::fs::read_dir(&w.outside)
             .unwrap()
             .map(|e| e.unwrap().file_name())

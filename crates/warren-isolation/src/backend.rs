@@ -60,6 +60,10 @@ struct RuntimeIdentity {
     network: NetworkPolicy,
     cgroup: String,
     pid: i32,
+    /// Boot id and start time of init, so a pid reused after a reboot or after init was
+    /// reaped elsewhere is never mistaken for it.
+    #[serde(default)]
+    init_birth: String,
 }
 
 /// The native Linux isolation backend.
@@ -161,19 +165,23 @@ impl LocalBackend {
 
     /// The runtime of `sandbox`, from memory or from its host directory (a runtime started
     /// by an earlier provisioner process), if its init still answers.
-    fn find(&self, sandbox: &SandboxId) -> Option<RuntimeIdentity> {
+    async fn find(&self, sandbox: &SandboxId) -> Option<RuntimeIdentity> {
         if let Some(identity) = self.lock().get(sandbox).cloned() {
             return Some(identity);
         }
-        let identity = read_identity(&self.runtime_dir(sandbox))?;
-        if ping(&self.runtime_dir(sandbox))
-            .is_some_and(|(s, g)| s == identity.sandbox && g == identity.generation)
-        {
-            self.adopt(sandbox, identity.clone());
-            Some(identity)
-        } else {
-            None
-        }
+        let dir = self.runtime_dir(sandbox);
+        // Reading the record and pinging init block (up to the ping's timeout).
+        let identity = tokio::task::spawn_blocking(move || {
+            let identity = read_identity(&dir)?;
+            ping(&dir)
+                .is_some_and(|(s, g)| s == identity.sandbox && g == identity.generation)
+                .then_some(identity)
+        })
+        .await
+        .ok()
+        .flatten()?;
+        self.adopt(sandbox, identity.clone());
+        Some(identity)
     }
 
     /// Takes a runtime into this provisioner's care: remembers it and, if its network
@@ -267,6 +275,7 @@ impl LocalBackend {
             network: spec.network.clone(),
             cgroup: self.cgroup_name(&spec.sandbox),
             pid,
+            init_birth: process_birth(pid).unwrap_or_default(),
         };
         let json = serde_json::to_vec_pretty(&identity)
             .map_err(|e| create_error(std::io::Error::other(e)))?;
@@ -280,7 +289,7 @@ impl LocalBackend {
         let dir = self.runtime_dir(sandbox);
         let identity = self.lock().remove(sandbox).or_else(|| read_identity(&dir));
         if let Some(identity) = identity {
-            kill_and_wait(identity.pid).await;
+            kill_and_wait(&identity).await;
         }
         let cgroups = self.cgroups.clone();
         let name = self.cgroup_name(sandbox);
@@ -385,6 +394,17 @@ fn proxy_environment() -> Vec<(String, String)> {
     env
 }
 
+/// `<boot id>:<start time in clock ticks>` of a live process: unique across reboots and
+/// pid reuse.
+fn process_birth(pid: i32) -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22 (starttime); the command name (field 2) may hold spaces, so count from ')'.
+    let after_name = stat.rsplit_once(')')?.1;
+    let start = after_name.split_whitespace().nth(19)?;
+    Some(format!("{}:{start}", boot.trim()))
+}
+
 fn read_identity(dir: &Path) -> Option<RuntimeIdentity> {
     let text = std::fs::read(dir.join("runtime.json")).ok()?;
     serde_json::from_slice(&text).ok()
@@ -409,15 +429,24 @@ fn ping(dir: &Path) -> Option<(String, i64)> {
 
 /// SIGKILL to init ends the whole pid namespace; then wait until it is gone (and reap it
 /// when it became our child through subreaping).
-async fn kill_and_wait(pid: i32) {
-    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+async fn kill_and_wait(identity: &RuntimeIdentity) {
+    let Some(pid) = rustix::process::Pid::from_raw(identity.pid) else {
         return;
     };
-    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok();
-    let _ = match &pidfd {
-        Some(fd) => rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL),
-        None => return,
+    let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
+        return;
     };
+    // The pidfd pins the process; only if it still is this runtime's init (same boot,
+    // same start time) may it be killed. After a reboot or a reaped init the pid may
+    // belong to anything on the host.
+    if process_birth(identity.pid).as_deref() != Some(identity.init_birth.as_str()) {
+        tracing::warn!(
+            pid = identity.pid,
+            "the recorded init pid now names another process; not killing it"
+        );
+        return;
+    }
+    let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
     let _ = tokio::task::spawn_blocking(move || {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -490,7 +519,7 @@ impl Backend for LocalBackend {
     }
 
     async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
-        if let Some(identity) = self.find(&spec.sandbox) {
+        if let Some(identity) = self.find(&spec.sandbox).await {
             if identity.generation == spec.generation {
                 return Ok(DiscoveredRuntime { spec: spec.clone() });
             }
@@ -559,6 +588,7 @@ impl Backend for LocalBackend {
     ) -> Result<ExecOutcome, BackendError> {
         let identity = self
             .find(sandbox)
+            .await
             .ok_or_else(|| BackendError::RuntimeNotFound {
                 sandbox: sandbox.clone(),
             })?;
@@ -577,9 +607,23 @@ impl Backend for LocalBackend {
             cwd: request.cwd.clone(),
             env,
         };
-        run(&self.runtime_dir(sandbox), spec, request, sink)
-            .await
-            .map_err(exec_error)
+        match run(&self.runtime_dir(sandbox), spec, request, sink).await {
+            Ok(outcome) => Ok(outcome),
+            // Nothing listens on the control socket: init died (OOM, killed). Forget it so
+            // the provisioner starts a fresh runtime instead of failing every call.
+            Err(RunError::Connect(error))
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                ) =>
+            {
+                self.lock().remove(sandbox);
+                Err(BackendError::RuntimeNotFound {
+                    sandbox: sandbox.clone(),
+                })
+            }
+            Err(RunError::Connect(error) | RunError::Io(error)) => Err(exec_error(error)),
+        }
     }
 
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
@@ -593,29 +637,58 @@ impl Backend for LocalBackend {
 }
 
 /// Runs one command through the runtime's control socket.
+/// Why a command could not be run: no runtime answering, or a failure while talking to it.
+enum RunError {
+    Connect(std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(error)
+    }
+}
+
+impl From<rustix::io::Errno> for RunError {
+    fn from(error: rustix::io::Errno) -> Self {
+        Self::Io(error.into())
+    }
+}
+
 async fn run(
     dir: &Path,
     spec: ExecSpec,
     request: &ExecRequest,
     sink: Option<OutputSink>,
-) -> std::io::Result<ExecOutcome> {
+) -> Result<ExecOutcome, RunError> {
     let started = Instant::now();
     let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
     let (stdin_read, stdin_write) = pipe()?;
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
-    let stream = std::os::unix::net::UnixStream::connect(dir.join("control.sock"))?;
-    control::send_frame(
-        stream.as_fd(),
-        &Request::Exec(spec),
-        &[
-            stdin_read.as_fd(),
-            stdout_write.as_fd(),
-            stderr_write.as_fd(),
-        ],
-    )?;
-    drop((stdin_read, stdout_write, stderr_write));
-    stream.set_nonblocking(true)?;
+    let stream = tokio::net::UnixStream::connect(dir.join("control.sock"))
+        .await
+        .map_err(RunError::Connect)?
+        .into_std()?;
+    // The request (argv and environment, up to 4 MiB) goes out with a blocking send, off
+    // the async threads: a busy init must not stall the whole API.
+    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        stream.set_nonblocking(false)?;
+        control::send_frame(
+            stream.as_fd(),
+            &Request::Exec(spec),
+            &[
+                stdin_read.as_fd(),
+                stdout_write.as_fd(),
+                stderr_write.as_fd(),
+            ],
+        )?;
+        drop((stdin_read, stdout_write, stderr_write));
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
     let mut control = tokio::net::UnixStream::from_std(stream)?;
 
     let stdin_bytes = request.stdin.clone();
@@ -669,7 +742,7 @@ async fn run(
             outcome.duration = started.elapsed();
             return Ok(outcome);
         }
-        other => return Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
+        other => return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
     }
 
     let deadline = tokio::time::sleep(request.timeout);
@@ -705,9 +778,7 @@ async fn run(
         max_rss_kib,
     } = exited
     else {
-        return Err(std::io::Error::other(format!(
-            "unexpected reply {exited:?}"
-        )));
+        return Err(std::io::Error::other(format!("unexpected reply {exited:?}")).into());
     };
     outcome.exit_code = exit_code;
     outcome.signal = signal;

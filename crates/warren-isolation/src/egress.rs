@@ -104,6 +104,9 @@ enum Refusal {
 
 /// Resolves on the host and connects to the first address the policy permits.
 async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStream, Refusal> {
+    if !policy.may_resolve(host) {
+        return Err(Refusal::Policy);
+    }
     let lookup = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((host, port)))
         .await
         .map_err(|_| Refusal::Unreachable(std::io::ErrorKind::TimedOut.into()))?
@@ -115,7 +118,15 @@ async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStr
     let mut last = std::io::Error::from(std::io::ErrorKind::NotFound);
     for address in permitted {
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Ok(stream)) => {
+                // An address of this very host (any interface, not just loopback) reaches
+                // the host's own services: only an explicitly listed address may.
+                let local = stream.local_addr().map(|a| a.ip()).ok();
+                if local == Some(address.ip()) && !policy.lists_address(address.ip()) {
+                    return Err(Refusal::Policy);
+                }
+                return Ok(stream);
+            }
             Ok(Err(error)) => last = error,
             Err(_) => last = std::io::ErrorKind::TimedOut.into(),
         }

@@ -145,11 +145,7 @@ impl Provisioner {
                     // The runtime vanished (killed, host rebooted) before the command
                     // started: mark it stopped and start a fresh one.
                     tracing::warn!(sandbox = %id, "runtime lost; starting a new one");
-                    record = self
-                        .store
-                        .set_sandbox_state(id, record.generation, SandboxState::Stopped)
-                        .await?
-                        .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
+                    record = self.mark_runtime_lost(&record).await?;
                 }
                 Err(RunError::Backend(error)) => return Err(ProvisionerError::Backend(error)),
                 Err(RunError::Store(error)) => return Err(ProvisionerError::Store(error)),
@@ -158,6 +154,26 @@ impl Provisioner {
         Err(ProvisionerError::Backend(BackendError::RuntimeNotFound {
             sandbox: id.clone(),
         }))
+    }
+
+    /// Records that the running runtime of `seen` is gone, under the lifecycle lock: only
+    /// a sandbox still running the same generation becomes stopped, so a termination that
+    /// happened meanwhile is never undone (its fence holds).
+    async fn mark_runtime_lost(
+        &self,
+        seen: &SandboxRecord,
+    ) -> Result<SandboxRecord, ProvisionerError> {
+        let lock = self.lifecycle_lock(&seen.id);
+        let _guard = lock.lock().await;
+        let current = self.sandbox(&seen.id).await?;
+        refuse_fenced(&current)?;
+        if current.generation != seen.generation || current.state != SandboxState::Running {
+            return Ok(current);
+        }
+        self.store
+            .set_sandbox_state(&seen.id, seen.generation, SandboxState::Stopped)
+            .await?
+            .ok_or_else(|| ProvisionerError::SandboxNotFound(seen.id.clone()))
     }
 
     /// Starts the sandbox's runtime unless it runs already (I12). Serialised per sandbox, so

@@ -208,6 +208,11 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
                 "overlay the root directory",
                 overlay(path, &cow, "root", &root, userns),
             )?;
+            // An image is untrusted: a symlink where warren creates, mounts or chowns
+            // would be followed on the host before pivot_root (`home -> /`). Refuse it.
+            for path in IMAGE_PATHS_WARREN_USES {
+                refuse_symlink(&root, path)?;
+            }
             for dir in ["home", "tmp", "proc", "dev"] {
                 step("create a root dir", mkdir(&root.join(dir), 0o755))?;
             }
@@ -216,7 +221,7 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
     };
     for prefix in USER_WRITABLE_PREFIXES {
         let dir = root.join(prefix);
-        if dir.is_dir() {
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
             // A chown on the overlay copies only the directory up; the host is untouched.
             // In a user namespace root-owned host directories cannot change hands (their
             // owner is not mapped): installs there are then not possible, and that is all.
@@ -272,21 +277,60 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
     Ok(())
 }
 
+/// Hands a directory and its subdirectories (one level) to the sandbox user, by file
+/// descriptor and never through a symlink (the tree may come from an image).
 fn chown_tree_top(dir: &Path) -> io::Result<()> {
-    let own = |path: &Path| {
-        rustix::fs::chownat(
-            rustix::fs::CWD,
-            path,
-            Some(rustix::fs::Uid::from_raw(SANDBOX_UID)),
-            Some(rustix::fs::Gid::from_raw(SANDBOX_GID)),
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-    };
-    own(dir)?;
-    for entry in std::fs::read_dir(dir)? {
+    let fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let uid = Some(rustix::fs::Uid::from_raw(SANDBOX_UID));
+    let gid = Some(rustix::fs::Gid::from_raw(SANDBOX_GID));
+    rustix::fs::fchown(&fd, uid, gid)?;
+    for entry in rustix::fs::Dir::read_from(&fd)? {
         let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            own(&entry.path())?;
+        let name = entry.file_name();
+        if entry.file_type() == rustix::fs::FileType::Directory
+            && name.to_bytes() != b"."
+            && name.to_bytes() != b".."
+        {
+            rustix::fs::chownat(&fd, name, uid, gid, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+        }
+    }
+    Ok(())
+}
+
+/// Paths inside an image root that warren creates, mounts on or chowns before pivot_root.
+const IMAGE_PATHS_WARREN_USES: &[&str] = &[
+    "home",
+    "home/gem",
+    "tmp",
+    "proc",
+    "dev",
+    "usr",
+    "usr/local",
+    "opt",
+];
+
+fn refuse_symlink(root: &Path, relative: &str) -> Result<(), SetupError> {
+    let mut path = root.to_owned();
+    for component in relative.split('/') {
+        path.push(component);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(SetupError {
+                    stage: "check the image root",
+                    source: io::Error::other(format!(
+                        "the image has a symlink at /{relative}, where warren mounts or writes; refusing it"
+                    )),
+                })
+            }
+            Ok(_) => {}
+            Err(_) => return Ok(()),
         }
     }
     Ok(())

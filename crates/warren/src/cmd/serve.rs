@@ -62,6 +62,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let data_dir = data_dir
         .canonicalize()
         .with_context(|| format!("cannot resolve the data directory {}", data_dir.display()))?;
+    // Private whatever it was created with: it holds every tenant's files and the token.
+    std::fs::set_permissions(
+        &data_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .with_context(|| {
+        format!(
+            "cannot make the data directory {} private",
+            data_dir.display()
+        )
+    })?;
     let token = load_token(args.token_file.as_deref(), &data_dir)?;
     let backend: Arc<dyn Backend> = match args.backend {
         BackendChoice::Local => {

@@ -1,6 +1,7 @@
 //! Runtimes on an imported OCI image instead of the host profile.
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 
 use sha2::{Digest, Sha256};
 use warren_test_support::{run_to_exit, TestServer, TEST_TOKEN};
@@ -11,9 +12,14 @@ use super::bin;
 /// marker file — a root filesystem that has nothing of the host profile.
 fn minimal_image(dir: &std::path::Path) {
     let rootfs = warren_test_support::minimal_rootfs_tar(&[("etc/marker", b"from the image\n")]);
+    write_layout(dir, &rootfs);
+}
+
+/// Writes an OCI layout with `rootfs` (a tar) as its only, gzip-compressed layer.
+fn write_layout(dir: &std::path::Path, rootfs: &[u8]) {
     let layer = {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&rootfs).unwrap();
+        gz.write_all(rootfs).unwrap();
         gz.finish().unwrap()
     };
     let blobs = dir.join("blobs/sha256");
@@ -113,4 +119,72 @@ fn serving_an_image_that_was_never_imported_says_how_to_import_it() {
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("warren image import"));
+}
+
+/// An image is untrusted: symlinks where warren mounts or chowns before pivot_root
+/// (`opt -> /`, `home -> <host dir>`) must not reach the host.
+#[tokio::test]
+async fn an_image_with_symlinks_where_warren_mounts_cannot_touch_the_host() {
+    let canary = tempfile::tempdir().unwrap();
+    for (link, target) in [
+        ("opt", "/".to_owned()),
+        ("home", canary.path().to_string_lossy().into_owned()),
+    ] {
+        let layout = tempfile::tempdir().unwrap();
+        let mut rootfs = tar::Builder::new(Vec::new());
+        let base = warren_test_support::minimal_rootfs_tar(&[]);
+        let mut archive = tar::Archive::new(&base[..]);
+        for entry in archive.entries().unwrap() {
+            let entry = entry.unwrap();
+            let header = entry.header().clone();
+            rootfs.append(&header, entry).unwrap();
+        }
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_mode(0o777);
+        rootfs.append_link(&mut header, link, &target).unwrap();
+        write_layout(layout.path(), &rootfs.into_inner().unwrap());
+        let data = tempfile::tempdir().unwrap();
+        let out = run_to_exit(
+            bin(),
+            &[
+                "image",
+                "import",
+                layout.path().to_str().unwrap(),
+                "--name",
+                "evil",
+                "--data-dir",
+                data.path().to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let server = TestServer::start_in(bin(), data, &["--image", "evil"], Some(TEST_TOKEN));
+        let id = server.sandbox("alice", "t", "projects/a").await;
+        let (status, body) = server
+            .send_json(
+                server
+                    .request(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+                    .json(&serde_json::json!({"command": "true"})),
+            )
+            .await;
+        assert_eq!(status, 500, "{link}: {body}");
+        for host in ["/etc", "/usr", "/root"] {
+            assert_eq!(
+                std::fs::metadata(host).unwrap().uid(),
+                0,
+                "{link}: {host} changed hands"
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(canary.path()).unwrap().count(),
+            0,
+            "{link}: wrote into the host dir"
+        );
+    }
 }

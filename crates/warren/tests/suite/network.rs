@@ -1,8 +1,8 @@
 //! Network policies (I23): loopback only by default; `open` and `allowlist` egress only
 //! through warren's filtering proxy, never to the host or internal networks.
 //!
-//! Destinations are test hosts this test makes itself: addresses from TEST-NET-1
-//! (192.0.2.0/24, RFC 5737) on a veth interface this test creates, serving HTTP.
+//! Destinations are test hosts this test makes itself: network namespaces with addresses
+//! from TEST-NET-1 (192.0.2.0/24, RFC 5737) behind a veth pair, serving HTTP.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -13,66 +13,94 @@ use warren_test_support::TestServer;
 use super::output as out;
 use super::runtime::local;
 
-/// A TEST-NET address on a test interface with a tiny HTTP server; removed on drop.
+/// A test host in its own network namespace, reached over a veth pair: TEST-NET-1
+/// addresses (RFC 5737), an HTTP server answering with a fixed body. Not an address of this
+/// machine's namespace, so the proxy treats it as a remote host. Removed on drop.
 struct TestHost {
-    interface: String,
+    namespace: String,
+    /// The host side of the link: an address of this machine (for the local-address attack).
+    local_address: String,
     address: String,
     port: u16,
-    server: tokio::task::JoinHandle<()>,
+    server: std::process::Child,
+    _root: tempfile::TempDir,
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+fn ip(args: &[&str]) {
+    let status = std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .expect("ip(8) runs");
+    assert!(
+        status.success(),
+        "ip {args:?} failed: the network tests need root and iproute2"
+    );
+}
+
 impl TestHost {
     async fn start(body: &'static str) -> Self {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let interface = format!("wt{}n{n}", std::process::id() % 10_000);
-        let address = format!("192.0.2.{}", 10 + (std::process::id() % 20) * 10 + n);
-        let ip = |args: &[&str]| {
-            let status = std::process::Command::new("ip")
-                .args(args)
-                .status()
-                .expect("ip(8) runs");
-            assert!(
-                status.success(),
-                "ip {args:?} failed: the network tests need root and iproute2"
-            );
-        };
-        // A veth pair (this kernel has no dummy driver); the address on one end is local
-        // to the host's network namespace, where warren's proxy connects from.
-        let peer = format!("{interface}p");
+        let tag = format!("{}n{n}", std::process::id() % 10_000);
+        let namespace = format!("wt{tag}");
+        let (outer, inner) = (format!("wt{tag}a"), format!("wt{tag}b"));
+        let base = 10 + (std::process::id() % 20) * 10 + n * 2;
+        let local_address = format!("192.0.2.{base}");
+        let address = format!("192.0.2.{}", base + 1);
+        ip(&["netns", "add", &namespace]);
         ip(&[
-            "link", "add", &interface, "type", "veth", "peer", "name", &peer,
+            "link", "add", &outer, "type", "veth", "peer", "name", &inner,
         ]);
-        ip(&["addr", "add", &format!("{address}/32"), "dev", &interface]);
-        ip(&["link", "set", &interface, "up"]);
-        ip(&["link", "set", &peer, "up"]);
-        let listener = tokio::net::TcpListener::bind((address.as_str(), 0))
-            .await
+        ip(&["link", "set", &inner, "netns", &namespace]);
+        ip(&["addr", "add", &format!("{local_address}/31"), "dev", &outer]);
+        ip(&["link", "set", &outer, "up"]);
+        ip(&[
+            "-n",
+            &namespace,
+            "addr",
+            "add",
+            &format!("{address}/31"),
+            "dev",
+            &inner,
+        ]);
+        ip(&["-n", &namespace, "link", "set", &inner, "up"]);
+        ip(&["-n", &namespace, "link", "set", "lo", "up"]);
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("index.html"), body).unwrap();
+        let port = 8000 + (base as u16);
+        let server = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &namespace,
+                "python3",
+                "-m",
+                "http.server",
+                "--bind",
+                &address,
+            ])
+            .arg(port.to_string())
+            .current_dir(root.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
             .unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    return;
-                };
-                tokio::spawn(async move {
-                    let mut buffer = [0u8; 4096];
-                    let _ = stream.read(&mut buffer).await;
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = stream.write_all(response.as_bytes()).await;
-                });
-            }
-        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect((address.as_str(), port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the test host did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         Self {
-            interface,
+            namespace,
+            local_address,
             address,
             port,
             server,
+            _root: root,
         }
     }
 
@@ -83,9 +111,11 @@ impl TestHost {
 
 impl Drop for TestHost {
     fn drop(&mut self) {
-        self.server.abort();
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        // Deleting the namespace deletes its end of the veth, and with it the pair.
         let _ = std::process::Command::new("ip")
-            .args(["link", "del", &self.interface])
+            .args(["netns", "del", &self.namespace])
             .status();
     }
 }
@@ -148,7 +178,13 @@ async fn open_egress_never_reaches_the_host_or_internal_networks() {
         "public-host"
     );
     let api_port = server.url.rsplit(':').next().unwrap().to_owned();
+    // A service on a non-loopback address of the host itself: still the host.
+    let on_host = tokio::net::TcpListener::bind((public.local_address.as_str(), 0))
+        .await
+        .unwrap();
+    let on_host_port = on_host.local_addr().unwrap().port();
     for target in [
+        format!("http://{}:{on_host_port}/", public.local_address),
         format!("http://127.0.0.1:{api_port}/health"),
         format!("http://localhost:{api_port}/health"),
         "http://169.254.169.254/latest/meta-data/".to_owned(),

@@ -522,3 +522,32 @@ async fn a_runtime_that_died_with_the_host_is_cleaned_up_and_replaced() {
     let kept = server.workspace_of("alice").join("projects/a");
     assert!(kept.is_dir(), "the workspace stays (I15)");
 }
+
+#[tokio::test]
+async fn a_stale_runtime_record_never_kills_the_process_that_now_has_its_pid() {
+    let mut server = local();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let dir = server
+        .data_dir()
+        .join("runtimes/sbx-0123456789abcdef01234567");
+    std::fs::create_dir_all(&dir).unwrap();
+    // What a runtime leaves after a reboot: its record, naming a pid now reused.
+    let record = json!({
+        "sandbox": "sbx-0123456789abcdef01234567", "generation": 1, "uid": "ghost",
+        "runtime_scope": "t", "workdir": "projects/a", "user_workspace": "/nonexistent",
+        "skill_projection": "/nonexistent", "env": {}, "cgroup": "stale-sbx-0123456789abcdef01234567",
+        "pid": victim.id(), "init_birth": "another-boot:12345",
+    });
+    std::fs::write(dir.join("runtime.json"), record.to_string()).unwrap();
+    server.restart_after_kill();
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "warren killed an unrelated process"
+    );
+    assert!(!dir.exists(), "the stale runtime directory was cleaned up");
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+}
