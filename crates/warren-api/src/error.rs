@@ -140,9 +140,11 @@ fn backend_error(error: &BackendError) -> ApiError {
             "exec_not_supported",
             error.to_string(),
         ),
-        BackendError::RuntimeNotFound { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "runtime_not_found", error.to_string())
-        }
+        BackendError::RuntimeNotFound { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "runtime_not_found",
+            format!("{error}; try again"),
+        ),
         BackendError::Create { .. } => {
             ApiError::internal("the runtime could not be started", error)
         }
@@ -171,7 +173,8 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         F::NotAFile { .. } => (StatusCode::BAD_REQUEST, "not_a_file"),
         F::AlreadyExists { .. } => (StatusCode::CONFLICT, "already_exists"),
         F::DirectoryNotEmpty { .. } => (StatusCode::CONFLICT, "directory_not_empty"),
-        F::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        // The file, not the request, is too large: read it in byte ranges.
+        F::TooLarge { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "too_large"),
         F::RangeNotSatisfiable { .. } => {
             (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
         }
@@ -185,6 +188,15 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         F::InvalidGlob { .. } => (StatusCode::BAD_REQUEST, "invalid_glob"),
         F::InvalidRegex { .. } => (StatusCode::BAD_REQUEST, "invalid_regex"),
         F::TooDeep { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "too_deep"),
+        F::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "file_busy"),
+        F::Write { errno, .. } | F::Create { errno, .. }
+            if matches!(
+                errno.raw_os_error(),
+                Some(libc_enospc::ENOSPC | libc_enospc::EDQUOT)
+            ) =>
+        {
+            (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+        }
         F::RootUnavailable { .. }
         | F::Open { .. }
         | F::Stat { .. }
@@ -210,6 +222,12 @@ fn strip_relative_path(message: &str) -> &str {
         .strip_prefix('`')
         .and_then(|rest| rest.split_once("`: "))
         .map_or(message, |(_, reason)| reason)
+}
+
+/// The two errno values that mean "the disk is full", without a libc dependency here.
+mod libc_enospc {
+    pub const ENOSPC: i32 = 28;
+    pub const EDQUOT: i32 = 122;
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

@@ -262,6 +262,12 @@ pub enum FsError {
         /// What the kernel said.
         errno: io::Error,
     },
+    /// Another process holds the directory's lock (for longer than writers wait).
+    #[error("`{path}`: the directory is locked by another writer; try again")]
+    Busy {
+        /// The requested path.
+        path: String,
+    },
     /// Creating a file or directory failed.
     #[error("`{path}`: cannot create: {errno}")]
     Create {

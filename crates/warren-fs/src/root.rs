@@ -360,10 +360,29 @@ pub(crate) fn entry_from_meta(path: String, meta: &Meta, symlink_target: Option<
     }
 }
 
-/// Maps `EINTR`-free `errno`s from `flock`.
+/// How long a writer waits for the directory lock before giving up with
+/// [`FsError::Busy`].
+pub(crate) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Takes the directory's exclusive lock, waiting at most [`LOCK_WAIT`]: a process inside
+/// a runtime can hold a lock on its own directory forever, and must not be able to park
+/// the provisioner's threads (each blocked writer holds one).
 pub(crate) fn lock_exclusive(dir: BorrowedFd<'_>, path: &str) -> Result<(), FsError> {
-    rustix::io::retry_on_intr(|| rustix::fs::flock(dir, rustix::fs::FlockOperation::LockExclusive))
-        .map_err(|e: Errno| FsError::from_errno(e, path, Op::Lock))
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match rustix::fs::flock(dir, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(Errno::WOULDBLOCK) | Err(Errno::INTR) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(Errno::WOULDBLOCK) => {
+                return Err(FsError::Busy {
+                    path: path.to_owned(),
+                })
+            }
+            Err(e) => return Err(FsError::from_errno(e, path, Op::Lock)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -279,7 +279,11 @@ impl LocalBackend {
         };
         let json = serde_json::to_vec_pretty(&identity)
             .map_err(|e| create_error(std::io::Error::other(e)))?;
-        std::fs::write(dir.join("runtime.json"), json).map_err(create_error)?;
+        if let Err(error) = std::fs::write(dir.join("runtime.json"), json) {
+            // Without its record nothing could ever find this runtime again: end it now.
+            kill_and_wait(&identity).await;
+            return Err(create_error(error));
+        }
         Ok(identity)
     }
 
@@ -575,6 +579,20 @@ impl Backend for LocalBackend {
                     self.adopt(&spec.sandbox, identity.clone());
                 }
                 found.push(DiscoveredRuntime { spec });
+            }
+        }
+        if self.cgroups_enabled {
+            // Cgroups of this instance whose runtime directory is gone (a crash between
+            // removing the directory and the cgroups) are reclaimed; other instances'
+            // are not ours to touch.
+            let prefix = format!("{}-", self.instance);
+            let runtimes = self.runtimes_dir.clone();
+            let keep = move |name: &str| match name.strip_prefix(&prefix) {
+                Some(sandbox) => runtimes.join(sandbox).exists(),
+                None => true,
+            };
+            if let Err(error) = crate::cgroup::remove_stale(&self.cgroups, &keep) {
+                tracing::warn!(%error, "could not reclaim stale cgroups");
             }
         }
         Ok(found)

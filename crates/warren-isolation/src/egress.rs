@@ -15,11 +15,20 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use warren_core::NetworkPolicy;
 
 use crate::control::{self, Reply, Request};
+
+/// Most proxy connections one runtime may hold open at once.
+const CONNECTIONS_PER_RUNTIME: usize = 128;
+/// Most proxy connections all runtimes together may hold open.
+static ALL_CONNECTIONS: std::sync::LazyLock<Arc<Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(Semaphore::new(4096)));
 
 /// Largest request head accepted, bytes.
 const MAX_HEAD: usize = 16 * 1024;
@@ -36,6 +45,9 @@ pub(crate) fn spawn_egress(
 ) -> std::io::Result<()> {
     let stream = std::os::unix::net::UnixStream::connect(&control_socket)?;
     control::send_frame(stream.as_fd(), &Request::Egress, &[])?;
+    // One sandbox cannot take the provisioner's descriptors: its open proxy connections
+    // are capped, and so are all sandboxes' together.
+    let mine = Arc::new(Semaphore::new(CONNECTIONS_PER_RUNTIME));
     std::thread::Builder::new()
         .name("warren-egress".into())
         .spawn(move || {
@@ -44,8 +56,17 @@ pub(crate) fn spawn_egress(
                 control::recv_frame::<Reply>(stream.as_fd())
             {
                 for fd in fds {
+                    let permits = (
+                        mine.clone().try_acquire_owned(),
+                        ALL_CONNECTIONS.clone().try_acquire_owned(),
+                    );
+                    let (Ok(mine_permit), Ok(all_permit)) = permits else {
+                        tracing::warn!("egress connection refused: too many open connections");
+                        continue; // dropping `fd` closes the connection
+                    };
                     let policy = policy.clone();
                     runtime.spawn(async move {
+                        let _permits = (mine_permit, all_permit);
                         if let Err(error) = proxy(fd, &policy).await {
                             tracing::debug!(%error, "egress connection ended");
                         }
@@ -150,6 +171,13 @@ async fn refuse(client: &mut TcpStream, status: u16, message: &str) -> std::io::
 
 /// Reads up to the end of the request head; returns the head and any bytes after it.
 async fn read_head(client: &mut TcpStream) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    // One deadline for the whole head: a byte now and then must not keep a connection.
+    tokio::time::timeout(CONNECT_TIMEOUT, read_head_unbounded(client))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+}
+
+async fn read_head_unbounded(client: &mut TcpStream) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
@@ -160,9 +188,7 @@ async fn read_head(client: &mut TcpStream) -> std::io::Result<(Vec<u8>, Vec<u8>)
         if buffer.len() > MAX_HEAD {
             return Err(std::io::Error::other("request head too large"));
         }
-        let n = tokio::time::timeout(CONNECT_TIMEOUT, client.read(&mut chunk))
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        let n = client.read(&mut chunk).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }

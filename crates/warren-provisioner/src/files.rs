@@ -111,7 +111,16 @@ impl Provisioner {
             Ok(found) => Err(ProvisionerError::InvalidCwd {
                 path: found.path.to_string(),
             }),
-            Err(ProvisionerError::File { path, .. }) => Err(ProvisionerError::InvalidCwd { path }),
+            // What the caller asked for is wrong; anything else (I/O) stays what it is.
+            Err(ProvisionerError::File {
+                path,
+                source:
+                    FsError::NotFound { .. }
+                    | FsError::NotADirectory { .. }
+                    | FsError::SymlinkRefused { .. }
+                    | FsError::MountCrossingRefused { .. }
+                    | FsError::InvalidPath { .. },
+            }) => Err(ProvisionerError::InvalidCwd { path }),
             Err(other) => Err(other),
         }
     }

@@ -401,6 +401,9 @@ impl Init {
                 stage: "pipe".into(),
                 errno: libc::EMFILE,
             });
+            if let Some(cgroup) = cgroup {
+                let _ = cgroup.remove();
+            }
             return;
         };
         let spawned = match cgroup.as_ref().and_then(|c| c.spawn_target()) {
@@ -426,6 +429,9 @@ impl Init {
                     stage: "fork".into(),
                     errno: error.raw_os_error().unwrap_or(0),
                 });
+                if let Some(cgroup) = cgroup {
+                    let _ = cgroup.remove();
+                }
                 return;
             }
         };

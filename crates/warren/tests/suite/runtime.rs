@@ -551,3 +551,48 @@ async fn a_stale_runtime_record_never_kills_the_process_that_now_has_its_pid() {
     victim.kill().unwrap();
     victim.wait().unwrap();
 }
+
+#[tokio::test]
+async fn a_lock_held_inside_a_runtime_cannot_park_file_writes() {
+    let server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server
+        .exec(
+            &id,
+            "nohup flock /home/gem/user-data/projects/a sleep 60 >/dev/null 2>&1 &",
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let (status, body) = server
+        .send_json(
+            server
+                .request(
+                    Method::PUT,
+                    &format!("/v1/sandboxes/{id}/files?path=blocked.txt"),
+                )
+                .body("x"),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (503, Some("file_busy")),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the writer waited too long"
+    );
+    server.exec(&id, "pkill -f 'sleep 60'; true").await;
+    let (status, _) = server
+        .send_json(
+            server
+                .request(
+                    Method::PUT,
+                    &format!("/v1/sandboxes/{id}/files?path=blocked.txt"),
+                )
+                .body("x"),
+        )
+        .await;
+    assert_eq!(status, 201, "writes work again once the lock is gone");
+}
