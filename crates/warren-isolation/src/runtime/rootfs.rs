@@ -126,6 +126,26 @@ fn bind_fd(fd: &OwnedFd, target: &Path, read_only: bool) -> io::Result<()> {
     if read_only {
         flags |= MountFlags::RDONLY;
     }
+    // Flags the source mount already has must be kept: in a user namespace they are locked
+    // (dropping noexec or noatime is EPERM), and as root dropping them would widen access.
+    let source = rustix::fs::fstatvfs(fd)?.f_flag;
+    for (has, keep) in [
+        (rustix::fs::StatVfsMountFlags::RDONLY, MountFlags::RDONLY),
+        (rustix::fs::StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
+        (rustix::fs::StatVfsMountFlags::NOATIME, MountFlags::NOATIME),
+        (
+            rustix::fs::StatVfsMountFlags::NODIRATIME,
+            MountFlags::NODIRATIME,
+        ),
+        (
+            rustix::fs::StatVfsMountFlags::RELATIME,
+            MountFlags::RELATIME,
+        ),
+    ] {
+        if source.contains(has) {
+            flags |= keep;
+        }
+    }
     rustix::mount::mount_remount(target, flags, "")?;
     Ok(())
 }
