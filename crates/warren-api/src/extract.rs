@@ -8,21 +8,32 @@ use warren_provisioner::ProvisionerError;
 
 use crate::ApiError;
 
-/// A JSON body; a malformed one answers 400 `invalid_json` naming the problem.
+/// A JSON body; a malformed one answers 400 (syntax) or 422 (shape) `invalid_json`
+/// naming the problem. The body is read as JSON whatever its `Content-Type` says: `curl -d`
+/// and many agent frameworks send JSON labelled as a form.
 pub(crate) struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(Self(value)),
-            Err(rejection) => Err(ApiError::new(
-                rejection.status(),
+        let body = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                ApiError::new(rejection.status(), "invalid_body", rejection.body_text())
+            })?;
+        serde_json::from_slice(&body).map(Self).map_err(|error| {
+            let status = if error.is_data() {
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY
+            } else {
+                axum::http::StatusCode::BAD_REQUEST
+            };
+            ApiError::new(
+                status,
                 "invalid_json",
-                rejection.body_text(),
-            )),
-        }
+                format!("invalid request body: {error}"),
+            )
+        })
     }
 }
 

@@ -248,3 +248,19 @@ async fn parallel_creates_of_one_identity_make_one_sandbox() {
         .collect();
     assert_eq!(ids.len(), 1);
 }
+
+#[tokio::test]
+async fn a_json_body_is_accepted_whatever_its_content_type_says() {
+    let server = server();
+    server.workdir("alice", "projects/a").await;
+    // What `curl -d` sends: JSON labelled as a form.
+    let (status, body) = server
+        .send_json(
+            server
+                .request(Method::POST, "/v1/sandboxes")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(r#"{"uid":"alice","runtime_scope_id":"t","workdir":"projects/a"}"#),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
