@@ -138,3 +138,52 @@ mod tests {
         }
     }
 }
+
+/// What identifies one version of a file's content cheaply: device, inode, size and the
+/// modification and change times in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileVersion([i64; 7]);
+
+impl FileVersion {
+    pub(crate) fn of(file: &std::fs::File) -> Option<Self> {
+        let stat = rustix::fs::fstat(file).ok()?;
+        Some(Self([
+            stat.st_dev as i64,
+            stat.st_ino as i64,
+            stat.st_size,
+            stat.st_mtime,
+            stat.st_mtime_nsec as i64,
+            stat.st_ctime,
+            stat.st_ctime_nsec as i64,
+        ]))
+    }
+}
+
+/// ETags of file versions already hashed, so a ranged read of a large file does not hash
+/// all of it again each time.
+///
+/// Only reads use it. Timestamps can be coarse, so two writes in one clock tick could leave
+/// the same version with other content; a read may then report an older ETag, and a write
+/// conditioned on it fails with 412 (writes always hash the file under the lock). Stale,
+/// never a lost update.
+static KNOWN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<FileVersion, Etag>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Most versions remembered; the table starts over when full.
+const KNOWN_MAX: usize = 16_384;
+
+pub(crate) fn known(version: FileVersion) -> Option<Etag> {
+    KNOWN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&version)
+        .cloned()
+}
+
+pub(crate) fn remember(version: FileVersion, etag: &Etag) {
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if known.len() >= KNOWN_MAX {
+        known.clear();
+    }
+    known.insert(version, etag.clone());
+}

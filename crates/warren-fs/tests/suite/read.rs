@@ -138,7 +138,33 @@ fn missing_files_are_not_found(r: Resolver) {
     assert!(matches!(err, FsError::NotFound { .. }), "{err:?}");
 }
 
+/// A ranged read of a file already hashed reads only the range and reports the same ETag;
+/// any change to the file (in place or replaced) gives the new content's ETag.
+fn ranged_reads_reuse_a_known_etag_and_notice_every_change(r: Resolver) {
+    let f = Fixture::new();
+    let content: Vec<u8> = (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    std::fs::write(f.path("big.bin"), &content).unwrap();
+    let ws = f.ws(r);
+    let full = ws.read("big.bin", ByteRange::FULL, u64::MAX).unwrap();
+    assert_eq!(full.etag, Etag::of(&content));
+    let range = ws
+        .read("big.bin", span(100_000, Some(100_009)), 1024)
+        .unwrap();
+    assert_eq!(range.etag, full.etag);
+    assert_eq!(range.bytes, content[100_000..100_010]);
+    assert_eq!(range.total_size, content.len() as u64);
+    // Changed in place, same inode, same size.
+    let mut changed = content.clone();
+    changed[0] ^= 0xff;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(f.path("big.bin"), &changed).unwrap();
+    let after = ws.read("big.bin", span(0, Some(3)), 1024).unwrap();
+    assert_eq!(after.etag, Etag::of(&changed));
+    assert_eq!(after.bytes, changed[..4]);
+}
+
 for_both_resolvers!(
+    ranged_reads_reuse_a_known_etag_and_notice_every_change,
     read_ranges_return_the_requested_bytes_and_the_whole_file_etag,
     ranges_outside_the_file_are_not_satisfiable,
     a_span_larger_than_the_cap_is_refused_but_a_small_range_of_a_big_file_is_not,
