@@ -114,7 +114,38 @@ async fn proxy(fd: OwnedFd, policy: &NetworkPolicy) -> std::io::Result<()> {
         target.write_all(&request.forwarded_head).await?;
         target.write_all(&rest).await?;
     }
-    tokio::io::copy_bidirectional(&mut client, &mut target).await?;
+    splice(&mut client, &mut target, TUNNEL_IDLE).await
+}
+
+/// How long a proxied connection may carry no byte either way before it is closed.
+const TUNNEL_IDLE: Duration = Duration::from_secs(600);
+
+/// Copies both ways until both sides are done, or nothing moved for `idle`: an idle tunnel
+/// would otherwise hold one of the runtime's few connection permits for ever.
+async fn splice(a: &mut TcpStream, b: &mut TcpStream, idle: Duration) -> std::io::Result<()> {
+    let (mut a_read, mut a_write) = a.split();
+    let (mut b_read, mut b_write) = b.split();
+    let (mut a_buf, mut b_buf) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let (mut a_open, mut b_open) = (true, true);
+    while a_open || b_open {
+        tokio::select! {
+            read = a_read.read(&mut a_buf), if a_open => match read? {
+                0 => {
+                    a_open = false;
+                    let _ = b_write.shutdown().await;
+                }
+                n => b_write.write_all(&a_buf[..n]).await?,
+            },
+            read = b_read.read(&mut b_buf), if b_open => match read? {
+                0 => {
+                    b_open = false;
+                    let _ = a_write.shutdown().await;
+                }
+                n => a_write.write_all(&b_buf[..n]).await?,
+            },
+            () = tokio::time::sleep(idle) => return Ok(()),
+        }
+    }
     Ok(())
 }
 
@@ -311,6 +342,43 @@ mod tests {
             String::from_utf8(request.forwarded_head).unwrap(),
             "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
         );
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_carries_both_ways_and_closes_when_idle() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (mut near, accepted) = tokio::join!(
+            async { TcpStream::connect(address).await.unwrap() },
+            async { listener.accept().await.unwrap().0 }
+        );
+        let far_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let far_address = far_listener.local_addr().unwrap();
+        let (mut far, far_accepted) = tokio::join!(
+            async { TcpStream::connect(far_address).await.unwrap() },
+            async { far_listener.accept().await.unwrap().0 }
+        );
+        let splicer = tokio::spawn(async move {
+            let (mut a, mut b) = (accepted, far_accepted);
+            let started = std::time::Instant::now();
+            splice(&mut a, &mut b, Duration::from_millis(300))
+                .await
+                .unwrap();
+            started.elapsed()
+        });
+        near.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        far.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        far.write_all(b"pong").await.unwrap();
+        near.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+        // Then silence: the splice ends by itself after the idle time.
+        let lasted = tokio::time::timeout(Duration::from_secs(5), splicer)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(lasted >= Duration::from_millis(300), "{lasted:?}");
     }
 
     #[test]
