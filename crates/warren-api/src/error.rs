@@ -106,9 +106,15 @@ impl From<ProvisionerError> for ApiError {
             P::NetworkConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "network_conflict", message)
             }
-            P::SandboxTerminated { .. } => {
-                Self::new(StatusCode::CONFLICT, "sandbox_terminated", message)
+            P::SandboxTerminated { state, .. } => {
+                let code = if *state == "terminating" {
+                    "sandbox_terminating"
+                } else {
+                    "sandbox_terminated"
+                };
+                Self::new(StatusCode::CONFLICT, code, message)
             }
+            P::LeaseNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "lease_not_found", message),
             P::ExecUnsupported { .. } => {
                 Self::new(StatusCode::NOT_IMPLEMENTED, "exec_not_supported", message)
             }

@@ -13,6 +13,7 @@ mod auth;
 mod error;
 mod extract;
 mod files;
+mod leases;
 mod openapi;
 mod sandboxes;
 mod stream;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -69,6 +70,12 @@ pub fn app(state: ApiState) -> Router {
             get(sandboxes::get).delete(sandboxes::delete),
         )
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
+        .route("/sandboxes/{id}/leases", post(leases::create))
+        .route("/sandboxes/{id}/leases/{lease_id}", delete(leases::release))
+        .route(
+            "/sandboxes/{id}/leases/{lease_id}/renew",
+            post(leases::renew),
+        )
         .route(
             "/sandboxes/{id}/files",
             get(files::read).put(files::write).delete(files::remove),

@@ -96,6 +96,13 @@ pub trait Backend: Send + Sync + 'static {
         sink: Option<OutputSink>,
     ) -> Result<ExecOutcome, BackendError>;
 
+    /// How many processes run in the sandbox's runtime besides its own machinery, or
+    /// `None` when the backend cannot tell (or no runtime runs). Running processes count as
+    /// activity: an idle reaper must not end a runtime that still works.
+    async fn processes(&self, _sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        Ok(None)
+    }
+
     /// Conditions an operator must know about (a limit that cannot be enforced, a missing
     /// kernel feature), reported once at start-up and in `/health`.
     fn warnings(&self) -> Vec<String> {

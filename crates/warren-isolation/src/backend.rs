@@ -416,6 +416,11 @@ fn read_identity(dir: &Path) -> Option<RuntimeIdentity> {
 
 /// Asks the runtime in `dir` who it is; None when nothing answers.
 fn ping(dir: &Path) -> Option<(String, i64)> {
+    ping_full(dir).map(|(sandbox, generation, _)| (sandbox, generation))
+}
+
+/// Asks the runtime who it is and how many processes it runs besides init.
+fn ping_full(dir: &Path) -> Option<(String, i64, u64)> {
     let stream = std::os::unix::net::UnixStream::connect(dir.join("control.sock")).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     control::send_frame(stream.as_fd(), &Request::Ping, &[]).ok()?;
@@ -424,9 +429,10 @@ fn ping(dir: &Path) -> Option<(String, i64)> {
             Reply::Pong {
                 sandbox,
                 generation,
+                processes,
             },
             _,
-        ) => Some((sandbox, generation)),
+        ) => Some((sandbox, generation, processes)),
         _ => None,
     }
 }
@@ -642,6 +648,18 @@ impl Backend for LocalBackend {
             }
             Err(RunError::Connect(error) | RunError::Io(error)) => Err(exec_error(error)),
         }
+    }
+
+    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        if !self.lock().contains_key(sandbox) {
+            return Ok(None);
+        }
+        let dir = self.runtime_dir(sandbox);
+        let answer = tokio::task::spawn_blocking(move || ping_full(&dir))
+            .await
+            .ok()
+            .flatten();
+        Ok(answer.map(|(_, _, processes)| processes))
     }
 
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {

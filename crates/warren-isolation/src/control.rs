@@ -80,6 +80,9 @@ pub enum Reply {
         sandbox: String,
         /// The generation.
         generation: i64,
+        /// Processes running in the runtime besides init.
+        #[serde(default)]
+        processes: u64,
     },
     /// A process connected to the runtime's proxy port; its socket is attached.
     Connection,

@@ -214,6 +214,38 @@ pub enum ExecEvent {
     },
 }
 
+/// `POST /v1/sandboxes/{id}/leases`: a run's hold on the sandbox's runtime (I25).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateLease {
+    /// Who holds it: the run id of a root run or one of its child runs.
+    pub holder: String,
+    /// Seconds until it lapses unless renewed (1 to 3600).
+    pub ttl_s: u64,
+}
+
+/// `POST /v1/sandboxes/{id}/leases/{lease_id}/renew`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewLease {
+    /// New lifetime in seconds from now (1 to 3600); default 60.
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
+/// A lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LeaseInfo {
+    /// The lease's id.
+    pub lease_id: String,
+    /// Who holds it.
+    pub holder: String,
+    /// The sandbox generation it holds.
+    pub generation: i64,
+    /// When it lapses unless renewed (RFC 3339).
+    pub expires_at: String,
+}
+
 /// One file system entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct FileEntry {

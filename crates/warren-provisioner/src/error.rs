@@ -67,6 +67,12 @@ pub enum ProvisionerError {
         /// The backend's name.
         backend: &'static str,
     },
+    /// No live lease with this id (never taken, released, or expired).
+    #[error("no live lease {lease:?} on this sandbox; take a new one")]
+    LeaseNotFound {
+        /// The lease id asked for.
+        lease: String,
+    },
     /// The working directory does not exist or is not a directory.
     #[error(
         "cwd {path} is not an existing directory under /home/gem/user-data or /home/gem/skills"

@@ -113,6 +113,7 @@ impl Provisioner {
             timeout,
             output_cap: self.config.output_cap,
         };
+        let _running = self.command_running(id);
         let mut record = record;
         for attempt in 1..=2 {
             record = self.ensure_runtime(record).await?;
@@ -290,7 +291,7 @@ async fn run_and_record(
     }
 }
 
-fn refuse_fenced(record: &SandboxRecord) -> Result<(), ProvisionerError> {
+pub(crate) fn refuse_fenced(record: &SandboxRecord) -> Result<(), ProvisionerError> {
     match record.state {
         SandboxState::Terminating | SandboxState::Terminated => {
             Err(ProvisionerError::SandboxTerminated {

@@ -14,6 +14,7 @@
 mod error;
 mod exec;
 mod files;
+mod lifecycle;
 mod recovery;
 mod sandboxes;
 pub use sandboxes::Created;
@@ -26,6 +27,7 @@ use std::time::Duration;
 pub use error::ProvisionerError;
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
+pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use recovery::RecoveryReport;
 use warren_backend::Backend;
 use warren_core::{DataLayout, SandboxId};
@@ -46,6 +48,11 @@ pub struct ProvisionerConfig {
     pub output_cap: usize,
     /// The global sandbox environment (I14).
     pub sandbox_env: BTreeMap<String, String>,
+    /// A runtime nobody used (no lease, no command, no running process) for this long is
+    /// reclaimed.
+    pub idle_timeout: Duration,
+    /// A runtime older than this is reclaimed whatever holds it.
+    pub max_lifetime: Duration,
 }
 
 impl ProvisionerConfig {
@@ -58,6 +65,8 @@ impl ProvisionerConfig {
             max_exec_timeout: Duration::from_secs(3600),
             output_cap: 1024 * 1024,
             sandbox_env: BTreeMap::new(),
+            idle_timeout: Duration::from_secs(15 * 60),
+            max_lifetime: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -71,6 +80,8 @@ pub struct Provisioner {
     /// Serialises lifecycle changes (runtime start, destroy) of one sandbox, without making
     /// different sandboxes wait for each other.
     lifecycle_locks: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Commands running per sandbox: activity the reaper must respect.
+    inflight: Mutex<HashMap<SandboxId, usize>>,
 }
 
 impl Provisioner {
@@ -86,6 +97,7 @@ impl Provisioner {
             store,
             backend,
             lifecycle_locks: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -99,6 +111,21 @@ impl Provisioner {
         &self.config
     }
 
+    fn inflight(&self, sandbox: &SandboxId) -> usize {
+        let inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        inflight.get(sandbox).copied().unwrap_or(0)
+    }
+
+    /// Counts a command as running in `sandbox` until the guard drops.
+    fn command_running(&self, sandbox: &SandboxId) -> InflightGuard<'_> {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        *inflight.entry(sandbox.clone()).or_default() += 1;
+        InflightGuard {
+            provisioner: self,
+            sandbox: sandbox.clone(),
+        }
+    }
+
     fn lifecycle_lock(&self, sandbox: &SandboxId) -> Arc<tokio::sync::Mutex<()>> {
         // Poisoning cannot leave the map inconsistent: entries are only inserted.
         let mut locks = self
@@ -106,5 +133,27 @@ impl Provisioner {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         locks.entry(sandbox.clone()).or_default().clone()
+    }
+}
+
+/// See [`Provisioner::command_running`].
+struct InflightGuard<'a> {
+    provisioner: &'a Provisioner,
+    sandbox: SandboxId,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self
+            .provisioner
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = inflight.get_mut(&self.sandbox) {
+            *count -= 1;
+            if *count == 0 {
+                inflight.remove(&self.sandbox);
+            }
+        }
     }
 }

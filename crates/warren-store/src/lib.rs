@@ -16,6 +16,23 @@ pub use model::{
 };
 pub use sqlite::SqliteStore;
 
+/// A lease on one sandbox generation (I25).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Lease {
+    /// The lease's id.
+    pub id: String,
+    /// The sandbox.
+    pub sandbox_id: SandboxId,
+    /// The generation it holds.
+    pub generation: i64,
+    /// Who holds it (a run id).
+    pub holder: String,
+    /// When it was taken.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// When it lapses unless renewed.
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}
+
 use warren_core::{SandboxId, Uid, Workdir};
 
 /// The operations warren needs from its state store.
@@ -92,6 +109,31 @@ pub trait StateStore: Send + Sync + 'static {
     /// Closes every run still running as [`RunStatus::Failed`] with `reason`, as after a
     /// provisioner restart nobody is left to finish them. Returns how many were closed.
     async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError>;
+
+    /// Records a lease on the sandbox's current `generation`, live for `ttl`. Fails with
+    /// [`StoreError::UnknownSandbox`] for a sandbox never claimed.
+    async fn create_lease(
+        &self,
+        sandbox: &SandboxId,
+        generation: i64,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError>;
+
+    /// Extends a live lease to `ttl` from now. `None` when the lease does not exist or
+    /// already expired (its holder must take a new one).
+    async fn renew_lease(
+        &self,
+        sandbox: &SandboxId,
+        lease: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Lease>, StoreError>;
+
+    /// Ends a lease; `false` when there was none.
+    async fn release_lease(&self, sandbox: &SandboxId, lease: &str) -> Result<bool, StoreError>;
+
+    /// How many leases on the sandbox's `generation` are live now.
+    async fn live_leases(&self, sandbox: &SandboxId, generation: i64) -> Result<u64, StoreError>;
 }
 
 #[cfg(test)]

@@ -333,6 +333,10 @@ fn workdir_from_row(row: &SqliteRow) -> Result<WorkdirRecord, StoreError> {
     })
 }
 
+fn millis_to_time(millis: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(millis).unwrap_or_default()
+}
+
 fn sandbox_from_row(row: &SqliteRow) -> Result<SandboxRecord, StoreError> {
     let columns = Columns {
         row,
@@ -666,6 +670,97 @@ impl StateStore for SqliteStore {
         .await
         .map_err(StoreError::query("list runs"))?;
         rows.iter().map(run_from_row).collect()
+    }
+
+    async fn create_lease(
+        &self,
+        sandbox: &SandboxId,
+        generation: i64,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<crate::Lease, StoreError> {
+        let now = now_millis();
+        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let id = format!("lease-{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(
+            "INSERT INTO leases (id, sandbox_id, generation, holder, created_at, expires_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .bind(&id)
+        .bind(sandbox.as_str())
+        .bind(generation)
+        .bind(holder)
+        .bind(now)
+        .bind(expires)
+        .execute(&self.pool)
+        .await
+        .map_err(|error| match violation(&error) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
+                id: sandbox.clone(),
+            },
+            _ => StoreError::query("create a lease")(error),
+        })?;
+        Ok(crate::Lease {
+            id,
+            sandbox_id: sandbox.clone(),
+            generation,
+            holder: holder.to_owned(),
+            created_at: millis_to_time(now),
+            expires_at: millis_to_time(expires),
+        })
+    }
+
+    async fn renew_lease(
+        &self,
+        sandbox: &SandboxId,
+        lease: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<crate::Lease>, StoreError> {
+        let now = now_millis();
+        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let row = sqlx::query(
+            "UPDATE leases SET expires_at = ?3 WHERE id = ?1 AND sandbox_id = ?2 \
+             AND expires_at > ?4 RETURNING generation, holder, created_at",
+        )
+        .bind(lease)
+        .bind(sandbox.as_str())
+        .bind(expires)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("renew a lease"))?;
+        Ok(row.map(|row| crate::Lease {
+            id: lease.to_owned(),
+            sandbox_id: sandbox.clone(),
+            generation: row.get("generation"),
+            holder: row.get("holder"),
+            created_at: millis_to_time(row.get("created_at")),
+            expires_at: millis_to_time(expires),
+        }))
+    }
+
+    async fn release_lease(&self, sandbox: &SandboxId, lease: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM leases WHERE id = ?1 AND sandbox_id = ?2")
+            .bind(lease)
+            .bind(sandbox.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("release a lease"))?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    async fn live_leases(&self, sandbox: &SandboxId, generation: i64) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM leases WHERE sandbox_id = ?1 AND generation = ?2 \
+             AND expires_at > ?3",
+        )
+        .bind(sandbox.as_str())
+        .bind(generation)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::query("count live leases"))?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError> {

@@ -180,6 +180,20 @@ fn detach_stdio() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Processes of the runtime's pid namespace other than init, from its own /proc.
+fn processes_besides_init() -> u64 {
+    std::fs::read_dir("/proc").map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()) && n != "1")
+            })
+            .count() as u64
+    })
+}
+
 /// How many empty exec cgroups init keeps for reuse.
 const SPARE_EXEC_CGROUPS: usize = 8;
 
@@ -360,6 +374,7 @@ impl Init {
                     &Reply::Pong {
                         sandbox: self.config.sandbox.clone(),
                         generation: self.config.generation,
+                        processes: processes_besides_init(),
                     },
                     &[],
                 );

@@ -337,6 +337,62 @@ pub async fn starting_and_finishing_a_run_count_as_sandbox_activity(backend: &dy
     );
 }
 
+pub async fn leases_count_while_live_and_expire_unless_renewed(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    store.claim_sandbox(&new).await.unwrap();
+    let long = store
+        .create_lease(&new.id, 1, "root-run", std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let short = store
+        .create_lease(
+            &new.id,
+            1,
+            "child-run",
+            std::time::Duration::from_millis(50),
+        )
+        .await
+        .unwrap();
+    assert_ne!(long.id, short.id);
+    assert_eq!(store.live_leases(&new.id, 1).await.unwrap(), 2);
+    assert_eq!(
+        store.live_leases(&new.id, 2).await.unwrap(),
+        0,
+        "another generation"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    assert_eq!(
+        store.live_leases(&new.id, 1).await.unwrap(),
+        1,
+        "the short one expired"
+    );
+    assert!(
+        store
+            .renew_lease(&new.id, &short.id, std::time::Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_none(),
+        "an expired lease cannot be renewed"
+    );
+    let renewed = store
+        .renew_lease(&new.id, &long.id, std::time::Duration::from_secs(120))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(renewed.expires_at > long.expires_at);
+    assert!(store.release_lease(&new.id, &long.id).await.unwrap());
+    assert!(!store.release_lease(&new.id, &long.id).await.unwrap());
+    assert_eq!(store.live_leases(&new.id, 1).await.unwrap(), 0);
+    let unknown = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("t").unwrap());
+    assert!(matches!(
+        store
+            .create_lease(&unknown, 1, "x", std::time::Duration::from_secs(1))
+            .await,
+        Err(StoreError::UnknownSandbox { .. })
+    ));
+}
+
 pub async fn sandboxes_are_listed_per_uid_oldest_first(backend: &dyn Backend) {
     let store = backend.open().await;
     let mut expected_alice = Vec::new();

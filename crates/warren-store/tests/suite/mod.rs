@@ -27,6 +27,7 @@ macro_rules! behaviour_suite {
                 the_current_generation_moves_the_sandbox_through_its_states,
                 touching_a_sandbox_moves_only_its_last_activity,
                 starting_and_finishing_a_run_count_as_sandbox_activity,
+                leases_count_while_live_and_expire_unless_renewed,
                 sandboxes_are_listed_per_uid_oldest_first,
                 a_run_is_recorded_from_start_to_finish,
                 a_run_warren_could_not_complete_is_recorded_as_failed,

@@ -38,6 +38,16 @@ pub struct ServeArgs {
     /// An image imported with `warren image import` as the runtimes' root filesystem.
     #[arg(long)]
     image: Option<String>,
+    /// Seconds a runtime may sit unused (no lease, no command, no running process) before
+    /// it is reclaimed. Its workspace files stay.
+    #[arg(long, default_value_t = 900)]
+    idle_timeout: u64,
+    /// Seconds after which a runtime is reclaimed whatever holds it.
+    #[arg(long, default_value_t = 86_400)]
+    max_lifetime: u64,
+    /// Seconds between two passes of the reaper.
+    #[arg(long, default_value_t = 10)]
+    reap_interval: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -104,11 +114,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let store = SqliteStore::open(&layout.state_db())
         .await
         .context("cannot open the state store")?;
-    let provisioner = Arc::new(Provisioner::new(
-        ProvisionerConfig::new(&data_dir),
-        Arc::new(store),
-        backend,
-    ));
+    let mut config = ProvisionerConfig::new(&data_dir);
+    config.idle_timeout = std::time::Duration::from_secs(args.idle_timeout);
+    config.max_lifetime = std::time::Duration::from_secs(args.max_lifetime);
+    let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));
     let recovered = provisioner
         .recover()
         .await
@@ -122,6 +131,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cleanup_failures = recovered.cleanup_failures,
         "reconciled state with the backend"
     );
+    let reaper = provisioner.clone();
+    let interval = std::time::Duration::from_secs(args.reap_interval.max(1));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            if let Err(error) = reaper.reap().await {
+                tracing::warn!(error = %error, "a reaper pass failed");
+            }
+        }
+    });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

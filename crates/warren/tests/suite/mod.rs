@@ -6,6 +6,7 @@ mod escape;
 mod etag;
 mod files;
 mod image;
+mod lifecycle;
 mod network;
 mod openapi;
 mod path_attacks;

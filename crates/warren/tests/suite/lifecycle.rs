@@ -1,0 +1,198 @@
+//! Leases and idle reaping (I25, I15): a runtime lives while a run holds a lease, a
+//! command runs, or a process it started works; then it is reclaimed, files kept.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::json;
+use warren_test_support::TestServer;
+
+use super::bin;
+
+fn fast_reaper(extra: &[&str]) -> TestServer {
+    let mut args = vec!["--idle-timeout", "1", "--reap-interval", "1"];
+    args.extend_from_slice(extra);
+    TestServer::start_with(bin(), &args)
+}
+
+async fn state(server: &TestServer, id: &str) -> String {
+    let (_, body) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+        .await;
+    body["state"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Waits up to `within` for the sandbox to reach `wanted`; returns whether it did.
+async fn reaches(server: &TestServer, id: &str, wanted: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if state(server, id).await == wanted {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+async fn lease(server: &TestServer, id: &str, holder: &str, ttl_s: u64) -> String {
+    let (status, body) = server
+        .send_json(
+            server
+                .request(Method::POST, &format!("/v1/sandboxes/{id}/leases"))
+                .json(&json!({"holder": holder, "ttl_s": ttl_s})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["lease_id"].as_str().unwrap().to_owned()
+}
+
+async fn release(server: &TestServer, id: &str, lease: &str) -> u16 {
+    server
+        .send_json(server.request(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{id}/leases/{lease}"),
+        ))
+        .await
+        .0
+}
+
+#[tokio::test]
+async fn a_runtime_lives_while_any_lease_does_and_is_reaped_after_the_last() {
+    let server = fast_reaper(&[]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server
+        .exec(&id, "echo state > /tmp/s; echo kept > kept.txt")
+        .await;
+    let root_run = lease(&server, &id, "run-root", 60).await;
+    let child_run = lease(&server, &id, "run-child", 60).await;
+    assert!(
+        !reaches(&server, &id, "stopped", Duration::from_secs(3)).await,
+        "reaped under two leases"
+    );
+    assert_eq!(release(&server, &id, &root_run).await, 204);
+    assert!(
+        !reaches(&server, &id, "stopped", Duration::from_secs(3)).await,
+        "reaped under the child's lease"
+    );
+    assert_eq!(server.exec(&id, "cat /tmp/s").await["stdout"], "state\n");
+    assert_eq!(release(&server, &id, &child_run).await, 204);
+    assert!(
+        reaches(&server, &id, "stopped", Duration::from_secs(8)).await,
+        "not reaped after the last lease"
+    );
+    let kept = server.workspace_of("alice").join("projects/a/kept.txt");
+    assert_eq!(
+        std::fs::read_to_string(kept).unwrap(),
+        "kept\n",
+        "I15: reaping keeps files"
+    );
+    // The next use starts a fresh runtime.
+    let fresh = server
+        .exec(&id, "cat /tmp/s 2>/dev/null || echo fresh")
+        .await;
+    assert_eq!(fresh["stdout"], "fresh\n");
+    assert_eq!(
+        release(&server, &id, &child_run).await,
+        404,
+        "a released lease is gone"
+    );
+}
+
+#[tokio::test]
+async fn an_unrenewed_lease_expires_and_the_runtime_is_reaped() {
+    let server = fast_reaper(&[]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "true").await;
+    let lease_id = lease(&server, &id, "crashing-run", 1).await;
+    let (status, body) = server
+        .send_json(
+            server
+                .request(
+                    Method::POST,
+                    &format!("/v1/sandboxes/{id}/leases/{lease_id}/renew"),
+                )
+                .json(&json!({"ttl_s": 2})),
+        )
+        .await;
+    assert_eq!(status, 200, "a live lease renews: {body}");
+    assert!(
+        reaches(&server, &id, "stopped", Duration::from_secs(10)).await,
+        "the expired lease kept it"
+    );
+    let (status, body) = server
+        .send_json(server.request(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/leases/{lease_id}/renew"),
+        ))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("lease_not_found"))
+    );
+}
+
+#[tokio::test]
+async fn a_runtime_whose_processes_still_run_is_not_reaped_as_idle() {
+    let server = fast_reaper(&[]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server
+        .exec(
+            &id,
+            "echo state > /tmp/s; nohup sleep 300 >/dev/null 2>&1 &",
+        )
+        .await;
+    assert!(
+        !reaches(&server, &id, "stopped", Duration::from_secs(4)).await,
+        "reaped with sleep running"
+    );
+    assert_eq!(server.exec(&id, "cat /tmp/s").await["stdout"], "state\n");
+    server.exec(&id, "pkill sleep; true").await;
+    assert!(
+        reaches(&server, &id, "stopped", Duration::from_secs(8)).await,
+        "idle once the process ended"
+    );
+}
+
+#[tokio::test]
+async fn the_maximum_lifetime_ends_a_runtime_even_under_a_lease() {
+    let server = fast_reaper(&["--max-lifetime", "2"]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "true").await;
+    lease(&server, &id, "long-run", 3600).await;
+    assert!(reaches(&server, &id, "stopped", Duration::from_secs(10)).await);
+}
+
+#[tokio::test]
+async fn leases_are_refused_on_a_terminated_sandbox_and_checked() {
+    let server = fast_reaper(&[]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    for body in [
+        json!({"holder": "r", "ttl_s": 0}),
+        json!({"holder": "", "ttl_s": 5}),
+        json!({"holder": "r", "ttl_s": 99999}),
+    ] {
+        let (status, answer) = server
+            .send_json(
+                server
+                    .request(Method::POST, &format!("/v1/sandboxes/{id}/leases"))
+                    .json(&body),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}: {answer}");
+    }
+    server
+        .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
+        .await;
+    let (status, body) = server
+        .send_json(
+            server
+                .request(Method::POST, &format!("/v1/sandboxes/{id}/leases"))
+                .json(&json!({"holder": "late-run", "ttl_s": 5})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("sandbox_terminated")),
+        "{body}"
+    );
+}
