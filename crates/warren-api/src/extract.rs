@@ -37,6 +37,27 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// An optional JSON body: an empty one gives `T::default()`.
+pub(crate) struct OptionalJson<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                ApiError::new(rejection.status(), "invalid_body", rejection.body_text())
+            })?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
+        }
+        serde_json::from_slice(&body).map(Self).map_err(|error| {
+            ApiError::bad_request("invalid_json", format!("invalid request body: {error}"))
+        })
+    }
+}
+
 /// Query parameters; malformed ones answer 400 `invalid_query`.
 pub(crate) struct ApiQuery<T>(pub T);
 

@@ -10,7 +10,7 @@ use warren_protocol::{CreateLease, LeaseInfo, RenewLease};
 use warren_provisioner::ProvisionerError;
 use warren_store::Lease;
 
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, OptionalJson};
 use crate::{ApiError, ApiState};
 
 fn info(lease: &Lease) -> LeaseInfo {
@@ -64,15 +64,8 @@ pub(crate) async fn create(
 pub(crate) async fn renew(
     State(state): State<ApiState>,
     Path((id, lease_id)): Path<(String, String)>,
-    body: axum::body::Bytes,
+    OptionalJson(request): OptionalJson<RenewLease>,
 ) -> Result<Json<LeaseInfo>, ApiError> {
-    let request: RenewLease = if body.iter().all(u8::is_ascii_whitespace) {
-        RenewLease::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::bad_request("invalid_json", format!("invalid request body: {e}"))
-        })?
-    };
     let ttl = Duration::from_secs(request.ttl_s.unwrap_or(60));
     let lease = state
         .provisioner

@@ -7,6 +7,7 @@ use warren_core::{Uid, VirtualPath, VirtualRoot, Workdir};
 use warren_protocol::{CreateWorkdir, WorkdirInfo, WorkdirList};
 use warren_provisioner::{Created, ProvisionerError};
 
+use crate::extract::OptionalJson;
 use crate::{ApiError, ApiState};
 
 pub(crate) fn workdir_info(
@@ -39,17 +40,10 @@ fn uid(raw: String) -> Result<Uid, ApiError> {
 pub(crate) async fn create(
     State(state): State<ApiState>,
     Path(raw_uid): Path<String>,
-    body: axum::body::Bytes,
+    // The body is optional: an empty one means "a fresh default workdir".
+    OptionalJson(request): OptionalJson<CreateWorkdir>,
 ) -> Result<(StatusCode, Json<WorkdirInfo>), ApiError> {
     let uid = uid(raw_uid)?;
-    // The body is optional: an empty one means "a fresh default workdir".
-    let request: CreateWorkdir = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateWorkdir::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::bad_request("invalid_json", format!("invalid request body: {e}"))
-        })?
-    };
     let (workdir, created) = state
         .provisioner
         .create_workdir(&uid, request.path.as_deref())
