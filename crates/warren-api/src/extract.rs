@@ -17,45 +17,49 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let body = axum::body::Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                ApiError::new(rejection.status(), "invalid_body", rejection.body_text())
-            })?;
-        serde_json::from_slice(&body).map(Self).map_err(|error| {
-            let status = if error.is_data() {
-                axum::http::StatusCode::UNPROCESSABLE_ENTITY
-            } else {
-                axum::http::StatusCode::BAD_REQUEST
-            };
-            ApiError::new(
-                status,
-                "invalid_json",
-                format!("invalid request body: {error}"),
-            )
-        })
+        parse_json(&read_body(request, state).await?).map(Self)
     }
 }
 
-/// An optional JSON body: an empty one gives `T::default()`.
+/// An optional JSON body, parsed like [`ApiJson`]; an empty one gives `T::default()`.
 pub(crate) struct OptionalJson<T>(pub T);
 
 impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let body = axum::body::Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                ApiError::new(rejection.status(), "invalid_body", rejection.body_text())
-            })?;
+        let body = read_body(request, state).await?;
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(T::default()));
         }
-        serde_json::from_slice(&body).map(Self).map_err(|error| {
-            ApiError::bad_request("invalid_json", format!("invalid request body: {error}"))
-        })
+        parse_json(&body).map(Self)
     }
+}
+
+async fn read_body<S: Send + Sync>(
+    request: Request,
+    state: &S,
+) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| {
+            ApiError::new(rejection.status(), "invalid_body", rejection.body_text())
+        })
+}
+
+fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|error| {
+        let status = if error.is_data() {
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY
+        } else {
+            axum::http::StatusCode::BAD_REQUEST
+        };
+        ApiError::new(
+            status,
+            "invalid_json",
+            format!("invalid request body: {error}"),
+        )
+    })
 }
 
 /// Query parameters; malformed ones answer 400 `invalid_query`.

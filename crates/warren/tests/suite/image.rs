@@ -43,44 +43,38 @@ fn write_layout(dir: &std::path::Path, rootfs: &[u8]) {
     std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
 }
 
+/// `warren image import <layout> --name <name> --data-dir <data>`.
+fn import(layout: &std::path::Path, name: &str, data_dir: &str) -> std::process::Output {
+    let layout = layout.to_str().unwrap();
+    run_to_exit(
+        bin(),
+        &[
+            "image",
+            "import",
+            layout,
+            "--name",
+            name,
+            "--data-dir",
+            data_dir,
+        ],
+        &[],
+    )
+}
+
 #[tokio::test]
 async fn a_runtime_runs_on_an_imported_image() {
     let layout = tempfile::tempdir().unwrap();
     minimal_image(layout.path());
     let data = tempfile::tempdir().unwrap();
     let data_arg = data.path().to_str().unwrap().to_owned();
-    let out = run_to_exit(
-        bin(),
-        &[
-            "image",
-            "import",
-            layout.path().to_str().unwrap(),
-            "--name",
-            "mini",
-            "--data-dir",
-            &data_arg,
-        ],
-        &[],
-    );
+    let out = import(layout.path(), "mini", &data_arg);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("imported mini: 1 layers"));
-    let again = run_to_exit(
-        bin(),
-        &[
-            "image",
-            "import",
-            layout.path().to_str().unwrap(),
-            "--name",
-            "mini",
-            "--data-dir",
-            &data_arg,
-        ],
-        &[],
-    );
+    let again = import(layout.path(), "mini", &data_arg);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already imported"));
 
@@ -146,19 +140,7 @@ async fn an_image_with_symlinks_where_warren_mounts_cannot_touch_the_host() {
         rootfs.append_link(&mut header, link, &target).unwrap();
         write_layout(layout.path(), &rootfs.into_inner().unwrap());
         let data = tempfile::tempdir().unwrap();
-        let out = run_to_exit(
-            bin(),
-            &[
-                "image",
-                "import",
-                layout.path().to_str().unwrap(),
-                "--name",
-                "evil",
-                "--data-dir",
-                data.path().to_str().unwrap(),
-            ],
-            &[],
-        );
+        let out = import(layout.path(), "evil", data.path().to_str().unwrap());
         assert!(
             out.status.success(),
             "{}",
