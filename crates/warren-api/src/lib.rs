@@ -69,6 +69,7 @@ pub fn app(state: ApiState) -> Router {
             "/sandboxes/{id}",
             get(sandboxes::get).delete(sandboxes::delete),
         )
+        .route("/sandboxes/{id}/terminate", post(sandboxes::terminate))
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
         .route("/sandboxes/{id}/leases", post(leases::create))
         .route("/sandboxes/{id}/leases/{lease_id}", delete(leases::release))

@@ -15,6 +15,7 @@ use utoipa::{Modify, OpenApi};
         crate::sandboxes::list,
         crate::sandboxes::get,
         crate::sandboxes::delete,
+        crate::sandboxes::terminate,
         crate::sandboxes::exec,
         crate::leases::create,
         crate::leases::renew,

@@ -9,12 +9,14 @@ use axum::Json;
 use serde::Deserialize;
 use warren_core::{NetworkPolicy, RuntimeScope, Uid, VirtualPath, VirtualRoot};
 use warren_protocol::{
-    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList,
+    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList, TerminateSandbox,
 };
-use warren_provisioner::{Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError};
+use warren_provisioner::{
+    Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError, DEFAULT_TERMINATE_GRACE,
+};
 use warren_store::SandboxRecord;
 
-use crate::extract::{ApiJson, ApiQuery, SandboxPath};
+use crate::extract::{ApiJson, ApiQuery, OptionalJson, SandboxPath};
 use crate::{ApiError, ApiState};
 
 pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
@@ -135,7 +137,8 @@ pub(crate) async fn get(
     Ok(Json(sandbox_info(&state.provisioner.sandbox(&id).await?)))
 }
 
-/// Reclaims the sandbox's runtime; workspace files stay (I15).
+/// Terminates the sandbox at once: running commands are killed with its runtime;
+/// workspace files stay (I15). `POST .../terminate` is the same with a grace period.
 #[utoipa::path(
     delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "Sandbox id")),
@@ -147,7 +150,38 @@ pub(crate) async fn delete(
     SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(sandbox_info(
-        &state.provisioner.terminate_sandbox(&id).await?,
+        &state
+            .provisioner
+            .terminate_sandbox(&id, Duration::ZERO)
+            .await?,
+    )))
+}
+
+/// Terminates the sandbox when its root run has ended (I24): new execs and leases are
+/// refused with 409 `sandbox_terminating` at once, running commands get `grace_s` to
+/// finish, then the runtime is destroyed. Workspace files stay (I15); a later create of
+/// the same identity starts a new generation.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/terminate", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body(content = Option<TerminateSandbox>),
+    responses(
+        (status = 200, body = SandboxInfo, description = "Terminated"),
+        (status = 404, body = warren_protocol::ErrorBody),
+        (status = 400, body = warren_protocol::ErrorBody, description = "grace_s out of range"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn terminate(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    OptionalJson(request): OptionalJson<TerminateSandbox>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    let grace = request
+        .grace_s
+        .map_or(DEFAULT_TERMINATE_GRACE, Duration::from_secs);
+    Ok(Json(sandbox_info(
+        &state.provisioner.terminate_sandbox(&id, grace).await?,
     )))
 }
 

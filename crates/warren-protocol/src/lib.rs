@@ -224,6 +224,16 @@ pub struct CreateLease {
     pub ttl_s: u64,
 }
 
+/// `POST /v1/sandboxes/{id}/terminate`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TerminateSandbox {
+    /// Seconds commands already running get to finish before they are killed (0 to
+    /// 300); default 10. New commands and leases are refused from the start.
+    #[serde(default)]
+    pub grace_s: Option<u64>,
+}
+
 /// `POST /v1/sandboxes/{id}/leases/{lease_id}/renew`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

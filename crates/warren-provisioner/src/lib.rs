@@ -17,7 +17,7 @@ mod files;
 mod lifecycle;
 mod recovery;
 mod sandboxes;
-pub use sandboxes::Created;
+pub use sandboxes::{Created, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -1,10 +1,19 @@
 //! Workdirs and sandbox identity: create, find, reclaim (I4, I5, I8, I12, I15).
 
+use std::time::Duration;
+
 use warren_core::{DataLayout, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
 
 use crate::{Provisioner, ProvisionerError};
+
+/// The longest grace a termination gives running commands.
+pub const MAX_TERMINATE_GRACE: Duration = Duration::from_secs(300);
+/// The grace `POST /v1/sandboxes/{id}/terminate` gives when the caller names none.
+pub const DEFAULT_TERMINATE_GRACE: Duration = Duration::from_secs(10);
+/// How often a termination in its grace period looks for commands still running.
+const GRACE_POLL: Duration = Duration::from_millis(20);
 
 /// Whether a create call made something new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,10 +152,19 @@ impl Provisioner {
 
     /// Reclaims the sandbox's runtime and marks it terminated. Workspace files stay (I15).
     /// Terminating an already terminated sandbox returns it unchanged.
+    ///
+    /// The cleanup fence (I24) goes up at once; commands already running get up to `grace`
+    /// to finish before the runtime, and with it their process trees, is destroyed.
     pub async fn terminate_sandbox(
         &self,
         id: &SandboxId,
+        grace: Duration,
     ) -> Result<SandboxRecord, ProvisionerError> {
+        if grace > MAX_TERMINATE_GRACE {
+            return Err(ProvisionerError::BadRequest(
+                "grace_s must be between 0 and 300 seconds",
+            ));
+        }
         let lock = self.lifecycle_lock(id);
         let _guard = lock.lock().await;
         let record = self.sandbox(id).await?;
@@ -159,6 +177,12 @@ impl Provisioner {
             .set_sandbox_state(id, record.generation, SandboxState::Terminating)
             .await?
             .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
+        // Commands in flight hold no lifecycle lock, so they finish (or not) while this
+        // waits; nothing new can start behind the fence.
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.inflight(id) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(GRACE_POLL.min(deadline - tokio::time::Instant::now())).await;
+        }
         self.backend
             .destroy(id)
             .await

@@ -196,3 +196,144 @@ async fn leases_are_refused_on_a_terminated_sandbox_and_checked() {
         "{body}"
     );
 }
+
+async fn terminate(
+    server: &TestServer,
+    id: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    server
+        .send_json(
+            server
+                .request(Method::POST, &format!("/v1/sandboxes/{id}/terminate"))
+                .json(&body),
+        )
+        .await
+}
+
+#[tokio::test]
+async fn terminate_lets_a_running_command_finish_within_the_grace_and_fences_new_work() {
+    let server = TestServer::start_with(bin(), &[]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "true").await;
+    let running = server.exec(&id, "sleep 2; echo finished > done.txt; echo finished");
+    let ending = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = Instant::now();
+        let terminated = terminate(&server, &id, json!({"grace_s": 60}));
+        let late_work = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let exec = server
+                .send_json(
+                    server
+                        .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+                        .json(&json!({"command": "echo sneaked > sneaked.txt"})),
+                )
+                .await;
+            let lease = server
+                .send_json(
+                    server
+                        .request(Method::POST, &format!("/v1/sandboxes/{id}/leases"))
+                        .json(&json!({"holder": "late-run", "ttl_s": 5})),
+                )
+                .await;
+            (exec, lease)
+        };
+        let (terminated, late) = tokio::join!(terminated, late_work);
+        (terminated, late, started.elapsed())
+    };
+    let (result, ((status, body), ((exec_status, exec_body), (lease_status, lease_body)), took)) =
+        tokio::join!(running, ending);
+    assert_eq!(result["exit_code"], 0, "killed inside its grace: {result}");
+    assert_eq!(result["stdout"], "finished\n");
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (200, Some("terminated")),
+        "{body}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "termination waited out the whole grace ({took:?}) after the command ended"
+    );
+    assert_eq!(
+        (exec_status, exec_body["error"]["code"].as_str()),
+        (409, Some("sandbox_terminating")),
+        "I24: a new exec behind the fence: {exec_body}"
+    );
+    assert_eq!(
+        (lease_status, lease_body["error"]["code"].as_str()),
+        (409, Some("sandbox_terminating")),
+        "I24: a new lease behind the fence: {lease_body}"
+    );
+    let workspace = server.workspace_of("alice").join("projects/a");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("done.txt")).unwrap(),
+        "finished\n"
+    );
+    assert!(!workspace.join("sneaked.txt").exists(), "fenced exec ran");
+}
+
+#[tokio::test]
+async fn terminate_kills_a_command_that_outlives_its_grace() {
+    let server = TestServer::start_with(bin(), &[]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "true").await;
+    let started = Instant::now();
+    let running = server.send_json(
+        server
+            .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+            .json(&json!({"command": "sleep 60; echo finished > late.txt"})),
+    );
+    let ending = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        terminate(&server, &id, json!({"grace_s": 1})).await
+    };
+    let ((_, result), (status, body)) = tokio::join!(running, ending);
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (200, Some("terminated")),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the command outlived its grace: {result}"
+    );
+    assert_ne!(result["exit_code"], 0, "{result}");
+    let late = server.workspace_of("alice").join("projects/a/late.txt");
+    assert!(!late.exists(), "the command ran on after termination");
+    // Workspace files stay and the same identity starts a new generation (I15, I24).
+    let again = server.sandbox("alice", "t", "projects/a").await;
+    assert_eq!(again, id);
+    assert_eq!(server.exec(&id, "echo back").await["stdout"], "back\n");
+}
+
+#[tokio::test]
+async fn terminate_refuses_a_grace_out_of_range_and_unknown_fields() {
+    let server = TestServer::start_with(bin(), &["--backend", "memory"]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    for (body, wanted) in [
+        (json!({"grace_s": 301}), (400, "invalid_request")),
+        (json!({"grace": 1}), (422, "invalid_json")),
+    ] {
+        let (status, answer) = terminate(&server, &id, body.clone()).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (wanted.0, Some(wanted.1)),
+            "{body}: {answer}"
+        );
+    }
+    assert_eq!(
+        state(&server, &id).await,
+        "created",
+        "a refused terminate ended it"
+    );
+    // No body at all is the default grace.
+    let (status, body) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/terminate")))
+        .await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (200, Some("terminated")),
+        "{body}"
+    );
+}
