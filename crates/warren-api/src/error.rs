@@ -136,6 +136,7 @@ fn core_code(error: &CoreError) -> &'static str {
         CoreError::InvalidWorkdir { .. } => "invalid_workdir",
         CoreError::InvalidVirtualPath { .. } => "invalid_path",
         CoreError::InvalidNetworkPolicy { .. } => "invalid_network",
+        CoreError::InvalidIsolationScope { .. } => "invalid_scope",
     }
 }
 

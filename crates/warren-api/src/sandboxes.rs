@@ -7,7 +7,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use warren_core::{NetworkPolicy, RuntimeScope, Uid, VirtualPath, VirtualRoot};
+use warren_core::{
+    IsolationScope, NetworkPolicy, RunContext, RuntimeScope, Uid, VirtualPath, VirtualRoot,
+};
 use warren_protocol::{
     CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList, TerminateSandbox,
 };
@@ -67,6 +69,56 @@ fn invalid(error: warren_core::CoreError) -> ApiError {
     ProvisionerError::from(error).into()
 }
 
+/// The sandbox identity a create request names: explicit, or derived from an isolation
+/// scope (I29). Mixing the two forms is refused rather than guessed at.
+fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
+    let refuse = |message: &str| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            message.to_owned(),
+        )
+    };
+    match &request.scope {
+        None => {
+            if request.user_id.is_some()
+                || request.session_id.is_some()
+                || request.agent_id.is_some()
+            {
+                return Err(refuse(
+                    "user_id, session_id and agent_id go with \"scope\"; send a scope, or uid and runtime_scope_id",
+                ));
+            }
+            let (Some(uid), Some(scope)) = (&request.uid, &request.runtime_scope_id) else {
+                return Err(refuse(
+                    "send uid and runtime_scope_id, or a scope (user, session, agent, global) with its ids",
+                ));
+            };
+            Ok((
+                Uid::new(uid.as_str()).map_err(invalid)?,
+                RuntimeScope::new(scope.as_str()).map_err(invalid)?,
+            ))
+        }
+        Some(scope) => {
+            if request.uid.is_some() || request.runtime_scope_id.is_some() {
+                return Err(refuse(
+                    "\"scope\" derives uid and runtime_scope_id; send one form, not both",
+                ));
+            }
+            let derived = IsolationScope::parse(scope)
+                .and_then(|scope| {
+                    scope.derive(RunContext {
+                        user_id: request.user_id.as_deref(),
+                        session_id: request.session_id.as_deref(),
+                        agent_id: request.agent_id.as_deref(),
+                    })
+                })
+                .map_err(invalid)?;
+            Ok((derived.uid, derived.runtime_scope))
+        }
+    }
+}
+
 /// Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12).
 #[utoipa::path(
     post, path = "/v1/sandboxes", tag = "sandboxes",
@@ -83,8 +135,7 @@ pub(crate) async fn create(
     State(state): State<ApiState>,
     ApiJson(request): ApiJson<CreateSandbox>,
 ) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
-    let uid = Uid::new(request.uid).map_err(invalid)?;
-    let scope = RuntimeScope::new(request.runtime_scope_id).map_err(invalid)?;
+    let (uid, scope) = identity(&request)?;
     let network = match request.network {
         None => NetworkPolicy::None,
         Some(spec) => network_policy(spec)?,

@@ -10,12 +10,14 @@
 mod identity;
 mod layout;
 mod network;
+mod scope;
 mod virtual_path;
 mod workdir;
 
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
 pub use layout::DataLayout;
 pub use network::{is_internal, NetworkPolicy};
+pub use scope::{IsolationScope, RunContext, ScopedIdentity};
 pub use virtual_path::{VirtualPath, VirtualRoot, SKILLS_MOUNT, USER_DATA_MOUNT};
 pub use workdir::Workdir;
 
@@ -62,6 +64,12 @@ pub enum CoreError {
         entry: String,
         /// Why it was refused.
         reason: &'static str,
+    },
+    /// An isolation-scope request that names an unknown scope or lacks the id it needs (I29).
+    #[error("invalid isolation scope: {reason}")]
+    InvalidIsolationScope {
+        /// What is wrong and what to send instead.
+        reason: String,
     },
     /// The path is not under one of the two virtual roots, or breaks a path rule (I1).
     #[error(

@@ -72,14 +72,32 @@ pub struct WorkdirList {
     pub workdirs: Vec<WorkdirInfo>,
 }
 
-/// `POST /v1/sandboxes`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// `POST /v1/sandboxes`: either the explicit identity (`uid` and `runtime_scope_id`, the
+/// primary form) or an isolation scope with the ids it needs (I29), never both.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// The workspace owner.
-    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// The runtime scope: the root conversation's thread id (I6).
-    pub runtime_scope_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_scope_id: Option<String>,
+    /// Instead of `uid` and `runtime_scope_id`: `user` (every session of the user shares
+    /// the sandbox; without `user_id` it falls back to `session`), `session`, `agent` or
+    /// `global`. The derived owner is the user id, `session:<id>`, `agent:<id>` or
+    /// `global:shared`; the runtime scope is the scope's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// With `scope`: the end user's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// With `scope`: the session (conversation) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// With `scope`: the agent's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
     /// Relative workdir; when absent, the live sandbox's workdir is kept or a fresh
     /// `projects/<uuid>` is created (I8).
     #[serde(default)]

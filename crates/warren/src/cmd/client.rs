@@ -202,13 +202,14 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             allow,
         } => client
             .create_sandbox(&CreateSandbox {
-                uid,
-                runtime_scope_id: scope,
+                uid: Some(uid),
+                runtime_scope_id: Some(scope),
                 workdir,
                 network: Some(NetworkSpec {
                     mode: network,
                     allow,
                 }),
+                ..CreateSandbox::default()
             })
             .await
             .map(|info| serde_json::to_value(info).unwrap_or_default()),

@@ -15,9 +15,7 @@ async fn create(
     if let Some(workdir) = workdir {
         body["workdir"] = json!(workdir);
     }
-    server
-        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&body))
-        .await
+    create_scoped(server, body).await
 }
 
 #[tokio::test]
@@ -263,4 +261,173 @@ async fn a_json_body_is_accepted_whatever_its_content_type_says() {
         )
         .await;
     assert_eq!(status, 201, "{body}");
+}
+
+/// `POST /v1/sandboxes` with any body.
+async fn create_scoped(
+    server: &warren_test_support::TestServer,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    server
+        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&body))
+        .await
+}
+
+#[tokio::test]
+async fn isolation_scopes_derive_who_shares_a_sandbox() {
+    let server = server();
+    // (request, derived uid, derived runtime scope)
+    let cases = [
+        (
+            json!({"scope":"user","user_id":"alice","session_id":"s-1"}),
+            "alice",
+            "user",
+        ),
+        (
+            json!({"scope":"user","session_id":"s-1"}),
+            "session:s-1",
+            "session",
+        ),
+        (
+            json!({"scope":"user","user_id":"","session_id":"s-1"}),
+            "session:s-1",
+            "session",
+        ),
+        (
+            json!({"scope":"session","user_id":"alice","session_id":"s-1"}),
+            "session:s-1",
+            "session",
+        ),
+        (
+            json!({"scope":"agent","user_id":"alice","agent_id":"coder"}),
+            "agent:coder",
+            "agent",
+        ),
+        (json!({"scope":"global"}), "global:shared", "global"),
+    ];
+    for (body, uid, runtime_scope) in cases {
+        let (status, info) = create_scoped(&server, body.clone()).await;
+        assert!(status == 201 || status == 200, "{body}: {status} {info}");
+        assert_eq!(
+            (info["uid"].as_str(), info["runtime_scope_id"].as_str()),
+            (Some(uid), Some(runtime_scope)),
+            "{body}"
+        );
+    }
+    let id = |body: serde_json::Value| {
+        let server = &server;
+        async move {
+            let (status, info) = create_scoped(server, body.clone()).await;
+            assert!(status == 201 || status == 200, "{body}: {status} {info}");
+            info["sandbox_id"].as_str().unwrap().to_owned()
+        }
+    };
+    // USER: two sessions of one user share; two users do not.
+    let alice_1 = id(json!({"scope":"user","user_id":"alice","session_id":"s-1"})).await;
+    let alice_2 = id(json!({"scope":"user","user_id":"alice","session_id":"s-2"})).await;
+    let bob = id(json!({"scope":"user","user_id":"bob","session_id":"s-1"})).await;
+    assert_eq!(alice_1, alice_2);
+    assert_ne!(alice_1, bob);
+    // SESSION: one per session, whoever the user.
+    let s1 = id(json!({"scope":"session","user_id":"alice","session_id":"s-1"})).await;
+    let s1_bob = id(json!({"scope":"session","user_id":"bob","session_id":"s-1"})).await;
+    let s2 = id(json!({"scope":"session","user_id":"alice","session_id":"s-2"})).await;
+    assert_eq!(s1, s1_bob);
+    assert_ne!(s1, s2);
+    assert_ne!(s1, alice_1);
+    // AGENT: every user of the agent shares; another agent does not.
+    let coder_alice = id(json!({"scope":"agent","user_id":"alice","agent_id":"coder"})).await;
+    let coder_bob = id(json!({"scope":"agent","user_id":"bob","agent_id":"coder"})).await;
+    let writer = id(json!({"scope":"agent","user_id":"alice","agent_id":"writer"})).await;
+    assert_eq!(coder_alice, coder_bob);
+    assert_ne!(coder_alice, writer);
+    // The scope form and the explicit form name the same identity.
+    let (_, explicit) = create(&server, "alice", "user", None).await;
+    assert_eq!(explicit["sandbox_id"].as_str(), Some(alice_1.as_str()));
+}
+
+#[tokio::test]
+async fn bad_isolation_scope_requests_are_refused_with_stable_codes() {
+    let server = server();
+    let cases = [
+        (json!({"scope":"team","user_id":"alice"}), "invalid_scope"),
+        (json!({"scope":"user"}), "invalid_scope"),
+        (
+            json!({"scope":"session","user_id":"alice"}),
+            "invalid_scope",
+        ),
+        (json!({"scope":"agent","user_id":"alice"}), "invalid_scope"),
+        (
+            json!({"scope":"user","user_id":"session:s-1"}),
+            "invalid_scope",
+        ),
+        (
+            json!({"scope":"user","user_id":"alice","uid":"alice"}),
+            "invalid_request",
+        ),
+        (
+            json!({"uid":"alice","runtime_scope_id":"t","session_id":"s-1"}),
+            "invalid_request",
+        ),
+        (json!({"uid":"alice"}), "invalid_request"),
+        (json!({}), "invalid_request"),
+    ];
+    for (body, code) in cases {
+        let (status, answer) = create_scoped(&server, body.clone()).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{body}: {answer}"
+        );
+    }
+    let (_, list) = server
+        .send_json(server.request(Method::GET, "/v1/sandboxes"))
+        .await;
+    assert_eq!(
+        list["sandboxes"],
+        json!([]),
+        "a refused create made a sandbox"
+    );
+}
+
+#[tokio::test]
+async fn a_session_scoped_sandbox_runs_in_the_derived_owners_workspace() {
+    let server = warren_test_support::TestServer::start_with(super::bin(), &[]);
+    let (status, info) = create_scoped(
+        &server,
+        json!({"scope":"user","session_id":"s-1","workdir":null}),
+    )
+    .await;
+    assert_eq!(status, 201, "{info}");
+    let id = info["sandbox_id"].as_str().unwrap().to_owned();
+    let result = server
+        .exec(&id, "echo from-session > note.txt && pwd && id -u")
+        .await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    let stdout = result["stdout"].as_str().unwrap();
+    assert!(
+        stdout.starts_with("/home/gem/user-data/projects/"),
+        "{stdout}"
+    );
+    // The next call of the same session finds the same sandbox and the file.
+    let (status, again) =
+        create_scoped(&server, json!({"scope":"session","session_id":"s-1"})).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["sandbox_id"].as_str(), Some(id.as_str()));
+    assert_eq!(
+        server.exec(&id, "cat note.txt").await["stdout"],
+        "from-session\n"
+    );
+    // Another session sees none of it.
+    let (_, other) = create_scoped(&server, json!({"scope":"session","session_id":"s-2"})).await;
+    let other_id = other["sandbox_id"].as_str().unwrap();
+    assert_ne!(other_id, id);
+    let peek = server
+        .exec(other_id, "find /home/gem/user-data -name note.txt")
+        .await;
+    assert_eq!(
+        (peek["exit_code"].as_i64(), peek["stdout"].as_str()),
+        (Some(0), Some("")),
+        "another session sees the file: {peek}"
+    );
 }
