@@ -93,8 +93,13 @@ pub fn app(state: ApiState) -> Router {
             state.clone(),
             auth::require_bearer,
         ));
+    // Prometheus scrapes with the same Bearer token (`authorization` in its scrape config).
+    let metrics = Router::new().route("/metrics", get(metrics)).route_layer(
+        axum::middleware::from_fn_with_state(state.clone(), auth::require_bearer),
+    );
     Router::new()
         .route("/health", get(health))
+        .merge(metrics)
         .nest("/v1", v1)
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
@@ -128,6 +133,26 @@ pub async fn serve(
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Prometheus metrics in the OpenMetrics text format: sandboxes by state, runtime start and
+/// exec latency, reaps, fence waits, failures by cause.
+#[utoipa::path(
+    get, path = "/metrics",
+    responses((status = 200, body = String, content_type = "application/openmetrics-text", description = "OpenMetrics text")),
+    security(("bearer" = []))
+)]
+async fn metrics(
+    axum::extract::State(state): axum::extract::State<ApiState>,
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    let text = state.provisioner.render_metrics().await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    ))
 }
 
 /// Liveness: the process and its backend are initialised. It proves nothing about any

@@ -9,6 +9,7 @@ use utoipa::{Modify, OpenApi};
     info(title = "warren", description = "Sandboxes and workspaces for AI agents."),
     paths(
         crate::health,
+        crate::metrics,
         crate::workdirs::create,
         crate::workdirs::list,
         crate::sandboxes::create,

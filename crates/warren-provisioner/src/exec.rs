@@ -9,6 +9,7 @@ use warren_backend::{Backend, BackendError, ExecOutcome, ExecRequest, OutputSink
 use warren_core::{SandboxId, VirtualPath};
 use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
+use crate::metrics::FailureCause;
 use crate::{Provisioner, ProvisionerError};
 
 /// What to run.
@@ -114,6 +115,7 @@ impl Provisioner {
             output_cap: self.config.output_cap,
         };
         let _running = self.command_running(id);
+        let started = std::time::Instant::now();
         let mut record = record;
         for attempt in 1..=2 {
             record = self.ensure_runtime(record).await?;
@@ -141,15 +143,25 @@ impl Provisioner {
             ));
             match task.await.map_err(ProvisionerError::Interrupted)? {
                 // Starting and finishing the run recorded the sandbox's activity.
-                Ok(outcome) => return Ok(ExecReport { run_id, outcome }),
+                Ok(outcome) => {
+                    self.metrics.exec_finished(started.elapsed());
+                    return Ok(ExecReport { run_id, outcome });
+                }
                 Err(RunError::Backend(BackendError::RuntimeNotFound { .. })) if attempt == 1 => {
+                    self.metrics.failed(FailureCause::RuntimeLost);
                     // The runtime vanished (killed, host rebooted) before the command
                     // started: mark it stopped and start a fresh one.
                     tracing::warn!(sandbox = %id, "runtime lost; starting a new one");
                     record = self.mark_runtime_lost(&record).await?;
                 }
-                Err(RunError::Backend(error)) => return Err(ProvisionerError::Backend(error)),
-                Err(RunError::Store(error)) => return Err(ProvisionerError::Store(error)),
+                Err(RunError::Backend(error)) => {
+                    self.metrics.failed(FailureCause::Exec);
+                    return Err(ProvisionerError::Backend(error));
+                }
+                Err(RunError::Store(error)) => {
+                    self.metrics.failed(FailureCause::Store);
+                    return Err(ProvisionerError::Store(error));
+                }
             }
         }
         Err(ProvisionerError::Backend(BackendError::RuntimeNotFound {
@@ -205,10 +217,12 @@ impl Provisioner {
             env: self.config.sandbox_env.clone(),
             network: record.network.clone(),
         };
-        self.backend
-            .create(&spec)
-            .await
-            .map_err(ProvisionerError::Backend)?;
+        let started = std::time::Instant::now();
+        if let Err(error) = self.backend.create(&spec).await {
+            self.metrics.failed(FailureCause::RuntimeStart);
+            return Err(ProvisionerError::Backend(error));
+        }
+        self.metrics.runtime_started(started.elapsed());
         self.store
             .set_sandbox_state(&record.id, record.generation, SandboxState::Running)
             .await?

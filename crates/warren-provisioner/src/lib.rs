@@ -15,6 +15,7 @@ mod error;
 mod exec;
 mod files;
 mod lifecycle;
+mod metrics;
 mod recovery;
 mod sandboxes;
 pub use sandboxes::{Created, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
@@ -82,6 +83,7 @@ pub struct Provisioner {
     lifecycle_locks: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
     /// Commands running per sandbox: activity the reaper must respect.
     inflight: Mutex<HashMap<SandboxId, usize>>,
+    metrics: metrics::Metrics,
 }
 
 impl Provisioner {
@@ -98,6 +100,7 @@ impl Provisioner {
             backend,
             lifecycle_locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
+            metrics: metrics::Metrics::new(),
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use warren_core::SandboxId;
 use warren_store::{Lease, SandboxState};
 
+use crate::metrics::{FailureCause, ReapReason};
 use crate::{Provisioner, ProvisionerError};
 
 /// Longest lease a holder may ask for at once; it renews for longer.
@@ -107,6 +108,11 @@ impl Provisioner {
             }
             if self.reclaim(&record.id, record.generation).await? {
                 tracing::info!(sandbox = %record.id, expired, "reaped a runtime; workspace kept");
+                self.metrics.reaped(if expired {
+                    ReapReason::MaxLifetime
+                } else {
+                    ReapReason::Idle
+                });
                 if expired {
                     report.expired.push(record.id);
                 } else {
@@ -126,10 +132,10 @@ impl Provisioner {
         if current.state != SandboxState::Running || current.generation != generation {
             return Ok(false);
         }
-        self.backend
-            .destroy(id)
-            .await
-            .map_err(ProvisionerError::Backend)?;
+        if let Err(error) = self.backend.destroy(id).await {
+            self.metrics.failed(FailureCause::Destroy);
+            return Err(ProvisionerError::Backend(error));
+        }
         self.store
             .set_sandbox_state(id, generation, SandboxState::Stopped)
             .await?;

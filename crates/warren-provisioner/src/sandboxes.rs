@@ -6,6 +6,7 @@ use warren_core::{DataLayout, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workd
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
 
+use crate::metrics::FailureCause;
 use crate::{Provisioner, ProvisionerError};
 
 /// The longest grace a termination gives running commands.
@@ -179,14 +180,16 @@ impl Provisioner {
             .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
         // Commands in flight hold no lifecycle lock, so they finish (or not) while this
         // waits; nothing new can start behind the fence.
-        let deadline = tokio::time::Instant::now() + grace;
+        let waiting = tokio::time::Instant::now();
+        let deadline = waiting + grace;
         while self.inflight(id) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(GRACE_POLL.min(deadline - tokio::time::Instant::now())).await;
         }
-        self.backend
-            .destroy(id)
-            .await
-            .map_err(ProvisionerError::Backend)?;
+        self.metrics.fence_waited(waiting.elapsed());
+        if let Err(error) = self.backend.destroy(id).await {
+            self.metrics.failed(FailureCause::Destroy);
+            return Err(ProvisionerError::Backend(error));
+        }
         let terminated = self
             .store
             .set_sandbox_state(id, fenced.generation, SandboxState::Terminated)

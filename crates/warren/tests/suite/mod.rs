@@ -7,6 +7,7 @@ mod etag;
 mod files;
 mod image;
 mod lifecycle;
+mod metrics;
 mod network;
 mod openapi;
 mod path_attacks;
