@@ -47,6 +47,10 @@ fn spawn_server(
         std::os::unix::process::CommandExt::gid(&mut command, gid);
     }
     command.env_remove("WARREN_TOKEN");
+    // The server's settings come from the test alone, not from the machine running it.
+    for key in SERVE_SETTINGS {
+        command.env_remove(key);
+    }
     if let Some(token) = token {
         command.env("WARREN_TOKEN", token);
     }
@@ -328,6 +332,20 @@ fn remove_cgroup_tree(dir: &Path) {
     }
 }
 
+/// The variables `warren serve` reads its settings from.
+const SERVE_SETTINGS: [&str; 10] = [
+    "WARREN_CONFIG",
+    "WARREN_DATA_DIR",
+    "WARREN_LISTEN",
+    "WARREN_BACKEND",
+    "WARREN_ROOTFS",
+    "WARREN_IMAGE",
+    "WARREN_IDLE_TIMEOUT",
+    "WARREN_MAX_LIFETIME",
+    "WARREN_REAP_INTERVAL",
+    "WARREN_URL",
+];
+
 /// Runs `bin` with `args` and `env` (nothing else of the test's environment that matters to
 /// warren), waiting at most 30 s, and returns its output.
 pub fn run_to_exit(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -335,10 +353,11 @@ pub fn run_to_exit(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     command
         .args(args)
         .env_remove("WARREN_TOKEN")
-        .env_remove("WARREN_URL")
-        .env_remove("WARREN_DATA_DIR")
         .env("WARREN_LOG", "warn")
         .stdin(Stdio::null());
+    for key in SERVE_SETTINGS {
+        command.env_remove(key);
+    }
     for (key, value) in env {
         command.env(key, value);
     }

@@ -1,6 +1,7 @@
 //! Subcommands: one short file each.
 
 mod client;
+mod config;
 mod doctor;
 mod image;
 mod serve;

@@ -11,43 +11,51 @@ use clap::{Args, ValueEnum};
 use rand::Rng;
 use warren_api::{ApiState, ProvisionerToken};
 use warren_backend::{Backend, MemoryBackend};
-use warren_isolation::config::RuntimeLimits;
 use warren_isolation::{LocalBackend, LocalBackendConfig};
 use warren_provisioner::{Provisioner, ProvisionerConfig};
 use warren_store::SqliteStore;
 
+use super::config::{seconds, ConfigFile};
+
+/// Every flag also reads a `WARREN_*` variable and a key of `warren.toml` (`--config`); the
+/// flag wins over the variable, the variable over the file, the file over the default.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// A warren.toml with any of the settings below and more (limits, exec timeouts,
+    /// sandbox environment); README.md documents every key.
+    #[arg(long, env = "WARREN_CONFIG")]
+    config: Option<PathBuf>,
     /// Data directory: workspaces, skill projections, state store, generated token.
     /// Default: /var/lib/warren as root, else ~/.local/share/warren.
     #[arg(long, env = "WARREN_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Address to listen on. Never all interfaces unless you say so.
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    listen: SocketAddr,
+    /// Address to listen on [default: 127.0.0.1:7878]. Never all interfaces unless you
+    /// say so.
+    #[arg(long, env = "WARREN_LISTEN")]
+    listen: Option<SocketAddr>,
     /// File holding the provisioner token (at least 32 characters). `WARREN_TOKEN` wins
     /// over it; with neither, a token is generated into <data-dir>/token.
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Which backend hosts runtimes.
-    #[arg(long, value_enum, default_value = "local")]
-    backend: BackendChoice,
+    /// Which backend hosts runtimes [default: local].
+    #[arg(long, value_enum, env = "WARREN_BACKEND")]
+    backend: Option<BackendChoice>,
     /// A root filesystem directory for runtimes instead of the host profile (local backend).
-    #[arg(long, conflicts_with = "image")]
+    #[arg(long, conflicts_with = "image", env = "WARREN_ROOTFS")]
     rootfs: Option<PathBuf>,
     /// An image imported with `warren image import` as the runtimes' root filesystem.
-    #[arg(long)]
+    #[arg(long, env = "WARREN_IMAGE")]
     image: Option<String>,
     /// Seconds a runtime may sit unused (no lease, no command, no running process) before
-    /// it is reclaimed. Its workspace files stay.
-    #[arg(long, default_value_t = 900)]
-    idle_timeout: u64,
-    /// Seconds after which a runtime is reclaimed whatever holds it.
-    #[arg(long, default_value_t = 86_400)]
-    max_lifetime: u64,
-    /// Seconds between two passes of the reaper.
-    #[arg(long, default_value_t = 10)]
-    reap_interval: u64,
+    /// it is reclaimed [default: 900]. Its workspace files stay.
+    #[arg(long, env = "WARREN_IDLE_TIMEOUT")]
+    idle_timeout: Option<u64>,
+    /// Seconds after which a runtime is reclaimed whatever holds it [default: 86400].
+    #[arg(long, env = "WARREN_MAX_LIFETIME")]
+    max_lifetime: Option<u64>,
+    /// Seconds between two passes of the reaper [default: 10].
+    #[arg(long, env = "WARREN_REAP_INTERVAL")]
+    reap_interval: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -60,7 +68,46 @@ enum BackendChoice {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logging();
-    let data_dir = match args.data_dir {
+    let file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    let backend_choice = match (args.backend, &file.backend) {
+        (Some(choice), _) => choice,
+        (None, Some(name)) => BackendChoice::from_str(name, true).map_err(|_| {
+            anyhow::anyhow!("backend = {name:?} in the configuration: use \"local\" or \"memory\"")
+        })?,
+        (None, None) => BackendChoice::Local,
+    };
+    let rootfs = args.rootfs.clone().or(file.rootfs.clone());
+    let image = args.image.clone().or(file.image.clone());
+    if rootfs.is_some() && image.is_some() {
+        bail!("both a rootfs and an image are set (flags, environment or configuration); keep one");
+    }
+    let idle_timeout = seconds(
+        "the idle timeout",
+        args.idle_timeout
+            .or(file.lifecycle.idle_timeout_s)
+            .unwrap_or(900),
+    )?;
+    let max_lifetime = seconds(
+        "the maximum lifetime",
+        args.max_lifetime
+            .or(file.lifecycle.max_lifetime_s)
+            .unwrap_or(86_400),
+    )?;
+    let reap_interval = seconds(
+        "the reap interval",
+        args.reap_interval
+            .or(file.lifecycle.reap_interval_s)
+            .unwrap_or(10),
+    )?;
+    let limits = file.limits()?;
+    let listen = args
+        .listen
+        .or(file.listen)
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 7878)));
+    let data_dir = match args.data_dir.clone().or(file.data_dir.clone()) {
         Some(dir) => dir,
         None => default_data_dir()?,
     };
@@ -83,14 +130,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             data_dir.display()
         )
     })?;
-    let token = load_token(args.token_file.as_deref(), &data_dir)?;
-    let backend: Arc<dyn Backend> = match args.backend {
+    let token_file = args.token_file.clone().or(file.token_file.clone());
+    let token = load_token(token_file.as_deref(), &data_dir)?;
+    let backend: Arc<dyn Backend> = match backend_choice {
         BackendChoice::Local => {
             let backend = LocalBackend::new(LocalBackendConfig {
                 data_dir: data_dir.clone(),
                 init_program: std::env::current_exe().context("cannot find warren's own executable")?,
-                limits: RuntimeLimits::default(),
-                rootfs: match (&args.rootfs, &args.image) {
+                limits,
+                rootfs: match (&rootfs, &image) {
                     (Some(dir), _) => Some(dir.clone()),
                     (None, Some(name)) => Some(super::image::rootfs_of(&data_dir, name)?),
                     (None, None) => None,
@@ -115,8 +163,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("cannot open the state store")?;
     let mut config = ProvisionerConfig::new(&data_dir);
-    config.idle_timeout = std::time::Duration::from_secs(args.idle_timeout);
-    config.max_lifetime = std::time::Duration::from_secs(args.max_lifetime);
+    config.idle_timeout = idle_timeout;
+    config.max_lifetime = max_lifetime;
+    if let Some(default) = file.exec.default_timeout_s {
+        config.default_exec_timeout = seconds("exec.default_timeout_s", default)?;
+    }
+    if let Some(max) = file.exec.max_timeout_s {
+        config.max_exec_timeout = seconds("exec.max_timeout_s", max)?;
+    }
+    if config.default_exec_timeout > config.max_exec_timeout {
+        bail!("exec.default_timeout_s is above exec.max_timeout_s in the configuration");
+    }
+    if let Some(cap) = file.exec.output_cap_bytes {
+        if cap == 0 {
+            bail!("exec.output_cap_bytes must be at least 1");
+        }
+        config.output_cap = cap;
+    }
+    config.sandbox_env = file.sandbox_env.clone();
     let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));
     let recovered = provisioner
         .recover()
@@ -132,7 +196,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         "reconciled state with the backend"
     );
     let reaper = provisioner.clone();
-    let interval = std::time::Duration::from_secs(args.reap_interval.max(1));
+    let interval = reap_interval;
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;
@@ -141,9 +205,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, data_dir = %data_dir.display(), "warren is serving");
     // A machine-readable line for supervisors and tests that asked for port 0.

@@ -2,6 +2,7 @@
 
 mod auth;
 mod cli;
+mod config;
 mod escape;
 mod etag;
 mod files;

@@ -1,0 +1,189 @@
+//! `warren.toml`: the file form of `warren serve`'s settings. A setting comes from the
+//! command line first, then its `WARREN_*` environment variable, then the file, then the
+//! built-in default; the file is checked whole at start-up and any mistake stops warren
+//! with the line it is on.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use warren_isolation::config::RuntimeLimits;
+
+/// The whole file. Unknown keys are errors: a typo must not silently fall back to a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<SocketAddr>,
+    pub backend: Option<String>,
+    pub rootfs: Option<PathBuf>,
+    pub image: Option<String>,
+    pub token_file: Option<PathBuf>,
+    #[serde(default)]
+    pub lifecycle: LifecycleSection,
+    #[serde(default)]
+    pub exec: ExecSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    /// Environment every sandbox command gets (I13); per-call env overrides it.
+    #[serde(default)]
+    pub sandbox_env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleSection {
+    pub idle_timeout_s: Option<u64>,
+    pub max_lifetime_s: Option<u64>,
+    pub reap_interval_s: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSection {
+    pub default_timeout_s: Option<u64>,
+    pub max_timeout_s: Option<u64>,
+    pub output_cap_bytes: Option<usize>,
+}
+
+/// Per-runtime limits; absent keys keep the defaults of [`RuntimeLimits`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub memory_bytes: Option<u64>,
+    pub pids_max: Option<u64>,
+    pub cpu_millis: Option<u64>,
+    pub cow_bytes: Option<u64>,
+    pub home_bytes: Option<u64>,
+    pub tmp_bytes: Option<u64>,
+    pub shm_bytes: Option<u64>,
+    pub nofile: Option<u64>,
+}
+
+impl ConfigFile {
+    /// Reads and checks `path`.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+        Self::parse(&text).with_context(|| {
+            format!(
+                "{} is not a valid warren configuration (README.md documents every key)",
+                path.display()
+            )
+        })
+    }
+
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let file: Self = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
+        for (name, value) in &file.sandbox_env {
+            if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0')
+            {
+                bail!("sandbox_env: {name:?} is not a usable variable (no '=' or NUL, not empty)");
+            }
+        }
+        Ok(file)
+    }
+
+    /// The limits with the file's values over the defaults; zero is refused, as it would
+    /// make every runtime unusable.
+    pub fn limits(&self) -> anyhow::Result<RuntimeLimits> {
+        let file = &self.limits;
+        let defaults = RuntimeLimits::default();
+        let positive = |name: &str, value: Option<u64>| -> anyhow::Result<Option<u64>> {
+            match value {
+                Some(0) => bail!("limits.{name} must be at least 1"),
+                other => Ok(other),
+            }
+        };
+        Ok(RuntimeLimits {
+            memory_bytes: positive("memory_bytes", file.memory_bytes)?.or(defaults.memory_bytes),
+            pids_max: positive("pids_max", file.pids_max)?.or(defaults.pids_max),
+            cpu_millis: positive("cpu_millis", file.cpu_millis)?.or(defaults.cpu_millis),
+            cow_bytes: positive("cow_bytes", file.cow_bytes)?.unwrap_or(defaults.cow_bytes),
+            home_bytes: positive("home_bytes", file.home_bytes)?.unwrap_or(defaults.home_bytes),
+            tmp_bytes: positive("tmp_bytes", file.tmp_bytes)?.unwrap_or(defaults.tmp_bytes),
+            shm_bytes: positive("shm_bytes", file.shm_bytes)?.unwrap_or(defaults.shm_bytes),
+            nofile: positive("nofile", file.nofile)?.unwrap_or(defaults.nofile),
+        })
+    }
+}
+
+/// A duration setting in seconds that must be at least one.
+pub fn seconds(name: &str, value: u64) -> anyhow::Result<Duration> {
+    if value == 0 {
+        bail!("{name} must be at least 1 second");
+    }
+    Ok(Duration::from_secs(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_documented_file_parses() {
+        let file = ConfigFile::parse(
+            r#"
+            data_dir = "/srv/warren"
+            listen = "127.0.0.1:9000"
+            backend = "local"
+            image = "python-3.11"
+            [lifecycle]
+            idle_timeout_s = 60
+            [exec]
+            max_timeout_s = 600
+            [limits]
+            memory_bytes = 1073741824
+            [sandbox_env]
+            PIP_INDEX_URL = "https://mirror.example/simple"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(file.lifecycle.idle_timeout_s, Some(60));
+        assert_eq!(file.limits().unwrap().memory_bytes, Some(1 << 30));
+        assert_eq!(
+            file.limits().unwrap().pids_max,
+            RuntimeLimits::default().pids_max
+        );
+        assert_eq!(
+            file.sandbox_env["PIP_INDEX_URL"],
+            "https://mirror.example/simple"
+        );
+    }
+
+    #[test]
+    fn the_example_in_the_repository_parses_and_states_the_defaults() {
+        let file = ConfigFile::parse(include_str!("../../../../warren.example.toml")).unwrap();
+        assert_eq!(file.limits().unwrap(), RuntimeLimits::default());
+        let defaults = warren_provisioner::ProvisionerConfig::new("/x");
+        assert_eq!(
+            file.exec.default_timeout_s,
+            Some(defaults.default_exec_timeout.as_secs())
+        );
+        assert_eq!(
+            file.exec.max_timeout_s,
+            Some(defaults.max_exec_timeout.as_secs())
+        );
+        assert_eq!(file.exec.output_cap_bytes, Some(defaults.output_cap));
+    }
+
+    #[test]
+    fn a_misspelt_key_is_refused_with_its_line() {
+        let error = ConfigFile::parse("[lifecycle]\nidle_timeot_s = 5\n").unwrap_err();
+        let message = format!("{error:#}");
+        assert!(message.contains("idle_timeot_s"), "{message}");
+        assert!(message.contains("line 2"), "{message}");
+    }
+
+    #[test]
+    fn wrong_types_zero_limits_and_bad_env_names_are_refused() {
+        assert!(ConfigFile::parse("listen = 7878\n").is_err());
+        let zero = ConfigFile::parse("[limits]\npids_max = 0\n").unwrap();
+        assert!(format!("{:#}", zero.limits().unwrap_err()).contains("limits.pids_max"));
+        assert!(ConfigFile::parse("[sandbox_env]\n\"A=B\" = \"x\"\n").is_err());
+        assert!(seconds("lifecycle.idle_timeout_s", 0).is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! `warren.toml`: settings from a file, overridden by flags, checked at start-up.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use warren_test_support::{run_to_exit, TestServer};
+
+use super::bin;
+
+fn write_config(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
+async fn state(server: &TestServer, id: &str) -> String {
+    let (_, body) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+        .await;
+    body["state"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_mistake_in_the_configuration_stops_warren_with_the_line_it_is_on() {
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap();
+    for (text, expected) in [
+        ("[lifecycle]\nidle_timeot_s = 5\n", "idle_timeot_s"),
+        ("[lifecycle]\nidle_timeot_s = 5\n", "line 2"),
+        ("backend = \"docker-ish\"\n", "use \"local\" or \"memory\""),
+        ("[lifecycle]\nidle_timeout_s = 0\n", "at least 1 second"),
+        ("[limits]\nmemory_bytes = 0\n", "limits.memory_bytes"),
+        (
+            "[exec]\ndefault_timeout_s = 100\nmax_timeout_s = 10\n",
+            "above exec.max_timeout_s",
+        ),
+        ("rootfs = \"/x\"\nimage = \"y\"\n", "keep one"),
+    ] {
+        let config = write_config(text);
+        let out = run_to_exit(
+            bin(),
+            &[
+                "serve",
+                "--config",
+                config.path().to_str().unwrap(),
+                "--data-dir",
+                data_dir,
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            &[],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}: started anyway");
+        assert!(stderr.contains(expected), "{text}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn the_configuration_sets_the_lifecycle_limits_and_sandbox_environment() {
+    let config = write_config(
+        "[lifecycle]\nidle_timeout_s = 1\nreap_interval_s = 1\n\
+         [limits]\nnofile = 321\n\
+         [sandbox_env]\nGREETING = \"from warren.toml\"\n",
+    );
+    let server = TestServer::start_with(bin(), &["--config", config.path().to_str().unwrap()]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let result = server.exec(&id, "echo \"$GREETING\"; ulimit -n").await;
+    assert_eq!(result["stdout"], "from warren.toml\n321\n", "{result}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state(&server, &id).await != "stopped" {
+        assert!(
+            Instant::now() < deadline,
+            "the file's idle timeout was not applied"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_flag_wins_over_the_configuration() {
+    let config = write_config("[lifecycle]\nidle_timeout_s = 1\nreap_interval_s = 1\n");
+    let server = TestServer::start_with(
+        bin(),
+        &[
+            "--config",
+            config.path().to_str().unwrap(),
+            "--idle-timeout",
+            "3600",
+        ],
+    );
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "true").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        state(&server, &id).await,
+        "running",
+        "the file's idle timeout beat the flag"
+    );
+}
