@@ -1,7 +1,7 @@
 //! `warren.toml`: the file form of `warren serve`'s settings. A setting comes from the
 //! command line first, then its `WARREN_*` environment variable, then the file, then the
-//! built-in default; the file is checked whole at start-up and any mistake stops warren
-//! with the line it is on.
+//! built-in default; the file is checked whole at start-up and any mistake stops warren,
+//! naming the line (syntax, unknown keys, wrong types) or the key (bad values) at fault.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -85,19 +85,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         bail!("both a rootfs and an image are set (flags, environment or configuration); keep one");
     }
     let idle_timeout = seconds(
-        "the idle timeout",
+        "lifecycle.idle_timeout_s (--idle-timeout)",
         args.idle_timeout
             .or(file.lifecycle.idle_timeout_s)
             .unwrap_or(900),
     )?;
     let max_lifetime = seconds(
-        "the maximum lifetime",
+        "lifecycle.max_lifetime_s (--max-lifetime)",
         args.max_lifetime
             .or(file.lifecycle.max_lifetime_s)
             .unwrap_or(86_400),
     )?;
     let reap_interval = seconds(
-        "the reap interval",
+        "lifecycle.reap_interval_s (--reap-interval)",
         args.reap_interval
             .or(file.lifecycle.reap_interval_s)
             .unwrap_or(10),
