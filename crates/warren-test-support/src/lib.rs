@@ -261,6 +261,19 @@ impl TestServer {
         result
     }
 
+    /// `DELETE /v1/sandboxes/{sandbox}`, asserting the sandbox ends `terminated`; returns it.
+    pub async fn terminate(&self, sandbox: &str) -> serde_json::Value {
+        let (status, body) = self
+            .send_json(self.request(Method::DELETE, &format!("/v1/sandboxes/{sandbox}")))
+            .await;
+        assert_eq!(
+            (status, body["state"].as_str()),
+            (200, Some("terminated")),
+            "terminate {sandbox}: {body}"
+        );
+        body
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

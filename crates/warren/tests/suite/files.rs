@@ -387,9 +387,7 @@ async fn files_outlive_their_sandbox() {
     let server = server();
     let id = server.sandbox("alice", "t", "projects/a").await;
     put(&server, &id, "kept.txt", "kept").await;
-    server
-        .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
-        .await;
+    server.terminate(&id).await;
     let response = server
         .request(
             Method::GET,

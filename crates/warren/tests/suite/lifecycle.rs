@@ -180,9 +180,7 @@ async fn leases_are_refused_on_a_terminated_sandbox_and_checked() {
             .await;
         assert_eq!(status, 400, "{body}: {answer}");
     }
-    server
-        .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
-        .await;
+    server.terminate(&id).await;
     let (status, body) = server
         .send_json(
             server

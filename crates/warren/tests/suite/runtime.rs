@@ -242,17 +242,33 @@ async fn output_beyond_the_cap_is_cut_and_flagged() {
     assert_eq!(result["exit_code"], 0);
 }
 
+/// Starts an exec whose answer streams in the `accept` format.
+async fn exec_streaming(
+    server: &TestServer,
+    id: &str,
+    accept: &str,
+    command: &str,
+) -> reqwest::Response {
+    server
+        .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+        .header("accept", accept)
+        .json(&json!({ "command": command }))
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn streaming_exec_delivers_output_as_it_comes_then_the_exit() {
     let server = local();
     let id = server.sandbox("alice", "t", "projects/a").await;
-    let mut response = server
-        .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
-        .header("accept", "application/x-ndjson")
-        .json(&json!({"command": "echo one; sleep 1; printf '\\377\\000bin' >&2; echo two"}))
-        .send()
-        .await
-        .unwrap();
+    let mut response = exec_streaming(
+        &server,
+        &id,
+        "application/x-ndjson",
+        "echo one; sleep 1; printf '\\377\\000bin' >&2; echo two",
+    )
+    .await;
     assert_eq!(response.headers()["content-type"], "application/x-ndjson");
     let started = Instant::now();
     let mut text = String::new();
@@ -290,13 +306,8 @@ async fn streaming_exec_delivers_output_as_it_comes_then_the_exit() {
 async fn a_client_that_disconnects_mid_stream_leaves_no_process() {
     let server = local();
     let id = server.sandbox("alice", "t", "projects/a").await;
-    let mut response = server
-        .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
-        .header("accept", "text/event-stream")
-        .json(&json!({"command": "echo started; sleep 304"}))
-        .send()
-        .await
-        .unwrap();
+    let mut response =
+        exec_streaming(&server, &id, "text/event-stream", "echo started; sleep 304").await;
     let first = response.chunk().await.unwrap().unwrap();
     assert!(std::str::from_utf8(&first)
         .unwrap()
@@ -331,14 +342,7 @@ async fn destroy_leaves_no_process_mount_or_cgroup_and_keeps_the_workspace() {
         serde_json::from_slice(&std::fs::read(runtime_dir.join("runtime.json")).unwrap()).unwrap();
     let init_pid = identity["pid"].as_i64().unwrap();
     assert!(std::path::Path::new(&format!("/proc/{init_pid}")).exists());
-    let (status, body) = server
-        .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
-        .await;
-    assert_eq!(
-        (status, body["state"].as_str()),
-        (200, Some("terminated")),
-        "{body}"
-    );
+    server.terminate(&id).await;
     assert!(
         !std::path::Path::new(&format!("/proc/{init_pid}")).exists(),
         "init survived"

@@ -175,21 +175,11 @@ async fn deleting_a_sandbox_keeps_workspace_files_and_the_identity_starts_a_new_
         )
         .await;
     assert_eq!(status, 201);
-    let (status, body) = server
-        .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
-        .await;
-    assert_eq!((status, body["state"].as_str()), (200, Some("terminated")));
+    server.terminate(&id).await;
     let kept = server.workspace_of("alice").join("projects/a/keep.txt");
     assert_eq!(std::fs::read_to_string(kept).unwrap(), "precious");
-    // A terminated sandbox refuses execs with a clear code.
-    let (status, body) = server
-        .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
-        .await;
-    assert_eq!(
-        (status, body["state"].as_str()),
-        (200, Some("terminated")),
-        "delete is idempotent"
-    );
+    // Delete is idempotent.
+    server.terminate(&id).await;
     server.workdir("alice", "projects/b").await;
     let (status, body) = create(&server, "alice", "t", Some("projects/b")).await;
     assert_eq!(status, 201, "{body}");

@@ -66,14 +66,7 @@ async fn an_unprivileged_warren_runs_isolated_commands_and_says_what_it_cannot_e
     assert_eq!(timed["timed_out"], true, "{timed}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    let (status, body) = server
-        .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
-        .await;
-    assert_eq!(
-        (status, body["state"].as_str()),
-        (200, Some("terminated")),
-        "{body}"
-    );
+    server.terminate(&id).await;
     assert!(!server.data_dir().join("runtimes").join(&id).exists());
     assert!(made.exists(), "workspace files stay (I15)");
 }
