@@ -56,6 +56,26 @@ impl ProvisionerToken {
     }
 }
 
+impl ProvisionerToken {
+    /// Whether `text` holds this token as a whole word: the whole text, a piece of it
+    /// between whitespace, quotes, `,` or `;`, or such a piece after its first `=` or `:`
+    /// (as in `Bearer <token>`, `TOKEN=<token>` or JSON). Used to keep the token out of every
+    /// environment a sandbox gets (I13). Only the token's digest is kept, so this cannot
+    /// search for it inside arbitrary text.
+    pub fn appears_in(&self, text: &str) -> bool {
+        let candidate = |piece: &str| piece.len() >= Self::MIN_LEN && self.matches(piece);
+        self.matches(text)
+            || text
+                .split(|c: char| c.is_whitespace() || "\"',;".contains(c))
+                .any(|piece| {
+                    candidate(piece)
+                        || piece
+                            .split_once(['=', ':'])
+                            .is_some_and(|(_, rest)| candidate(rest))
+                })
+    }
+}
+
 impl std::fmt::Debug for ProvisionerToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ProvisionerToken(<redacted>)")
@@ -103,5 +123,22 @@ mod tests {
         assert!(!token.matches(&"k".repeat(41)));
         assert!(!token.matches(""));
         assert_eq!(format!("{token:?}"), "ProvisionerToken(<redacted>)");
+    }
+
+    #[test]
+    fn the_token_is_found_as_a_word_in_the_usual_places() {
+        let raw = "tok-0123456789abcdef0123456789abcdef==";
+        let token = ProvisionerToken::new(raw).unwrap();
+        for text in [
+            raw.to_owned(),
+            format!("Bearer {raw}"),
+            format!("WARREN_TOKEN={raw}"),
+            format!("{{\"token\": \"{raw}\"}}"),
+            format!("authorization:{raw}; other"),
+        ] {
+            assert!(token.appears_in(&text), "{text}");
+        }
+        assert!(!token.appears_in("Bearer something-else-entirely-0123456789"));
+        assert!(!token.appears_in(""));
     }
 }

@@ -106,6 +106,12 @@ impl From<ProvisionerError> for ApiError {
             P::NetworkConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "network_conflict", message)
             }
+            P::EnvPolicyConflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "env_policy_conflict", message)
+            }
+            P::EnvVarNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "env_var_not_found", message)
+            }
             P::SandboxTerminated { state, .. } => {
                 let code = if *state == "terminating" {
                     "sandbox_terminating"
@@ -121,6 +127,9 @@ impl From<ProvisionerError> for ApiError {
             P::ReadOnlyPath { .. } => Self::new(StatusCode::FORBIDDEN, "read_only", message),
             P::InvalidCwd { .. } => Self::bad_request("invalid_cwd", message),
             P::File { path, source } => file_error(path, source),
+            P::Store(e @ warren_store::StoreError::AgentEnvFull { .. }) => {
+                Self::new(StatusCode::CONFLICT, "agent_env_full", e.to_string())
+            }
             P::Store(e) => Self::internal("the state store failed", e),
             P::Backend(e) => backend_error(e),
             P::Interrupted(e) => Self::internal("a file operation was interrupted", e),
@@ -137,6 +146,7 @@ fn core_code(error: &CoreError) -> &'static str {
         CoreError::InvalidVirtualPath { .. } => "invalid_path",
         CoreError::InvalidNetworkPolicy { .. } => "invalid_network",
         CoreError::InvalidIsolationScope { .. } => "invalid_scope",
+        CoreError::InvalidEnv { .. } => "invalid_env",
     }
 }
 

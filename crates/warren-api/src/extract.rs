@@ -97,3 +97,8 @@ impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
             .map_err(|e| ProvisionerError::from(e).into())
     }
 }
+
+/// A uid from a path segment, refused in warren's error format (400 `invalid_uid`).
+pub(crate) fn uid(raw: String) -> Result<warren_core::Uid, ApiError> {
+    warren_core::Uid::new(raw).map_err(|e| warren_provisioner::ProvisionerError::from(e).into())
+}

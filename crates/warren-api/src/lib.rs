@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod auth;
+mod env;
 mod error;
 mod extract;
 mod files;
@@ -24,10 +25,10 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use warren_protocol::Health;
 use warren_provisioner::Provisioner;
 
@@ -64,6 +65,11 @@ pub fn app(state: ApiState) -> Router {
             "/users/{uid}/workdirs",
             post(workdirs::create).get(workdirs::list),
         )
+        .route(
+            "/users/{uid}/env",
+            get(env::get).put(env::replace).delete(env::clear),
+        )
+        .route("/users/{uid}/env/{name}", put(env::set).delete(env::remove))
         .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route(
             "/sandboxes/{id}",
@@ -105,19 +111,35 @@ pub fn app(state: ApiState) -> Router {
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                let request_id = request
-                    .headers()
-                    .get(REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                tracing::info_span!(
-                    "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    request_id = %request_id,
-                )
-            }),
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<_>| {
+                    let request_id = request
+                        .headers()
+                        .get(REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    // Every line logged while serving a sandbox route carries its id; create
+                    // records it once the id is known.
+                    let sandbox = request
+                        .uri()
+                        .path()
+                        .strip_prefix("/v1/sandboxes/")
+                        .and_then(|rest| rest.split('/').next())
+                        .and_then(|id| warren_core::SandboxId::parse(id).ok());
+                    let span = tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id = %request_id,
+                        sandbox = tracing::field::Empty,
+                    );
+                    if let Some(sandbox) = sandbox {
+                        span.record("sandbox", tracing::field::display(sandbox));
+                    }
+                    span
+                })
+                // One line per answer: status and latency, inside the request's span.
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))

@@ -14,7 +14,8 @@ use warren_protocol::{
     CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList, TerminateSandbox,
 };
 use warren_provisioner::{
-    Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError, DEFAULT_TERMINATE_GRACE,
+    Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError, SandboxRequest,
+    DEFAULT_TERMINATE_GRACE,
 };
 use warren_store::SandboxRecord;
 
@@ -37,6 +38,8 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
             },
         },
         backend: record.backend.clone(),
+        inherit_env: record.inherit_env,
+        ephemeral: record.ephemeral,
         state: record.state.as_str().to_owned(),
         generation: record.generation,
         created_at: record.created_at.to_rfc3339(),
@@ -127,7 +130,7 @@ fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
         (status = 201, body = SandboxInfo, description = "Created"),
         (status = 200, body = SandboxInfo, description = "Exists with this identity"),
         (status = 404, body = warren_protocol::ErrorBody, description = "workdir_not_found"),
-        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict: the live sandbox is bound to another workdir"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict, network_conflict or env_policy_conflict: the live sandbox is bound otherwise"),
     ),
     security(("bearer" = []))
 )]
@@ -136,13 +139,24 @@ pub(crate) async fn create(
     ApiJson(request): ApiJson<CreateSandbox>,
 ) -> Result<(StatusCode, Json<SandboxInfo>), ApiError> {
     let (uid, scope) = identity(&request)?;
+    // Known before anything happens, so every line of this request carries it.
+    tracing::Span::current().record(
+        "sandbox",
+        tracing::field::display(warren_core::SandboxId::derive(&uid, &scope)),
+    );
     let network = match request.network {
         None => NetworkPolicy::None,
         Some(spec) => network_policy(spec)?,
     };
     let (record, created) = state
         .provisioner
-        .create_sandbox(&uid, &scope, request.workdir.as_deref(), network)
+        .create_sandbox(SandboxRequest {
+            workdir: request.workdir,
+            network,
+            inherit_env: request.inherit_env.unwrap_or(true),
+            ephemeral: request.ephemeral,
+            ..SandboxRequest::new(uid, scope)
+        })
         .await?;
     let status = match created {
         Created::New => StatusCode::CREATED,
@@ -274,6 +288,19 @@ pub(crate) async fn exec(
             "give exactly one of `command` (a shell line) and `argv` (a program and its arguments)",
         )),
     };
+    if let Some(name) = request
+        .env
+        .iter()
+        .find_map(|(name, value)| state.token.appears_in(value).then_some(name))
+    {
+        return Err(ApiError::bad_request(
+            "token_in_env",
+            format!(
+                "the value of {name:?} contains the provisioner token, which must never enter \
+                 a sandbox (I13)"
+            ),
+        ));
+    }
     let requested_by = headers
         .get("x-warren-requested-by")
         .and_then(|v| v.to_str().ok())

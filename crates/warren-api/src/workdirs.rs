@@ -3,11 +3,11 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use warren_core::{Uid, VirtualPath, VirtualRoot, Workdir};
+use warren_core::{VirtualPath, VirtualRoot, Workdir};
 use warren_protocol::{CreateWorkdir, WorkdirInfo, WorkdirList};
-use warren_provisioner::{Created, ProvisionerError};
+use warren_provisioner::Created;
 
-use crate::extract::OptionalJson;
+use crate::extract::{uid, OptionalJson};
 use crate::{ApiError, ApiState};
 
 pub(crate) fn workdir_info(
@@ -19,10 +19,6 @@ pub(crate) fn workdir_info(
         path: VirtualPath::within(VirtualRoot::UserData, workdir.as_str()).to_string(),
         created_at: created_at.to_rfc3339(),
     }
-}
-
-fn uid(raw: String) -> Result<Uid, ApiError> {
-    Uid::new(raw).map_err(|e| ProvisionerError::from(e).into())
 }
 
 /// Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed.

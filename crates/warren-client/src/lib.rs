@@ -8,8 +8,8 @@
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use warren_protocol::{
-    CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult, FileList, SandboxInfo,
-    SandboxList, WorkdirInfo, WriteResult,
+    AgentEnv, AgentEnvEntry, CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult,
+    FileList, SandboxInfo, SandboxList, SetAgentEnvVar, WorkdirInfo, WriteResult,
 };
 
 /// Why a call failed.
@@ -162,6 +162,39 @@ impl WarrenClient {
     pub async fn remove_sandbox(&self, id: &str) -> Result<SandboxInfo, ClientError> {
         self.json(self.request(Method::DELETE, &format!("/v1/sandboxes/{}", encode(id))))
             .await
+    }
+
+    /// `GET /v1/users/{uid}/env`: names, lengths and hints, never values.
+    pub async fn agent_env(&self, uid: &str) -> Result<AgentEnv, ClientError> {
+        self.json(self.request(Method::GET, &format!("/v1/users/{}/env", encode(uid))))
+            .await
+    }
+
+    /// `PUT /v1/users/{uid}/env/{name}`.
+    pub async fn set_agent_env_var(
+        &self,
+        uid: &str,
+        name: &str,
+        value: &SetAgentEnvVar,
+    ) -> Result<AgentEnvEntry, ClientError> {
+        self.json(
+            self.request(
+                Method::PUT,
+                &format!("/v1/users/{}/env/{}", encode(uid), encode(name)),
+            )
+            .json(value),
+        )
+        .await
+    }
+
+    /// `DELETE /v1/users/{uid}/env/{name}`.
+    pub async fn remove_agent_env_var(&self, uid: &str, name: &str) -> Result<(), ClientError> {
+        self.send(self.request(
+            Method::DELETE,
+            &format!("/v1/users/{}/env/{}", encode(uid), encode(name)),
+        ))
+        .await
+        .map(drop)
     }
 
     /// `POST /v1/sandboxes/{id}/exec`.

@@ -3,13 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::SafeUid;
+use crate::{SafeUid, SandboxId};
 
 /// The layout of warren's data directory.
 ///
 /// ```text
 /// <data>/user-data/shared/<safe_uid>/workspace   a uid's UserWorkspace (I3, I7)
 /// <data>/skill-projections/<safe_uid>            a uid's read-only skill projection (I7)
+/// <data>/scratch/<sandbox>/workspace             an ephemeral sandbox's stand-in workspace (I14)
+/// <data>/scratch/<sandbox>/skills                its empty read-only skills mount
 /// <data>/warren.db                               the SQLite state store
 /// <data>/token                                   the generated provisioner token (0600)
 /// ```
@@ -49,6 +51,27 @@ impl DataLayout {
     /// The skill projection of `uid` on the host.
     pub fn skill_projection(&self, uid: &SafeUid) -> PathBuf {
         self.data_dir.join(Self::skill_projection_relative(uid))
+    }
+
+    /// Where ephemeral sandboxes keep their scratch trees, relative to the data directory.
+    pub const SCRATCH_RELATIVE: &'static str = "scratch";
+
+    /// The scratch tree of an ephemeral sandbox: it stands in for the uid's persistent
+    /// mounts and is removed when the sandbox ends (I14).
+    pub fn scratch(&self, sandbox: &SandboxId) -> PathBuf {
+        self.data_dir
+            .join(Self::SCRATCH_RELATIVE)
+            .join(sandbox.as_str())
+    }
+
+    /// The directory mounted at `/home/gem/user-data` for an ephemeral sandbox.
+    pub fn scratch_workspace(&self, sandbox: &SandboxId) -> PathBuf {
+        self.scratch(sandbox).join("workspace")
+    }
+
+    /// The (empty) directory mounted at `/home/gem/skills` for an ephemeral sandbox.
+    pub fn scratch_skills(&self, sandbox: &SandboxId) -> PathBuf {
+        self.scratch(sandbox).join("skills")
     }
 
     /// The SQLite state store.

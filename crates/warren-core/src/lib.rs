@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+mod env;
 mod identity;
 mod layout;
 mod network;
@@ -14,6 +15,10 @@ mod scope;
 mod virtual_path;
 mod workdir;
 
+pub use env::{
+    check_env_name, check_env_value, AgentEnvVar, MaskingStream, SecretMasker, MAX_AGENT_ENV_VARS,
+    MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MIN_SECRET_BYTES,
+};
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
 pub use layout::DataLayout;
 pub use network::{is_internal, NetworkPolicy};
@@ -70,6 +75,14 @@ pub enum CoreError {
     InvalidIsolationScope {
         /// What is wrong and what to send instead.
         reason: String,
+    },
+    /// An environment variable name or value that cannot be given to a command (I14).
+    #[error("invalid environment variable {name:?}: {reason}")]
+    InvalidEnv {
+        /// The variable's name (possibly shortened); never its value.
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
     },
     /// The path is not under one of the two virtual roots, or breaks a path rule (I1).
     #[error(

@@ -106,6 +106,17 @@ pub struct CreateSandbox {
     /// live sandbox cannot change it (409 `network_conflict`).
     #[serde(default)]
     pub network: Option<NetworkSpec>,
+    /// Whether commands get the global sandbox environment and the uid's agent environment
+    /// (default true). `false` gives them only the clean base and each call's own `env`
+    /// (I14). Part of the binding (409 `env_policy_conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherit_env: Option<bool>,
+    /// A temporary scope with no persistent uid mount (default false): the runtime gets a
+    /// scratch `/home/gem/user-data` and an empty `/home/gem/skills`, both removed when the
+    /// sandbox is terminated or reaped (I14). The uid's workspace is never created or
+    /// touched. Part of the binding (409 `env_policy_conflict`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 /// Where a sandbox's processes may connect.
@@ -139,6 +150,10 @@ pub struct SandboxInfo {
     pub network: NetworkSpec,
     /// The backend hosting the runtime.
     pub backend: String,
+    /// Whether commands get the global and the uid's agent environment.
+    pub inherit_env: bool,
+    /// Whether the runtime mounts scratch space instead of the uid's workspace.
+    pub ephemeral: bool,
     /// `created` (no runtime yet, I12), `running`, `stopped`, `terminating`, `terminated`.
     pub state: String,
     /// Incremented each time the identity is reused after termination.
@@ -435,4 +450,59 @@ pub struct MoveResult {
     pub from: String,
     /// Virtual destination path.
     pub to: String,
+}
+
+/// One value in `PUT /v1/users/{uid}/env`: a bare string is a secret; the object form says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum AgentEnvValue {
+    /// A secret value: masked in command output.
+    Secret(String),
+    /// A value with its secrecy stated.
+    Detailed(SetAgentEnvVar),
+}
+
+/// `PUT /v1/users/{uid}/env/{name}`, and the object form of [`AgentEnvValue`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetAgentEnvVar {
+    /// The value (at most 32 KiB, no NUL byte).
+    pub value: String,
+    /// Whether the value is masked in command output (default true). A secret is at least
+    /// 6 bytes long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<bool>,
+}
+
+/// `PUT /v1/users/{uid}/env`: the uid's whole agent environment, replacing the old one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceAgentEnv {
+    /// Variable name → value. Names are `[A-Za-z_][A-Za-z0-9_]*`; at most 256 variables.
+    pub env: BTreeMap<String, AgentEnvValue>,
+}
+
+/// One variable as read back: never its value (I13).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AgentEnvEntry {
+    /// The name.
+    pub name: String,
+    /// Whether the value is masked in command output.
+    pub secret: bool,
+    /// The value's length in bytes.
+    pub length: usize,
+    /// The last four characters, for values of 16 characters or more; nothing otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// RFC 3339: when it was last set.
+    pub updated_at: String,
+}
+
+/// `GET /v1/users/{uid}/env`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AgentEnv {
+    /// The uid.
+    pub uid: String,
+    /// Its variables, by name.
+    pub variables: Vec<AgentEnvEntry>,
 }

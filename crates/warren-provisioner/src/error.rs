@@ -51,6 +51,24 @@ pub enum ProvisionerError {
         /// The mode asked for.
         requested: &'static str,
     },
+    /// The live sandbox of this identity has another environment policy (I14, I16).
+    #[error("sandbox {sandbox} of this uid and runtime scope runs with inherit_env={inherit_env} and ephemeral={ephemeral}; a live runtime cannot change them (terminate it first)")]
+    EnvPolicyConflict {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its `inherit_env`.
+        inherit_env: bool,
+        /// Its `ephemeral`.
+        ephemeral: bool,
+    },
+    /// The uid's agent environment has no such variable.
+    #[error("the agent environment of uid {uid:?} has no variable {name:?}")]
+    EnvVarNotFound {
+        /// The uid.
+        uid: String,
+        /// The name asked for.
+        name: String,
+    },
     /// The sandbox is behind its cleanup fence or gone (I15).
     #[error("sandbox {sandbox} is {state}; create it again with POST /v1/sandboxes to start a new generation")]
     SandboxTerminated {

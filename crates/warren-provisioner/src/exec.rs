@@ -9,6 +9,7 @@ use warren_backend::{Backend, BackendError, ExecOutcome, ExecRequest, OutputSink
 use warren_core::{SandboxId, VirtualPath};
 use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
+use crate::env::{masking_relay, CommandEnv};
 use crate::metrics::FailureCause;
 use crate::{Provisioner, ProvisionerError};
 
@@ -85,6 +86,10 @@ impl Provisioner {
                 return Err(ProvisionerError::BadRequest("argv must not be empty"));
             }
         }
+        for (name, value) in &input.env {
+            warren_core::check_env_name(name)?;
+            warren_core::check_env_value(name, value)?;
+        }
         let timeout = match input.timeout {
             None => self.config.default_exec_timeout,
             Some(t) if t.is_zero() => {
@@ -106,10 +111,13 @@ impl Provisioner {
             // the command's own chdir (as the sandbox user) reports it.
             None => VirtualPath::parse(".", &record.workdir)?,
         };
+        // The call's own variables go over the uid's agent environment (I14).
+        let CommandEnv { mut env, masker } = self.command_env(&record).await?;
+        env.extend(input.env);
         let request = ExecRequest {
             argv: input.program.argv(),
             cwd: cwd.to_string(),
-            env: input.env,
+            env,
             stdin: input.stdin,
             timeout,
             output_cap: self.config.output_cap,
@@ -125,26 +133,49 @@ impl Provisioner {
                     id: run_id.clone(),
                     sandbox_id: id.clone(),
                     generation: record.generation,
-                    command: input.program.describe(),
+                    // The run record keeps the command line, not a secret typed into it.
+                    command: String::from_utf8_lossy(
+                        &masker.mask(input.program.describe().as_bytes()),
+                    )
+                    .into_owned(),
                     cwd: cwd.to_string(),
                     requested_by: input.requested_by.clone(),
                 })
                 .await?;
             let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
             let _cancel_on_drop = CancelOnDrop(Some(cancel));
-            let task = tokio::spawn(run_and_record(
+            // Injected secrets never leave in output (I13): streamed chunks pass a masking
+            // relay, the collected output is masked below.
+            let (sink, relay) = match sink.clone() {
+                Some(sink) if !masker.is_empty() => {
+                    let (sink, relay) = masking_relay(sink, masker.clone());
+                    (Some(sink), Some(relay))
+                }
+                other => (other, None),
+            };
+            // The task keeps the caller's span: its log lines carry the request and sandbox.
+            let task = tokio::spawn(tracing::Instrument::in_current_span(run_and_record(
                 self.backend.clone(),
                 self.store.clone(),
                 id.clone(),
                 run_id.clone(),
                 request.clone(),
-                sink.clone(),
+                sink,
                 cancelled,
-            ));
-            match task.await.map_err(ProvisionerError::Interrupted)? {
+            )));
+            let result = task.await.map_err(ProvisionerError::Interrupted)?;
+            if let Some(relay) = relay {
+                // Every sender went with the task: the relay flushes what it held and ends.
+                let _ = relay.await;
+            }
+            match result {
                 // Starting and finishing the run recorded the sandbox's activity.
-                Ok(outcome) => {
+                Ok(mut outcome) => {
                     self.metrics.exec_finished(started.elapsed());
+                    if !masker.is_empty() {
+                        outcome.stdout = masker.mask(&outcome.stdout);
+                        outcome.stderr = masker.mask(&outcome.stderr);
+                    }
                     return Ok(ExecReport { run_id, outcome });
                 }
                 Err(RunError::Backend(BackendError::RuntimeNotFound { .. })) if attempt == 1 => {
@@ -205,16 +236,16 @@ impl Provisioner {
         if record.state == SandboxState::Running {
             return Ok(record);
         }
-        let safe = record.uid.safe();
+        let (user_workspace, skill_projection) = self.mounts(&record);
         let spec = RuntimeSpec {
             sandbox: record.id.clone(),
             generation: record.generation,
             uid: record.uid.clone(),
             runtime_scope: record.runtime_scope.clone(),
             workdir: record.workdir.clone(),
-            user_workspace: self.layout.user_workspace(&safe),
-            skill_projection: self.layout.skill_projection(&safe),
-            env: self.config.sandbox_env.clone(),
+            user_workspace,
+            skill_projection,
+            env: self.runtime_env(&record),
             network: record.network.clone(),
         };
         let started = std::time::Instant::now();

@@ -86,11 +86,11 @@ impl Provisioner {
     }
 
     fn roots_of(&self, record: &SandboxRecord) -> SandboxRoots {
-        let safe = record.uid.safe();
+        let (workspace, skills) = self.mounts(record);
         SandboxRoots {
             workdir: record.workdir.clone(),
-            workspace: self.layout.user_workspace(&safe),
-            skills: self.layout.skill_projection(&safe),
+            workspace,
+            skills,
         }
     }
 

@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+mod env;
 mod error;
 mod exec;
 mod files;
@@ -18,7 +19,7 @@ mod lifecycle;
 mod metrics;
 mod recovery;
 mod sandboxes;
-pub use sandboxes::{Created, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
+pub use sandboxes::{Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -47,8 +48,10 @@ pub struct ProvisionerConfig {
     pub max_exec_timeout: Duration,
     /// Most bytes kept of each of stdout and stderr.
     pub output_cap: usize,
-    /// The global sandbox environment (I14).
+    /// The global sandbox environment (I14), given to sandboxes that inherit it.
     pub sandbox_env: BTreeMap<String, String>,
+    /// Global secrets: given like `sandbox_env`, and their values masked in command output.
+    pub sandbox_secrets: BTreeMap<String, String>,
     /// A runtime nobody used (no lease, no command, no running process) for this long is
     /// reclaimed.
     pub idle_timeout: Duration,
@@ -66,6 +69,7 @@ impl ProvisionerConfig {
             max_exec_timeout: Duration::from_secs(3600),
             output_cap: 1024 * 1024,
             sandbox_env: BTreeMap::new(),
+            sandbox_secrets: BTreeMap::new(),
             idle_timeout: Duration::from_secs(15 * 60),
             max_lifetime: Duration::from_secs(24 * 3600),
         }

@@ -106,7 +106,17 @@ impl Provisioner {
                     continue;
                 }
             }
-            if self.reclaim(&record.id, record.generation).await? {
+            let reclaimed = if record.ephemeral {
+                // An ephemeral sandbox is a temporary scope: nothing of it is worth keeping
+                // for a next use, so reaping ends it, scratch tree and all (I14).
+                let after = self
+                    .terminate(&record.id, Duration::ZERO, Some(record.generation))
+                    .await?;
+                after.state == SandboxState::Terminated && after.generation == record.generation
+            } else {
+                self.reclaim(&record.id, record.generation).await?
+            };
+            if reclaimed {
                 tracing::info!(sandbox = %record.id, expired, "reaped a runtime; workspace kept");
                 self.metrics.reaped(if expired {
                     ReapReason::MaxLifetime

@@ -21,6 +21,8 @@ pub struct RecoveryReport {
     pub sandboxes_stopped: usize,
     /// Sandboxes caught behind their cleanup fence, now terminated.
     pub terminations_finished: usize,
+    /// Scratch trees of ephemeral sandboxes that had ended, removed.
+    pub scratch_removed: usize,
     /// Cleanups that failed (logged); they are retried on the next start.
     pub cleanup_failures: usize,
 }
@@ -60,6 +62,8 @@ impl Provisioner {
                     && record.runtime_scope == spec.runtime_scope
                     && record.workdir == spec.workdir
                     && record.network == spec.network
+                    && (spec.user_workspace.clone(), spec.skill_projection.clone())
+                        == self.mounts(record)
                     && matches!(record.state, SandboxState::Running | SandboxState::Created)
             });
             if owner.is_some() {
@@ -108,6 +112,44 @@ impl Provisioner {
                     }
                 },
                 _ => {}
+            }
+        }
+        // Scratch trees outlive their ephemeral sandbox only when a cleanup was cut short;
+        // whatever no live ephemeral sandbox owns goes now (I14).
+        let scratch_dir = self
+            .layout
+            .data_dir()
+            .join(warren_core::DataLayout::SCRATCH_RELATIVE);
+        let entries = match std::fs::read_dir(&scratch_dir) {
+            Ok(entries) => entries.filter_map(Result::ok).collect::<Vec<_>>(),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => {
+                tracing::error!(%error, "could not list the scratch directory");
+                report.cleanup_failures += 1;
+                Vec::new()
+            }
+        };
+        for entry in entries {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let owned = warren_core::SandboxId::parse(&name)
+                .ok()
+                .and_then(|id| records.get(&id))
+                .is_some_and(|record| {
+                    record.ephemeral
+                        && !matches!(
+                            record.state,
+                            SandboxState::Terminating | SandboxState::Terminated
+                        )
+                });
+            if owned {
+                continue;
+            }
+            match self.remove_scratch_entry(name.clone()).await {
+                Ok(()) => report.scratch_removed += 1,
+                Err(error) => {
+                    tracing::error!(entry = %name, %error, "could not remove a leftover scratch tree");
+                    report.cleanup_failures += 1;
+                }
             }
         }
         Ok(report)

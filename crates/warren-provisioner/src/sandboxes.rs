@@ -1,5 +1,6 @@
 //! Workdirs and sandbox identity: create, find, reclaim (I4, I5, I8, I12, I15).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use warren_core::{DataLayout, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
@@ -15,6 +16,37 @@ pub const MAX_TERMINATE_GRACE: Duration = Duration::from_secs(300);
 pub const DEFAULT_TERMINATE_GRACE: Duration = Duration::from_secs(10);
 /// How often a termination in its grace period looks for commands still running.
 const GRACE_POLL: Duration = Duration::from_millis(20);
+
+/// What `POST /v1/sandboxes` asks for, after the transport resolved the identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxRequest {
+    /// The workspace owner.
+    pub uid: Uid,
+    /// The runtime scope.
+    pub scope: RuntimeScope,
+    /// The workdir; `None` keeps a live sandbox's or makes a new `projects/<uuid>`.
+    pub workdir: Option<String>,
+    /// Where the runtime's processes may connect (I23).
+    pub network: NetworkPolicy,
+    /// Whether commands get the global and the uid's agent environment (I14).
+    pub inherit_env: bool,
+    /// A temporary scope with no persistent uid mount (I14).
+    pub ephemeral: bool,
+}
+
+impl SandboxRequest {
+    /// A request with the defaults: no workdir, no network, inheriting, persistent.
+    pub fn new(uid: Uid, scope: RuntimeScope) -> Self {
+        Self {
+            uid,
+            scope,
+            workdir: None,
+            network: NetworkPolicy::None,
+            inherit_env: true,
+            ephemeral: false,
+        }
+    }
+}
 
 /// Whether a create call made something new.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,43 +117,68 @@ impl Provisioner {
     /// Finds or creates the sandbox of (uid, scope) bound to `workdir`, without starting a
     /// runtime (I12). With no workdir, a live sandbox keeps its own and a new one gets a
     /// fresh `projects/<uuid>` (I8).
+    ///
+    /// An ephemeral sandbox never touches the uid's persistent workspace: its workdir is
+    /// made in a scratch tree of its own, which its runtime mounts instead and which goes
+    /// with the sandbox (I14).
     pub async fn create_sandbox(
         &self,
-        uid: &Uid,
-        scope: &RuntimeScope,
-        workdir: Option<&str>,
-        network: NetworkPolicy,
+        request: SandboxRequest,
     ) -> Result<(SandboxRecord, Created), ProvisionerError> {
+        let SandboxRequest {
+            uid,
+            scope,
+            workdir,
+            network,
+            inherit_env,
+            ephemeral,
+        } = request;
         let network = network.validate()?;
-        let id = SandboxId::derive(uid, scope);
-        let workdir = match workdir {
-            Some(path) => {
+        let id = SandboxId::derive(&uid, &scope);
+        let live = self
+            .store
+            .get_sandbox(&id)
+            .await?
+            .filter(|record| record.state != SandboxState::Terminated);
+        let workdir = match (workdir, &live) {
+            (Some(path), _) => {
                 let workdir = Workdir::new(path)?;
-                self.check_workdir_exists(uid, &workdir).await?;
+                if !ephemeral {
+                    self.check_workdir_exists(&uid, &workdir).await?;
+                }
                 workdir
             }
-            None => match self.store.get_sandbox(&id).await? {
-                Some(record) if record.state != SandboxState::Terminated => record.workdir,
-                _ => self.create_workdir(uid, None).await?.0,
-            },
+            (None, Some(record)) => record.workdir.clone(),
+            (None, None) if ephemeral => Workdir::new_project(),
+            (None, None) => self.create_workdir(&uid, None).await?.0,
         };
         let claim = self
             .store
             .claim_sandbox(&NewSandbox {
                 id,
-                uid: uid.clone(),
-                runtime_scope: scope.clone(),
+                uid,
+                runtime_scope: scope,
                 workdir: workdir.clone(),
                 network: network.clone(),
                 backend: self.backend.kind().as_str().to_owned(),
+                inherit_env,
+                ephemeral,
             })
             .await?;
         match claim {
             SandboxClaim::Created(record) => {
-                tracing::info!(sandbox = %record.id, generation = record.generation, "sandbox created");
+                if record.ephemeral {
+                    self.prepare_scratch(&record, true).await?;
+                }
+                tracing::info!(sandbox = %record.id, generation = record.generation, ephemeral = record.ephemeral, inherit_env = record.inherit_env, "sandbox created");
                 Ok((record, Created::New))
             }
-            SandboxClaim::Existing(record) => Ok((record, Created::Existing)),
+            SandboxClaim::Existing(record) => {
+                if record.ephemeral {
+                    self.prepare_scratch(&record, false).await?;
+                }
+                Ok((record, Created::Existing))
+            }
             SandboxClaim::WorkdirConflict(record) => Err(ProvisionerError::WorkdirConflict {
                 sandbox: record.id,
                 bound: record.workdir.to_string(),
@@ -132,6 +189,102 @@ impl Provisioner {
                 bound: record.network.mode(),
                 requested: network.mode(),
             }),
+            SandboxClaim::EnvPolicyConflict(record) => Err(ProvisionerError::EnvPolicyConflict {
+                sandbox: record.id,
+                inherit_env: record.inherit_env,
+                ephemeral: record.ephemeral,
+            }),
+        }
+    }
+
+    /// Makes the scratch tree of an ephemeral sandbox: `workspace/` (owned by the sandbox
+    /// user) with the workdir inside, and an empty `skills/`. A new generation starts from
+    /// an empty tree, whatever an interrupted cleanup left (`fresh`). Runs under the
+    /// lifecycle lock, so it never races a runtime start or a termination.
+    async fn prepare_scratch(
+        &self,
+        record: &SandboxRecord,
+        fresh: bool,
+    ) -> Result<(), ProvisionerError> {
+        let lock = self.lifecycle_lock(&record.id);
+        let _guard = lock.lock().await;
+        let data_dir = self.layout.data_dir().to_owned();
+        let sandbox = record.id.as_str().to_owned();
+        let workdir = record.workdir.as_str().to_owned();
+        self.blocking(move || {
+            let data = WorkspaceRoot::open(&data_dir)
+                .map_err(|source| file_error("the data directory", source))?
+                .with_owner(None);
+            data.mkdir_p(DataLayout::SCRATCH_RELATIVE)
+                .map_err(|source| file_error("the scratch directory", source))?;
+            let scratch = WorkspaceRoot::open(&data_dir.join(DataLayout::SCRATCH_RELATIVE))
+                .map_err(|source| file_error("the scratch directory", source))?
+                .with_owner(None);
+            if fresh {
+                match scratch.remove(&sandbox, true) {
+                    Ok(()) | Err(FsError::NotFound { .. }) => {}
+                    Err(source) => return Err(file_error("the scratch directory", source)),
+                }
+            }
+            scratch
+                .mkdir_p(&format!("{sandbox}/skills"))
+                .map_err(|source| file_error("the scratch directory", source))?;
+            // The stand-in workspace and everything inside belong to the sandbox user
+            // (I11), as a UserWorkspace does; the tree around it stays the provisioner's.
+            let tree = data_dir.join(DataLayout::SCRATCH_RELATIVE).join(&sandbox);
+            WorkspaceRoot::open(&tree)
+                .and_then(|tree| tree.mkdir_p("workspace"))
+                .map_err(|source| file_error("the scratch workspace", source))?;
+            let workspace = WorkspaceRoot::open(&tree.join("workspace"))
+                .map_err(|source| file_error("the scratch workspace", source))?;
+            workspace
+                .mkdir_p(&workdir)
+                .map_err(|source| workdir_error(&workdir, source))?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes the scratch tree of an ephemeral sandbox (I14). Safe to repeat.
+    pub(crate) async fn remove_scratch(&self, id: &SandboxId) -> Result<(), ProvisionerError> {
+        self.remove_scratch_entry(id.as_str().to_owned()).await
+    }
+
+    /// Removes one entry of the scratch directory by name, without following anything in it
+    /// (a sandbox user made its contents).
+    pub(crate) async fn remove_scratch_entry(
+        &self,
+        sandbox: String,
+    ) -> Result<(), ProvisionerError> {
+        let scratch_dir = self.layout.data_dir().join(DataLayout::SCRATCH_RELATIVE);
+        self.blocking(move || {
+            let scratch = match WorkspaceRoot::open(&scratch_dir) {
+                Ok(root) => root.with_owner(None),
+                Err(FsError::RootUnavailable { .. }) => return Ok(()),
+                Err(source) => return Err(file_error("the scratch directory", source)),
+            };
+            match scratch.remove(&sandbox, true) {
+                Ok(()) | Err(FsError::NotFound { .. }) => Ok(()),
+                Err(source) => Err(file_error("the scratch directory", source)),
+            }
+        })
+        .await
+    }
+
+    /// The host directories a runtime of `record` mounts at `/home/gem/user-data` and
+    /// `/home/gem/skills` (I7): the uid's, or the scratch tree's for an ephemeral sandbox.
+    pub(crate) fn mounts(&self, record: &SandboxRecord) -> (PathBuf, PathBuf) {
+        if record.ephemeral {
+            (
+                self.layout.scratch_workspace(&record.id),
+                self.layout.scratch_skills(&record.id),
+            )
+        } else {
+            let safe = record.uid.safe();
+            (
+                self.layout.user_workspace(&safe),
+                self.layout.skill_projection(&safe),
+            )
         }
     }
 
@@ -166,9 +319,26 @@ impl Provisioner {
                 "grace_s must be between 0 and 300 seconds",
             ));
         }
+        self.terminate(id, grace, None).await
+    }
+
+    /// The one path every end of a sandbox takes (I24). With `only_running`, it ends the
+    /// sandbox only if it still runs that generation and returns `None` otherwise, so a
+    /// reaper acting on an older view never ends a newer generation.
+    pub(crate) async fn terminate(
+        &self,
+        id: &SandboxId,
+        grace: Duration,
+        only_running: Option<i64>,
+    ) -> Result<SandboxRecord, ProvisionerError> {
         let lock = self.lifecycle_lock(id);
         let _guard = lock.lock().await;
         let record = self.sandbox(id).await?;
+        if let Some(generation) = only_running {
+            if record.generation != generation || record.state != SandboxState::Running {
+                return Ok(record);
+            }
+        }
         if record.state == SandboxState::Terminated {
             return Ok(record);
         }
@@ -189,6 +359,14 @@ impl Provisioner {
         if let Err(error) = self.backend.destroy(id).await {
             self.metrics.failed(FailureCause::Destroy);
             return Err(ProvisionerError::Backend(error));
+        }
+        if fenced.ephemeral {
+            // The scratch tree is the ephemeral sandbox's only state. If it cannot go now,
+            // the sandbox still ends; start-up reconciliation removes leftovers.
+            if let Err(error) = self.remove_scratch(id).await {
+                self.metrics.failed(FailureCause::Destroy);
+                tracing::error!(sandbox = %id, %error, "could not remove an ephemeral sandbox's scratch tree");
+            }
         }
         let terminated = self
             .store

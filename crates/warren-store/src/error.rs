@@ -94,6 +94,15 @@ pub enum StoreError {
         /// The id given.
         run_id: String,
     },
+
+    /// Adding the variable would give the uid's agent environment more than `max` variables.
+    #[error("the agent environment of uid {uid:?} already holds the most variables allowed ({max}); remove one first")]
+    AgentEnvFull {
+        /// The uid.
+        uid: Uid,
+        /// The limit.
+        max: usize,
+    },
 }
 
 impl StoreError {

@@ -33,7 +33,16 @@ pub struct Lease {
     pub expires_at: chrono::DateTime<chrono::Utc>,
 }
 
-use warren_core::{SandboxId, Uid, Workdir};
+/// One stored variable of a uid's agent environment (I14).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentEnvRecord {
+    /// The variable.
+    pub var: AgentEnvVar,
+    /// When it was last set.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+use warren_core::{AgentEnvVar, SandboxId, Uid, Workdir};
 
 /// The operations warren needs from its state store.
 ///
@@ -134,6 +143,25 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// How many leases on the sandbox's `generation` are live now.
     async fn live_leases(&self, sandbox: &SandboxId, generation: i64) -> Result<u64, StoreError>;
+
+    /// The agent environment of `uid`, sorted by name; empty when none was set.
+    async fn agent_env(&self, uid: &Uid) -> Result<Vec<AgentEnvRecord>, StoreError>;
+
+    /// Replaces the whole agent environment of `uid` in one transaction (an empty list
+    /// clears it). The caller has checked the variables and their number.
+    async fn replace_agent_env(&self, uid: &Uid, vars: &[AgentEnvVar]) -> Result<(), StoreError>;
+
+    /// Sets one variable of `uid`'s agent environment; `true` when it is new. Fails with
+    /// [`StoreError::AgentEnvFull`] when a new variable would make more than `max`.
+    async fn set_agent_env_var(
+        &self,
+        uid: &Uid,
+        var: &AgentEnvVar,
+        max: usize,
+    ) -> Result<bool, StoreError>;
+
+    /// Removes one variable; `false` when there was none.
+    async fn remove_agent_env_var(&self, uid: &Uid, name: &str) -> Result<bool, StoreError>;
 }
 
 #[cfg(test)]

@@ -35,6 +35,12 @@ pub struct NewSandbox {
     pub network: NetworkPolicy,
     /// The backend that will run it, e.g. "local".
     pub backend: String,
+    /// Whether commands get the global sandbox environment and the uid's agent environment
+    /// (I14); part of the binding.
+    pub inherit_env: bool,
+    /// Whether the runtime mounts a scratch directory instead of the uid's persistent
+    /// workspace (I14); part of the binding.
+    pub ephemeral: bool,
 }
 
 impl NewSandbox {
@@ -52,6 +58,8 @@ impl NewSandbox {
             workdir,
             network: NetworkPolicy::None,
             backend: backend.into(),
+            inherit_env: true,
+            ephemeral: false,
         }
     }
 }
@@ -68,6 +76,9 @@ pub enum SandboxClaim {
     WorkdirConflict(SandboxRecord),
     /// A live generation runs under another network policy and cannot be changed (I16).
     NetworkConflict(SandboxRecord),
+    /// A live generation has another environment policy (`inherit_env`, `ephemeral`) and
+    /// cannot be changed (I14, I16).
+    EnvPolicyConflict(SandboxRecord),
 }
 
 impl SandboxClaim {
@@ -77,7 +88,8 @@ impl SandboxClaim {
             Self::Created(record)
             | Self::Existing(record)
             | Self::WorkdirConflict(record)
-            | Self::NetworkConflict(record) => record,
+            | Self::NetworkConflict(record)
+            | Self::EnvPolicyConflict(record) => record,
         }
     }
 
@@ -87,7 +99,8 @@ impl SandboxClaim {
             Self::Created(record)
             | Self::Existing(record)
             | Self::WorkdirConflict(record)
-            | Self::NetworkConflict(record) => record,
+            | Self::NetworkConflict(record)
+            | Self::EnvPolicyConflict(record) => record,
         }
     }
 }
@@ -107,6 +120,10 @@ pub struct SandboxRecord {
     pub network: NetworkPolicy,
     /// The backend of the current generation.
     pub backend: String,
+    /// Whether the current generation's commands get the global and agent environments.
+    pub inherit_env: bool,
+    /// Whether the current generation mounts scratch space instead of the uid's workspace.
+    pub ephemeral: bool,
     /// Where the current generation is in its life.
     pub state: SandboxState,
     /// Starts at 1 and grows by one each time a terminated sandbox is claimed again; a

@@ -2,10 +2,10 @@
 //!
 //! One database file holds everything. It is opened in WAL mode so readers never wait for
 //! the writer, with a generous busy timeout so concurrent writers (other tasks, other
-//! processes) queue instead of failing. Every write is a single statement except
-//! [`StateStore::claim_sandbox`], which reads and then writes and therefore runs in a
-//! `BEGIN IMMEDIATE` transaction: the write lock is taken before the read, so two claimers
-//! can never both see "no sandbox" (or both see "terminated") and both create one.
+//! processes) queue instead of failing. A write that first reads ([`StateStore::claim_sandbox`],
+//! the agent environment's replace and set) runs in a `BEGIN IMMEDIATE` transaction: the
+//! write lock is taken before the read, so two claimers can never both see "no sandbox" (or
+//! both see "terminated") and both create one, nor two setters both pass the size limit.
 
 use std::fs::{OpenOptions, Permissions};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -20,11 +20,11 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection, Row, Sqlite};
-use warren_core::{NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 use crate::{
-    NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus, SandboxClaim, SandboxRecord,
-    SandboxState, StateStore, StoreError, WorkdirRecord,
+    AgentEnvRecord, NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus, SandboxClaim,
+    SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
 };
 
 /// The schema, embedded at build time so the binary and its schema cannot drift apart.
@@ -38,7 +38,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 macro_rules! sandbox_columns {
     () => {
         "id, uid, runtime_scope, workdir, network, backend, state, generation, created_at, \
-         last_active_at, updated_at"
+         last_active_at, updated_at, inherit_env, ephemeral"
     };
 }
 
@@ -351,6 +351,8 @@ fn sandbox_from_row(row: &SqliteRow) -> Result<SandboxRecord, StoreError> {
             serde_json::from_str::<NetworkPolicy>(&json)
         })?,
         backend: columns.get("backend")?,
+        inherit_env: columns.get("inherit_env")?,
+        ephemeral: columns.get("ephemeral")?,
         state: columns.parse("state", |state| state.parse::<SandboxState>())?,
         generation: columns.get("generation")?,
         created_at: columns.time("created_at")?,
@@ -461,6 +463,9 @@ impl StateStore for SqliteStore {
                     SandboxClaim::WorkdirConflict(record)
                 } else if record.network != new.network {
                     SandboxClaim::NetworkConflict(record)
+                } else if (record.inherit_env, record.ephemeral) != (new.inherit_env, new.ephemeral)
+                {
+                    SandboxClaim::EnvPolicyConflict(record)
                 } else {
                     SandboxClaim::Existing(record)
                 });
@@ -469,7 +474,8 @@ impl StateStore for SqliteStore {
                 sqlx::query(concat!(
                     "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
                      generation = generation + 1, created_at = ?5, last_active_at = ?5, \
-                     updated_at = ?5, network = ?6 WHERE id = ?1 RETURNING ",
+                     updated_at = ?5, network = ?6, inherit_env = ?7, ephemeral = ?8 \
+                     WHERE id = ?1 RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -478,14 +484,17 @@ impl StateStore for SqliteStore {
                 .bind(SandboxState::Created.as_str())
                 .bind(now)
                 .bind(&network)
+                .bind(new.inherit_env)
+                .bind(new.ephemeral)
                 .fetch_one(&mut *tx)
                 .await
             }
             None => {
                 sqlx::query(concat!(
                     "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
-                     generation, created_at, last_active_at, updated_at, network) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8) RETURNING ",
+                     generation, created_at, last_active_at, updated_at, network, inherit_env, \
+                     ephemeral) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10) \
+                     RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -496,6 +505,8 @@ impl StateStore for SqliteStore {
                 .bind(SandboxState::Created.as_str())
                 .bind(now)
                 .bind(&network)
+                .bind(new.inherit_env)
+                .bind(new.ephemeral)
                 .fetch_one(&mut *tx)
                 .await
             }
@@ -775,6 +786,125 @@ impl StateStore for SqliteStore {
         .await
         .map_err(StoreError::query("fail running runs"))?;
         Ok(result.rows_affected())
+    }
+
+    async fn agent_env(&self, uid: &Uid) -> Result<Vec<AgentEnvRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, value, secret, updated_at FROM agent_env WHERE uid = ?1 ORDER BY name",
+        )
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read an agent environment"))?;
+        rows.iter()
+            .map(|row| {
+                let columns = Columns {
+                    row,
+                    table: "agent_env",
+                };
+                let name: String = columns.get("name")?;
+                let var = AgentEnvVar::new(
+                    name,
+                    columns.get::<String>("value")?,
+                    columns.get("secret")?,
+                )
+                .map_err(|error| columns.corrupt("name", error))?;
+                Ok(AgentEnvRecord {
+                    var,
+                    updated_at: columns.time("updated_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn replace_agent_env(&self, uid: &Uid, vars: &[AgentEnvVar]) -> Result<(), StoreError> {
+        const OPERATION: &str = "replace an agent environment";
+        let now = now_millis();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        sqlx::query("DELETE FROM agent_env WHERE uid = ?1")
+            .bind(uid.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        for var in vars {
+            sqlx::query(
+                "INSERT INTO agent_env (uid, name, value, secret, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .bind(uid.as_str())
+            .bind(&var.name)
+            .bind(&var.value)
+            .bind(var.secret)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        }
+        tx.commit().await.map_err(StoreError::query(OPERATION))
+    }
+
+    async fn set_agent_env_var(
+        &self,
+        uid: &Uid,
+        var: &AgentEnvVar,
+        max: usize,
+    ) -> Result<bool, StoreError> {
+        const OPERATION: &str = "set an agent environment variable";
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM agent_env WHERE uid = ?1 AND name = ?2)",
+        )
+        .bind(uid.as_str())
+        .bind(&var.name)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        if !exists {
+            let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM agent_env WHERE uid = ?1")
+                .bind(uid.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StoreError::query(OPERATION))?;
+            if usize::try_from(count).unwrap_or(usize::MAX) >= max {
+                return Err(StoreError::AgentEnvFull {
+                    uid: uid.clone(),
+                    max,
+                });
+            }
+        }
+        sqlx::query(
+            "INSERT INTO agent_env (uid, name, value, secret, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (uid, name) DO UPDATE SET \
+             value = excluded.value, secret = excluded.secret, updated_at = excluded.updated_at",
+        )
+        .bind(uid.as_str())
+        .bind(&var.name)
+        .bind(&var.value)
+        .bind(var.secret)
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        tx.commit().await.map_err(StoreError::query(OPERATION))?;
+        Ok(!exists)
+    }
+
+    async fn remove_agent_env_var(&self, uid: &Uid, name: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM agent_env WHERE uid = ?1 AND name = ?2")
+            .bind(uid.as_str())
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("remove an agent environment variable"))?;
+        Ok(result.rows_affected() == 1)
     }
 }
 

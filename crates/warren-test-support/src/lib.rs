@@ -29,6 +29,8 @@ pub struct TestServer {
     data_subdir: Option<PathBuf>,
     bin: PathBuf,
     extra_args: Vec<String>,
+    /// Where the server's stderr goes at level `info`, when the test reads its logs.
+    log: Option<tempfile::NamedTempFile>,
     http: Client,
 }
 
@@ -39,6 +41,7 @@ fn spawn_server(
     extra_args: &[&str],
     token: Option<&str>,
     user: Option<(u32, u32)>,
+    log: Option<&Path>,
 ) -> (Child, String) {
     let mut command = Command::new(bin);
     if let Some((uid, gid)) = user {
@@ -60,10 +63,17 @@ fn spawn_server(
         .arg(data_dir)
         .args(["--listen", "127.0.0.1:0"])
         .args(extra_args)
-        .env("WARREN_LOG", "warn")
+        .env("WARREN_LOG", if log.is_some() { "info" } else { "warn" })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(match log {
+            Some(path) => std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .map(Stdio::from)
+                .expect("open the server log"),
+            None => Stdio::inherit(),
+        })
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -116,7 +126,7 @@ impl TestServer {
         extra_args: &[&str],
         token: Option<&str>,
     ) -> Self {
-        let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token, None);
+        let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token, None, None);
         let token = match token {
             Some(token) => token.to_owned(),
             None => std::fs::read_to_string(data_dir.path().join("token"))
@@ -130,8 +140,48 @@ impl TestServer {
             data_subdir: None,
             bin: bin.to_owned(),
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            log: None,
             http: Client::new(),
         }
+    }
+
+    /// Starts `bin serve <extra args>` with its log (level `info`) going to a file the test
+    /// reads with [`TestServer::log_lines`].
+    pub fn start_logging(bin: &Path, extra_args: &[&str]) -> Self {
+        let data_dir = tempfile::tempdir().expect("create a temporary data dir");
+        let log = tempfile::NamedTempFile::new().expect("create a log file");
+        let (child, url) = spawn_server(
+            bin,
+            data_dir.path(),
+            extra_args,
+            Some(TEST_TOKEN),
+            None,
+            Some(log.path()),
+        );
+        Self {
+            child,
+            url,
+            token: TEST_TOKEN.to_owned(),
+            data_dir,
+            data_subdir: None,
+            bin: bin.to_owned(),
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            log: Some(log),
+            http: Client::new(),
+        }
+    }
+
+    /// The lines the server logged so far (only for [`TestServer::start_logging`]).
+    pub fn log_lines(&self) -> Vec<String> {
+        let log = self
+            .log
+            .as_ref()
+            .expect("the server was started with start_logging");
+        std::fs::read_to_string(log.path())
+            .expect("read the server log")
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Starts `bin serve` as an unprivileged user (`uid`:`gid`, no supplementary groups),
@@ -147,7 +197,8 @@ impl TestServer {
         let data = home.path().join("data");
         std::fs::create_dir(&data).unwrap();
         own(&data);
-        let (child, url) = spawn_server(&copy, &data, &[], Some(TEST_TOKEN), Some((uid, gid)));
+        let (child, url) =
+            spawn_server(&copy, &data, &[], Some(TEST_TOKEN), Some((uid, gid)), None);
         Self {
             child,
             url,
@@ -156,6 +207,7 @@ impl TestServer {
             data_subdir: Some("data".into()),
             bin: copy,
             extra_args: Vec::new(),
+            log: None,
             http: Client::new(),
         }
     }
@@ -165,8 +217,15 @@ impl TestServer {
     pub fn restart_after_kill(&mut self) {
         self.kill();
         let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
-        let (child, url) =
-            spawn_server(&self.bin, &self.data_dir(), &args, Some(&self.token), None);
+        let log = self.log.as_ref().map(|log| log.path().to_owned());
+        let (child, url) = spawn_server(
+            &self.bin,
+            &self.data_dir(),
+            &args,
+            Some(&self.token),
+            None,
+            log.as_deref(),
+        );
         self.child = child;
         self.url = url;
     }
@@ -346,7 +405,7 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// The variables `warren serve` reads its settings from.
-const SERVE_SETTINGS: [&str; 10] = [
+const SERVE_SETTINGS: [&str; 11] = [
     "WARREN_CONFIG",
     "WARREN_DATA_DIR",
     "WARREN_LISTEN",
@@ -356,6 +415,7 @@ const SERVE_SETTINGS: [&str; 10] = [
     "WARREN_IDLE_TIMEOUT",
     "WARREN_MAX_LIFETIME",
     "WARREN_REAP_INTERVAL",
+    "WARREN_LOG_FORMAT",
     "WARREN_URL",
 ];
 

@@ -6,9 +6,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use warren_core::{NetworkPolicy, RuntimeScope, SandboxId};
+use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
-    NewSandbox, RunOutcome, RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
+    AgentEnvRecord, NewSandbox, RunOutcome, RunStatus, SandboxClaim, SandboxState, StateStore,
+    StoreError,
 };
 
 use super::backends::Backend;
@@ -117,6 +118,94 @@ pub async fn claiming_a_live_sandbox_under_another_network_policy_is_a_conflict(
     assert!(
         matches!(&reclaimed, SandboxClaim::Created(r) if r.network == NetworkPolicy::Open && r.generation == 2)
     );
+}
+
+pub async fn claiming_a_live_sandbox_under_another_env_policy_is_a_conflict(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert!(created.inherit_env && !created.ephemeral);
+    let mut bare = new.clone();
+    bare.inherit_env = false;
+    let mut scratch = new.clone();
+    scratch.ephemeral = true;
+    for other in [&bare, &scratch] {
+        match store.claim_sandbox(other).await.unwrap() {
+            SandboxClaim::EnvPolicyConflict(record) => assert_eq!(record, created),
+            answer => panic!("expected an env policy conflict, got {answer:?}"),
+        }
+    }
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap();
+    let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&scratch).await.unwrap() else {
+        panic!("a terminated sandbox is claimed anew");
+    };
+    assert!(reclaimed.ephemeral && reclaimed.inherit_env);
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(reclaimed));
+}
+
+pub async fn an_agent_environment_is_kept_per_uid_and_replaced_whole(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let (alice, bob) = (uid("alice"), uid("bob"));
+    let key = AgentEnvVar::new("API_KEY", "sk-0123456789", true).unwrap();
+    let mode = AgentEnvVar::new("MODE", "fast", false).unwrap();
+    store
+        .replace_agent_env(&alice, &[mode.clone(), key.clone()])
+        .await
+        .unwrap();
+    let names = |records: Vec<AgentEnvRecord>| -> Vec<AgentEnvVar> {
+        records.into_iter().map(|record| record.var).collect()
+    };
+    assert_eq!(
+        names(store.agent_env(&alice).await.unwrap()),
+        vec![key.clone(), mode.clone()]
+    );
+    assert!(store.agent_env(&bob).await.unwrap().is_empty());
+
+    store
+        .replace_agent_env(&alice, std::slice::from_ref(&mode))
+        .await
+        .unwrap();
+    assert_eq!(names(store.agent_env(&alice).await.unwrap()), vec![mode]);
+    store.replace_agent_env(&alice, &[]).await.unwrap();
+    assert!(store.agent_env(&alice).await.unwrap().is_empty());
+}
+
+pub async fn setting_one_agent_variable_adds_or_overwrites_within_the_limit(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let alice = uid("alice");
+    let first = AgentEnvVar::new("A", "one", false).unwrap();
+    assert!(store.set_agent_env_var(&alice, &first, 2).await.unwrap());
+    let rotated = AgentEnvVar::new("A", "rotated-secret", true).unwrap();
+    assert!(!store.set_agent_env_var(&alice, &rotated, 2).await.unwrap());
+    let second = AgentEnvVar::new("B", "two", false).unwrap();
+    assert!(store.set_agent_env_var(&alice, &second, 2).await.unwrap());
+    let third = AgentEnvVar::new("C", "three", false).unwrap();
+    let err = store
+        .set_agent_env_var(&alice, &third, 2)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::AgentEnvFull { max: 2, .. }),
+        "{err:?}"
+    );
+    // Overwriting at the limit is still allowed.
+    assert!(!store.set_agent_env_var(&alice, &second, 2).await.unwrap());
+    let vars: Vec<_> = store
+        .agent_env(&alice)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.var)
+        .collect();
+    assert_eq!(vars, vec![rotated, second]);
+
+    assert!(store.remove_agent_env_var(&alice, "A").await.unwrap());
+    assert!(!store.remove_agent_env_var(&alice, "A").await.unwrap());
+    assert!(!store.remove_agent_env_var(&uid("bob"), "B").await.unwrap());
+    assert_eq!(store.agent_env(&alice).await.unwrap().len(), 1);
 }
 
 pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn Backend) {

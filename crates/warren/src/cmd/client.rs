@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use warren_client::{ClientError, WarrenClient};
-use warren_protocol::{CreateSandbox, ExecCommand, NetworkSpec};
+use warren_protocol::{CreateSandbox, ExecCommand, NetworkSpec, SetAgentEnvVar};
 
 /// Where the server is and how to authenticate.
 #[derive(Debug, Args)]
@@ -78,6 +78,14 @@ enum SandboxCommand {
         /// An allowed destination for `--network allowlist` (repeatable).
         #[arg(long = "allow")]
         allow: Vec<String>,
+        /// Give commands neither the global sandbox environment nor the uid's agent
+        /// environment.
+        #[arg(long)]
+        no_inherit_env: bool,
+        /// A temporary scope: scratch mounts instead of the uid's persistent workspace,
+        /// removed with the sandbox.
+        #[arg(long)]
+        ephemeral: bool,
     },
     /// List sandboxes.
     List {
@@ -89,6 +97,44 @@ enum SandboxCommand {
     Rm {
         /// Sandbox id.
         id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    #[command(subcommand)]
+    command: EnvCommand,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Subcommand)]
+enum EnvCommand {
+    /// Show a user's agent environment: names, lengths and hints, never values.
+    List {
+        /// The workspace owner.
+        #[arg(long)]
+        uid: String,
+    },
+    /// Set one variable; the value is read from stdin (so it stays out of the shell
+    /// history and the process list), one trailing newline removed.
+    Set {
+        /// The workspace owner.
+        #[arg(long)]
+        uid: String,
+        /// The variable's name.
+        name: String,
+        /// Not a secret: not masked in command output.
+        #[arg(long)]
+        plain: bool,
+    },
+    /// Remove one variable.
+    Rm {
+        /// The workspace owner.
+        #[arg(long)]
+        uid: String,
+        /// The variable's name.
+        name: String,
     },
 }
 
@@ -200,6 +246,8 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             workdir,
             network,
             allow,
+            no_inherit_env,
+            ephemeral,
         } => client
             .create_sandbox(&CreateSandbox {
                 uid: Some(uid),
@@ -209,6 +257,8 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                     mode: network,
                     allow,
                 }),
+                inherit_env: no_inherit_env.then_some(false),
+                ephemeral,
                 ..CreateSandbox::default()
             })
             .await
@@ -221,6 +271,41 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             .remove_sandbox(&id)
             .await
             .map(|info| serde_json::to_value(info).unwrap_or_default()),
+    };
+    match result {
+        Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
+        Err(e) => report(e),
+    }
+}
+
+pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    let result = match args.command {
+        EnvCommand::List { uid } => client
+            .agent_env(&uid)
+            .await
+            .map(|env| serde_json::to_value(env).unwrap_or_default()),
+        EnvCommand::Set { uid, name, plain } => {
+            let mut value = String::new();
+            std::io::stdin()
+                .read_to_string(&mut value)
+                .context("cannot read the value from stdin")?;
+            if value.ends_with('\n') {
+                value.pop();
+            }
+            let value = SetAgentEnvVar {
+                value,
+                secret: Some(!plain),
+            };
+            client
+                .set_agent_env_var(&uid, &name, &value)
+                .await
+                .map(|entry| serde_json::to_value(entry).unwrap_or_default())
+        }
+        EnvCommand::Rm { uid, name } => client
+            .remove_agent_env_var(&uid, &name)
+            .await
+            .map(|()| serde_json::json!({ "removed": name })),
     };
     match result {
         Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),

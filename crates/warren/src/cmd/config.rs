@@ -28,9 +28,15 @@ pub struct ConfigFile {
     pub exec: ExecSection,
     #[serde(default)]
     pub limits: LimitsSection,
-    /// Environment every sandbox command gets (I13); per-call env overrides it.
+    /// `text` (default) or `json`: one JSON object per log line.
+    pub log_format: Option<String>,
+    /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
+    /// environment and the call's own env go over it.
     #[serde(default)]
     pub sandbox_env: BTreeMap<String, String>,
+    /// Like `sandbox_env`, and the values are masked in command output.
+    #[serde(default)]
+    pub sandbox_secrets: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -78,11 +84,21 @@ impl ConfigFile {
 
     fn parse(text: &str) -> anyhow::Result<Self> {
         let file: Self = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
-        for (name, value) in &file.sandbox_env {
-            if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0')
-            {
-                bail!("sandbox_env: {name:?} is not a usable variable (no '=' or NUL, not empty)");
+        for (section, vars, secret) in [
+            ("sandbox_env", &file.sandbox_env, false),
+            ("sandbox_secrets", &file.sandbox_secrets, true),
+        ] {
+            for (name, value) in vars {
+                warren_core::AgentEnvVar::new(name.as_str(), value.as_str(), secret)
+                    .map_err(|error| anyhow::anyhow!("{section}: {error}"))?;
             }
+        }
+        if let Some(name) = file
+            .sandbox_env
+            .keys()
+            .find(|name| file.sandbox_secrets.contains_key(*name))
+        {
+            bail!("{name:?} is in both sandbox_env and sandbox_secrets; keep it in one");
         }
         Ok(file)
     }
@@ -185,5 +201,21 @@ mod tests {
         assert!(format!("{:#}", zero.limits().unwrap_err()).contains("limits.pids_max"));
         assert!(ConfigFile::parse("[sandbox_env]\n\"A=B\" = \"x\"\n").is_err());
         assert!(seconds("lifecycle.idle_timeout_s", 0).is_err());
+    }
+
+    #[test]
+    fn secrets_must_be_long_enough_to_mask_and_live_in_one_table() {
+        let short = ConfigFile::parse("[sandbox_secrets]\nPIN = \"1234\"\n").unwrap_err();
+        assert!(
+            format!("{short:#}").contains("sandbox_secrets"),
+            "{short:#}"
+        );
+        let both = ConfigFile::parse(
+            "[sandbox_env]\nKEY = \"abcdefgh\"\n[sandbox_secrets]\nKEY = \"abcdefgh\"\n",
+        )
+        .unwrap_err();
+        assert!(format!("{both:#}").contains("both"), "{both:#}");
+        let fine = ConfigFile::parse("[sandbox_secrets]\nHF_TOKEN = \"hf_0123456789\"\n").unwrap();
+        assert_eq!(fine.sandbox_secrets["HF_TOKEN"], "hf_0123456789");
     }
 }

@@ -32,6 +32,8 @@ enum Command {
     Workdir(client::WorkdirArgs),
     /// Manage sandboxes (client of a running server).
     Sandbox(client::SandboxArgs),
+    /// Manage a user's agent environment (client of a running server).
+    Env(client::EnvArgs),
     /// Run a command in a sandbox (client of a running server).
     Exec(client::ExecArgs),
     /// Print a file of a sandbox to stdout (client of a running server).
@@ -56,6 +58,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Image(args) => image::run(args),
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
+        Command::Env(args) => client::env(args).await,
         Command::Exec(args) => client::exec(args).await,
         Command::Cat(args) => client::cat(args).await,
         Command::Put(args) => client::put(args).await,

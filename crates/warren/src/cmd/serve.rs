@@ -56,6 +56,18 @@ pub struct ServeArgs {
     /// Seconds between two passes of the reaper [default: 10].
     #[arg(long, env = "WARREN_REAP_INTERVAL")]
     reap_interval: Option<u64>,
+    /// Log lines as `text` [default] or `json` (one object per line, with the request id and
+    /// sandbox id of the request each line belongs to).
+    #[arg(long, value_enum, env = "WARREN_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -67,11 +79,18 @@ enum BackendChoice {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    init_logging();
     let file = match &args.config {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
+    let log_format = match (args.log_format, &file.log_format) {
+        (Some(format), _) => format,
+        (None, Some(name)) => LogFormat::from_str(name, true).map_err(|_| {
+            anyhow::anyhow!("log_format = {name:?} in the configuration: use \"text\" or \"json\"")
+        })?,
+        (None, None) => LogFormat::Text,
+    };
+    init_logging(log_format);
     let backend_choice = match (args.backend, &file.backend) {
         (Some(choice), _) => choice,
         (None, Some(name)) => BackendChoice::from_str(name, true).map_err(|_| {
@@ -180,7 +199,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         config.output_cap = cap;
     }
+    if let Some(name) = file
+        .sandbox_env
+        .iter()
+        .chain(&file.sandbox_secrets)
+        .find_map(|(name, value)| token.appears_in(value).then_some(name))
+    {
+        bail!("the value of {name:?} in the configuration contains the provisioner token, which must never enter a sandbox (I13)");
+    }
     config.sandbox_env = file.sandbox_env.clone();
+    config.sandbox_secrets = file.sandbox_secrets.clone();
     let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));
     let recovered = provisioner
         .recover()
@@ -192,6 +220,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         runtimes_destroyed = recovered.runtimes_destroyed,
         sandboxes_stopped = recovered.sandboxes_stopped,
         terminations_finished = recovered.terminations_finished,
+        scratch_removed = recovered.scratch_removed,
         cleanup_failures = recovered.cleanup_failures,
         "reconciled state with the backend"
     );
@@ -223,13 +252,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        // Each line carries the fields of every span it happened in: a request's
+        // `request_id` and, on sandbox routes, its `sandbox`.
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {

@@ -139,3 +139,54 @@ async fn cli_exec_passes_output_and_exit_status_through() {
     assert_eq!(out.status.code(), Some(124));
     assert!(String::from_utf8_lossy(&out.stderr).contains("timed out"));
 }
+
+#[tokio::test]
+async fn the_cli_sets_a_secret_from_stdin_and_never_prints_it() {
+    use std::io::Write;
+    let server = server();
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let mut child = std::process::Command::new(bin())
+        .args(["env", "set", "--uid", "alice", "API_KEY"])
+        .envs(env)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"sk-cli-0123456789abcd\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!printed.contains("sk-cli-0123456789abcd"), "{printed}");
+    let entry: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The trailing newline of stdin is not part of the value.
+    assert_eq!(
+        (&entry["length"], &entry["secret"]),
+        (&21.into(), &true.into())
+    );
+
+    let out = run_to_exit(bin(), &["env", "list", "--uid", "alice"], &env);
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        list.contains("API_KEY") && !list.contains("sk-cli"),
+        "{list}"
+    );
+
+    let out = run_to_exit(bin(), &["env", "rm", "--uid", "alice", "API_KEY"], &env);
+    assert!(out.status.success());
+    let out = run_to_exit(bin(), &["env", "rm", "--uid", "alice", "API_KEY"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no variable \"API_KEY\""));
+}

@@ -5,13 +5,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use warren_test_support::{run_to_exit, TestServer};
 
-use super::bin;
-
-fn write_config(text: &str) -> tempfile::NamedTempFile {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), text).unwrap();
-    file
-}
+use super::{bin, write_config};
 
 async fn state(server: &TestServer, id: &str) -> String {
     let (_, body) = server

@@ -3,6 +3,7 @@
 mod auth;
 mod cli;
 mod config;
+mod env;
 mod escape;
 mod etag;
 mod files;
@@ -43,4 +44,11 @@ pub(crate) fn running_as_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
+}
+
+/// A `warren.toml` with `text`, removed when dropped.
+pub(crate) fn write_config(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
 }
