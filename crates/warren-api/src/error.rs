@@ -12,6 +12,7 @@ use warren_backend::BackendError;
 use warren_core::CoreError;
 use warren_fs::FsError;
 use warren_protocol::{ErrorBody, ErrorDetail};
+use warren_provisioner::strip_relative_path;
 use warren_provisioner::ProvisionerError;
 
 /// An error answer.
@@ -108,6 +109,13 @@ impl From<ProvisionerError> for ApiError {
             }
             P::EnvPolicyConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "env_policy_conflict", message)
+            }
+            P::NotInOutputs { .. } => Self::bad_request("not_in_outputs", message),
+            P::ArtifactTooLarge { .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "too_large", message)
+            }
+            P::ArtifactNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "artifact_not_found", message)
             }
             P::EnvVarNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "env_var_not_found", message)
@@ -231,14 +239,6 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         code,
         format!("{path}: {}", strip_relative_path(&error.to_string())),
     )
-}
-
-/// `warren-fs` messages start with "`<relative path>`: "; keep only the reason after it.
-fn strip_relative_path(message: &str) -> &str {
-    message
-        .strip_prefix('`')
-        .and_then(|rest| rest.split_once("`: "))
-        .map_or(message, |(_, reason)| reason)
 }
 
 /// The two errno values that mean "the disk is full", without a libc dependency here.

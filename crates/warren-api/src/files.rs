@@ -114,7 +114,7 @@ fn preconditions(headers: &HeaderMap) -> Result<(Option<Etag>, bool), ApiError> 
 }
 
 /// Parses a single-range `Range: bytes=…` header. Multiple ranges are not supported.
-fn byte_range(headers: &HeaderMap) -> Result<Option<ByteRange>, ApiError> {
+pub(crate) fn byte_range(headers: &HeaderMap) -> Result<Option<ByteRange>, ApiError> {
     let Some(value) = headers.get(header::RANGE) else {
         return Ok(None);
     };
@@ -176,30 +176,42 @@ pub(crate) async fn read(
         .provisioner
         .read(&id, &query.path, range.unwrap_or(ByteRange::FULL))
         .await?;
-    let value = read.value;
+    Ok(bytes_response(
+        read.value,
+        range.is_some(),
+        HeaderValue::from_static("application/octet-stream"),
+    ))
+}
+
+/// Bytes read from a file (or an artifact) as a response: `ETag`, `Accept-Ranges`,
+/// `nosniff`, and 206 with `Content-Range` when a range was asked for.
+pub(crate) fn bytes_response(
+    value: warren_fs::ReadResult,
+    ranged: bool,
+    content_type: HeaderValue,
+) -> Response {
     let length = value.bytes.len() as u64;
+    let range_start = value.range_start;
+    let total_size = value.total_size;
     let mut response = Response::new(Body::from(value.bytes));
     let headers = response.headers_mut();
     headers.insert(header::ETAG, etag_header(&value.etag));
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
+    headers.insert(header::CONTENT_TYPE, content_type);
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    if range.is_some() {
+    if ranged {
         *response.status_mut() = StatusCode::PARTIAL_CONTENT;
-        let end = (value.range_start + length).saturating_sub(1);
-        let content_range = format!("bytes {}-{end}/{}", value.range_start, value.total_size);
+        let end = (range_start + length).saturating_sub(1);
+        let content_range = format!("bytes {range_start}-{end}/{total_size}");
         response.headers_mut().insert(
             header::CONTENT_RANGE,
             HeaderValue::from_str(&content_range).expect("digits and ascii"),
         );
     }
-    Ok(response)
+    response
 }
 
 /// Writes a file atomically from the raw request body (creating parents), or appends to it.

@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+mod artifacts;
 mod auth;
 mod env;
 mod error;
@@ -77,6 +78,27 @@ pub fn app(state: ApiState) -> Router {
         )
         .route("/sandboxes/{id}/terminate", post(sandboxes::terminate))
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
+        // MCP over streamable HTTP (POST messages, GET streams, DELETE sessions), behind
+        // the same Bearer check as everything else under /v1.
+        .route_service(
+            "/sandboxes/{id}/mcp",
+            tower::ServiceBuilder::new()
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    require_sandbox,
+                ))
+                .service(warren_mcp::streamable_http_service(
+                    state.provisioner.clone(),
+                )),
+        )
+        .route(
+            "/sandboxes/{id}/artifacts",
+            post(artifacts::present).get(artifacts::list),
+        )
+        .route(
+            "/sandboxes/{id}/artifacts/{artifact_id}",
+            get(artifacts::download),
+        )
         .route("/sandboxes/{id}/leases", post(leases::create))
         .route("/sandboxes/{id}/leases/{lease_id}", delete(leases::release))
         .route(
@@ -144,6 +166,18 @@ pub fn app(state: ApiState) -> Router {
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .with_state(state)
+}
+
+/// Answers 400/404 in warren's error format before an MCP session is opened for a sandbox
+/// id that is malformed or unknown.
+async fn require_sandbox(
+    axum::extract::State(state): axum::extract::State<ApiState>,
+    extract::SandboxPath(id): extract::SandboxPath,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, ApiError> {
+    state.provisioner.sandbox(&id).await?;
+    Ok(next.run(request).await)
 }
 
 /// Serves the API on `listener` until `shutdown` completes.

@@ -12,6 +12,8 @@ use warren_protocol::{
     FileList, SandboxInfo, SandboxList, SetAgentEnvVar, WorkdirInfo, WriteResult,
 };
 
+mod mcp_bridge;
+
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -50,6 +52,9 @@ pub enum ClientError {
         /// What could not be decoded.
         detail: String,
     },
+    /// Reading standard input failed (the MCP stdio bridge).
+    #[error("could not read standard input: {0}")]
+    Stdin(#[source] std::io::Error),
 }
 
 /// A client of one warren server.

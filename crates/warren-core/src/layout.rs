@@ -10,6 +10,7 @@ use crate::{SafeUid, SandboxId};
 /// ```text
 /// <data>/user-data/shared/<safe_uid>/workspace   a uid's UserWorkspace (I3, I7)
 /// <data>/skill-projections/<safe_uid>            a uid's read-only skill projection (I7)
+/// <data>/artifacts/<safe_uid>/<sha256>           a uid's presented artifacts (I26)
 /// <data>/scratch/<sandbox>/workspace             an ephemeral sandbox's stand-in workspace (I14)
 /// <data>/scratch/<sandbox>/skills                its empty read-only skills mount
 /// <data>/warren.db                               the SQLite state store
@@ -51,6 +52,11 @@ impl DataLayout {
     /// The skill projection of `uid` on the host.
     pub fn skill_projection(&self, uid: &SafeUid) -> PathBuf {
         self.data_dir.join(Self::skill_projection_relative(uid))
+    }
+
+    /// A uid's artifact store, relative to the data directory: blobs named by SHA-256.
+    pub fn artifacts_relative(uid: &SafeUid) -> String {
+        format!("artifacts/{uid}")
     }
 
     /// Where ephemeral sandboxes keep their scratch trees, relative to the data directory.

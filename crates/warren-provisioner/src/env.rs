@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use warren_backend::{OutputChunk, OutputSink, OutputStream};
-use warren_core::{AgentEnvVar, SecretMasker, Uid, MAX_AGENT_ENV_VARS};
+use warren_core::{AgentEnvVar, SandboxId, SecretMasker, Uid, MAX_AGENT_ENV_VARS};
 use warren_store::{AgentEnvRecord, SandboxRecord};
 
 use crate::sandboxes::Created;
@@ -83,6 +83,13 @@ impl Provisioner {
                 name: name.chars().take(256).collect(),
             })
         }
+    }
+
+    /// The masker for everything a client reads back from the sandbox `id` (tool results,
+    /// file contents shown to a model): every secret its commands get injected (I13).
+    pub async fn secret_masker(&self, id: &SandboxId) -> Result<SecretMasker, ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        Ok(self.command_env(&record).await?.masker)
     }
 
     /// The global sandbox environment a runtime of `record` starts with: the configured

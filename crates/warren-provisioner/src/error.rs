@@ -69,6 +69,30 @@ pub enum ProvisionerError {
         /// The name asked for.
         name: String,
     },
+    /// A path given to `present_files` is not under the workdir's `outputs/` (I26).
+    #[error("{path} is not under {outputs}: only files in the workdir's outputs/ can be presented as artifacts; write or move the file there first")]
+    NotInOutputs {
+        /// The virtual path given.
+        path: String,
+        /// The workdir's outputs directory, as a virtual path.
+        outputs: String,
+    },
+    /// A file too large to present.
+    #[error("{path} has {size} bytes; artifacts are at most {max} bytes")]
+    ArtifactTooLarge {
+        /// The virtual path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The sandbox has no artifact with this id.
+    #[error("this sandbox has no artifact {artifact:?}")]
+    ArtifactNotFound {
+        /// The id asked for.
+        artifact: String,
+    },
     /// The sandbox is behind its cleanup fence or gone (I15).
     #[error("sandbox {sandbox} is {state}; create it again with POST /v1/sandboxes to start a new generation")]
     SandboxTerminated {
@@ -123,4 +147,70 @@ pub enum ProvisionerError {
     /// A blocking file task panicked or was cancelled.
     #[error("a file operation was interrupted")]
     Interrupted(#[source] tokio::task::JoinError),
+}
+
+impl ProvisionerError {
+    /// The message a client (HTTP, MCP, a model) may see: virtual paths only (I1), and
+    /// nothing about the host or warren's internals for failures on warren's side, which
+    /// the caller logs in full instead.
+    pub fn public_message(&self) -> String {
+        match self {
+            Self::File { path, source } => {
+                if is_internal_file_error(source) {
+                    format!("{path}: a file operation failed on the server")
+                } else {
+                    format!("{path}: {}", strip_relative_path(&source.to_string()))
+                }
+            }
+            Self::Store(_) => "the state store failed; try again".to_owned(),
+            Self::Backend(
+                BackendError::ExecUnsupported { .. } | BackendError::RuntimeNotFound { .. },
+            ) => self.backend_message(),
+            Self::Backend(_) => "the runtime failed on the server; try again".to_owned(),
+            Self::Interrupted(_) => "the operation was interrupted; try again".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
+    fn backend_message(&self) -> String {
+        match self {
+            Self::Backend(error) => error.to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// File errors that are warren's problem (an errno from a syscall), not the caller's.
+pub fn is_internal_file_error(error: &FsError) -> bool {
+    const ENOSPC: i32 = 28;
+    const EDQUOT: i32 = 122;
+    if let FsError::Write { errno, .. } | FsError::Create { errno, .. } = error {
+        // A full disk or quota is the caller's to know about.
+        if matches!(errno.raw_os_error(), Some(ENOSPC | EDQUOT)) {
+            return false;
+        }
+    }
+    matches!(
+        error,
+        FsError::RootUnavailable { .. }
+            | FsError::Open { .. }
+            | FsError::Stat { .. }
+            | FsError::Read { .. }
+            | FsError::Write { .. }
+            | FsError::Lock { .. }
+            | FsError::Create { .. }
+            | FsError::SetAttributes { .. }
+            | FsError::Rename { .. }
+            | FsError::Remove { .. }
+            | FsError::List { .. }
+    )
+}
+
+/// `warren-fs` messages start with "`<root-relative path>`: "; keeps only the reason, so a
+/// message never mixes the root-relative path with the virtual one.
+pub fn strip_relative_path(message: &str) -> &str {
+    message
+        .strip_prefix('`')
+        .and_then(|rest| rest.split_once("`: "))
+        .map_or(message, |(_, reason)| reason)
 }

@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+mod artifacts;
 mod env;
 mod error;
 mod exec;
@@ -26,7 +27,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use error::ProvisionerError;
+pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
+pub use error::{is_internal_file_error, strip_relative_path, ProvisionerError};
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};

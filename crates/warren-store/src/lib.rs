@@ -33,6 +33,27 @@ pub struct Lease {
     pub expires_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// A file an agent presented as a result (I26).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Artifact {
+    /// `art-<uuid>`.
+    pub id: String,
+    /// The sandbox that presented it.
+    pub sandbox_id: SandboxId,
+    /// The workspace owner; the bytes live in this uid's artifact store.
+    pub uid: Uid,
+    /// The virtual path it was presented from.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the bytes, lowercase hex; also the blob's name in the artifact store.
+    pub sha256: String,
+    /// Its media type, from the file name.
+    pub media_type: String,
+    /// When it was presented.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// One stored variable of a uid's agent environment (I14).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentEnvRecord {
@@ -162,6 +183,20 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Removes one variable; `false` when there was none.
     async fn remove_agent_env_var(&self, uid: &Uid, name: &str) -> Result<bool, StoreError>;
+
+    /// Records an artifact (its `created_at` is ignored: now is used). Fails with
+    /// [`StoreError::UnknownSandbox`] for a sandbox never claimed.
+    async fn record_artifact(&self, artifact: &Artifact) -> Result<Artifact, StoreError>;
+
+    /// The artifacts of a sandbox, oldest first.
+    async fn list_artifacts(&self, sandbox: &SandboxId) -> Result<Vec<Artifact>, StoreError>;
+
+    /// One artifact of a sandbox.
+    async fn get_artifact(
+        &self,
+        sandbox: &SandboxId,
+        id: &str,
+    ) -> Result<Option<Artifact>, StoreError>;
 }
 
 #[cfg(test)]

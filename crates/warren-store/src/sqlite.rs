@@ -23,7 +23,7 @@ use sqlx::{ConnectOptions, Connection, Row, Sqlite};
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 use crate::{
-    AgentEnvRecord, NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus, SandboxClaim,
+    AgentEnvRecord, Artifact, NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
 };
 
@@ -48,6 +48,13 @@ macro_rules! run_columns {
         "id, sandbox_id, generation, command, cwd, requested_by, status, started_at, \
          finished_at, exit_code, signal, timed_out, duration_ms, cpu_user_ms, cpu_system_ms, \
          peak_memory_bytes, failure_reason"
+    };
+}
+
+/// The columns of an artifact row, in the order [`artifact_from_row`] expects them named.
+macro_rules! artifact_columns {
+    () => {
+        "id, sandbox_id, uid, path, size, sha256, media_type, created_at"
     };
 }
 
@@ -381,6 +388,24 @@ fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
         cpu_system_ms: columns.get("cpu_system_ms")?,
         peak_memory_bytes: columns.get("peak_memory_bytes")?,
         failure_reason: columns.get("failure_reason")?,
+    })
+}
+
+fn artifact_from_row(row: &SqliteRow) -> Result<Artifact, StoreError> {
+    let columns = Columns {
+        row,
+        table: "artifacts",
+    };
+    let size: i64 = columns.get("size")?;
+    Ok(Artifact {
+        id: columns.get("id")?,
+        sandbox_id: columns.parse("sandbox_id", |id| SandboxId::parse(&id))?,
+        uid: columns.parse("uid", Uid::new)?,
+        path: columns.get("path")?,
+        size: u64::try_from(size).map_err(|e| columns.corrupt("size", e))?,
+        sha256: columns.get("sha256")?,
+        media_type: columns.get("media_type")?,
+        created_at: columns.time("created_at")?,
     })
 }
 
@@ -895,6 +920,70 @@ impl StateStore for SqliteStore {
         .map_err(StoreError::query(OPERATION))?;
         tx.commit().await.map_err(StoreError::query(OPERATION))?;
         Ok(!exists)
+    }
+
+    async fn record_artifact(&self, artifact: &Artifact) -> Result<Artifact, StoreError> {
+        const OPERATION: &str = "record an artifact";
+        let size = i64::try_from(artifact.size).map_err(|_| StoreError::Corrupt {
+            table: "artifacts",
+            column: "size",
+            detail: format!("{} bytes is out of range", artifact.size),
+        })?;
+        let row = sqlx::query(concat!(
+            "INSERT INTO artifacts (id, sandbox_id, uid, path, size, sha256, media_type, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING ",
+            artifact_columns!()
+        ))
+        .bind(&artifact.id)
+        .bind(artifact.sandbox_id.as_str())
+        .bind(artifact.uid.as_str())
+        .bind(&artifact.path)
+        .bind(size)
+        .bind(&artifact.sha256)
+        .bind(&artifact.media_type)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await;
+        match row {
+            Ok(row) => artifact_from_row(&row),
+            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
+                Err(StoreError::UnknownSandbox {
+                    id: artifact.sandbox_id.clone(),
+                })
+            }
+            Err(error) => Err(StoreError::query(OPERATION)(error)),
+        }
+    }
+
+    async fn list_artifacts(&self, sandbox: &SandboxId) -> Result<Vec<Artifact>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            artifact_columns!(),
+            " FROM artifacts WHERE sandbox_id = ?1 ORDER BY created_at, id"
+        ))
+        .bind(sandbox.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list artifacts"))?;
+        rows.iter().map(artifact_from_row).collect()
+    }
+
+    async fn get_artifact(
+        &self,
+        sandbox: &SandboxId,
+        id: &str,
+    ) -> Result<Option<Artifact>, StoreError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            artifact_columns!(),
+            " FROM artifacts WHERE sandbox_id = ?1 AND id = ?2"
+        ))
+        .bind(sandbox.as_str())
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read an artifact"))?;
+        row.as_ref().map(artifact_from_row).transpose()
     }
 
     async fn remove_agent_env_var(&self, uid: &Uid, name: &str) -> Result<bool, StoreError> {

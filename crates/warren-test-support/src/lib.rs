@@ -353,6 +353,106 @@ impl Drop for TestServer {
     }
 }
 
+/// A minimal MCP client session over streamable HTTP, speaking raw JSON-RPC, for tests that
+/// call many tools (the end-to-end tests use the official Python SDK instead).
+pub struct McpSession<'a> {
+    server: &'a TestServer,
+    path: String,
+    session: Option<String>,
+    next_id: u64,
+}
+
+impl<'a> McpSession<'a> {
+    /// Initializes a session with the MCP endpoint of `sandbox`.
+    pub async fn open(server: &'a TestServer, sandbox: &str) -> Self {
+        let mut session = Self {
+            server,
+            path: format!("/v1/sandboxes/{sandbox}/mcp"),
+            session: None,
+            next_id: 1,
+        };
+        let result = session
+            .rpc(
+                "initialize",
+                serde_json::json!({
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "warren-test-support", "version": "1"},
+                }),
+            )
+            .await;
+        assert!(
+            result.get("result").is_some(),
+            "initialize failed: {result}"
+        );
+        session
+            .post(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        session
+    }
+
+    /// Calls a tool and returns the JSON-RPC answer (`result` or `error`).
+    pub async fn call_tool(
+        &mut self,
+        name: &str,
+        arguments: serde_json::Value,
+    ) -> serde_json::Value {
+        self.rpc(
+            "tools/call",
+            serde_json::json!({"name": name, "arguments": arguments}),
+        )
+        .await
+    }
+
+    async fn rpc(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.post(
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .await
+        .into_iter()
+        .find(|message| message["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {method}"))
+    }
+
+    /// POSTs one message; returns every JSON-RPC message of the answer.
+    async fn post(&mut self, message: serde_json::Value) -> Vec<serde_json::Value> {
+        let mut request = self
+            .server
+            .request(Method::POST, &self.path)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&message);
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        let response = request.send().await.expect("the server answers");
+        assert!(
+            response.status().is_success(),
+            "MCP POST answered {}",
+            response.status()
+        );
+        if let Some(session) = response.headers().get("mcp-session-id") {
+            self.session = Some(session.to_str().expect("ascii").to_owned());
+        }
+        let text = response.text().await.expect("a readable body");
+        let payloads: Vec<&str> = if text.trim_start().starts_with('{') {
+            vec![text.as_str()]
+        } else {
+            text.lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(str::trim)
+                .filter(|data| !data.is_empty())
+                .collect()
+        };
+        payloads
+            .into_iter()
+            .filter_map(|data| serde_json::from_str(data).ok())
+            .collect()
+    }
+}
+
 /// Kills every runtime recorded under `data_dir` and removes its cgroups.
 pub fn reap_runtimes(data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(data_dir.join("runtimes")) else {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
-    AgentEnvRecord, NewSandbox, RunOutcome, RunStatus, SandboxClaim, SandboxState, StateStore,
-    StoreError,
+    AgentEnvRecord, Artifact, NewSandbox, RunOutcome, RunStatus, SandboxClaim, SandboxState,
+    StateStore, StoreError,
 };
 
 use super::backends::Backend;
@@ -206,6 +206,53 @@ pub async fn setting_one_agent_variable_adds_or_overwrites_within_the_limit(back
     assert!(!store.remove_agent_env_var(&alice, "A").await.unwrap());
     assert!(!store.remove_agent_env_var(&uid("bob"), "B").await.unwrap());
     assert_eq!(store.agent_env(&alice).await.unwrap().len(), 1);
+}
+
+pub async fn artifacts_are_recorded_listed_and_found_per_sandbox(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "t", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let artifact = |id: &str, sandbox_id: &SandboxId| Artifact {
+        id: id.to_owned(),
+        sandbox_id: sandbox_id.clone(),
+        uid: uid("alice"),
+        path: "/home/gem/user-data/projects/a/outputs/r.md".to_owned(),
+        size: 3,
+        sha256: "ab".repeat(32),
+        media_type: "text/markdown".to_owned(),
+        created_at: chrono::Utc::now(),
+    };
+    let first = store
+        .record_artifact(&artifact("art-1", &sandbox.id))
+        .await
+        .unwrap();
+    next_millisecond().await;
+    let second = store
+        .record_artifact(&artifact("art-2", &sandbox.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.size, first.path.as_str()),
+        (3, "/home/gem/user-data/projects/a/outputs/r.md")
+    );
+    assert_eq!(
+        store.list_artifacts(&sandbox.id).await.unwrap(),
+        vec![first.clone(), second]
+    );
+    assert_eq!(
+        store.get_artifact(&sandbox.id, "art-1").await.unwrap(),
+        Some(first)
+    );
+    let other = SandboxId::derive(&uid("bob"), &RuntimeScope::new("t").unwrap());
+    assert_eq!(store.get_artifact(&other, "art-1").await.unwrap(), None);
+    let err = store
+        .record_artifact(&artifact("art-3", &other))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::UnknownSandbox { .. }), "{err:?}");
 }
 
 pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn Backend) {

@@ -101,6 +101,15 @@ enum SandboxCommand {
 }
 
 #[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The sandbox whose tools to serve.
+    #[arg(long)]
+    sandbox: String,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Args)]
 pub struct EnvArgs {
     #[command(subcommand)]
     command: EnvCommand,
@@ -274,6 +283,16 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
+        Err(e) => report(e),
+    }
+}
+
+/// Serves a sandbox's MCP tools on stdin/stdout, for clients that launch tools as processes.
+/// Nothing but MCP messages may go to stdout; diagnostics go to stderr.
+pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    match client.mcp_stdio_bridge(&args.sandbox).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => report(e),
     }
 }

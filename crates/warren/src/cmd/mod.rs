@@ -36,6 +36,9 @@ enum Command {
     Env(client::EnvArgs),
     /// Run a command in a sandbox (client of a running server).
     Exec(client::ExecArgs),
+    /// Serve a sandbox's MCP tools over stdio (client of a running server, for MCP clients
+    /// that launch tools as processes).
+    Mcp(client::McpArgs),
     /// Print a file of a sandbox to stdout (client of a running server).
     Cat(client::CatArgs),
     /// Write stdin or a local file to a sandbox file (client of a running server).
@@ -60,6 +63,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Env(args) => client::env(args).await,
         Command::Exec(args) => client::exec(args).await,
+        Command::Mcp(args) => client::mcp(args).await,
         Command::Cat(args) => client::cat(args).await,
         Command::Put(args) => client::put(args).await,
         Command::Ls(args) => client::ls(args).await,

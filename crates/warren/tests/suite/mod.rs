@@ -1,5 +1,6 @@
 //! One module per area of the API contract.
 
+mod artifacts;
 mod auth;
 mod cli;
 mod config;
@@ -9,6 +10,7 @@ mod etag;
 mod files;
 mod image;
 mod lifecycle;
+mod mcp;
 mod metrics;
 mod network;
 mod openapi;

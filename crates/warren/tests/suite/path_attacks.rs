@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use reqwest::Method;
 use serde_json::json;
-use warren_test_support::TestServer;
+use warren_test_support::{McpSession, TestServer};
 
 use super::server;
 
@@ -262,6 +262,72 @@ async fn no_attack_path_reaches_outside_the_boundary() {
             "{link}"
         );
     }
+}
+
+#[tokio::test]
+async fn no_attack_path_reaches_outside_through_the_mcp_tools() {
+    let world = World::plant().await;
+    let server = &world.server;
+    let before_outside = snapshot(world.outside());
+    let bob = server.workspace_of("bob");
+    let before_bob = snapshot(&bob);
+    let host_paths = [
+        server.data_dir().to_string_lossy().into_owned(),
+        world.outside().to_string_lossy().into_owned(),
+    ];
+    let mut mcp = McpSession::open(server, &world.id).await;
+    let mut checked = 0;
+    for path in corpus(&world) {
+        let calls = [
+            ("read_file", json!({"path": path})),
+            ("ls", json!({"path": path, "depth": 3})),
+            ("write_file", json!({"path": path, "content": "PWNED"})),
+            (
+                "write_file",
+                json!({"path": format!("{path}/new.txt"), "content": "PWNED"}),
+            ),
+            (
+                "edit_file",
+                json!({"path": path, "old_string": SECRET, "new_string": "PWNED"}),
+            ),
+            ("glob", json!({"pattern": "**", "path": path})),
+            ("grep", json!({"pattern": "SECRET", "path": path})),
+            ("view_image", json!({"path": path})),
+            ("present_files", json!({"paths": [path]})),
+        ];
+        for (tool, arguments) in calls {
+            let answer = mcp.call_tool(tool, arguments).await;
+            let shown: String = path.chars().take(60).collect();
+            let result = &answer["result"];
+            assert_eq!(
+                result["isError"], true,
+                "{tool} {shown:?} was not refused as a tool error: {answer}"
+            );
+            let text = result["content"].to_string();
+            assert!(
+                !text.contains(SECRET),
+                "{tool} {shown:?} leaked the secret: {text}"
+            );
+            // A host path may come back only as the caller's own input, echoed.
+            for host in host_paths
+                .iter()
+                .filter(|host| !path.contains(host.as_str()))
+            {
+                assert!(
+                    !text.contains(host.as_str()),
+                    "{tool} {shown:?} leaked a host path: {text}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 200, "only {checked} attacks ran");
+    assert_eq!(
+        snapshot(world.outside()),
+        before_outside,
+        "something outside changed"
+    );
+    assert_eq!(snapshot(&bob), before_bob, "bob's workspace changed");
 }
 
 #[tokio::test]

@@ -1,0 +1,118 @@
+//! The agent tool surface of a sandbox over the Model Context Protocol, on the official Rust
+//! SDK (`rmcp`).
+//!
+//! [`WarrenMcp`] is an MCP server whose tools (`bash`, `ls`, `read_file`, `write_file`,
+//! `edit_file`, `glob`, `grep`, `present_files`, `view_image`) act on one sandbox through
+//! the [`Provisioner`], so they keep every rule the HTTP API keeps: virtual paths only (I1),
+//! fd-based resolution (I2), the read-only skills mount (I7), run records (I22), masking of
+//! injected secrets (I13). [`streamable_http_service`] serves it at
+//! `/v1/sandboxes/{id}/mcp`; the sandbox is read from the request path, so one service
+//! serves every sandbox.
+//!
+//! **Architecture invariant:** a tool never fails as a protocol error. Bad arguments, bad
+//! paths, refused escapes and failed commands are tool results with `isError: true` and a
+//! message a model can act on; only an unknown tool or a request without a sandbox is a
+//! JSON-RPC error.
+
+#![deny(missing_docs)]
+
+mod tools;
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use warren_core::SandboxId;
+use warren_provisioner::Provisioner;
+
+pub use tools::{tool_names, MAX_TOOL_TEXT_CHARS};
+
+/// What the server tells a client about itself at `initialize`.
+const INSTRUCTIONS: &str = "These tools act on one warren sandbox: a Linux runtime with a \
+persistent workspace at /home/gem/user-data (your working directory is a project inside it) \
+and read-only skills at /home/gem/skills. Paths are relative to the working directory or \
+absolute under those two roots. Put results you want to hand over under outputs/ in the \
+working directory and register them with present_files.";
+
+/// The MCP server of warren's sandboxes.
+#[derive(Clone)]
+pub struct WarrenMcp {
+    provisioner: Arc<Provisioner>,
+}
+
+impl WarrenMcp {
+    /// A server acting through `provisioner`.
+    pub fn new(provisioner: Arc<Provisioner>) -> Self {
+        Self { provisioner }
+    }
+}
+
+/// The sandbox a request is for: the `{id}` after `sandboxes/` in its HTTP path.
+fn sandbox_of(context: &RequestContext<RoleServer>) -> Result<SandboxId, ErrorData> {
+    let parts = context
+        .extensions
+        .get::<http::request::Parts>()
+        .ok_or_else(|| ErrorData::invalid_request("no HTTP request carries this call", None))?;
+    let mut segments = parts.uri.path().split('/');
+    segments
+        .by_ref()
+        .find(|segment| *segment == "sandboxes")
+        .and_then(|_| segments.next())
+        .and_then(|id| SandboxId::parse(id).ok())
+        .ok_or_else(|| {
+            ErrorData::invalid_request(
+                "the MCP endpoint is /v1/sandboxes/{id}/mcp with a sandbox id",
+                None,
+            )
+        })
+}
+
+impl ServerHandler for WarrenMcp {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("warren", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools::definitions()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let sandbox = sandbox_of(&context)?;
+        let arguments = request.arguments.unwrap_or_default();
+        let result = tools::call(&self.provisioner, &sandbox, &request.name, arguments).await?;
+        Ok(result.into())
+    }
+}
+
+/// The streamable HTTP service of [`WarrenMcp`], to mount at `/v1/sandboxes/{id}/mcp`
+/// behind the Bearer check.
+///
+/// Host validation (rmcp's DNS-rebinding guard, loopback only by default) is off: warren may
+/// listen on any address, and every request must carry the provisioner token, which a
+/// rebinding page cannot present.
+pub fn streamable_http_service(
+    provisioner: Arc<Provisioner>,
+) -> StreamableHttpService<WarrenMcp, LocalSessionManager> {
+    let server = WarrenMcp::new(provisioner);
+    StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default().disable_allowed_hosts(),
+    )
+}
