@@ -108,20 +108,10 @@ pub(crate) async fn download(
         .next()
         .unwrap_or("artifact")
         .to_owned();
-    let disposition = if is_active_content(&artifact.media_type) {
-        "attachment"
-    } else {
-        "inline"
-    };
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&format!(
-            "{disposition}; filename=\"{}\"; filename*=UTF-8''{}",
-            ascii_fallback(&name),
-            percent_encode(&name)
-        ))
-        .unwrap_or(HeaderValue::from_static("attachment")),
+        content_disposition(!is_active_content(&artifact.media_type), &name),
     );
     // Even a browser that ignored the disposition would run nothing from it.
     headers.insert(
@@ -129,6 +119,17 @@ pub(crate) async fn download(
         HeaderValue::from_static("sandbox; default-src 'none'"),
     );
     Ok(response)
+}
+
+/// `inline` or `attachment` with the file name in both the ASCII and the RFC 8187 form.
+pub(crate) fn content_disposition(inline: bool, name: &str) -> HeaderValue {
+    let disposition = if inline { "inline" } else { "attachment" };
+    HeaderValue::from_str(&format!(
+        "{disposition}; filename=\"{}\"; filename*=UTF-8''{}",
+        ascii_fallback(name),
+        percent_encode(name)
+    ))
+    .unwrap_or(HeaderValue::from_static("attachment"))
 }
 
 /// The name with anything outside printable ASCII (and quotes, backslashes) replaced.

@@ -19,6 +19,7 @@ mod leases;
 mod openapi;
 mod sandboxes;
 mod stream;
+mod viewer;
 mod workdirs;
 
 use std::future::Future;
@@ -36,21 +37,31 @@ use warren_provisioner::Provisioner;
 pub use auth::{ProvisionerToken, TokenError};
 pub use error::ApiError;
 pub use openapi::openapi_document;
+pub use viewer::{ViewerKey, MAX_UPLOAD_BYTES};
 
 /// Shared state of every handler.
 #[derive(Clone)]
 pub struct ApiState {
     provisioner: Arc<Provisioner>,
     token: Arc<ProvisionerToken>,
+    viewer_key: Arc<ViewerKey>,
 }
 
 impl ApiState {
-    /// State over a provisioner, guarded by `token`.
+    /// State over a provisioner, guarded by `token`. Viewer links are signed with a key
+    /// that dies with the process unless [`ApiState::with_viewer_key`] gives a lasting one.
     pub fn new(provisioner: Arc<Provisioner>, token: ProvisionerToken) -> Self {
         Self {
             provisioner,
             token: Arc::new(token),
+            viewer_key: Arc::new(ViewerKey::ephemeral()),
         }
+    }
+
+    /// Signs Viewer links and sessions with `key`.
+    pub fn with_viewer_key(mut self, key: ViewerKey) -> Self {
+        self.viewer_key = Arc::new(key);
+        self
     }
 }
 
@@ -71,6 +82,7 @@ pub fn app(state: ApiState) -> Router {
             get(env::get).put(env::replace).delete(env::clear),
         )
         .route("/users/{uid}/env/{name}", put(env::set).delete(env::remove))
+        .route("/viewer-links", post(viewer::create_link))
         .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route(
             "/sandboxes/{id}",
@@ -128,6 +140,7 @@ pub fn app(state: ApiState) -> Router {
     Router::new()
         .route("/health", get(health))
         .merge(metrics)
+        .merge(viewer::router(state.clone()))
         .nest("/v1", v1)
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)

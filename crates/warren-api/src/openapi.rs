@@ -23,6 +23,7 @@ use utoipa::{Modify, OpenApi};
         crate::sandboxes::delete,
         crate::sandboxes::terminate,
         crate::sandboxes::exec,
+        crate::viewer::create_link,
         crate::artifacts::present,
         crate::artifacts::list,
         crate::artifacts::download,

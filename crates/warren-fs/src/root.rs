@@ -215,6 +215,22 @@ impl WorkspaceRoot {
         Ok(())
     }
 
+    /// The directory `rel` beneath this root, as a root of its own with the same owner and
+    /// access. It is resolved by descriptor like every path (no symlink, no `..`, no mount
+    /// crossing), and every later operation stays beneath the descriptor it got: renaming
+    /// or swapping `rel`'s components for links afterwards cannot widen it. This is how a
+    /// view narrowed to one workdir (the Viewer) is made.
+    pub fn subroot(&self, rel: &str) -> Result<Self, FsError> {
+        let path = RelPath::parse(rel)?;
+        let fd = self.resolve_dir(path.comps(), path.as_str())?;
+        Ok(Self {
+            fd,
+            anchor: self.anchor,
+            owner: self.owner,
+            read_only: self.read_only,
+        })
+    }
+
     /// Opens `path` beneath the root (I2) and maps a refusal to its variant.
     pub(crate) fn resolve(&self, path: &RelPath<'_>, flags: OFlags) -> Result<OwnedFd, FsError> {
         self.resolve_comps(path.comps(), path.as_str(), flags)

@@ -541,3 +541,26 @@ pub struct ArtifactList {
     /// Oldest first.
     pub artifacts: Vec<ArtifactInfo>,
 }
+
+/// `POST /v1/viewer-links`: a link that opens the Viewer on one workdir of one uid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateViewerLink {
+    /// The workspace owner.
+    pub uid: String,
+    /// The workdir the link opens (it must exist); nothing outside it is reachable.
+    pub workdir: String,
+    /// Seconds the link (and the session it opens) lives: 1 to 604800, default 3600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_s: Option<u64>,
+}
+
+/// A signed Viewer link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ViewerLink {
+    /// Path of the link on this server (`/viewer/open?t=…`); prefix the server's address.
+    /// It carries a signed grant, never the provisioner token.
+    pub url: String,
+    /// RFC 3339.
+    pub expires_at: String,
+}

@@ -97,24 +97,70 @@ impl Provisioner {
             .ok_or_else(|| ProvisionerError::ArtifactNotFound {
                 artifact: artifact_id.chars().take(100).collect(),
             })?;
+        let read = self.read_blob(&artifact, range).await?;
+        Ok((artifact, read))
+    }
+
+    /// The artifacts presented from `workdir` of `uid`, by any of its sandboxes (the
+    /// Viewer's list), oldest first.
+    pub async fn workdir_artifacts(
+        &self,
+        uid: &warren_core::Uid,
+        workdir: &warren_core::Workdir,
+    ) -> Result<Vec<Artifact>, ProvisionerError> {
+        let prefix = format!(
+            "{}/",
+            VirtualPath::within(VirtualRoot::UserData, workdir.as_str())
+        );
+        Ok(self
+            .store
+            .list_artifacts_of_uid(uid)
+            .await?
+            .into_iter()
+            .filter(|artifact| artifact.path.starts_with(&prefix))
+            .collect())
+    }
+
+    /// One artifact of `workdir` of `uid` and its bytes; any other is not found.
+    pub async fn read_workdir_artifact(
+        &self,
+        uid: &warren_core::Uid,
+        workdir: &warren_core::Workdir,
+        artifact_id: &str,
+    ) -> Result<(Artifact, ReadResult), ProvisionerError> {
+        let artifact = self
+            .workdir_artifacts(uid, workdir)
+            .await?
+            .into_iter()
+            .find(|artifact| artifact.id == artifact_id)
+            .ok_or_else(|| ProvisionerError::ArtifactNotFound {
+                artifact: artifact_id.chars().take(100).collect(),
+            })?;
+        let read = self.read_blob(&artifact, ByteRange::FULL).await?;
+        Ok((artifact, read))
+    }
+
+    async fn read_blob(
+        &self,
+        artifact: &Artifact,
+        range: ByteRange,
+    ) -> Result<ReadResult, ProvisionerError> {
         let blobs = self
             .layout
             .data_dir()
             .join(DataLayout::artifacts_relative(&artifact.uid.safe()));
         let sha256 = artifact.sha256.clone();
         let cap = self.config.read_cap;
-        let read = self
-            .blocking(move || {
-                WorkspaceRoot::open(&blobs)
-                    .map(WorkspaceRoot::read_only)
-                    .and_then(|root| root.read(&sha256, range, cap))
-                    .map_err(|source| ProvisionerError::File {
-                        path: "the artifact store".to_owned(),
-                        source,
-                    })
-            })
-            .await?;
-        Ok((artifact, read))
+        self.blocking(move || {
+            WorkspaceRoot::open(&blobs)
+                .map(WorkspaceRoot::read_only)
+                .and_then(|root| root.read(&sha256, range, cap))
+                .map_err(|source| ProvisionerError::File {
+                    path: "the artifact store".to_owned(),
+                    source,
+                })
+        })
+        .await
     }
 
     /// Writes `bytes` as `<sha256>` into the uid's artifact store unless it is there.

@@ -377,6 +377,26 @@ impl Provisioner {
         Ok(terminated)
     }
 
+    /// The workdir `workdir` of `uid` as a file root of its own (the Viewer's boundary),
+    /// resolved by descriptor beneath the UserWorkspace: nothing above it is reachable
+    /// through the root, whatever its components become later. Opening it does not start a
+    /// runtime (I17).
+    pub async fn workdir_root(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+    ) -> Result<WorkspaceRoot, ProvisionerError> {
+        self.check_workdir_exists(uid, workdir).await?;
+        let workspace = self.layout.user_workspace(&uid.safe());
+        let relative = workdir.as_str().to_owned();
+        self.blocking(move || {
+            WorkspaceRoot::open(&workspace)
+                .and_then(|root| root.subroot(&relative))
+                .map_err(|source| workdir_error(&relative, source))
+        })
+        .await
+    }
+
     async fn check_workdir_exists(
         &self,
         uid: &Uid,

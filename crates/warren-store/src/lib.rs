@@ -191,6 +191,9 @@ pub trait StateStore: Send + Sync + 'static {
     /// The artifacts of a sandbox, oldest first.
     async fn list_artifacts(&self, sandbox: &SandboxId) -> Result<Vec<Artifact>, StoreError>;
 
+    /// The artifacts of every sandbox of `uid`, oldest first.
+    async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError>;
+
     /// One artifact of a sandbox.
     async fn get_artifact(
         &self,

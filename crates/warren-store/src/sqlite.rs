@@ -968,6 +968,19 @@ impl StateStore for SqliteStore {
         rows.iter().map(artifact_from_row).collect()
     }
 
+    async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            artifact_columns!(),
+            " FROM artifacts WHERE uid = ?1 ORDER BY created_at, id"
+        ))
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list artifacts"))?;
+        rows.iter().map(artifact_from_row).collect()
+    }
+
     async fn get_artifact(
         &self,
         sandbox: &SandboxId,

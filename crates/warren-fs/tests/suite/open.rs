@@ -144,3 +144,60 @@ for_both_resolvers!(
     a_symlink_as_last_component_is_refused_by_stat,
     read_only_workspaces_refuse_every_mutation,
 );
+
+fn a_subroot_is_resolved_without_following_anything(r: Resolver) {
+    let f = Fixture::new();
+    f.dir("projects/a");
+    f.file("projects/a/notes.txt", "inside");
+    symlink(&f.outside, f.path("projects/link")).unwrap();
+    symlink(&f.outside, f.path("top-link")).unwrap();
+    let ws = f.ws(r);
+    for (rel, want_symlink) in [
+        ("projects/link", true),
+        ("top-link/sub", true),
+        ("../outside", false),
+        ("/etc", false),
+        ("projects/a/notes.txt", false),
+    ] {
+        let err = ws
+            .subroot(rel)
+            .err()
+            .unwrap_or_else(|| panic!("{rel} was opened"));
+        assert_eq!(
+            matches!(err, FsError::SymlinkRefused { .. }),
+            want_symlink,
+            "{rel}: {err:?}"
+        );
+    }
+    let sub = ws.subroot("projects/a").unwrap();
+    assert_eq!(
+        sub.read("notes.txt", warren_fs::ByteRange::FULL, 100)
+            .unwrap()
+            .bytes,
+        b"inside"
+    );
+    assert!(sub
+        .read("../a/notes.txt", warren_fs::ByteRange::FULL, 100)
+        .is_err());
+}
+
+fn a_subroot_stays_on_its_directory_when_the_path_is_swapped_for_a_link(r: Resolver) {
+    let f = Fixture::new();
+    f.dir("projects/a");
+    f.file("projects/a/notes.txt", "inside");
+    let sub = f.ws(r).subroot("projects/a").unwrap();
+    // The workdir is moved away and a link to the outside put in its place.
+    std::fs::rename(f.path("projects/a"), f.path("projects/moved")).unwrap();
+    symlink(&f.outside, f.path("projects/a")).unwrap();
+    let listing = sub.list("", 1, 100).unwrap();
+    let names: Vec<_> = listing.entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(names, ["notes.txt"], "the subroot followed the swap");
+    assert!(sub
+        .read("secret.txt", warren_fs::ByteRange::FULL, 100)
+        .is_err());
+}
+
+for_both_resolvers!(
+    a_subroot_is_resolved_without_following_anything,
+    a_subroot_stays_on_its_directory_when_the_path_is_swapped_for_a_link,
+);

@@ -246,6 +246,19 @@ pub async fn artifacts_are_recorded_listed_and_found_per_sandbox(backend: &dyn B
         store.get_artifact(&sandbox.id, "art-1").await.unwrap(),
         Some(first)
     );
+    assert_eq!(
+        store
+            .list_artifacts_of_uid(&uid("alice"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(store
+        .list_artifacts_of_uid(&uid("bob"))
+        .await
+        .unwrap()
+        .is_empty());
     let other = SandboxId::derive(&uid("bob"), &RuntimeScope::new("t").unwrap());
     assert_eq!(store.get_artifact(&other, "art-1").await.unwrap(), None);
     let err = store

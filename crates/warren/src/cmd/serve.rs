@@ -241,9 +241,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(%address, data_dir = %data_dir.display(), "warren is serving");
     // A machine-readable line for supervisors and tests that asked for port 0.
     println!("warren listening on http://{address}");
+    // Viewer links outlive a restart: their key is kept (0600) next to the state store.
+    let viewer_key = warren_api::ViewerKey::load_or_create(&data_dir)
+        .context("cannot read or create the Viewer's signing key (<data-dir>/viewer.key)")?;
     warren_api::serve(
         listener,
-        ApiState::new(provisioner, token),
+        ApiState::new(provisioner, token).with_viewer_key(viewer_key),
         shutdown_signal(),
     )
     .await

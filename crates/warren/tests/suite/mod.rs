@@ -18,6 +18,8 @@ mod path_attacks;
 mod runtime;
 mod sandboxes;
 mod unprivileged;
+mod viewer;
+mod viewer_browser;
 mod workdirs;
 
 use std::path::Path;
