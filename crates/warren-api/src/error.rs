@@ -117,6 +117,11 @@ impl From<ProvisionerError> for ApiError {
             P::ArtifactNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "artifact_not_found", message)
             }
+            P::CheckpointNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "checkpoint_not_found", message)
+            }
+            P::SandboxBusy { .. } => Self::new(StatusCode::CONFLICT, "sandbox_busy", message),
+            P::Snapshot(error) => snapshot_error(error, &message),
             P::EnvVarNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "env_var_not_found", message)
             }
@@ -155,6 +160,26 @@ fn core_code(error: &CoreError) -> &'static str {
         CoreError::InvalidNetworkPolicy { .. } => "invalid_network",
         CoreError::InvalidIsolationScope { .. } => "invalid_scope",
         CoreError::InvalidEnv { .. } => "invalid_env",
+    }
+}
+
+fn snapshot_error(error: &warren_snapshot::SnapshotError, message: &str) -> ApiError {
+    use warren_snapshot::SnapshotError as S;
+    match error {
+        S::File(source) => file_error("the workdir", source),
+        S::ManifestNotFound(_) | S::MissingChunk { .. } | S::Corrupt { .. } => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "checkpoint_unusable",
+            message.to_owned(),
+        ),
+        S::NonUtf8Name(_) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "non_utf8_name",
+            message.to_owned(),
+        ),
+        S::Store { .. } | S::Io { .. } | S::InvalidKey(_) => {
+            ApiError::internal("the snapshot store failed", error)
+        }
     }
 }
 

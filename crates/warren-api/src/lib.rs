@@ -11,6 +11,7 @@
 
 mod artifacts;
 mod auth;
+mod checkpoints;
 mod env;
 mod error;
 mod extract;
@@ -83,6 +84,18 @@ pub fn app(state: ApiState) -> Router {
         )
         .route("/users/{uid}/env/{name}", put(env::set).delete(env::remove))
         .route("/viewer-links", post(viewer::create_link))
+        .route(
+            "/sandboxes/{id}/checkpoints",
+            post(checkpoints::create).get(checkpoints::list),
+        )
+        .route(
+            "/sandboxes/{id}/checkpoints/{checkpoint_id}/diff",
+            get(checkpoints::diff),
+        )
+        .route(
+            "/sandboxes/{id}/checkpoints/{checkpoint_id}/restore",
+            post(checkpoints::restore),
+        )
         .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route(
             "/sandboxes/{id}",

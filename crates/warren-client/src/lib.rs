@@ -8,8 +8,9 @@
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use warren_protocol::{
-    AgentEnv, AgentEnvEntry, CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult,
-    FileList, SandboxInfo, SandboxList, SetAgentEnvVar, WorkdirInfo, WriteResult,
+    AgentEnv, AgentEnvEntry, CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList,
+    CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult, FileList, SandboxInfo,
+    SandboxList, SetAgentEnvVar, WorkdirInfo, WriteResult,
 };
 
 mod mcp_bridge;
@@ -167,6 +168,58 @@ impl WarrenClient {
     pub async fn remove_sandbox(&self, id: &str) -> Result<SandboxInfo, ClientError> {
         self.json(self.request(Method::DELETE, &format!("/v1/sandboxes/{}", encode(id))))
             .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/checkpoints`.
+    pub async fn create_checkpoint(&self, id: &str) -> Result<CheckpointCreated, ClientError> {
+        self.json(self.request(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/checkpoints", encode(id)),
+        ))
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/checkpoints`.
+    pub async fn list_checkpoints(&self, id: &str) -> Result<CheckpointList, ClientError> {
+        self.json(self.request(
+            Method::GET,
+            &format!("/v1/sandboxes/{}/checkpoints", encode(id)),
+        ))
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/checkpoints/{checkpoint}/diff`.
+    pub async fn checkpoint_diff(
+        &self,
+        id: &str,
+        checkpoint: &str,
+    ) -> Result<CheckpointDiff, ClientError> {
+        self.json(self.request(
+            Method::GET,
+            &format!(
+                "/v1/sandboxes/{}/checkpoints/{}/diff",
+                encode(id),
+                encode(checkpoint)
+            ),
+        ))
+        .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/checkpoints/{checkpoint}/restore`.
+    pub async fn restore_checkpoint(
+        &self,
+        id: &str,
+        checkpoint: &str,
+    ) -> Result<CheckpointInfo, ClientError> {
+        self.json(self.request(
+            Method::POST,
+            &format!(
+                "/v1/sandboxes/{}/checkpoints/{}/restore",
+                encode(id),
+                encode(checkpoint)
+            ),
+        ))
+        .await
     }
 
     /// `GET /v1/users/{uid}/env`: names, lengths and hints, never values.

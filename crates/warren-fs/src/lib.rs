@@ -28,6 +28,7 @@ mod path;
 mod remove;
 mod resolve;
 mod root;
+mod tree;
 mod types;
 mod walk;
 mod write;

@@ -399,6 +399,8 @@ pub(crate) fn entry_from_meta(path: String, meta: &Meta, symlink_target: Option<
         uid: meta.uid,
         gid: meta.gid,
         symlink_target,
+        inode: meta.inode,
+        links: meta.links,
     }
 }
 

@@ -46,6 +46,10 @@ pub struct Entry {
     pub gid: u32,
     /// For symlinks, the link's target as stored (never resolved).
     pub symlink_target: Option<String>,
+    /// The inode number: with `links > 1`, entries sharing it are hard links of one file.
+    pub inode: u64,
+    /// How many hard links the object has.
+    pub links: u64,
 }
 
 /// Which bytes of a file to read.

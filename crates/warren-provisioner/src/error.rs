@@ -93,6 +93,25 @@ pub enum ProvisionerError {
         /// The id asked for.
         artifact: String,
     },
+    /// No checkpoint with this id in this sandbox.
+    #[error("this sandbox has no checkpoint {checkpoint:?}")]
+    CheckpointNotFound {
+        /// The id asked for.
+        checkpoint: String,
+    },
+    /// Commands run in the sandbox, so its workdir cannot be swapped now.
+    #[error(
+        "sandbox {sandbox} is running {commands} command(s); wait for them to finish, then restore"
+    )]
+    SandboxBusy {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// How many.
+        commands: usize,
+    },
+    /// The snapshot engine failed or found damage.
+    #[error(transparent)]
+    Snapshot(warren_snapshot::SnapshotError),
     /// The sandbox is behind its cleanup fence or gone (I15).
     #[error("sandbox {sandbox} is {state}; create it again with POST /v1/sandboxes to start a new generation")]
     SandboxTerminated {
@@ -168,6 +187,11 @@ impl ProvisionerError {
             ) => self.backend_message(),
             Self::Backend(_) => "the runtime failed on the server; try again".to_owned(),
             Self::Interrupted(_) => "the operation was interrupted; try again".to_owned(),
+            Self::Snapshot(
+                warren_snapshot::SnapshotError::Store { .. }
+                | warren_snapshot::SnapshotError::Io { .. }
+                | warren_snapshot::SnapshotError::InvalidKey(_),
+            ) => "the snapshot store failed on the server; try again".to_owned(),
             other => other.to_string(),
         }
     }

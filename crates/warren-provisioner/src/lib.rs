@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 mod artifacts;
+mod checkpoints;
 mod env;
 mod error;
 mod exec;

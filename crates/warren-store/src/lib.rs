@@ -54,6 +54,25 @@ pub struct Artifact {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// A recorded workdir checkpoint (I28).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Checkpoint {
+    /// `ckpt-<uuid>`.
+    pub id: String,
+    /// The sandbox whose workdir it records.
+    pub sandbox_id: SandboxId,
+    /// The workdir it records.
+    pub workdir: Workdir,
+    /// The manifest id in the uid's snapshot store.
+    pub manifest: String,
+    /// Regular files recorded.
+    pub files: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// When it was taken.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// One stored variable of a uid's agent environment (I14).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentEnvRecord {
@@ -190,6 +209,12 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// The artifacts of a sandbox, oldest first.
     async fn list_artifacts(&self, sandbox: &SandboxId) -> Result<Vec<Artifact>, StoreError>;
+
+    /// Records a checkpoint (its `created_at` is ignored: now is used).
+    async fn record_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint, StoreError>;
+
+    /// The checkpoints of a sandbox, oldest first.
+    async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError>;
 
     /// The artifacts of every sandbox of `uid`, oldest first.
     async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError>;

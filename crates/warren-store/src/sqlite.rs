@@ -23,8 +23,8 @@ use sqlx::{ConnectOptions, Connection, Row, Sqlite};
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 use crate::{
-    AgentEnvRecord, Artifact, NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus, SandboxClaim,
-    SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
+    AgentEnvRecord, Artifact, Checkpoint, NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus,
+    SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
 };
 
 /// The schema, embedded at build time so the binary and its schema cannot drift apart.
@@ -405,6 +405,26 @@ fn artifact_from_row(row: &SqliteRow) -> Result<Artifact, StoreError> {
         size: u64::try_from(size).map_err(|e| columns.corrupt("size", e))?,
         sha256: columns.get("sha256")?,
         media_type: columns.get("media_type")?,
+        created_at: columns.time("created_at")?,
+    })
+}
+
+fn checkpoint_from_row(row: &SqliteRow) -> Result<Checkpoint, StoreError> {
+    let columns = Columns {
+        row,
+        table: "checkpoints",
+    };
+    let count = |column: &'static str| -> Result<u64, StoreError> {
+        let value: i64 = columns.get(column)?;
+        u64::try_from(value).map_err(|e| columns.corrupt(column, e))
+    };
+    Ok(Checkpoint {
+        id: columns.get("id")?,
+        sandbox_id: columns.parse("sandbox_id", |id| SandboxId::parse(&id))?,
+        workdir: columns.parse("workdir", Workdir::new)?,
+        manifest: columns.get("manifest")?,
+        files: count("files")?,
+        bytes: count("bytes")?,
         created_at: columns.time("created_at")?,
     })
 }
@@ -966,6 +986,51 @@ impl StateStore for SqliteStore {
         .await
         .map_err(StoreError::query("list artifacts"))?;
         rows.iter().map(artifact_from_row).collect()
+    }
+
+    async fn record_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint, StoreError> {
+        let to_i64 = |value: u64, column: &'static str| {
+            i64::try_from(value).map_err(|_| StoreError::Corrupt {
+                table: "checkpoints",
+                column,
+                detail: format!("{value} is out of range"),
+            })
+        };
+        let row = sqlx::query(
+            "INSERT INTO checkpoints (id, sandbox_id, workdir, manifest, files, bytes, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             RETURNING id, sandbox_id, workdir, manifest, files, bytes, created_at",
+        )
+        .bind(&checkpoint.id)
+        .bind(checkpoint.sandbox_id.as_str())
+        .bind(checkpoint.workdir.as_str())
+        .bind(&checkpoint.manifest)
+        .bind(to_i64(checkpoint.files, "files")?)
+        .bind(to_i64(checkpoint.bytes, "bytes")?)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await;
+        match row {
+            Ok(row) => checkpoint_from_row(&row),
+            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
+                Err(StoreError::UnknownSandbox {
+                    id: checkpoint.sandbox_id.clone(),
+                })
+            }
+            Err(error) => Err(StoreError::query("record a checkpoint")(error)),
+        }
+    }
+
+    async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, sandbox_id, workdir, manifest, files, bytes, created_at FROM checkpoints \
+             WHERE sandbox_id = ?1 ORDER BY created_at, id",
+        )
+        .bind(sandbox.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list checkpoints"))?;
+        rows.iter().map(checkpoint_from_row).collect()
     }
 
     async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError> {

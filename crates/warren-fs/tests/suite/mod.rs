@@ -34,4 +34,5 @@ mod read;
 mod remove;
 mod search;
 mod support;
+mod tree;
 mod write;

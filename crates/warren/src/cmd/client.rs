@@ -101,6 +101,43 @@ enum SandboxCommand {
 }
 
 #[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    #[command(subcommand)]
+    command: CheckpointCommand,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointCommand {
+    /// Record the sandbox's workdir and print what it took.
+    Create {
+        /// Sandbox id.
+        sandbox: String,
+    },
+    /// List the sandbox's checkpoints.
+    List {
+        /// Sandbox id.
+        sandbox: String,
+    },
+    /// Show what changed in the workdir since a checkpoint.
+    Diff {
+        /// Sandbox id.
+        sandbox: String,
+        /// Checkpoint id.
+        checkpoint: String,
+    },
+    /// Put the workdir back as a checkpoint recorded it (not while commands run). What
+    /// commands did outside the workdir is not undone.
+    Restore {
+        /// Sandbox id.
+        sandbox: String,
+        /// Checkpoint id.
+        checkpoint: String,
+    },
+}
+
+#[derive(Debug, Args)]
 pub struct McpArgs {
     /// The sandbox whose tools to serve.
     #[arg(long)]
@@ -284,6 +321,78 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     match result {
         Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
         Err(e) => report(e),
+    }
+}
+
+pub async fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    match args.command {
+        CheckpointCommand::Create { sandbox } => match client.create_checkpoint(&sandbox).await {
+            Ok(created) => {
+                let s = &created.summary;
+                eprintln!(
+                    "checkpoint {}: {} files, {} dirs, {} links; read {}, stored {} new \
+                     ({} of {} chunks new, ratio {:.1}) in {} ms",
+                    created.checkpoint.checkpoint_id,
+                    s.files,
+                    s.dirs,
+                    s.symlinks,
+                    human_bytes(s.bytes_read),
+                    human_bytes(s.bytes_stored),
+                    s.chunks_new,
+                    s.chunks,
+                    s.dedup_ratio,
+                    s.elapsed_ms
+                );
+                print_json(&created).map(|()| ExitCode::SUCCESS)
+            }
+            Err(e) => report(e),
+        },
+        CheckpointCommand::List { sandbox } => match client.list_checkpoints(&sandbox).await {
+            Ok(list) => print_json(&list).map(|()| ExitCode::SUCCESS),
+            Err(e) => report(e),
+        },
+        CheckpointCommand::Diff {
+            sandbox,
+            checkpoint,
+        } => match client.checkpoint_diff(&sandbox, &checkpoint).await {
+            Ok(diff) => {
+                let mut out = std::io::stdout().lock();
+                for (mark, paths) in [
+                    ("+", &diff.added),
+                    ("-", &diff.removed),
+                    ("~", &diff.changed),
+                ] {
+                    for path in paths {
+                        writeln!(out, "{mark} {path}")?;
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => report(e),
+        },
+        CheckpointCommand::Restore {
+            sandbox,
+            checkpoint,
+        } => match client.restore_checkpoint(&sandbox, &checkpoint).await {
+            Ok(info) => print_json(&info).map(|()| ExitCode::SUCCESS),
+            Err(e) => report(e),
+        },
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

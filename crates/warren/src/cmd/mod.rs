@@ -32,6 +32,8 @@ enum Command {
     Workdir(client::WorkdirArgs),
     /// Manage sandboxes (client of a running server).
     Sandbox(client::SandboxArgs),
+    /// Record, compare and restore a sandbox's workdir (client of a running server).
+    Checkpoint(client::CheckpointArgs),
     /// Manage a user's agent environment (client of a running server).
     Env(client::EnvArgs),
     /// Run a command in a sandbox (client of a running server).
@@ -61,6 +63,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Image(args) => image::run(args),
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
+        Command::Checkpoint(args) => client::checkpoint(args).await,
         Command::Env(args) => client::env(args).await,
         Command::Exec(args) => client::exec(args).await,
         Command::Mcp(args) => client::mcp(args).await,

@@ -190,3 +190,50 @@ async fn the_cli_sets_a_secret_from_stdin_and_never_prints_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no variable \"API_KEY\""));
 }
+
+#[tokio::test]
+async fn the_cli_records_diffs_and_restores_a_checkpoint() {
+    let server = server();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let file = server.workspace_of("alice").join("projects/a/notes.md");
+    std::fs::write(&file, "before\n").unwrap();
+    let out = run_to_exit(bin(), &["checkpoint", "create", &id], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains("1 files") && summary.contains("chunks new"),
+        "{summary}"
+    );
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cid = created["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    std::fs::write(&file, "after\n").unwrap();
+    std::fs::write(file.with_file_name("new.md"), "x").unwrap();
+    let out = run_to_exit(bin(), &["checkpoint", "diff", &id, &cid], &env);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "+ new.md\n~ notes.md\n"
+    );
+    let out = run_to_exit(bin(), &["checkpoint", "restore", &id, &cid], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "before\n");
+    assert!(!file.with_file_name("new.md").exists());
+    let out = run_to_exit(bin(), &["checkpoint", "restore", &id, "ckpt-missing"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpoint"));
+}

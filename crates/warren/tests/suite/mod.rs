@@ -2,6 +2,7 @@
 
 mod artifacts;
 mod auth;
+mod checkpoints;
 mod cli;
 mod config;
 mod env;

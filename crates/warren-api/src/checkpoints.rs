@@ -1,0 +1,138 @@
+//! `/v1/sandboxes/{id}/checkpoints`: record, compare and restore a workdir (I28).
+//!
+//! A restore puts the workdir's files back as they were. It does not undo anything a
+//! command did outside the workdir: messages sent, commits pushed, packages installed
+//! elsewhere stay as they are.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use warren_core::SandboxId;
+use warren_protocol::{
+    CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList, CheckpointSummary,
+};
+use warren_provisioner::ProvisionerError;
+use warren_store::Checkpoint;
+
+use crate::extract::SandboxPath;
+use crate::{ApiError, ApiState};
+
+fn info(checkpoint: &Checkpoint) -> CheckpointInfo {
+    CheckpointInfo {
+        checkpoint_id: checkpoint.id.clone(),
+        workdir: checkpoint.workdir.to_string(),
+        files: checkpoint.files,
+        bytes: checkpoint.bytes,
+        created_at: checkpoint.created_at.to_rfc3339(),
+    }
+}
+
+fn ids(raw_id: &str) -> Result<SandboxId, ApiError> {
+    SandboxId::parse(raw_id).map_err(|e| ProvisionerError::from(e).into())
+}
+
+/// Records the sandbox's workdir: only chunks this uid has not stored yet are written.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/checkpoints", tag = "checkpoints",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 201, body = CheckpointCreated)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn create(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<(StatusCode, Json<CheckpointCreated>), ApiError> {
+    let started = std::time::Instant::now();
+    let (checkpoint, stats) = state.provisioner.create_checkpoint(&id).await?;
+    let ratio = if stats.bytes_stored == 0 {
+        0.0
+    } else {
+        stats.bytes_read as f64 / stats.bytes_stored as f64
+    };
+    Ok((
+        StatusCode::CREATED,
+        Json(CheckpointCreated {
+            checkpoint: info(&checkpoint),
+            summary: CheckpointSummary {
+                files: stats.files,
+                dirs: stats.dirs,
+                symlinks: stats.symlinks,
+                skipped: stats.skipped,
+                bytes_read: stats.bytes_read,
+                bytes_stored: stats.bytes_stored,
+                chunks: stats.chunks,
+                chunks_new: stats.chunks_new,
+                dedup_ratio: ratio,
+                elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            },
+        }),
+    ))
+}
+
+/// The sandbox's checkpoints, oldest first.
+#[utoipa::path(
+    get, path = "/v1/sandboxes/{id}/checkpoints", tag = "checkpoints",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, body = CheckpointList)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn list(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<Json<CheckpointList>, ApiError> {
+    let checkpoints = state.provisioner.list_checkpoints(&id).await?;
+    Ok(Json(CheckpointList {
+        checkpoints: checkpoints.iter().map(info).collect(),
+    }))
+}
+
+/// Paths added, removed and changed in the workdir since the checkpoint.
+#[utoipa::path(
+    get, path = "/v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff", tag = "checkpoints",
+    params(
+        ("id" = String, Path, description = "Sandbox id"),
+        ("checkpoint_id" = String, Path, description = "Checkpoint id"),
+    ),
+    responses((status = 200, body = CheckpointDiff), (status = 404, body = warren_protocol::ErrorBody)),
+    security(("bearer" = []))
+)]
+pub(crate) async fn diff(
+    State(state): State<ApiState>,
+    Path((raw_id, checkpoint)): Path<(String, String)>,
+) -> Result<Json<CheckpointDiff>, ApiError> {
+    let id = ids(&raw_id)?;
+    let diff = state.provisioner.checkpoint_diff(&id, &checkpoint).await?;
+    Ok(Json(CheckpointDiff {
+        added: diff.added,
+        removed: diff.removed,
+        changed: diff.changed,
+    }))
+}
+
+/// Puts the workdir back as the checkpoint recorded it, in one atomic swap. Refused with
+/// 409 `sandbox_busy` while commands run in the sandbox. External side effects of commands
+/// (anything outside the workdir) are not undone.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/checkpoints/{checkpoint_id}/restore", tag = "checkpoints",
+    params(
+        ("id" = String, Path, description = "Sandbox id"),
+        ("checkpoint_id" = String, Path, description = "Checkpoint id"),
+    ),
+    responses(
+        (status = 200, body = CheckpointInfo, description = "Restored"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_busy"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "checkpoint_unusable: a chunk is missing or corrupt; the workdir is unchanged"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn restore(
+    State(state): State<ApiState>,
+    Path((raw_id, checkpoint)): Path<(String, String)>,
+) -> Result<Json<CheckpointInfo>, ApiError> {
+    let id = ids(&raw_id)?;
+    let restored = state
+        .provisioner
+        .restore_checkpoint(&id, &checkpoint)
+        .await?;
+    Ok(Json(info(&restored)))
+}

@@ -1,0 +1,170 @@
+//! Primitives for copying whole trees in and out of a workspace (checkpoints and snapshots):
+//! streaming reads and creates, symlinks and hardlinks made as themselves, attributes set
+//! without following anything, and the atomic exchange of two directories.
+//!
+//! Like every mutation here, each call resolves the *parent* by descriptor (I2) and names
+//! the last component only through `*at` calls, so a link planted anywhere is refused or
+//! acted on as a link, never followed.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{
+    fchmod, linkat, renameat_with, symlinkat, utimensat, AtFlags, Mode, OFlags, RenameFlags,
+    Timespec, Timestamps, UTIME_OMIT,
+};
+
+use crate::error::{FsError, Op};
+use crate::path::RelPath;
+use crate::resolve::Meta;
+use crate::root::WorkspaceRoot;
+
+impl WorkspaceRoot {
+    /// Opens the regular file at `rel` for reading as a stream (for files too large to read
+    /// whole). A link, a directory or a device is refused.
+    pub fn open_file(&self, rel: &str) -> Result<File, FsError> {
+        let path = RelPath::parse(rel)?;
+        Ok(self.open_regular(&path)?.0)
+    }
+
+    /// The parent of `path` as a descriptor, and its last component.
+    fn parent_of<'p>(&self, path: &'p RelPath<'p>) -> Result<(OwnedFd, &'p str), FsError> {
+        let (parents, leaf) = path
+            .split_leaf()
+            .ok_or(FsError::RootRefused { action: "replace" })?;
+        Ok((self.resolve_dir(parents, path.as_str())?, leaf))
+    }
+
+    /// Creates the regular file `rel`, which must not exist (`O_EXCL`), in an existing
+    /// parent, and returns it open for writing. Owned by the workspace owner (I11).
+    pub fn create_file(&self, rel: &str, mode: u32) -> Result<File, FsError> {
+        self.ensure_writable(rel)?;
+        let path = RelPath::parse(rel)?;
+        let (parent, leaf) = self.parent_of(&path)?;
+        let fd = self
+            .anchor
+            .open_beneath(
+                parent.as_fd(),
+                &[OsStr::new(leaf)],
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(mode & 0o777),
+            )
+            .map_err(|e| FsError::from_errno(e, path.as_str(), Op::Create))?;
+        self.chown_new(fd.as_fd(), path.as_str())?;
+        fchmod(fd.as_fd(), Mode::from_raw_mode(mode & 0o777))
+            .map_err(|e| FsError::from_errno(e, path.as_str(), Op::SetAttributes))?;
+        Ok(File::from(fd))
+    }
+
+    /// Creates the symbolic link `rel` with `target` stored as is (never resolved).
+    pub fn create_symlink(&self, rel: &str, target: &str) -> Result<(), FsError> {
+        self.ensure_writable(rel)?;
+        let path = RelPath::parse(rel)?;
+        let (parent, leaf) = self.parent_of(&path)?;
+        symlinkat(target, parent.as_fd(), leaf)
+            .map_err(|e| FsError::from_errno(e, path.as_str(), Op::Create))?;
+        if let Some(owner) = self.owner() {
+            rustix::fs::chownat(
+                parent.as_fd(),
+                leaf,
+                Some(rustix::fs::Uid::from_raw(owner.uid)),
+                Some(rustix::fs::Gid::from_raw(owner.gid)),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| FsError::from_errno(e, path.as_str(), Op::SetAttributes))?;
+        }
+        Ok(())
+    }
+
+    /// Makes `new` a hard link to the existing regular file `existing` (both beneath the
+    /// root; a link is never followed, so only a file the root holds can be linked).
+    pub fn create_hardlink(&self, existing: &str, new: &str) -> Result<(), FsError> {
+        self.ensure_writable(new)?;
+        let from = RelPath::parse(existing)?;
+        let to = RelPath::parse(new)?;
+        let (from_parent, from_leaf) = self.parent_of(&from)?;
+        let (to_parent, to_leaf) = self.parent_of(&to)?;
+        let meta = rustix::fs::statat(from_parent.as_fd(), from_leaf, AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| Meta::from_stat(&st))
+            .map_err(|e| FsError::from_errno(e, from.as_str(), Op::Stat))?;
+        if !meta.is_file() {
+            return Err(FsError::NotAFile {
+                path: from.as_str().to_owned(),
+            });
+        }
+        linkat(
+            from_parent.as_fd(),
+            from_leaf,
+            to_parent.as_fd(),
+            to_leaf,
+            AtFlags::empty(),
+        )
+        .map_err(|e| FsError::from_errno(e, to.as_str(), Op::Create))
+    }
+
+    /// Sets the permission bits (not for symlinks, which have none) and the modification
+    /// time (milliseconds since the epoch) of `rel`, without following it.
+    pub fn set_attributes(
+        &self,
+        rel: &str,
+        mode: Option<u32>,
+        modified_unix_ms: i64,
+    ) -> Result<(), FsError> {
+        self.ensure_writable(rel)?;
+        let path = RelPath::parse(rel)?;
+        let (parent, leaf) = self.parent_of(&path)?;
+        if let Some(mode) = mode {
+            // Through a descriptor of the entry itself: fchmodat cannot refuse links.
+            let fd = self
+                .anchor
+                .open_beneath(
+                    parent.as_fd(),
+                    &[OsStr::new(leaf)],
+                    OFlags::PATH,
+                    Mode::empty(),
+                )
+                .map_err(|e| FsError::from_errno(e, path.as_str(), Op::Open))?;
+            let meta = Meta::of(fd.as_fd())
+                .map_err(|e| FsError::from_errno(e, path.as_str(), Op::Stat))?;
+            if !meta.is_symlink() {
+                // An O_PATH descriptor cannot be fchmod'ed; /proc/self/fd can, without
+                // resolving anything the workspace controls.
+                let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+                rustix::fs::chmod(proc_path.as_str(), Mode::from_raw_mode(mode & 0o7777))
+                    .map_err(|e| FsError::from_errno(e, path.as_str(), Op::SetAttributes))?;
+            }
+        }
+        let modified = Timespec {
+            tv_sec: modified_unix_ms.div_euclid(1000),
+            tv_nsec: modified_unix_ms.rem_euclid(1000) * 1_000_000,
+        };
+        let times = Timestamps {
+            last_access: Timespec {
+                tv_sec: 0,
+                tv_nsec: UTIME_OMIT,
+            },
+            last_modification: modified,
+        };
+        utimensat(parent.as_fd(), leaf, &times, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::from_errno(e, path.as_str(), Op::SetAttributes))
+    }
+
+    /// Swaps the directories (or files) `a` and `b` in one atomic step
+    /// (`renameat2(RENAME_EXCHANGE)`): a reader sees one or the other, never a mix.
+    pub fn exchange(&self, a: &str, b: &str) -> Result<(), FsError> {
+        self.ensure_writable(a)?;
+        let first = RelPath::parse(a)?;
+        let second = RelPath::parse(b)?;
+        let (first_parent, first_leaf) = self.parent_of(&first)?;
+        let (second_parent, second_leaf) = self.parent_of(&second)?;
+        renameat_with(
+            first_parent.as_fd(),
+            first_leaf,
+            second_parent.as_fd(),
+            second_leaf,
+            RenameFlags::EXCHANGE,
+        )
+        .map_err(|e| FsError::from_errno(e, first.as_str(), Op::Remove))
+    }
+}

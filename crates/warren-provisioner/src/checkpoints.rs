@@ -1,0 +1,158 @@
+//! Workdir checkpoints (I28): record a sandbox's workdir, list what changed since, put it
+//! back. The engine is `warren-snapshot`; each uid has its own store under
+//! `<data>/snapshots/<safe uid>`, so deduplication never crosses uids.
+//!
+//! A restore puts files back; it cannot undo what commands did outside the workdir (sent
+//! mail, pushed commits, packages installed elsewhere): external side effects stay.
+
+use warren_core::{SandboxId, Uid};
+use warren_fs::WorkspaceRoot;
+use warren_snapshot::{Diff, LocalStore, SnapshotError, SnapshotStats};
+use warren_store::{Checkpoint, SandboxRecord};
+
+use crate::{Provisioner, ProvisionerError};
+
+impl Provisioner {
+    fn snapshot_store(&self, uid: &Uid) -> Result<LocalStore, ProvisionerError> {
+        let dir = self
+            .layout
+            .data_dir()
+            .join("snapshots")
+            .join(uid.safe().as_str());
+        LocalStore::open(dir).map_err(ProvisionerError::Snapshot)
+    }
+
+    /// The root the sandbox's workdir lives in (its UserWorkspace, or scratch).
+    fn workspace_of(&self, record: &SandboxRecord) -> std::path::PathBuf {
+        self.mounts(record).0
+    }
+
+    /// Records the sandbox's workdir as a checkpoint.
+    pub async fn create_checkpoint(
+        &self,
+        id: &SandboxId,
+    ) -> Result<(Checkpoint, SnapshotStats), ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        let store = self.snapshot_store(&record.uid)?;
+        let workspace = self.workspace_of(&record);
+        let workdir = record.workdir.clone();
+        let base = workdir.as_str().to_owned();
+        let started = std::time::Instant::now();
+        let (manifest, stats) = self
+            .blocking(move || {
+                let root = WorkspaceRoot::open(&workspace)
+                    .map_err(|source| snapshot_file_error(&base, source))?;
+                warren_snapshot::snapshot(&root, &base, &store)
+                    .map_err(|error| snapshot_error(&base, error))
+            })
+            .await?;
+        let checkpoint = self
+            .store
+            .record_checkpoint(&Checkpoint {
+                id: format!("ckpt-{}", uuid::Uuid::new_v4().simple()),
+                sandbox_id: id.clone(),
+                workdir,
+                manifest,
+                files: stats.files,
+                bytes: stats.bytes_read,
+                created_at: chrono::Utc::now(),
+            })
+            .await?;
+        tracing::info!(sandbox = %id, checkpoint = %checkpoint.id, files = stats.files, bytes_read = stats.bytes_read, bytes_stored = stats.bytes_stored, elapsed_ms = started.elapsed().as_millis() as u64, "checkpoint recorded");
+        Ok((checkpoint, stats))
+    }
+
+    /// The sandbox's checkpoints, oldest first.
+    pub async fn list_checkpoints(
+        &self,
+        id: &SandboxId,
+    ) -> Result<Vec<Checkpoint>, ProvisionerError> {
+        self.sandbox(id).await?;
+        Ok(self.store.list_checkpoints(id).await?)
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &SandboxId,
+        checkpoint: &str,
+    ) -> Result<(SandboxRecord, Checkpoint), ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        let found = self
+            .store
+            .list_checkpoints(id)
+            .await?
+            .into_iter()
+            .find(|c| c.id == checkpoint)
+            .ok_or_else(|| ProvisionerError::CheckpointNotFound {
+                checkpoint: checkpoint.chars().take(100).collect(),
+            })?;
+        Ok((record, found))
+    }
+
+    /// What changed in the workdir since the checkpoint.
+    pub async fn checkpoint_diff(
+        &self,
+        id: &SandboxId,
+        checkpoint: &str,
+    ) -> Result<Diff, ProvisionerError> {
+        let (record, checkpoint) = self.checkpoint(id, checkpoint).await?;
+        let store = self.snapshot_store(&record.uid)?;
+        let workspace = self.workspace_of(&record);
+        let base = checkpoint.workdir.as_str().to_owned();
+        self.blocking(move || {
+            let root = WorkspaceRoot::open(&workspace)
+                .map_err(|source| snapshot_file_error(&base, source))?;
+            warren_snapshot::diff(&root, &base, &store, &checkpoint.manifest)
+                .map_err(|error| snapshot_error(&base, error))
+        })
+        .await
+    }
+
+    /// Puts the workdir back as the checkpoint recorded it, in one atomic swap. Refused
+    /// (409 `sandbox_busy`) while a command runs in the sandbox: it would see its files
+    /// change under it.
+    pub async fn restore_checkpoint(
+        &self,
+        id: &SandboxId,
+        checkpoint: &str,
+    ) -> Result<Checkpoint, ProvisionerError> {
+        let (record, checkpoint) = self.checkpoint(id, checkpoint).await?;
+        // Under the lifecycle lock no runtime starts or ends meanwhile.
+        let lock = self.lifecycle_lock(id);
+        let _guard = lock.lock().await;
+        let running = self.inflight(id);
+        if running > 0 {
+            return Err(ProvisionerError::SandboxBusy {
+                sandbox: id.clone(),
+                commands: running,
+            });
+        }
+        let store = self.snapshot_store(&record.uid)?;
+        let workspace = self.workspace_of(&record);
+        let base = checkpoint.workdir.as_str().to_owned();
+        let manifest = checkpoint.manifest.clone();
+        self.blocking(move || {
+            let root = WorkspaceRoot::open(&workspace)
+                .map_err(|source| snapshot_file_error(&base, source))?;
+            warren_snapshot::restore(&root, &base, &store, &manifest)
+                .map_err(|error| snapshot_error(&base, error))
+        })
+        .await?;
+        tracing::info!(sandbox = %id, checkpoint = %checkpoint.id, "workdir restored from a checkpoint");
+        Ok(checkpoint)
+    }
+}
+
+fn snapshot_file_error(workdir: &str, source: warren_fs::FsError) -> ProvisionerError {
+    ProvisionerError::File {
+        path: format!("workdir {workdir}"),
+        source,
+    }
+}
+
+fn snapshot_error(workdir: &str, error: SnapshotError) -> ProvisionerError {
+    match error {
+        SnapshotError::File(source) => snapshot_file_error(workdir, source),
+        other => ProvisionerError::Snapshot(other),
+    }
+}

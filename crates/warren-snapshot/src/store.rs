@@ -1,0 +1,146 @@
+//! Where chunks and manifests live (I31). A store is a flat key space of immutable
+//! objects; one store holds one owner's objects only, so deduplication never crosses uids
+//! and nobody can probe whether another user holds a file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::SnapshotError;
+
+/// An object store for chunks and manifests.
+///
+/// Objects are immutable and named by their content's hash, so `put` of an existing key
+/// may skip the write; a `put` is visible to `get` only once complete.
+pub trait ObjectStore: Send + Sync {
+    /// Stores `bytes` under `key` unless it is there already; `true` when written now.
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<bool, SnapshotError>;
+    /// The object under `key`, or `None`.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, SnapshotError>;
+    /// Whether `key` exists.
+    fn contains(&self, key: &str) -> Result<bool, SnapshotError>;
+    /// Every key starting with `prefix`.
+    fn list(&self, prefix: &str) -> Result<Vec<String>, SnapshotError>;
+    /// Removes `key`; removing a missing key succeeds.
+    fn delete(&self, key: &str) -> Result<(), SnapshotError>;
+}
+
+/// The embedded default: a local directory, one file per object under two-character
+/// fan-out directories. The directory is warren's own, never mounted into a runtime.
+#[derive(Debug, Clone)]
+pub struct LocalStore {
+    root: PathBuf,
+}
+
+impl LocalStore {
+    /// A store in `root` (created when missing, mode 0700).
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, SnapshotError> {
+        let root = root.into();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)
+            .map_err(|e| SnapshotError::store("create the store directory", e))?;
+        Ok(Self { root })
+    }
+
+    /// The store's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf, SnapshotError> {
+        // Keys are ours (`chunks/<hex>`, `manifests/<hex>`), never user input; refuse
+        // anything else rather than trust it.
+        let valid = key.split('/').all(|part| {
+            !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+        if !valid {
+            return Err(SnapshotError::InvalidKey(key.to_owned()));
+        }
+        let (kind, name) = key
+            .split_once('/')
+            .ok_or_else(|| SnapshotError::InvalidKey(key.to_owned()))?;
+        let fan = name.get(..2).unwrap_or("00");
+        Ok(self.root.join(kind).join(fan).join(name))
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+impl ObjectStore for LocalStore {
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<bool, SnapshotError> {
+        let path = self.path(key)?;
+        if path.exists() {
+            return Ok(false);
+        }
+        let dir = path.parent().expect("object paths have a parent");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| SnapshotError::store("create a store directory", e))?;
+        // Written whole to a temporary name, synced, then renamed: a crash leaves either
+        // nothing or the whole object, never a torn one under its real name.
+        let temp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4().simple()));
+        let result = (|| {
+            let mut file = std::fs::File::create(&temp)?;
+            file.write_all(bytes)?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &path)
+        })();
+        if let Err(error) = result {
+            let _ = std::fs::remove_file(&temp);
+            return Err(SnapshotError::store("write an object", error));
+        }
+        Ok(true)
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, SnapshotError> {
+        match std::fs::read(self.path(key)?) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(SnapshotError::store("read an object", error)),
+        }
+    }
+
+    fn contains(&self, key: &str) -> Result<bool, SnapshotError> {
+        Ok(self.path(key)?.exists())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>, SnapshotError> {
+        let kind = prefix.split('/').next().unwrap_or_default();
+        let dir = self.root.join(kind);
+        let mut keys = Vec::new();
+        let fans = match std::fs::read_dir(&dir) {
+            Ok(fans) => fans,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(keys),
+            Err(error) => return Err(SnapshotError::store("list the store", error)),
+        };
+        for fan in fans {
+            let fan = fan.map_err(|e| SnapshotError::store("list the store", e))?;
+            for object in std::fs::read_dir(fan.path())
+                .map_err(|e| SnapshotError::store("list the store", e))?
+            {
+                let object = object.map_err(|e| SnapshotError::store("list the store", e))?;
+                let name = object.file_name().to_string_lossy().into_owned();
+                if name.starts_with(".tmp-") {
+                    continue;
+                }
+                let key = format!("{kind}/{name}");
+                if key.starts_with(prefix) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), SnapshotError> {
+        match std::fs::remove_file(self.path(key)?) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(SnapshotError::store("delete an object", error)),
+        }
+    }
+}

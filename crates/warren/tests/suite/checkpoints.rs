@@ -1,0 +1,170 @@
+//! Workdir checkpoints through the API with real runtimes (I28): record, diff, restore,
+//! deduplication, the busy refusal and a damaged store.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+use warren_test_support::TestServer;
+
+use super::runtime::local;
+
+async fn checkpoint(server: &TestServer, id: &str) -> serde_json::Value {
+    let (status, body) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/checkpoints")))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body
+}
+
+async fn restore(server: &TestServer, id: &str, checkpoint: &str) -> (u16, serde_json::Value) {
+    server
+        .send_json(server.request(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/checkpoints/{checkpoint}/restore"),
+        ))
+        .await
+}
+
+#[tokio::test]
+async fn a_checkpoint_diffs_and_restores_the_workdir_and_dedups_the_next_one() {
+    let server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server
+        .exec(
+            &id,
+            "mkdir -p src empty && echo 'fn main() {}' > src/main.rs && echo keep > keep.txt \
+             && head -c 2000000 /dev/urandom > data.bin && ln -s src/main.rs link \
+             && ln keep.txt hard.txt && chmod 600 keep.txt",
+        )
+        .await;
+    let first = checkpoint(&server, &id).await;
+    let cid = first["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(first["summary"]["files"], 3, "{first}");
+    assert_eq!(first["summary"]["symlinks"], 1, "{first}");
+
+    server
+        .exec(
+            &id,
+            "echo changed > src/main.rs && rm data.bin && echo new > added.txt && rm link \
+             && ln -s elsewhere link",
+        )
+        .await;
+    let (status, diff) = server
+        .send_json(server.request(
+            Method::GET,
+            &format!("/v1/sandboxes/{id}/checkpoints/{cid}/diff"),
+        ))
+        .await;
+    assert_eq!(status, 200, "{diff}");
+    assert_eq!(diff["added"], json!(["added.txt"]));
+    assert_eq!(diff["removed"], json!(["data.bin"]));
+    let mut changed: Vec<String> = serde_json::from_value(diff["changed"].clone()).unwrap();
+    changed.sort();
+    assert_eq!(changed, ["link", "src/main.rs"]);
+
+    let before_restore = server.exec(&id, "sha256sum keep.txt").await;
+    let (status, body) = restore(&server, &id, &cid).await;
+    assert_eq!(status, 200, "{body}");
+    let result = server
+        .exec(
+            &id,
+            "cat src/main.rs; test -e added.txt || echo no-added; readlink link; \
+             stat -c '%a %h %U' keep.txt; ls -d empty; wc -c < data.bin",
+        )
+        .await;
+    assert_eq!(
+        result["stdout"], "fn main() {}\nno-added\nsrc/main.rs\n600 2 gem\nempty\n2000000\n",
+        "{result}"
+    );
+    assert_eq!(
+        server.exec(&id, "sha256sum keep.txt").await["stdout"],
+        before_restore["stdout"]
+    );
+
+    // Nothing changed since: the next checkpoint stores almost nothing.
+    let second = checkpoint(&server, &id).await;
+    assert_eq!(second["summary"]["chunks_new"], 0, "{second}");
+    let (_, list) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/checkpoints")))
+        .await;
+    assert_eq!(list["checkpoints"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_restore_is_refused_while_a_command_runs() {
+    let server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "echo v1 > f").await;
+    let cid = checkpoint(&server, &id).await["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let running = {
+        let request = server
+            .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+            .json(&json!({ "command": "sleep 2; echo v2 > f" }));
+        tokio::spawn(request.send())
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = restore(&server, &id, &cid).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("sandbox_busy")),
+        "{body}"
+    );
+    running.await.unwrap().unwrap();
+    let (status, _) = restore(&server, &id, &cid).await;
+    assert_eq!(status, 200);
+    assert_eq!(server.exec(&id, "cat f").await["stdout"], "v1\n");
+}
+
+#[tokio::test]
+async fn a_damaged_store_fails_the_restore_and_keeps_the_workdir() {
+    let server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server
+        .exec(
+            &id,
+            "echo original > f && head -c 300000 /dev/urandom > big",
+        )
+        .await;
+    let cid = checkpoint(&server, &id).await["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.exec(&id, "echo current > f").await;
+    // Corrupt every chunk of alice's store.
+    let chunks = server.data_dir().join("snapshots/alice/chunks");
+    let mut damaged = 0;
+    for fan in std::fs::read_dir(&chunks).unwrap() {
+        for chunk in std::fs::read_dir(fan.unwrap().path()).unwrap() {
+            std::fs::write(chunk.unwrap().path(), b"garbage").unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0);
+    let (status, body) = restore(&server, &id, &cid).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("checkpoint_unusable")),
+        "{body}"
+    );
+    assert_eq!(
+        server.exec(&id, "cat f; ls -A").await["stdout"],
+        "current\nbig\nf\n"
+    );
+    let (status, body) = restore(&server, &id, "ckpt-nope").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("checkpoint_not_found"))
+    );
+    // Another uid's store is another directory: nothing is shared or probed across uids.
+    let bob = server.sandbox("bob", "t", "projects/b").await;
+    server.exec(&bob, "echo original > f").await;
+    checkpoint(&server, &bob).await;
+    assert!(server.data_dir().join("snapshots/bob/chunks").is_dir());
+}
