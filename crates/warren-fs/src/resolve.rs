@@ -80,6 +80,7 @@ pub(crate) struct Meta {
     pub(crate) modified_unix_ms: i64,
     pub(crate) inode: u64,
     pub(crate) links: u64,
+    pub(crate) changed_unix_ns: i64,
 }
 
 impl Meta {
@@ -100,6 +101,10 @@ impl Meta {
             modified_unix_ms: secs.saturating_mul(1000).saturating_add(nanos / 1_000_000),
             inode: st.st_ino as u64,
             links: st.st_nlink as u64,
+            changed_unix_ns: i64::try_from(st.st_ctime)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(i64::try_from(st.st_ctime_nsec).unwrap_or(0)),
         }
     }
 

@@ -401,6 +401,7 @@ pub(crate) fn entry_from_meta(path: String, meta: &Meta, symlink_target: Option<
         symlink_target,
         inode: meta.inode,
         links: meta.links,
+        changed_unix_ns: meta.changed_unix_ns,
     }
 }
 

@@ -50,6 +50,10 @@ pub struct Entry {
     pub inode: u64,
     /// How many hard links the object has.
     pub links: u64,
+    /// Last status change (ctime), nanoseconds since the epoch: every write moves it and
+    /// no caller can set it, so an unchanged (inode, size, mtime, ctime) means unchanged
+    /// content.
+    pub changed_unix_ns: i64,
 }
 
 /// Which bytes of a file to read.

@@ -37,12 +37,21 @@ impl Provisioner {
         let workspace = self.workspace_of(&record);
         let workdir = record.workdir.clone();
         let base = workdir.as_str().to_owned();
+        // The latest checkpoint of the same workdir lets unchanged files go unread.
+        let parent = self
+            .store
+            .list_checkpoints(id)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|checkpoint| checkpoint.workdir == record.workdir)
+            .map(|checkpoint| checkpoint.manifest);
         let started = std::time::Instant::now();
         let (manifest, stats) = self
             .blocking(move || {
                 let root = WorkspaceRoot::open(&workspace)
                     .map_err(|source| snapshot_file_error(&base, source))?;
-                warren_snapshot::snapshot(&root, &base, &store)
+                warren_snapshot::snapshot(&root, &base, &store, parent.as_deref())
                     .map_err(|error| snapshot_error(&base, error))
             })
             .await?;

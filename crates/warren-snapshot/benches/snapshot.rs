@@ -29,14 +29,16 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// `--child snapshot|restore <root> <base> <store> [<manifest>]`: one engine step; prints
+/// `--child snapshot|restore <root> <base> <store> [<manifest>]`: one engine step (the
+/// manifest is the parent of a snapshot, the source of a restore); prints
 /// `manifest bytes_stored peak_kib`.
 fn child(args: &[String]) {
     let root = WorkspaceRoot::open(Path::new(&args[1])).expect("open the root");
     let store = LocalStore::open(&args[3]).expect("open the store");
     match args[0].as_str() {
         "snapshot" => {
-            let (id, stats) = snapshot(&root, &args[2], &store).expect("snapshot");
+            let parent = args.get(4).map(String::as_str);
+            let (id, stats) = snapshot(&root, &args[2], &store, parent).expect("snapshot");
             println!("{id} {} {}", stats.bytes_stored, peak_rss_kib());
         }
         "restore" => {
@@ -227,7 +229,7 @@ fn main() {
     }
     sh("sync");
     let (ours_incr, manifest_2, stored_incr, peak_incr) =
-        run_child(&["snapshot", root_s, "projects/w", store_s]);
+        run_child(&["snapshot", root_s, "projects/w", store_s, &manifest]);
     let tar_again = sh(&format!(
         "tar -cf - -C {} . | zstd -1 -q -T1 -f -o {}",
         wd.display(),
@@ -277,5 +279,4 @@ fn main() {
         tar_restore.as_secs_f64(),
         ratio(ours_restore, tar_restore)
     );
-    let _ = manifest;
 }

@@ -2,7 +2,7 @@
 //! checkpoints and runtime snapshots.
 //!
 //! A tree is read by file descriptor through `warren-fs`, files are cut by content-defined
-//! chunking (FastCDC 2020: 16/64/256 KiB), each chunk is named by its BLAKE3 hash and
+//! chunking (FastCDC 2020: 128 KiB / 512 KiB / 2 MiB), each chunk is named by its BLAKE3 hash and
 //! stored zstd-compressed once, and a [`Manifest`] lists every entry (path, type, mode,
 //! owner, time, size, symlink target, hard link, chunk list). The manifest is itself
 //! content-addressed and is written last: it is the commit point, so an interrupted

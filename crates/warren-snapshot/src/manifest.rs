@@ -40,6 +40,13 @@ pub struct ManifestEntry {
     pub gid: u32,
     /// Modification time, milliseconds since the epoch.
     pub modified_unix_ms: i64,
+    /// Inode and status-change time when recorded: with size and time, how the next
+    /// snapshot knows a file is unchanged without reading it.
+    #[serde(default)]
+    pub inode: u64,
+    /// See `inode`.
+    #[serde(default)]
+    pub changed_unix_ns: i64,
     /// Size in bytes (files).
     pub size: u64,
     /// For a symlink, its target as stored.
@@ -77,7 +84,10 @@ impl Manifest {
         let bytes = zstd::bulk::compress(&json, 3)
             .map_err(|e| SnapshotError::store("compress a manifest", e))?;
         let id = blake3::hash(&bytes).to_hex().to_string();
+        // Every chunk is durable before the manifest that names them exists.
+        store.sync()?;
         store.put(&Self::key(&id), &bytes)?;
+        store.sync()?;
         Ok(id)
     }
 

@@ -22,6 +22,9 @@ pub trait ObjectStore: Send + Sync {
     fn list(&self, prefix: &str) -> Result<Vec<String>, SnapshotError>;
     /// Removes `key`; removing a missing key succeeds.
     fn delete(&self, key: &str) -> Result<(), SnapshotError>;
+    /// Makes every object written so far durable. Called once before a manifest is
+    /// written, so a manifest never names a chunk a crash could lose.
+    fn sync(&self) -> Result<(), SnapshotError>;
 }
 
 /// The embedded default: a local directory, one file per object under two-character
@@ -79,13 +82,14 @@ impl ObjectStore for LocalStore {
             .mode(0o700)
             .create(dir)
             .map_err(|e| SnapshotError::store("create a store directory", e))?;
-        // Written whole to a temporary name, synced, then renamed: a crash leaves either
-        // nothing or the whole object, never a torn one under its real name.
+        // Written whole to a temporary name, then renamed: a reader sees the whole object
+        // or none. Durability comes from one `sync` before the manifest (syncing each of
+        // thousands of chunks would cost more than the snapshot itself); a chunk torn by a
+        // crash is caught by its hash on restore and rewritten by the next snapshot.
         let temp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4().simple()));
         let result = (|| {
             let mut file = std::fs::File::create(&temp)?;
             file.write_all(bytes)?;
-            file.sync_all()?;
             std::fs::rename(&temp, &path)
         })();
         if let Err(error) = result {
@@ -134,6 +138,11 @@ impl ObjectStore for LocalStore {
         }
         keys.sort();
         Ok(keys)
+    }
+
+    fn sync(&self) -> Result<(), SnapshotError> {
+        let dir = std::fs::File::open(&self.root).map_err(|e| SnapshotError::store("sync", e))?;
+        rustix::fs::syncfs(&dir).map_err(|e| SnapshotError::store("sync", e.into()))
     }
 
     fn delete(&self, key: &str) -> Result<(), SnapshotError> {

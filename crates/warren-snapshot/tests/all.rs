@@ -113,7 +113,7 @@ fn a_restore_brings_back_every_kind_of_entry_exactly() {
     plant(&tree.wd());
     let before = describe(&tree.wd());
     let store = tree.store();
-    let (id, stats) = snapshot(&tree.ws(), "projects/a", &store).unwrap();
+    let (id, stats) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     assert_eq!(stats.symlinks, 3);
     assert!(stats.chunks >= 10, "{stats:?}");
 
@@ -138,10 +138,10 @@ fn a_second_snapshot_of_a_barely_changed_tree_stores_only_the_change() {
     let tree = Tree::new();
     plant(&tree.wd());
     let store = tree.store();
-    let (_, first) = snapshot(&tree.ws(), "projects/a", &store).unwrap();
+    let (_, first) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     let (old, new) = ("fn main() {}\n", "fn main() { println!(); }\n");
     std::fs::write(tree.wd().join("src/main.rs"), new).unwrap();
-    let (_, second) = snapshot(&tree.ws(), "projects/a", &store).unwrap();
+    let (_, second) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     assert_eq!(
         second.bytes_read,
         first.bytes_read + (new.len() - old.len()) as u64
@@ -152,11 +152,34 @@ fn a_second_snapshot_of_a_barely_changed_tree_stores_only_the_change() {
 }
 
 #[test]
+fn with_a_parent_unchanged_files_are_not_read_again() {
+    let tree = Tree::new();
+    plant(&tree.wd());
+    let store = tree.store();
+    let (parent, first) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
+    std::fs::write(tree.wd().join("src/main.rs"), "fn main() { changed(); }\n").unwrap();
+    let (id, second) = snapshot(&tree.ws(), "projects/a", &store, Some(&parent)).unwrap();
+    assert_eq!(second.files_unchanged, first.files - 1, "{second:?}");
+    assert_eq!(second.bytes_read, "fn main() { changed(); }\n".len() as u64);
+    // The result is the same tree a full read would record.
+    std::fs::write(tree.wd().join("src/main.rs"), "overwritten").unwrap();
+    restore(&tree.ws(), "projects/a", &store, &id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(tree.wd().join("src/main.rs")).unwrap(),
+        "fn main() { changed(); }\n"
+    );
+    // A missing parent is not an error: every file is read.
+    let (_, third) = snapshot(&tree.ws(), "projects/a", &store, Some("0000")).unwrap();
+    assert_eq!(third.files_unchanged, 0);
+    unlock(&tree.wd());
+}
+
+#[test]
 fn a_diff_names_what_was_added_removed_and_changed_and_ignores_a_mere_touch() {
     let tree = Tree::new();
     plant(&tree.wd());
     let store = tree.store();
-    let (id, _) = snapshot(&tree.ws(), "projects/a", &store).unwrap();
+    let (id, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     std::fs::write(tree.wd().join("added.txt"), "new").unwrap();
     std::fs::remove_file(tree.wd().join("odd name with spaces.txt")).unwrap();
     std::fs::write(tree.wd().join("src/main.rs"), "fn main() { changed(); }\n").unwrap();
@@ -187,7 +210,7 @@ fn a_corrupt_or_missing_chunk_fails_the_restore_and_leaves_the_tree_alone() {
         let tree = Tree::new();
         plant(&tree.wd());
         let store = tree.store();
-        let (id, _) = snapshot(&tree.ws(), "projects/a", &store).unwrap();
+        let (id, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
         std::fs::write(tree.wd().join("after.txt"), "written after the snapshot").unwrap();
         let current = describe(&tree.wd());
         let chunks = store.list("chunks/").unwrap();
@@ -263,6 +286,9 @@ impl ObjectStore for FailingStore {
     fn delete(&self, key: &str) -> Result<(), SnapshotError> {
         self.inner.delete(key)
     }
+    fn sync(&self) -> Result<(), SnapshotError> {
+        self.inner.sync()
+    }
 }
 
 #[test]
@@ -272,7 +298,7 @@ fn an_interrupted_snapshot_is_never_visible_whenever_it_stops() {
     let chunks = {
         let probe = tempfile::tempdir().unwrap();
         let store = LocalStore::open(probe.path()).unwrap();
-        snapshot(&tree.ws(), "projects/a", &store)
+        snapshot(&tree.ws(), "projects/a", &store, None)
             .unwrap()
             .1
             .chunks_new as usize
@@ -286,7 +312,7 @@ fn an_interrupted_snapshot_is_never_visible_whenever_it_stops() {
             writes_left: writes.into(),
         };
         assert!(
-            snapshot(&tree.ws(), "projects/a", &store).is_err(),
+            snapshot(&tree.ws(), "projects/a", &store, None).is_err(),
             "{writes}"
         );
         assert!(
@@ -299,8 +325,8 @@ fn an_interrupted_snapshot_is_never_visible_whenever_it_stops() {
         inner: tree.store(),
         writes_left: (chunks / 2).into(),
     };
-    assert!(snapshot(&tree.ws(), "projects/a", &halfway).is_err());
-    let (id, stats) = snapshot(&tree.ws(), "projects/a", &tree.store()).unwrap();
+    assert!(snapshot(&tree.ws(), "projects/a", &halfway, None).is_err());
+    let (id, stats) = snapshot(&tree.ws(), "projects/a", &tree.store(), None).unwrap();
     assert!(stats.chunks_new < chunks as u64, "{stats:?}");
     assert!(Manifest::load(&tree.store(), &id).is_ok());
     unlock(&tree.wd());
@@ -311,7 +337,7 @@ fn a_tampered_manifest_is_refused() {
     let tree = Tree::new();
     plant(&tree.wd());
     let store = tree.store();
-    let (id, _) = snapshot(&tree.ws(), "projects/a", &store).unwrap();
+    let (id, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     let path = tree
         .store_dir
         .path()
@@ -341,7 +367,7 @@ fn a_restore_never_follows_a_link_planted_where_the_tree_was() {
     let tree = Tree::new();
     std::fs::write(tree.wd().join("file.txt"), "mine").unwrap();
     let store = tree.store();
-    let (id, _) = snapshot(&tree.ws(), "projects/a", &store).unwrap();
+    let (id, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     let outside = tempfile::tempdir().unwrap();
     std::fs::remove_dir_all(tree.wd()).unwrap();
     symlink(outside.path(), tree.wd()).unwrap();
