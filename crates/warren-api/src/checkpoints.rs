@@ -136,3 +136,20 @@ pub(crate) async fn restore(
         .await?;
     Ok(Json(info(&restored)))
 }
+
+/// Collects garbage in the uid's snapshot store: chunks and manifests no checkpoint needs,
+/// older than the grace period.
+#[utoipa::path(
+    post, path = "/v1/users/{uid}/snapshots/gc", tag = "checkpoints",
+    params(("uid" = String, Path, description = "The workspace owner")),
+    responses((status = 200, description = "What was kept and removed")),
+    security(("bearer" = []))
+)]
+pub(crate) async fn gc(
+    State(state): State<ApiState>,
+    Path(raw_uid): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let uid = crate::extract::uid(raw_uid)?;
+    let stats = state.provisioner.collect_snapshot_garbage(&uid).await?;
+    Ok(Json(serde_json::to_value(stats).unwrap_or_default()))
+}

@@ -84,6 +84,7 @@ pub fn app(state: ApiState) -> Router {
         )
         .route("/users/{uid}/env/{name}", put(env::set).delete(env::remove))
         .route("/viewer-links", post(viewer::create_link))
+        .route("/users/{uid}/snapshots/gc", post(checkpoints::gc))
         .route(
             "/sandboxes/{id}/checkpoints",
             post(checkpoints::create).get(checkpoints::list),

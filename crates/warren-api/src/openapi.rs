@@ -28,6 +28,7 @@ use utoipa::{Modify, OpenApi};
         crate::checkpoints::list,
         crate::checkpoints::diff,
         crate::checkpoints::restore,
+        crate::checkpoints::gc,
         crate::artifacts::present,
         crate::artifacts::list,
         crate::artifacts::download,

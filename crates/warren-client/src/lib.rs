@@ -222,6 +222,18 @@ impl WarrenClient {
         .await
     }
 
+    /// `POST /v1/users/{uid}/snapshots/gc`.
+    pub async fn collect_snapshot_garbage(
+        &self,
+        uid: &str,
+    ) -> Result<serde_json::Value, ClientError> {
+        self.json(self.request(
+            Method::POST,
+            &format!("/v1/users/{}/snapshots/gc", encode(uid)),
+        ))
+        .await
+    }
+
     /// `GET /v1/users/{uid}/env`: names, lengths and hints, never values.
     pub async fn agent_env(&self, uid: &str) -> Result<AgentEnv, ClientError> {
         self.json(self.request(Method::GET, &format!("/v1/users/{}/env", encode(uid))))

@@ -68,7 +68,40 @@ impl Provisioner {
             })
             .await?;
         tracing::info!(sandbox = %id, checkpoint = %checkpoint.id, files = stats.files, bytes_read = stats.bytes_read, bytes_stored = stats.bytes_stored, elapsed_ms = started.elapsed().as_millis() as u64, "checkpoint recorded");
+        self.apply_retention(id, &record.uid).await?;
         Ok((checkpoint, stats))
+    }
+
+    /// Keeps the newest `keep_checkpoints` of the sandbox; when older ones go, the uid's
+    /// store is collected.
+    async fn apply_retention(&self, id: &SandboxId, uid: &Uid) -> Result<(), ProvisionerError> {
+        let all = self.store.list_checkpoints(id).await?;
+        let excess = all.len().saturating_sub(self.config.keep_checkpoints);
+        if excess == 0 {
+            return Ok(());
+        }
+        for old in &all[..excess] {
+            self.store.delete_checkpoint(&old.id).await?;
+        }
+        let stats = self.collect_snapshot_garbage(uid).await?;
+        tracing::info!(sandbox = %id, dropped = excess, chunks_removed = stats.chunks_removed, "old checkpoints dropped");
+        Ok(())
+    }
+
+    /// Mark and sweep over the uid's snapshot store: everything no recorded checkpoint
+    /// needs goes, except objects younger than the grace period.
+    pub async fn collect_snapshot_garbage(
+        &self,
+        uid: &Uid,
+    ) -> Result<warren_snapshot::GcStats, ProvisionerError> {
+        let live = self.store.checkpoint_manifests_of_uid(uid).await?;
+        let store = self.snapshot_store(uid)?;
+        let grace = self.config.gc_grace;
+        self.blocking(move || {
+            warren_snapshot::collect_garbage(&store, &live, grace)
+                .map_err(ProvisionerError::Snapshot)
+        })
+        .await
     }
 
     /// The sandbox's checkpoints, oldest first.

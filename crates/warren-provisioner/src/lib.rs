@@ -36,6 +36,7 @@ pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use recovery::RecoveryReport;
 use warren_backend::Backend;
 use warren_core::{DataLayout, SandboxId};
+pub use warren_snapshot::GcStats;
 use warren_store::StateStore;
 
 /// Limits and defaults of one provisioner.
@@ -60,6 +61,11 @@ pub struct ProvisionerConfig {
     pub idle_timeout: Duration,
     /// A runtime older than this is reclaimed whatever holds it.
     pub max_lifetime: Duration,
+    /// Checkpoints kept per sandbox; the oldest go (and their unshared chunks with them).
+    pub keep_checkpoints: usize,
+    /// Store objects younger than this are never collected: they may belong to a snapshot
+    /// still being written.
+    pub gc_grace: Duration,
 }
 
 impl ProvisionerConfig {
@@ -75,6 +81,8 @@ impl ProvisionerConfig {
             sandbox_secrets: BTreeMap::new(),
             idle_timeout: Duration::from_secs(15 * 60),
             max_lifetime: Duration::from_secs(24 * 3600),
+            keep_checkpoints: 50,
+            gc_grace: Duration::from_secs(3600),
         }
     }
 }

@@ -16,10 +16,12 @@
 #![deny(missing_docs)]
 
 mod engine;
+mod gc;
 mod manifest;
 mod store;
 
 pub use engine::{diff, restore, snapshot, Diff, SnapshotStats};
+pub use gc::{collect_garbage, GcStats};
 pub use manifest::{EntryKind, Manifest, ManifestEntry};
 pub use store::{LocalStore, ObjectStore};
 

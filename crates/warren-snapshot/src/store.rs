@@ -22,6 +22,9 @@ pub trait ObjectStore: Send + Sync {
     fn list(&self, prefix: &str) -> Result<Vec<String>, SnapshotError>;
     /// Removes `key`; removing a missing key succeeds.
     fn delete(&self, key: &str) -> Result<(), SnapshotError>;
+    /// How long ago `key` was written, or `None` when it does not exist. The garbage
+    /// collector spares young objects: they may belong to a snapshot still uploading.
+    fn age(&self, key: &str) -> Result<Option<std::time::Duration>, SnapshotError>;
     /// Makes every object written so far durable. Called once before a manifest is
     /// written, so a manifest never names a chunk a crash could lose.
     fn sync(&self) -> Result<(), SnapshotError>;
@@ -138,6 +141,19 @@ impl ObjectStore for LocalStore {
         }
         keys.sort();
         Ok(keys)
+    }
+
+    fn age(&self, key: &str) -> Result<Option<std::time::Duration>, SnapshotError> {
+        match std::fs::metadata(self.path(key)?) {
+            Ok(meta) => Ok(Some(
+                meta.modified()
+                    .ok()
+                    .and_then(|time| time.elapsed().ok())
+                    .unwrap_or_default(),
+            )),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(SnapshotError::store("read an object's age", error)),
+        }
     }
 
     fn sync(&self) -> Result<(), SnapshotError> {

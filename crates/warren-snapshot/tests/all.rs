@@ -6,7 +6,9 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use warren_fs::WorkspaceRoot;
-use warren_snapshot::{diff, restore, snapshot, LocalStore, Manifest, ObjectStore, SnapshotError};
+use warren_snapshot::{
+    collect_garbage, diff, restore, snapshot, LocalStore, Manifest, ObjectStore, SnapshotError,
+};
 
 struct Tree {
     _dir: tempfile::TempDir,
@@ -289,6 +291,9 @@ impl ObjectStore for FailingStore {
     fn sync(&self) -> Result<(), SnapshotError> {
         self.inner.sync()
     }
+    fn age(&self, key: &str) -> Result<Option<std::time::Duration>, SnapshotError> {
+        self.inner.age(key)
+    }
 }
 
 #[test]
@@ -389,4 +394,59 @@ fn a_restore_never_follows_a_link_planted_where_the_tree_was() {
         "written outside"
     );
     assert!(outside.path().exists());
+}
+
+#[test]
+fn garbage_collection_removes_only_what_no_live_snapshot_needs() {
+    let tree = Tree::new();
+    std::fs::write(tree.wd().join("kept.txt"), "in both snapshots").unwrap();
+    std::fs::write(tree.wd().join("dropped.txt"), "only in the first").unwrap();
+    let store = tree.store();
+    let (first, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
+    std::fs::remove_file(tree.wd().join("dropped.txt")).unwrap();
+    std::fs::write(tree.wd().join("new.txt"), "only in the second").unwrap();
+    let (second, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
+    assert_eq!(store.list("chunks/").unwrap().len(), 3);
+
+    // Within the grace period nothing goes, live or not: an upload may be in flight.
+    let spared = collect_garbage(
+        &store,
+        std::slice::from_ref(&second),
+        std::time::Duration::from_secs(3600),
+    )
+    .unwrap();
+    assert_eq!((spared.chunks_removed, spared.manifests_removed), (0, 0));
+
+    let swept = collect_garbage(
+        &store,
+        std::slice::from_ref(&second),
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
+    assert_eq!(
+        (swept.chunks_removed, swept.manifests_removed),
+        (1, 1),
+        "{swept:?}"
+    );
+    assert_eq!(swept.chunks_kept, 2);
+    assert!(Manifest::load(&store, &first).is_err());
+    // The live snapshot still restores whole.
+    std::fs::write(tree.wd().join("kept.txt"), "overwritten").unwrap();
+    restore(&tree.ws(), "projects/a", &store, &second).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(tree.wd().join("kept.txt")).unwrap(),
+        "in both snapshots"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree.wd().join("new.txt")).unwrap(),
+        "only in the second"
+    );
+
+    // An unreadable live manifest stops the collection before it removes anything.
+    let error = collect_garbage(&store, &["f".repeat(64)], std::time::Duration::ZERO).unwrap_err();
+    assert!(
+        matches!(error, SnapshotError::ManifestNotFound(_)),
+        "{error}"
+    );
+    assert_eq!(store.list("chunks/").unwrap().len(), 2);
 }

@@ -216,6 +216,13 @@ pub trait StateStore: Send + Sync + 'static {
     /// The checkpoints of a sandbox, oldest first.
     async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError>;
 
+    /// The manifests every checkpoint of every sandbox of `uid` names: what a garbage
+    /// collection of that uid's store must keep.
+    async fn checkpoint_manifests_of_uid(&self, uid: &Uid) -> Result<Vec<String>, StoreError>;
+
+    /// Forgets a checkpoint; `false` when there was none.
+    async fn delete_checkpoint(&self, id: &str) -> Result<bool, StoreError>;
+
     /// The artifacts of every sandbox of `uid`, oldest first.
     async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError>;
 

@@ -1033,6 +1033,26 @@ impl StateStore for SqliteStore {
         rows.iter().map(checkpoint_from_row).collect()
     }
 
+    async fn checkpoint_manifests_of_uid(&self, uid: &Uid) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar(
+            "SELECT DISTINCT c.manifest FROM checkpoints c JOIN sandboxes s ON s.id = c.sandbox_id \
+             WHERE s.uid = ?1 ORDER BY c.manifest",
+        )
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list live manifests"))
+    }
+
+    async fn delete_checkpoint(&self, id: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM checkpoints WHERE id = ?1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("delete a checkpoint"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
     async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError> {
         let rows = sqlx::query(concat!(
             "SELECT ",

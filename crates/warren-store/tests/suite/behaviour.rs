@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
-    AgentEnvRecord, Artifact, NewSandbox, RunOutcome, RunStatus, SandboxClaim, SandboxState,
-    StateStore, StoreError,
+    AgentEnvRecord, Artifact, Checkpoint, NewSandbox, RunOutcome, RunStatus, SandboxClaim,
+    SandboxState, StateStore, StoreError,
 };
 
 use super::backends::Backend;
@@ -266,6 +266,63 @@ pub async fn artifacts_are_recorded_listed_and_found_per_sandbox(backend: &dyn B
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::UnknownSandbox { .. }), "{err:?}");
+}
+
+pub async fn checkpoints_are_recorded_listed_and_forgotten(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "t", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let checkpoint = |id: &str, manifest: &str| Checkpoint {
+        id: id.to_owned(),
+        sandbox_id: sandbox.id.clone(),
+        workdir: workdir("projects/a"),
+        manifest: manifest.to_owned(),
+        files: 2,
+        bytes: 10,
+        created_at: chrono::Utc::now(),
+    };
+    let first = store
+        .record_checkpoint(&checkpoint("ckpt-1", "m1"))
+        .await
+        .unwrap();
+    next_millisecond().await;
+    store
+        .record_checkpoint(&checkpoint("ckpt-2", "m2"))
+        .await
+        .unwrap();
+    assert_eq!((first.files, first.bytes), (2, 10));
+    let ids: Vec<String> = store
+        .list_checkpoints(&sandbox.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(ids, ["ckpt-1", "ckpt-2"]);
+    assert_eq!(
+        store
+            .checkpoint_manifests_of_uid(&uid("alice"))
+            .await
+            .unwrap(),
+        ["m1", "m2"]
+    );
+    assert!(store
+        .checkpoint_manifests_of_uid(&uid("bob"))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store.delete_checkpoint("ckpt-1").await.unwrap());
+    assert!(!store.delete_checkpoint("ckpt-1").await.unwrap());
+    assert_eq!(
+        store
+            .checkpoint_manifests_of_uid(&uid("alice"))
+            .await
+            .unwrap(),
+        ["m2"]
+    );
 }
 
 pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn Backend) {

@@ -135,6 +135,12 @@ enum CheckpointCommand {
         /// Checkpoint id.
         checkpoint: String,
     },
+    /// Remove what no checkpoint of a user needs from that user's snapshot store.
+    Gc {
+        /// The workspace owner.
+        #[arg(long)]
+        uid: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -376,6 +382,10 @@ pub async fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
             checkpoint,
         } => match client.restore_checkpoint(&sandbox, &checkpoint).await {
             Ok(info) => print_json(&info).map(|()| ExitCode::SUCCESS),
+            Err(e) => report(e),
+        },
+        CheckpointCommand::Gc { uid } => match client.collect_snapshot_garbage(&uid).await {
+            Ok(stats) => print_json(&stats).map(|()| ExitCode::SUCCESS),
             Err(e) => report(e),
         },
     }

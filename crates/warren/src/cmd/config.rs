@@ -28,6 +28,8 @@ pub struct ConfigFile {
     pub exec: ExecSection,
     #[serde(default)]
     pub limits: LimitsSection,
+    #[serde(default)]
+    pub snapshots: SnapshotsSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -53,6 +55,13 @@ pub struct ExecSection {
     pub default_timeout_s: Option<u64>,
     pub max_timeout_s: Option<u64>,
     pub output_cap_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotsSection {
+    pub keep_checkpoints: Option<usize>,
+    pub gc_grace_s: Option<u64>,
 }
 
 /// Per-runtime limits; absent keys keep the defaults of [`RuntimeLimits`].
@@ -184,6 +193,11 @@ mod tests {
             Some(defaults.max_exec_timeout.as_secs())
         );
         assert_eq!(file.exec.output_cap_bytes, Some(defaults.output_cap));
+        assert_eq!(
+            file.snapshots.keep_checkpoints,
+            Some(defaults.keep_checkpoints)
+        );
+        assert_eq!(file.snapshots.gc_grace_s, Some(defaults.gc_grace.as_secs()));
     }
 
     #[test]

@@ -207,6 +207,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     {
         bail!("the value of {name:?} in the configuration contains the provisioner token, which must never enter a sandbox (I13)");
     }
+    if let Some(keep) = file.snapshots.keep_checkpoints {
+        if keep == 0 {
+            bail!("snapshots.keep_checkpoints must be at least 1");
+        }
+        config.keep_checkpoints = keep;
+    }
+    if let Some(grace) = file.snapshots.gc_grace_s {
+        config.gc_grace = seconds("snapshots.gc_grace_s", grace)?;
+    }
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));

@@ -168,3 +168,55 @@ async fn a_damaged_store_fails_the_restore_and_keeps_the_workdir() {
     checkpoint(&server, &bob).await;
     assert!(server.data_dir().join("snapshots/bob/chunks").is_dir());
 }
+
+#[tokio::test]
+async fn old_checkpoints_are_dropped_and_their_unshared_chunks_collected() {
+    let config = super::write_config("[snapshots]\nkeep_checkpoints = 2\ngc_grace_s = 1\n");
+    let server = TestServer::start_with(
+        super::bin(),
+        &[
+            "--backend",
+            "memory",
+            "--config",
+            config.path().to_str().unwrap(),
+        ],
+    );
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let file = server.workspace_of("alice").join("projects/a/data.txt");
+    let mut ids = Vec::new();
+    for round in 0..3 {
+        std::fs::write(&file, format!("round {round}")).unwrap();
+        ids.push(
+            checkpoint(&server, &id).await["checkpoint"]["checkpoint_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let (_, list) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/checkpoints")))
+        .await;
+    let kept: Vec<&str> = list["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["checkpoint_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(kept, [ids[1].as_str(), ids[2].as_str()], "the oldest goes");
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (status, stats) = server
+        .send_json(server.request(Method::POST, "/v1/users/alice/snapshots/gc"))
+        .await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["chunks_kept"], 2, "{stats}");
+    let chunks = std::fs::read_dir(server.data_dir().join("snapshots/alice/chunks"))
+        .unwrap()
+        .map(|fan| std::fs::read_dir(fan.unwrap().path()).unwrap().count())
+        .sum::<usize>();
+    assert_eq!(chunks, 2, "the first round's chunk was not collected");
+    // What is kept still restores.
+    let (status, _) = restore(&server, &id, &ids[1]).await;
+    assert_eq!(status, 200);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "round 1");
+}
