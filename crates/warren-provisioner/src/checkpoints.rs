@@ -7,19 +7,32 @@
 
 use warren_core::{SandboxId, Uid};
 use warren_fs::WorkspaceRoot;
-use warren_snapshot::{Diff, LocalStore, SnapshotError, SnapshotStats};
+use warren_snapshot::{Diff, LocalStore, ObjectStore, S3Store, SnapshotError, SnapshotStats};
 use warren_store::{Checkpoint, SandboxRecord};
 
-use crate::{Provisioner, ProvisionerError};
+use crate::{Provisioner, ProvisionerError, SnapshotStoreConfig};
 
 impl Provisioner {
-    fn snapshot_store(&self, uid: &Uid) -> Result<LocalStore, ProvisionerError> {
-        let dir = self
-            .layout
-            .data_dir()
-            .join("snapshots")
-            .join(uid.safe().as_str());
-        LocalStore::open(dir).map_err(ProvisionerError::Snapshot)
+    /// The uid's snapshot store. Called from async code: an S3 store keeps the current
+    /// runtime's handle to wait for its requests on the blocking threads the engine uses.
+    fn snapshot_store(&self, uid: &Uid) -> Result<Box<dyn ObjectStore>, ProvisionerError> {
+        let safe = uid.safe();
+        match &self.config.snapshot_store {
+            SnapshotStoreConfig::Local => {
+                let dir = self.layout.data_dir().join("snapshots").join(safe.as_str());
+                Ok(Box::new(
+                    LocalStore::open(dir).map_err(ProvisionerError::Snapshot)?,
+                ))
+            }
+            SnapshotStoreConfig::S3(config) => Ok(Box::new(
+                S3Store::open(
+                    config,
+                    &format!("snapshots/{}", safe.as_str()),
+                    tokio::runtime::Handle::current(),
+                )
+                .map_err(ProvisionerError::Snapshot)?,
+            )),
+        }
     }
 
     /// The root the sandbox's workdir lives in (its UserWorkspace, or scratch).
@@ -51,7 +64,7 @@ impl Provisioner {
             .blocking(move || {
                 let root = WorkspaceRoot::open(&workspace)
                     .map_err(|source| snapshot_file_error(&base, source))?;
-                warren_snapshot::snapshot(&root, &base, &store, parent.as_deref())
+                warren_snapshot::snapshot(&root, &base, store.as_ref(), parent.as_deref())
                     .map_err(|error| snapshot_error(&base, error))
             })
             .await?;
@@ -98,7 +111,7 @@ impl Provisioner {
         let store = self.snapshot_store(uid)?;
         let grace = self.config.gc_grace;
         self.blocking(move || {
-            warren_snapshot::collect_garbage(&store, &live, grace)
+            warren_snapshot::collect_garbage(store.as_ref(), &live, grace)
                 .map_err(ProvisionerError::Snapshot)
         })
         .await
@@ -144,7 +157,7 @@ impl Provisioner {
         self.blocking(move || {
             let root = WorkspaceRoot::open(&workspace)
                 .map_err(|source| snapshot_file_error(&base, source))?;
-            warren_snapshot::diff(&root, &base, &store, &checkpoint.manifest)
+            warren_snapshot::diff(&root, &base, store.as_ref(), &checkpoint.manifest)
                 .map_err(|error| snapshot_error(&base, error))
         })
         .await
@@ -176,7 +189,7 @@ impl Provisioner {
         self.blocking(move || {
             let root = WorkspaceRoot::open(&workspace)
                 .map_err(|source| snapshot_file_error(&base, source))?;
-            warren_snapshot::restore(&root, &base, &store, &manifest)
+            warren_snapshot::restore(&root, &base, store.as_ref(), &manifest)
                 .map_err(|error| snapshot_error(&base, error))
         })
         .await?;

@@ -36,7 +36,7 @@ pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use recovery::RecoveryReport;
 use warren_backend::Backend;
 use warren_core::{DataLayout, SandboxId};
-pub use warren_snapshot::GcStats;
+pub use warren_snapshot::{GcStats, S3Config};
 use warren_store::StateStore;
 
 /// Limits and defaults of one provisioner.
@@ -66,6 +66,19 @@ pub struct ProvisionerConfig {
     /// Store objects younger than this are never collected: they may belong to a snapshot
     /// still being written.
     pub gc_grace: Duration,
+    /// Where snapshot chunks and manifests go.
+    pub snapshot_store: SnapshotStoreConfig,
+}
+
+/// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
+/// in it: a directory, or a key prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SnapshotStoreConfig {
+    /// `<data>/snapshots/<uid>`: the embedded default.
+    #[default]
+    Local,
+    /// `snapshots/<uid>/` in an S3-compatible bucket.
+    S3(warren_snapshot::S3Config),
 }
 
 impl ProvisionerConfig {
@@ -83,6 +96,7 @@ impl ProvisionerConfig {
             max_lifetime: Duration::from_secs(24 * 3600),
             keep_checkpoints: 50,
             gc_grace: Duration::from_secs(3600),
+            snapshot_store: SnapshotStoreConfig::Local,
         }
     }
 }

@@ -18,11 +18,13 @@
 mod engine;
 mod gc;
 mod manifest;
+mod s3;
 mod store;
 
 pub use engine::{diff, restore, snapshot, Diff, SnapshotStats};
 pub use gc::{collect_garbage, GcStats};
 pub use manifest::{EntryKind, Manifest, ManifestEntry};
+pub use s3::{S3Config, S3Store};
 pub use store::{LocalStore, ObjectStore};
 
 /// Why a snapshot, restore or diff failed.

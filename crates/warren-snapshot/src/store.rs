@@ -30,6 +30,19 @@ pub trait ObjectStore: Send + Sync {
     fn sync(&self) -> Result<(), SnapshotError>;
 }
 
+/// Checks a key is one the engine makes (`chunks/<hex>`, `manifests/<hex>`) and splits
+/// it. Keys are never user input; anything else is refused rather than trusted.
+pub(crate) fn check_key(key: &str) -> Result<(&str, &str), SnapshotError> {
+    let valid = key.split('/').count() == 2
+        && key.split('/').all(|part| {
+            !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    match key.split_once('/') {
+        Some(parts) if valid => Ok(parts),
+        _ => Err(SnapshotError::InvalidKey(key.to_owned())),
+    }
+}
+
 /// The embedded default: a local directory, one file per object under two-character
 /// fan-out directories. The directory is warren's own, never mounted into a runtime.
 #[derive(Debug, Clone)]
@@ -55,17 +68,7 @@ impl LocalStore {
     }
 
     fn path(&self, key: &str) -> Result<PathBuf, SnapshotError> {
-        // Keys are ours (`chunks/<hex>`, `manifests/<hex>`), never user input; refuse
-        // anything else rather than trust it.
-        let valid = key.split('/').all(|part| {
-            !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
-        if !valid {
-            return Err(SnapshotError::InvalidKey(key.to_owned()));
-        }
-        let (kind, name) = key
-            .split_once('/')
-            .ok_or_else(|| SnapshotError::InvalidKey(key.to_owned()))?;
+        let (kind, name) = check_key(key)?;
         let fan = name.get(..2).unwrap_or("00");
         Ok(self.root.join(kind).join(fan).join(name))
     }

@@ -453,6 +453,88 @@ impl<'a> McpSession<'a> {
     }
 }
 
+/// A real S3-compatible server (`s3s-fs`, from crates.io; scripts/test installs it) on a
+/// free loopback port, serving one empty bucket from a temporary directory. Killed on drop.
+pub struct S3Server {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+    /// The bucket, already created.
+    pub bucket: String,
+    /// The access key the server accepts.
+    pub access_key: String,
+    /// The secret key the server accepts.
+    pub secret_key: String,
+    _root: tempfile::TempDir,
+}
+
+impl S3Server {
+    /// Starts the server; fails with what to install when `s3s-fs` is missing.
+    pub fn start() -> Self {
+        let binary = std::env::var_os("WARREN_S3S_FS")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("PATH").and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join("s3s-fs"))
+                        .find(|candidate| candidate.is_file())
+                })
+            })
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(|home| PathBuf::from(home).join(".cargo/bin/s3s-fs"))
+                    .filter(|candidate| candidate.is_file())
+            })
+            .expect(
+                "the S3 server s3s-fs is missing: cargo install s3s-fs --version 0.14.1 --locked \
+                 --features binary (scripts/test does), or point WARREN_S3S_FS at it",
+            );
+        let root = tempfile::tempdir().expect("a temporary dir for the S3 server");
+        let bucket = "warren-test".to_owned();
+        std::fs::create_dir(root.path().join(&bucket)).expect("create the bucket");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let (access_key, secret_key) = (
+            "warren-test-access".to_owned(),
+            "warren-test-secret-0123456789".to_owned(),
+        );
+        let child = Command::new(&binary)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", &access_key, "--secret-key", &secret_key])
+            .arg(root.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "s3s-fs did not listen on port {port} within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            bucket,
+            access_key,
+            secret_key,
+            _root: root,
+        }
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Kills every runtime recorded under `data_dir` and removes its cgroups.
 pub fn reap_runtimes(data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(data_dir.join("runtimes")) else {
@@ -505,7 +587,7 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// The variables `warren serve` reads its settings from.
-const SERVE_SETTINGS: [&str; 11] = [
+const SERVE_SETTINGS: [&str; 13] = [
     "WARREN_CONFIG",
     "WARREN_DATA_DIR",
     "WARREN_LISTEN",
@@ -516,6 +598,8 @@ const SERVE_SETTINGS: [&str; 11] = [
     "WARREN_MAX_LIFETIME",
     "WARREN_REAP_INTERVAL",
     "WARREN_LOG_FORMAT",
+    "WARREN_S3_ACCESS_KEY_ID",
+    "WARREN_S3_SECRET_ACCESS_KEY",
     "WARREN_URL",
 ];
 

@@ -62,6 +62,67 @@ pub struct ExecSection {
 pub struct SnapshotsSection {
     pub keep_checkpoints: Option<usize>,
     pub gc_grace_s: Option<u64>,
+    /// `local` (default) or `s3`.
+    pub store: Option<String>,
+    pub s3: Option<S3Section>,
+}
+
+/// An S3-compatible snapshot store. The keys may also come from `WARREN_S3_ACCESS_KEY_ID`
+/// and `WARREN_S3_SECRET_ACCESS_KEY`, which win over the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Section {
+    pub endpoint: Option<String>,
+    pub bucket: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+}
+
+impl SnapshotsSection {
+    /// The snapshot store the section describes, with credentials from the environment
+    /// winning over the file.
+    pub fn store(&self) -> anyhow::Result<warren_provisioner::SnapshotStoreConfig> {
+        use warren_provisioner::SnapshotStoreConfig;
+        match self.store.as_deref().unwrap_or("local") {
+            "local" => Ok(SnapshotStoreConfig::Local),
+            "s3" => {
+                let section = self.s3.as_ref();
+                let field = |name: &str,
+                             value: Option<&String>,
+                             env: Option<&str>|
+                 -> anyhow::Result<String> {
+                    env.and_then(|var| std::env::var(var).ok())
+                        .or_else(|| value.cloned())
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "snapshots.s3.{name} is required with store = \"s3\"{}",
+                                env.map(|v| format!(" (or set {v})")).unwrap_or_default()
+                            )
+                        })
+                };
+                Ok(SnapshotStoreConfig::S3(warren_provisioner::S3Config {
+                    endpoint: field("endpoint", section.and_then(|s| s.endpoint.as_ref()), None)?,
+                    bucket: field("bucket", section.and_then(|s| s.bucket.as_ref()), None)?,
+                    region: section
+                        .and_then(|s| s.region.clone())
+                        .unwrap_or_else(|| "us-east-1".to_owned()),
+                    access_key_id: field(
+                        "access_key_id",
+                        section.and_then(|s| s.access_key_id.as_ref()),
+                        Some("WARREN_S3_ACCESS_KEY_ID"),
+                    )?,
+                    secret_access_key: field(
+                        "secret_access_key",
+                        section.and_then(|s| s.secret_access_key.as_ref()),
+                        Some("WARREN_S3_SECRET_ACCESS_KEY"),
+                    )?,
+                }))
+            }
+            other => bail!("snapshots.store = {other:?}: use \"local\" or \"s3\""),
+        }
+    }
 }
 
 /// Per-runtime limits; absent keys keep the defaults of [`RuntimeLimits`].

@@ -216,6 +216,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(grace) = file.snapshots.gc_grace_s {
         config.gc_grace = seconds("snapshots.gc_grace_s", grace)?;
     }
+    config.snapshot_store = file.snapshots.store()?;
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));

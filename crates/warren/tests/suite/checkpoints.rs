@@ -220,3 +220,57 @@ async fn old_checkpoints_are_dropped_and_their_unshared_chunks_collected() {
     assert_eq!(status, 200);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "round 1");
 }
+
+#[tokio::test]
+async fn checkpoints_can_live_in_an_s3_compatible_store() {
+    let s3 = warren_test_support::S3Server::start();
+    let config = super::write_config(&format!(
+        "[snapshots]\nstore = \"s3\"\n[snapshots.s3]\nendpoint = \"{}\"\nbucket = \"{}\"\n\
+         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
+        s3.endpoint, s3.bucket, s3.access_key, s3.secret_key
+    ));
+    let server = TestServer::start_with(
+        super::bin(),
+        &[
+            "--backend",
+            "memory",
+            "--config",
+            config.path().to_str().unwrap(),
+        ],
+    );
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let file = server.workspace_of("alice").join("projects/a/report.md");
+    std::fs::write(&file, "# v1\n").unwrap();
+    let created = checkpoint(&server, &id).await;
+    assert_eq!(created["summary"]["chunks_new"], 1, "{created}");
+    assert!(
+        !server.data_dir().join("snapshots").exists(),
+        "an S3-backed server wrote snapshots locally"
+    );
+    std::fs::write(&file, "# v2\n").unwrap();
+    let cid = created["checkpoint"]["checkpoint_id"].as_str().unwrap();
+    let (status, body) = restore(&server, &id, cid).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "# v1\n");
+
+    // A half-described S3 store stops warren at start-up, naming what is missing.
+    let broken = super::write_config(
+        "[snapshots]\nstore = \"s3\"\n[snapshots.s3]\nendpoint = \"http://127.0.0.1:1\"\n",
+    );
+    let data = tempfile::tempdir().unwrap();
+    let out = warren_test_support::run_to_exit(
+        super::bin(),
+        &[
+            "serve",
+            "--config",
+            broken.path().to_str().unwrap(),
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("snapshots.s3.bucket is required"));
+}

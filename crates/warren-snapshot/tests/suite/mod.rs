@@ -1,0 +1,2 @@
+mod engine;
+mod stores;
