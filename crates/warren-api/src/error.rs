@@ -117,6 +117,14 @@ impl From<ProvisionerError> for ApiError {
             P::ArtifactNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "artifact_not_found", message)
             }
+            P::WorkdirNotEmpty { .. } => {
+                Self::new(StatusCode::CONFLICT, "workdir_not_empty", message)
+            }
+            P::UnknownHostDir { .. } => Self::bad_request("unknown_host_dir", message),
+            P::GitSourceRefused { .. } => Self::bad_request("git_source_refused", message),
+            P::GitFailed { .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "git_failed", message)
+            }
             P::CheckpointNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "checkpoint_not_found", message)
             }

@@ -4,8 +4,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use warren_core::{VirtualPath, VirtualRoot, Workdir};
-use warren_protocol::{CreateWorkdir, WorkdirInfo, WorkdirList};
-use warren_provisioner::Created;
+use warren_protocol::{CreateWorkdir, InitSummary, WorkdirInfo, WorkdirList};
+use warren_provisioner::{Created, GitSource, WorkdirInit};
 
 use crate::extract::{uid, OptionalJson};
 use crate::{ApiError, ApiState};
@@ -18,6 +18,7 @@ pub(crate) fn workdir_info(
         workdir: workdir.to_string(),
         path: VirtualPath::within(VirtualRoot::UserData, workdir.as_str()).to_string(),
         created_at: created_at.to_rfc3339(),
+        initialized: None,
     }
 }
 
@@ -30,6 +31,8 @@ pub(crate) fn workdir_info(
         (status = 201, body = WorkdirInfo, description = "Created"),
         (status = 200, body = WorkdirInfo, description = "Existed already"),
         (status = 400, body = warren_protocol::ErrorBody),
+        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_not_empty: init fills empty workdirs only"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "git_failed"),
     ),
     security(("bearer" = []))
 )]
@@ -44,11 +47,33 @@ pub(crate) async fn create(
         .provisioner
         .create_workdir(&uid, request.path.as_deref())
         .await?;
+    let mut info = workdir_info(&workdir, chrono::Utc::now());
+    if let Some(init) = request.init {
+        let report = state
+            .provisioner
+            .init_workdir(
+                &uid,
+                &workdir,
+                WorkdirInit {
+                    host_dir: init.host_dir,
+                    git: init.git.map(|git| GitSource {
+                        url: git.url,
+                        rev: git.rev,
+                    }),
+                    files: init.files,
+                },
+            )
+            .await?;
+        info.initialized = Some(InitSummary {
+            files: report.files,
+            bytes: report.bytes,
+        });
+    }
     let status = match created {
         Created::New => StatusCode::CREATED,
         Created::Existing => StatusCode::OK,
     };
-    Ok((status, Json(workdir_info(&workdir, chrono::Utc::now()))))
+    Ok((status, Json(info)))
 }
 
 /// Lists the workdirs recorded for a user.

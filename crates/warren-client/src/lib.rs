@@ -138,6 +138,7 @@ impl WarrenClient {
     ) -> Result<WorkdirInfo, ClientError> {
         let body = CreateWorkdir {
             path: path.map(str::to_owned),
+            init: None,
         };
         self.json(
             self.request(Method::POST, &format!("/v1/users/{}/workdirs", encode(uid)))

@@ -38,6 +38,7 @@ pub use etag::Etag;
 pub use path::{MAX_COMPONENT_LEN, MAX_PATH_LEN};
 pub use resolve::Resolver;
 pub use root::{Owner, WorkspaceRoot};
+pub use tree::CopyStats;
 pub use types::{
     ByteRange, EditResult, Entry, GrepMatch, GrepOptions, GrepResult, Kind, Listing, ReadResult,
     WriteOptions, WriteResult, EDIT_MAX_SIZE, GREP_LINE_MAX_CHARS, MAX_WALK_DEPTH,

@@ -174,3 +174,89 @@ impl WorkspaceRoot {
         .map_err(|e| FsError::from_errno(e, first.as_str(), Op::Remove))
     }
 }
+
+/// What [`WorkspaceRoot::copy_tree_from`] copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Regular files.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Symbolic links (copied as links, never followed).
+    pub symlinks: u64,
+    /// Bytes of file content.
+    pub bytes: u64,
+    /// Entries that are neither (sockets, fifos, devices), skipped.
+    pub skipped: u64,
+}
+
+impl WorkspaceRoot {
+    /// Copies the tree `from` beneath `source` into `to` beneath this root, which must not
+    /// exist yet or be an empty directory: directories, files (streamed, with their
+    /// permission bits and times) and symlinks (as links). Both sides are walked and
+    /// written by descriptor; nothing on either side is followed, and nothing existing is
+    /// overwritten. Created entries belong to this root's owner (I11).
+    pub fn copy_tree_from(
+        &self,
+        source: &WorkspaceRoot,
+        from: &str,
+        to: &str,
+    ) -> Result<CopyStats, FsError> {
+        self.ensure_writable(to)?;
+        let mut stats = CopyStats::default();
+        self.mkdir_p(to)?;
+        let listing = source.list(from, crate::MAX_WALK_DEPTH, 5_000_000)?;
+        let prefix = if from.is_empty() {
+            String::new()
+        } else {
+            format!("{from}/")
+        };
+        let target = |path: &str| -> String {
+            let relative = path.strip_prefix(&prefix).unwrap_or(path);
+            if to.is_empty() {
+                relative.to_owned()
+            } else {
+                format!("{to}/{relative}")
+            }
+        };
+        let mut attributes = Vec::new();
+        for entry in &listing.entries {
+            let dest = target(&entry.path);
+            match entry.kind {
+                crate::Kind::Dir => {
+                    self.mkdir_p(&dest)?;
+                    stats.dirs += 1;
+                    attributes.push((dest, Some(entry.mode), entry.modified_unix_ms));
+                }
+                crate::Kind::Symlink => {
+                    self.create_symlink(
+                        &dest,
+                        entry.symlink_target.as_deref().unwrap_or_default(),
+                    )?;
+                    stats.symlinks += 1;
+                    attributes.push((dest, None, entry.modified_unix_ms));
+                }
+                crate::Kind::File => {
+                    let mut input = source.open_file(&entry.path)?;
+                    let mut output = self.create_file(&dest, 0o600)?;
+                    let copied = std::io::copy(&mut input, &mut output).map_err(|e| {
+                        FsError::from_errno(
+                            rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+                            &dest,
+                            Op::Write,
+                        )
+                    })?;
+                    stats.files += 1;
+                    stats.bytes += copied;
+                    attributes.push((dest, Some(entry.mode & 0o777), entry.modified_unix_ms));
+                }
+                crate::Kind::Other => stats.skipped += 1,
+            }
+        }
+        // Children before parents, so a read-only directory is sealed last.
+        for (path, mode, modified) in attributes.into_iter().rev() {
+            self.set_attributes(&path, mode, modified)?;
+        }
+        Ok(stats)
+    }
+}

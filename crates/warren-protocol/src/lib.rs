@@ -52,6 +52,38 @@ pub struct CreateWorkdir {
     /// Relative workdir, e.g. `projects/x`; default `projects/<uuid>` (I8).
     #[serde(default)]
     pub path: Option<String>,
+    /// Fill the (new or empty) workdir from these sources (I32); 409 `workdir_not_empty`
+    /// otherwise, so no file is ever overwritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<InitSpec>,
+}
+
+/// Where a workdir's first files come from; any combination, applied in the order
+/// host_dir, git, files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InitSpec {
+    /// The name of a host directory the operator allowed (`[init] host_dirs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_dir: Option<String>,
+    /// A git repository cloned whole and checked out at `rev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSpec>,
+    /// Files by workdir-relative path, with their text.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+}
+
+/// A git repository and revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitSpec {
+    /// `https://`, `http://`, `ssh://` or `git://` (`file://` only inside an allowed host
+    /// directory).
+    pub url: String,
+    /// A branch, tag or commit; default: the remote's default branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rev: Option<String>,
 }
 
 /// A workdir of a user.
@@ -63,6 +95,9 @@ pub struct WorkdirInfo {
     pub path: String,
     /// When warren recorded it (RFC 3339).
     pub created_at: String,
+    /// What initialisation put in, when `init` was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialized: Option<InitSummary>,
 }
 
 /// `GET /v1/users/{uid}/workdirs`.
@@ -630,4 +665,13 @@ pub struct CheckpointDiff {
     pub removed: Vec<String>,
     /// In both, with other content, type, mode or link target.
     pub changed: Vec<String>,
+}
+
+/// What a workdir initialisation put in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct InitSummary {
+    /// Regular files written.
+    pub files: u64,
+    /// Bytes written.
+    pub bytes: u64,
 }

@@ -93,6 +93,32 @@ pub enum ProvisionerError {
         /// The id asked for.
         artifact: String,
     },
+    /// Only an empty workdir is initialised (I32).
+    #[error("workdir {workdir:?} is not empty; initialisation fills new workdirs only, so no file is overwritten")]
+    WorkdirNotEmpty {
+        /// The workdir.
+        workdir: String,
+    },
+    /// No host directory of this name is allowed.
+    #[error(
+        "no host directory {name:?} is allowed; the operator lists them under [init] host_dirs"
+    )]
+    UnknownHostDir {
+        /// The name asked for.
+        name: String,
+    },
+    /// A git URL or revision that is not allowed.
+    #[error("git source refused: {reason}")]
+    GitSourceRefused {
+        /// Why.
+        reason: &'static str,
+    },
+    /// git could not clone or check out.
+    #[error("git failed: {detail}")]
+    GitFailed {
+        /// git's own message, without host paths.
+        detail: String,
+    },
     /// No checkpoint with this id in this sandbox.
     #[error("this sandbox has no checkpoint {checkpoint:?}")]
     CheckpointNotFound {

@@ -17,6 +17,7 @@ mod env;
 mod error;
 mod exec;
 mod files;
+mod init;
 mod lifecycle;
 mod metrics;
 mod recovery;
@@ -32,6 +33,7 @@ pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
 pub use error::{is_internal_file_error, strip_relative_path, ProvisionerError};
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
+pub use init::{GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use recovery::RecoveryReport;
 use warren_backend::Backend;
@@ -68,6 +70,8 @@ pub struct ProvisionerConfig {
     pub gc_grace: Duration,
     /// Where snapshot chunks and manifests go.
     pub snapshot_store: SnapshotStoreConfig,
+    /// Host directories a workdir may be initialised from, by name (I32).
+    pub init_host_dirs: BTreeMap<String, PathBuf>,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -97,6 +101,7 @@ impl ProvisionerConfig {
             keep_checkpoints: 50,
             gc_grace: Duration::from_secs(3600),
             snapshot_store: SnapshotStoreConfig::Local,
+            init_host_dirs: BTreeMap::new(),
         }
     }
 }

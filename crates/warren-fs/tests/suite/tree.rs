@@ -126,7 +126,38 @@ fn a_streamed_read_refuses_links_and_directories(r: Resolver) {
     ));
 }
 
+fn a_tree_copy_takes_links_as_links_and_overwrites_nothing(r: Resolver) {
+    let f = Fixture::new();
+    f.file("src/a.txt", "a");
+    f.file("src/deep/b.txt", "b");
+    f.symlink("src/out", &f.outside);
+    f.dir("dst");
+    let ws = f.ws(r);
+    let source = ws.subroot("src").unwrap();
+    let stats = ws.copy_tree_from(&source, "", "dst/copy").unwrap();
+    assert_eq!((stats.files, stats.symlinks), (2, 1));
+    assert_eq!(f.read("dst/copy/deep/b.txt"), "b");
+    assert!(std::fs::symlink_metadata(f.path("dst/copy/out"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        std::fs::read_link(f.path("dst/copy/out")).unwrap(),
+        f.outside
+    );
+    // Copying again onto the same place fails on the first existing file, changing nothing.
+    std::fs::write(f.path("dst/copy/a.txt"), "mine").unwrap();
+    assert!(ws.copy_tree_from(&source, "", "dst/copy").is_err());
+    assert_eq!(f.read("dst/copy/a.txt"), "mine");
+    // A destination reached through a link is refused.
+    f.symlink("dst/link", &f.outside);
+    let before = f.snapshot_outside();
+    assert!(ws.copy_tree_from(&source, "", "dst/link/x").is_err());
+    assert_eq!(f.snapshot_outside(), before);
+}
+
 for_both_resolvers!(
+    a_tree_copy_takes_links_as_links_and_overwrites_nothing,
     created_files_symlinks_and_hardlinks_are_made_as_themselves,
     nothing_is_created_through_a_linked_parent,
     a_hardlink_to_a_link_or_through_one_is_refused,

@@ -30,6 +30,8 @@ pub struct ConfigFile {
     pub limits: LimitsSection,
     #[serde(default)]
     pub snapshots: SnapshotsSection,
+    #[serde(default)]
+    pub init: InitSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -55,6 +57,16 @@ pub struct ExecSection {
     pub default_timeout_s: Option<u64>,
     pub max_timeout_s: Option<u64>,
     pub output_cap_bytes: Option<usize>,
+}
+
+/// Sources a workdir may be initialised from (I32).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitSection {
+    /// Host directories by name: `POST /v1/users/{uid}/workdirs` with
+    /// `{"init":{"host_dir":"<name>"}}` copies one into a new workdir.
+    #[serde(default)]
+    pub host_dirs: BTreeMap<String, PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -217,6 +217,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config.gc_grace = seconds("snapshots.gc_grace_s", grace)?;
     }
     config.snapshot_store = file.snapshots.store()?;
+    for (name, dir) in &file.init.host_dirs {
+        let canonical = dir.canonicalize().with_context(|| {
+            format!(
+                "init.host_dirs.{name}: {} is not a directory warren can read",
+                dir.display()
+            )
+        })?;
+        config.init_host_dirs.insert(name.clone(), canonical);
+    }
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));

@@ -10,6 +10,7 @@ mod escape;
 mod etag;
 mod files;
 mod image;
+mod init;
 mod lifecycle;
 mod mcp;
 mod metrics;
