@@ -117,6 +117,9 @@ impl From<ProvisionerError> for ApiError {
             P::ArtifactNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "artifact_not_found", message)
             }
+            P::SkillNotGranted { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "skill_not_granted", message)
+            }
             P::WorkdirNotEmpty { .. } => {
                 Self::new(StatusCode::CONFLICT, "workdir_not_empty", message)
             }

@@ -19,6 +19,7 @@ mod files;
 mod leases;
 mod openapi;
 mod sandboxes;
+mod skills;
 mod stream;
 mod viewer;
 mod workdirs;
@@ -85,6 +86,12 @@ pub fn app(state: ApiState) -> Router {
         .route("/users/{uid}/env/{name}", put(env::set).delete(env::remove))
         .route("/viewer-links", post(viewer::create_link))
         .route("/users/{uid}/snapshots/gc", post(checkpoints::gc))
+        .route("/users/{uid}/skills", get(skills::list))
+        .route("/users/{uid}/skills/sync", post(skills::sync))
+        .route(
+            "/users/{uid}/skills/{skill}",
+            put(skills::grant).delete(skills::revoke),
+        )
         .route(
             "/sandboxes/{id}/checkpoints",
             post(checkpoints::create).get(checkpoints::list),

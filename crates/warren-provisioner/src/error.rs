@@ -119,6 +119,12 @@ pub enum ProvisionerError {
         /// git's own message, without host paths.
         detail: String,
     },
+    /// The skill is not granted to this uid.
+    #[error("skill {skill:?} is not granted to this uid")]
+    SkillNotGranted {
+        /// The skill asked about.
+        skill: String,
+    },
     /// No checkpoint with this id in this sandbox.
     #[error("this sandbox has no checkpoint {checkpoint:?}")]
     CheckpointNotFound {

@@ -22,6 +22,7 @@ mod lifecycle;
 mod metrics;
 mod recovery;
 mod sandboxes;
+mod skills;
 pub use sandboxes::{Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,6 +37,7 @@ pub use files::{FileRead, Located, Written};
 pub use init::{GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use recovery::RecoveryReport;
+pub use skills::{check_skill_name, SkillSources, SkillSyncReport};
 use warren_backend::Backend;
 use warren_core::{DataLayout, SandboxId};
 pub use warren_snapshot::{GcStats, S3Config};
@@ -72,6 +74,8 @@ pub struct ProvisionerConfig {
     pub snapshot_store: SnapshotStoreConfig,
     /// Host directories a workdir may be initialised from, by name (I32).
     pub init_host_dirs: BTreeMap<String, PathBuf>,
+    /// The operator's skill directories the projections are built from (I32).
+    pub skill_sources: SkillSources,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -102,6 +106,7 @@ impl ProvisionerConfig {
             gc_grace: Duration::from_secs(3600),
             snapshot_store: SnapshotStoreConfig::Local,
             init_host_dirs: BTreeMap::new(),
+            skill_sources: SkillSources::default(),
         }
     }
 }

@@ -101,6 +101,11 @@ impl Provisioner {
             })
             .await?;
         self.store.record_workdir(uid, &workdir).await?;
+        // A uid's first workdir brings the skills every uid gets (I32).
+        let sources = &self.config.skill_sources;
+        if created && (sources.builtin.is_some() || sources.shared.is_some()) {
+            self.sync_skills(uid).await?;
+        }
         let created = if created {
             Created::New
         } else {

@@ -223,6 +223,15 @@ pub trait StateStore: Send + Sync + 'static {
     /// Forgets a checkpoint; `false` when there was none.
     async fn delete_checkpoint(&self, id: &str) -> Result<bool, StoreError>;
 
+    /// Grants the catalog skill `slug` to `uid`; `true` when newly granted.
+    async fn grant_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError>;
+
+    /// Revokes a granted skill; `false` when it was not granted.
+    async fn revoke_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError>;
+
+    /// The skills granted to `uid`, by name.
+    async fn granted_skills(&self, uid: &Uid) -> Result<Vec<String>, StoreError>;
+
     /// The artifacts of every sandbox of `uid`, oldest first.
     async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError>;
 

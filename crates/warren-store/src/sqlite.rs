@@ -1053,6 +1053,38 @@ impl StateStore for SqliteStore {
         Ok(result.rows_affected() == 1)
     }
 
+    async fn grant_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO skill_grants (uid, slug, granted_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (uid, slug) DO NOTHING",
+        )
+        .bind(uid.as_str())
+        .bind(slug)
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("grant a skill"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn revoke_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM skill_grants WHERE uid = ?1 AND slug = ?2")
+            .bind(uid.as_str())
+            .bind(slug)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("revoke a skill"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn granted_skills(&self, uid: &Uid) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar("SELECT slug FROM skill_grants WHERE uid = ?1 ORDER BY slug")
+            .bind(uid.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query("list granted skills"))
+    }
+
     async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError> {
         let rows = sqlx::query(concat!(
             "SELECT ",

@@ -325,6 +325,24 @@ pub async fn checkpoints_are_recorded_listed_and_forgotten(backend: &dyn Backend
     );
 }
 
+pub async fn skills_are_granted_and_revoked_per_uid(backend: &dyn Backend) {
+    let store = backend.open().await;
+    assert!(store.grant_skill(&uid("alice"), "pdf").await.unwrap());
+    assert!(!store.grant_skill(&uid("alice"), "pdf").await.unwrap());
+    store.grant_skill(&uid("alice"), "charts").await.unwrap();
+    assert_eq!(
+        store.granted_skills(&uid("alice")).await.unwrap(),
+        ["charts", "pdf"]
+    );
+    assert!(store.granted_skills(&uid("bob")).await.unwrap().is_empty());
+    assert!(store.revoke_skill(&uid("alice"), "pdf").await.unwrap());
+    assert!(!store.revoke_skill(&uid("alice"), "pdf").await.unwrap());
+    assert_eq!(
+        store.granted_skills(&uid("alice")).await.unwrap(),
+        ["charts"]
+    );
+}
+
 pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn Backend) {
     let store = backend.open().await;
     let new = claim("alice", "thread-1", "projects/a");

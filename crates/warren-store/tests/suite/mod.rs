@@ -23,6 +23,7 @@ macro_rules! behaviour_suite {
                 setting_one_agent_variable_adds_or_overwrites_within_the_limit,
                 artifacts_are_recorded_listed_and_found_per_sandbox,
                 checkpoints_are_recorded_listed_and_forgotten,
+                skills_are_granted_and_revoked_per_uid,
                 every_state_but_terminated_counts_as_live_for_a_claim,
                 a_claim_whose_id_is_not_derived_from_its_uid_and_scope_is_refused,
                 fifty_concurrent_claims_of_one_identity_create_exactly_one_sandbox,

@@ -32,6 +32,8 @@ pub struct ConfigFile {
     pub snapshots: SnapshotsSection,
     #[serde(default)]
     pub init: InitSection,
+    #[serde(default)]
+    pub skills: SkillsSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -57,6 +59,18 @@ pub struct ExecSection {
     pub default_timeout_s: Option<u64>,
     pub max_timeout_s: Option<u64>,
     pub output_cap_bytes: Option<usize>,
+}
+
+/// The operator's skill directories (I32), each holding one directory per skill.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkillsSection {
+    /// Skills every uid gets, shipped with the deployment.
+    pub builtin_dir: Option<PathBuf>,
+    /// Skills every uid gets, maintained by the operator.
+    pub shared_dir: Option<PathBuf>,
+    /// Skills a uid gets when granted (`PUT /v1/users/{uid}/skills/{name}`).
+    pub catalog_dir: Option<PathBuf>,
 }
 
 /// Sources a workdir may be initialised from (I32).

@@ -217,6 +217,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config.gc_grace = seconds("snapshots.gc_grace_s", grace)?;
     }
     config.snapshot_store = file.snapshots.store()?;
+    let skill_dir = |key: &str, dir: &Option<PathBuf>| -> anyhow::Result<Option<PathBuf>> {
+        dir.as_ref()
+            .map(|dir| {
+                dir.canonicalize().with_context(|| {
+                    format!(
+                        "skills.{key}: {} is not a directory warren can read",
+                        dir.display()
+                    )
+                })
+            })
+            .transpose()
+    };
+    config.skill_sources = warren_provisioner::SkillSources {
+        builtin: skill_dir("builtin_dir", &file.skills.builtin_dir)?,
+        shared: skill_dir("shared_dir", &file.skills.shared_dir)?,
+        catalog: skill_dir("catalog_dir", &file.skills.catalog_dir)?,
+    };
     for (name, dir) in &file.init.host_dirs {
         let canonical = dir.canonicalize().with_context(|| {
             format!(

@@ -19,6 +19,7 @@ mod openapi;
 mod path_attacks;
 mod runtime;
 mod sandboxes;
+mod skills;
 mod unprivileged;
 mod viewer;
 mod viewer_browser;
