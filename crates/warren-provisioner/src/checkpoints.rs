@@ -7,7 +7,9 @@
 
 use warren_core::{SandboxId, Uid};
 use warren_fs::WorkspaceRoot;
-use warren_snapshot::{Diff, LocalStore, ObjectStore, S3Store, SnapshotError, SnapshotStats};
+use warren_snapshot::{
+    Diff, LocalStore, ObjectStore, RedisStore, S3Store, SnapshotError, SnapshotStats, SqlStore,
+};
 use warren_store::{Checkpoint, SandboxRecord};
 
 use crate::{Provisioner, ProvisionerError, SnapshotStoreConfig};
@@ -24,6 +26,14 @@ impl Provisioner {
                     LocalStore::open(dir).map_err(ProvisionerError::Snapshot)?,
                 ))
             }
+            SnapshotStoreConfig::Redis { url } => Ok(Box::new(
+                RedisStore::open(url, safe.as_str()).map_err(ProvisionerError::Snapshot)?,
+            )),
+            SnapshotStoreConfig::Sql => Ok(Box::new(SqlStore::new(
+                self.store.clone(),
+                safe.as_str(),
+                tokio::runtime::Handle::current(),
+            ))),
             SnapshotStoreConfig::S3(config) => Ok(Box::new(
                 S3Store::open(
                     config,

@@ -87,6 +87,13 @@ pub enum SnapshotStoreConfig {
     Local,
     /// `snapshots/<uid>/` in an S3-compatible bucket.
     S3(warren_snapshot::S3Config),
+    /// Rows of the state store itself (small workspaces; one shared database).
+    Sql,
+    /// Values in a Redis server (small workspaces), under `warren:snapshots:<uid>:`.
+    Redis {
+        /// `redis://host:port/db`.
+        url: String,
+    },
 }
 
 impl ProvisionerConfig {

@@ -18,13 +18,17 @@
 mod engine;
 mod gc;
 mod manifest;
+mod redis_store;
 mod s3;
+mod sql;
 mod store;
 
 pub use engine::{diff, restore, snapshot, Diff, SnapshotStats};
 pub use gc::{collect_garbage, GcStats};
 pub use manifest::{EntryKind, Manifest, ManifestEntry};
+pub use redis_store::RedisStore;
 pub use s3::{S3Config, S3Store};
+pub use sql::SqlStore;
 pub use store::{LocalStore, ObjectStore};
 
 /// Why a snapshot, restore or diff failed.

@@ -223,6 +223,25 @@ pub trait StateStore: Send + Sync + 'static {
     /// Forgets a checkpoint; `false` when there was none.
     async fn delete_checkpoint(&self, id: &str) -> Result<bool, StoreError>;
 
+    /// Stores a snapshot object of `owner` unless it exists; `true` when written now.
+    async fn put_object(&self, owner: &str, key: &str, bytes: &[u8]) -> Result<bool, StoreError>;
+
+    /// A snapshot object of `owner`.
+    async fn get_object(&self, owner: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// When a snapshot object of `owner` was written, if it exists.
+    async fn object_created_at(
+        &self,
+        owner: &str,
+        key: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError>;
+
+    /// The keys of `owner`'s snapshot objects starting with `prefix`, sorted.
+    async fn list_objects(&self, owner: &str, prefix: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Removes a snapshot object; removing a missing one succeeds.
+    async fn delete_object(&self, owner: &str, key: &str) -> Result<(), StoreError>;
+
     /// Grants the catalog skill `slug` to `uid`; `true` when newly granted.
     async fn grant_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError>;
 

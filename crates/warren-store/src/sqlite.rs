@@ -1053,6 +1053,72 @@ impl StateStore for SqliteStore {
         Ok(result.rows_affected() == 1)
     }
 
+    async fn put_object(&self, owner: &str, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO snapshot_objects (owner, key, bytes, created_at) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (owner, key) DO NOTHING",
+        )
+        .bind(owner)
+        .bind(key)
+        .bind(bytes)
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("write a snapshot object"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn get_object(&self, owner: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        sqlx::query_scalar("SELECT bytes FROM snapshot_objects WHERE owner = ?1 AND key = ?2")
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("read a snapshot object"))
+    }
+
+    async fn object_created_at(
+        &self,
+        owner: &str,
+        key: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let millis: Option<i64> = sqlx::query_scalar(
+            "SELECT created_at FROM snapshot_objects WHERE owner = ?1 AND key = ?2",
+        )
+        .bind(owner)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read a snapshot object's age"))?;
+        Ok(millis.map(millis_to_time))
+    }
+
+    async fn list_objects(&self, owner: &str, prefix: &str) -> Result<Vec<String>, StoreError> {
+        // A range on the primary key instead of LIKE: keys never need escaping.
+        let mut upper = prefix.to_owned();
+        upper.push(char::MAX);
+        sqlx::query_scalar(
+            "SELECT key FROM snapshot_objects WHERE owner = ?1 AND key >= ?2 AND key < ?3 \
+             ORDER BY key",
+        )
+        .bind(owner)
+        .bind(prefix)
+        .bind(upper)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list snapshot objects"))
+    }
+
+    async fn delete_object(&self, owner: &str, key: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM snapshot_objects WHERE owner = ?1 AND key = ?2")
+            .bind(owner)
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("delete a snapshot object"))?;
+        Ok(())
+    }
+
     async fn grant_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError> {
         let result = sqlx::query(
             "INSERT INTO skill_grants (uid, slug, granted_at) VALUES (?1, ?2, ?3) \

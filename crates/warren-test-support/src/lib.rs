@@ -535,6 +535,53 @@ impl Drop for S3Server {
     }
 }
 
+/// A real Redis server (Debian's `redis-server`; scripts/test installs it) on a free
+/// loopback port, with no persistence. Killed on drop.
+pub struct RedisServer {
+    child: Child,
+    /// `redis://127.0.0.1:<port>/0`.
+    pub url: String,
+}
+
+impl RedisServer {
+    /// Starts the server; fails with what to install when `redis-server` is missing.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "yes"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server ({e}): apt-get install redis-server (scripts/test does)")
+            });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not listen on port {port} within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("redis://127.0.0.1:{port}/0"),
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Kills every runtime recorded under `data_dir` and removes its cgroups.
 pub fn reap_runtimes(data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(data_dir.join("runtimes")) else {
@@ -587,7 +634,7 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// The variables `warren serve` reads its settings from.
-const SERVE_SETTINGS: [&str; 13] = [
+const SERVE_SETTINGS: [&str; 14] = [
     "WARREN_CONFIG",
     "WARREN_DATA_DIR",
     "WARREN_LISTEN",
@@ -600,6 +647,7 @@ const SERVE_SETTINGS: [&str; 13] = [
     "WARREN_LOG_FORMAT",
     "WARREN_S3_ACCESS_KEY_ID",
     "WARREN_S3_SECRET_ACCESS_KEY",
+    "WARREN_REDIS_URL",
     "WARREN_URL",
 ];
 

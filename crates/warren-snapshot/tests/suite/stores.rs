@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use warren_fs::WorkspaceRoot;
 use warren_snapshot::{
-    collect_garbage, restore, snapshot, LocalStore, ObjectStore, S3Config, S3Store, SnapshotError,
+    collect_garbage, restore, snapshot, LocalStore, ObjectStore, RedisStore, S3Config, S3Store,
+    SnapshotError, SqlStore,
 };
 use warren_test_support::S3Server;
 
@@ -46,6 +47,48 @@ impl Kind for S3 {
             .unwrap(),
         )
     }
+}
+
+struct Sql {
+    state: std::sync::Arc<dyn warren_store::StateStore>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Kind for Sql {
+    fn open(&self, owner: &str) -> Box<dyn ObjectStore> {
+        Box::new(SqlStore::new(
+            self.state.clone(),
+            owner,
+            self.runtime.handle().clone(),
+        ))
+    }
+}
+
+fn sql() -> Sql {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let state = runtime
+        .block_on(warren_store::SqliteStore::open_in_memory())
+        .unwrap();
+    Sql {
+        state: std::sync::Arc::new(state),
+        runtime,
+    }
+}
+
+struct Redis(warren_test_support::RedisServer);
+
+impl Kind for Redis {
+    fn open(&self, owner: &str) -> Box<dyn ObjectStore> {
+        Box::new(RedisStore::open(&self.0.url, owner).unwrap())
+    }
+}
+
+fn redis() -> Redis {
+    Redis(warren_test_support::RedisServer::start())
 }
 
 fn local() -> Local {
@@ -191,4 +234,9 @@ macro_rules! stores {
     };
 }
 
-stores!(local_directory => super::local(), s3_compatible => super::s3());
+stores!(
+    local_directory => super::local(),
+    s3_compatible => super::s3(),
+    sql_state_store => super::sql(),
+    redis => super::redis(),
+);

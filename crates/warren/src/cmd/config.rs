@@ -88,9 +88,17 @@ pub struct InitSection {
 pub struct SnapshotsSection {
     pub keep_checkpoints: Option<usize>,
     pub gc_grace_s: Option<u64>,
-    /// `local` (default) or `s3`.
+    /// `local` (default), `s3`, `sql` (rows of the state store) or `redis`.
     pub store: Option<String>,
     pub s3: Option<S3Section>,
+    pub redis: Option<RedisSection>,
+}
+
+/// A Redis snapshot store; `WARREN_REDIS_URL` wins over the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSection {
+    pub url: Option<String>,
 }
 
 /// An S3-compatible snapshot store. The keys may also come from `WARREN_S3_ACCESS_KEY_ID`
@@ -112,6 +120,19 @@ impl SnapshotsSection {
         use warren_provisioner::SnapshotStoreConfig;
         match self.store.as_deref().unwrap_or("local") {
             "local" => Ok(SnapshotStoreConfig::Local),
+            "sql" => Ok(SnapshotStoreConfig::Sql),
+            "redis" => {
+                let url = std::env::var("WARREN_REDIS_URL")
+                    .ok()
+                    .or_else(|| self.redis.as_ref().and_then(|r| r.url.clone()))
+                    .filter(|url| !url.is_empty())
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "snapshots.redis.url is required with store = \"redis\" (or set WARREN_REDIS_URL)"
+                        )
+                    })?;
+                Ok(SnapshotStoreConfig::Redis { url })
+            }
             "s3" => {
                 let section = self.s3.as_ref();
                 let field = |name: &str,
@@ -146,7 +167,9 @@ impl SnapshotsSection {
                     )?,
                 }))
             }
-            other => bail!("snapshots.store = {other:?}: use \"local\" or \"s3\""),
+            other => {
+                bail!("snapshots.store = {other:?}: use \"local\", \"s3\", \"sql\" or \"redis\"")
+            }
         }
     }
 }

@@ -274,3 +274,58 @@ async fn checkpoints_can_live_in_an_s3_compatible_store() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("snapshots.s3.bucket is required"));
 }
+
+#[tokio::test]
+async fn checkpoints_can_live_in_the_state_store() {
+    let config = super::write_config("[snapshots]\nstore = \"sql\"\n");
+    let server = TestServer::start_with(
+        super::bin(),
+        &[
+            "--backend",
+            "memory",
+            "--config",
+            config.path().to_str().unwrap(),
+        ],
+    );
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let file = server.workspace_of("alice").join("projects/a/notes.md");
+    std::fs::write(&file, "kept in SQL\n").unwrap();
+    let cid = checkpoint(&server, &id).await["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!server.data_dir().join("snapshots").exists());
+    std::fs::write(&file, "changed\n").unwrap();
+    let (status, body) = restore(&server, &id, &cid).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept in SQL\n");
+}
+
+#[tokio::test]
+async fn checkpoints_can_live_in_redis() {
+    let redis = warren_test_support::RedisServer::start();
+    let config = super::write_config(&format!(
+        "[snapshots]\nstore = \"redis\"\n[snapshots.redis]\nurl = \"{}\"\n",
+        redis.url
+    ));
+    let server = TestServer::start_with(
+        super::bin(),
+        &[
+            "--backend",
+            "memory",
+            "--config",
+            config.path().to_str().unwrap(),
+        ],
+    );
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let file = server.workspace_of("alice").join("projects/a/notes.md");
+    std::fs::write(&file, "kept in Redis\n").unwrap();
+    let cid = checkpoint(&server, &id).await["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::write(&file, "changed\n").unwrap();
+    let (status, body) = restore(&server, &id, &cid).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept in Redis\n");
+}
