@@ -166,7 +166,8 @@ impl Provisioner {
             let result = task.await.map_err(ProvisionerError::Interrupted)?;
             if let Some(relay) = relay {
                 // Every sender went with the task: the relay flushes what it held and ends.
-                let _ = relay.await;
+                // Bounded, so a sender kept alive elsewhere cannot hold the answer back.
+                let _ = tokio::time::timeout(Duration::from_secs(5), relay).await;
             }
             match result {
                 // Starting and finishing the run recorded the sandbox's activity.

@@ -101,10 +101,13 @@ impl Provisioner {
             })
             .await?;
         self.store.record_workdir(uid, &workdir).await?;
-        // A uid's first workdir brings the skills every uid gets (I32).
+        // A new workdir brings the skills every uid gets (I32). A broken skill directory
+        // is the operator's to fix; it must not keep users from creating workdirs.
         let sources = &self.config.skill_sources;
         if created && (sources.builtin.is_some() || sources.shared.is_some()) {
-            self.sync_skills(uid).await?;
+            if let Err(error) = self.sync_skills(uid).await {
+                tracing::warn!(%uid, %error, "could not build the skill projection");
+            }
         }
         let created = if created {
             Created::New
