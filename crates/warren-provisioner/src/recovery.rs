@@ -152,6 +152,18 @@ impl Provisioner {
                 }
             }
         }
+        // Leftovers of work cut short by the crash: git checkouts of workspace
+        // initialisation, and skill projections retired while a runtime still ran.
+        if let Err(error) = std::fs::remove_dir_all(self.layout.data_dir().join("tmp")) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::error!(%error, "could not clear the scratch space of <data>/tmp");
+                report.cleanup_failures += 1;
+            }
+        }
+        if let Err(error) = self.reclaim_all_retired_projections().await {
+            tracing::error!(%error, "could not reclaim retired skill projections");
+            report.cleanup_failures += 1;
+        }
         Ok(report)
     }
 }

@@ -151,7 +151,7 @@ impl Provisioner {
             .data_dir()
             .join("skill-projections")
             .join(RETIRED);
-        let prefix = format!("{}.", uid.safe().as_str());
+        let owner = uid.safe().as_str().to_owned();
         self.blocking(move || {
             let Ok(root) = WorkspaceRoot::open(&retired) else {
                 return Ok(());
@@ -160,13 +160,52 @@ impl Provisioner {
             let listing = root
                 .list("", 1, 100_000)
                 .map_err(|source| skills_error("the retired projections", source))?;
-            for entry in listing
-                .entries
-                .iter()
-                .filter(|e| e.path.starts_with(&prefix))
-            {
+            // `<safe uid>.<uuid>`, matched whole: "alice" must not take "alice.smith"'s.
+            let of_owner = |path: &str| path.rsplit_once('.').is_some_and(|(o, _)| o == owner);
+            for entry in listing.entries.iter().filter(|e| of_owner(&e.path)) {
                 root.remove(&entry.path, true)
                     .map_err(|source| skills_error("a retired projection", source))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// At start-up: every retired projection whose uid runs no runtime goes.
+    pub(crate) async fn reclaim_all_retired_projections(&self) -> Result<(), ProvisionerError> {
+        let in_use: BTreeSet<String> = self
+            .store
+            .list_sandboxes(None)
+            .await?
+            .iter()
+            .filter(|record| {
+                matches!(
+                    record.state,
+                    SandboxState::Running | SandboxState::Terminating
+                )
+            })
+            .map(|record| record.uid.safe().as_str().to_owned())
+            .collect();
+        let retired = self
+            .layout
+            .data_dir()
+            .join("skill-projections")
+            .join(RETIRED);
+        self.blocking(move || {
+            let Ok(root) = WorkspaceRoot::open(&retired) else {
+                return Ok(());
+            };
+            let root = root.with_owner(None);
+            let listing = root
+                .list("", 1, 100_000)
+                .map_err(|source| skills_error("the retired projections", source))?;
+            for entry in listing.entries {
+                // `<safe uid>.<uuid>`: a safe uid may itself contain dots.
+                let owner = entry.path.rsplit_once('.').map_or("", |(owner, _)| owner);
+                if !in_use.contains(owner) {
+                    root.remove(&entry.path, true)
+                        .map_err(|source| skills_error("a retired projection", source))?;
+                }
             }
             Ok(())
         })

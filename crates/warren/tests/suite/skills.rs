@@ -145,3 +145,34 @@ async fn a_replaced_projection_is_kept_while_a_runtime_runs_then_reclaimed() {
         "a retired projection outlived its runtimes"
     );
 }
+
+#[tokio::test]
+async fn a_restart_clears_leftover_checkouts_and_retired_projections_nobody_uses() {
+    let mut server = TestServer::start_with(bin(), &["--backend", "memory"]);
+    server.workdir("alice", "projects/a").await;
+    let data = server.data_dir();
+    let leftover = data.join("tmp/git-0123/repo");
+    std::fs::create_dir_all(&leftover).unwrap();
+    std::fs::write(leftover.join("file"), "x").unwrap();
+    let retired = data.join("skill-projections/.retired/alice.0123abcd");
+    std::fs::create_dir_all(retired.join("old-skill")).unwrap();
+    // A rebuild for alice reclaims alice's retired trees only, not those of "alice.smith".
+    let other = data.join("skill-projections/.retired/alice.smith.0456abcd");
+    std::fs::create_dir_all(&other).unwrap();
+    let (status, _) = call(&server, Method::POST, "/v1/users/alice/skills/sync").await;
+    assert_eq!(status, 200);
+    assert!(
+        !retired.exists() && other.exists(),
+        "the wrong retired tree was reclaimed"
+    );
+    std::fs::create_dir_all(retired.join("old-skill")).unwrap();
+    server.restart_after_kill();
+    assert!(
+        !data.join("tmp").exists(),
+        "a leftover checkout survived the restart"
+    );
+    assert!(
+        !retired.exists(),
+        "a retired projection nobody uses survived the restart"
+    );
+}
