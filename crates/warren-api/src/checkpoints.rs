@@ -153,3 +153,51 @@ pub(crate) async fn gc(
     let stats = state.provisioner.collect_snapshot_garbage(&uid).await?;
     Ok(Json(serde_json::to_value(stats).unwrap_or_default()))
 }
+
+fn snapshot_info(snapshot: &warren_store::RuntimeSnapshot) -> serde_json::Value {
+    serde_json::json!({
+        "snapshot_id": snapshot.id,
+        "generation": snapshot.generation,
+        "bytes": snapshot.bytes,
+        "reason": snapshot.reason,
+        "created_at": snapshot.created_at.to_rfc3339(),
+    })
+}
+
+/// Records the running runtime's ephemeral state (I30): the copy-on-write layers over the
+/// root (installed packages) and `/home/gem` outside the persistent mounts. `/tmp` is not
+/// kept. A reaped runtime resumes from the latest snapshot of its generation.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/snapshots", tag = "checkpoints",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses(
+        (status = 201, description = "The snapshot"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "runtime_not_running"),
+        (status = 501, body = warren_protocol::ErrorBody, description = "snapshot_not_supported"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn snapshot(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let snapshot = state.provisioner.snapshot_runtime(&id, "api").await?;
+    Ok((StatusCode::CREATED, Json(snapshot_info(&snapshot))))
+}
+
+/// The sandbox's runtime snapshots, oldest first.
+#[utoipa::path(
+    get, path = "/v1/sandboxes/{id}/snapshots", tag = "checkpoints",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, description = "{\"snapshots\": [...]}")),
+    security(("bearer" = []))
+)]
+pub(crate) async fn snapshots(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let list = state.provisioner.list_runtime_snapshots(&id).await?;
+    Ok(Json(serde_json::json!({
+        "snapshots": list.iter().map(snapshot_info).collect::<Vec<_>>(),
+    })))
+}

@@ -117,6 +117,14 @@ impl From<ProvisionerError> for ApiError {
             P::ArtifactNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "artifact_not_found", message)
             }
+            P::RuntimeNotRunning { .. } => {
+                Self::new(StatusCode::CONFLICT, "runtime_not_running", message)
+            }
+            P::SnapshotUnsupported { .. } => Self::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "snapshot_not_supported",
+                message,
+            ),
             P::SkillNotGranted { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "skill_not_granted", message)
             }

@@ -86,6 +86,10 @@ pub fn app(state: ApiState) -> Router {
         .route("/users/{uid}/env/{name}", put(env::set).delete(env::remove))
         .route("/viewer-links", post(viewer::create_link))
         .route("/users/{uid}/snapshots/gc", post(checkpoints::gc))
+        .route(
+            "/sandboxes/{id}/snapshots",
+            post(checkpoints::snapshot).get(checkpoints::snapshots),
+        )
         .route("/users/{uid}/skills", get(skills::list))
         .route("/users/{uid}/skills/sync", post(skills::sync))
         .route(

@@ -29,6 +29,8 @@ use utoipa::{Modify, OpenApi};
         crate::checkpoints::diff,
         crate::checkpoints::restore,
         crate::checkpoints::gc,
+        crate::checkpoints::snapshot,
+        crate::checkpoints::snapshots,
         crate::skills::list,
         crate::skills::grant,
         crate::skills::revoke,

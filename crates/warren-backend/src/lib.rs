@@ -16,8 +16,8 @@ use async_trait::async_trait;
 
 pub use memory::{MemoryBackend, MemoryEvent};
 pub use spec::{
-    BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest, OutputChunk,
-    OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
+    BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
+    OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
 };
 use warren_core::SandboxId;
 
@@ -100,6 +100,15 @@ pub trait Backend: Send + Sync + 'static {
     /// `None` when the backend cannot tell (or no runtime runs). Running processes count as
     /// activity: an idle reaper must not end a runtime that still works.
     async fn processes(&self, _sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        Ok(None)
+    }
+
+    /// Where a running runtime's ephemeral state can be read for a snapshot (I30), or
+    /// `None` when the backend cannot offer it or no runtime runs.
+    async fn ephemeral_roots(
+        &self,
+        _sandbox: &SandboxId,
+    ) -> Result<Option<EphemeralRoots>, BackendError> {
         Ok(None)
     }
 

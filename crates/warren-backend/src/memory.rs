@@ -135,6 +135,7 @@ mod tests {
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),
             network: warren_core::NetworkPolicy::None,
+            seed: None,
         }
     }
 

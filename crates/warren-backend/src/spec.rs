@@ -60,6 +60,19 @@ pub struct RuntimeSpec {
     pub env: BTreeMap<String, String>,
     /// Where the runtime's processes may connect (I23).
     pub network: NetworkPolicy,
+    /// A restored runtime snapshot to start from (I30): `<seed>/cow/<layer>/upper` and
+    /// `<seed>/home`. Not part of the identity; the backend may delete it once started.
+    pub seed: Option<PathBuf>,
+}
+
+/// The host directories holding a running runtime's ephemeral state (I30), for a
+/// snapshot: both are read by descriptor, never through a path the runtime controls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EphemeralRoots {
+    /// The copy-on-write layers: `<layer>/upper` for each overlaid directory.
+    pub cow: PathBuf,
+    /// `/home/gem` (its `user-data` and `skills` mount points are not entered).
+    pub home: PathBuf,
 }
 
 /// A runtime a backend reports, with the identity it was created with (I16).

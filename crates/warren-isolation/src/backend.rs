@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
-    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
-    OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
+    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
+    ExecOutcome, ExecRequest, OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
 };
 use warren_core::{NetworkPolicy, SandboxId};
 
@@ -223,6 +223,7 @@ impl LocalBackend {
             egress: spec.network.has_egress(),
             user_namespace: self.user_namespace,
             cgroups: self.cgroups_enabled,
+            seed: spec.seed.clone(),
         };
         let input =
             serde_json::to_vec(&config).map_err(|e| create_error(std::io::Error::other(e)))?;
@@ -578,6 +579,7 @@ impl Backend for LocalBackend {
                     skill_projection: identity.skill_projection.clone(),
                     env: identity.env.clone(),
                     network: identity.network.clone(),
+                    seed: None,
                 })
             })();
             if let Some(spec) = spec {
@@ -660,6 +662,24 @@ impl Backend for LocalBackend {
             .ok()
             .flatten();
         Ok(answer.map(|(_, _, processes)| processes))
+    }
+
+    async fn ephemeral_roots(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<EphemeralRoots>, BackendError> {
+        let Some(identity) = self.find(sandbox).await else {
+            return Ok(None);
+        };
+        // Both paths go through init's own view: its descriptor of the copy-on-write layer,
+        // and its root for /home/gem ("home" lives on the runtime's read-only root, "gem"
+        // is the tmpfs itself; nothing the sandbox user can replace). A trailing "." makes
+        // the descriptor link itself resolve while the last component stays no-follow.
+        let pid = identity.pid;
+        Ok(Some(EphemeralRoots {
+            cow: PathBuf::from(format!("/proc/{pid}/fd/{}/.", crate::config::COW_FD)),
+            home: PathBuf::from(format!("/proc/{pid}/root/home/gem")),
+        }))
     }
 
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {

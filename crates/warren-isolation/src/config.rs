@@ -38,7 +38,17 @@ pub struct RuntimeConfig {
     /// Whether the runtime gets cgroups (limits, whole-tree kill). Unprivileged warren
     /// cannot create them without a delegated hierarchy.
     pub cgroups: bool,
+    /// A restored snapshot to start from (I30): `<seed>/cow/<layer>/upper` seeds the
+    /// copy-on-write layers, `<seed>/home` seeds `/home/gem`. The provisioner's own
+    /// directory, removed once the runtime started.
+    #[serde(default)]
+    pub seed: Option<PathBuf>,
 }
+
+/// The descriptor number at which init keeps its copy-on-write layer open, so the
+/// provisioner can snapshot it through `/proc/<init>/fd/<n>` (the layer is mounted
+/// nowhere a path from outside reaches, and nowhere inside the runtime either).
+pub const COW_FD: i32 = 200;
 
 /// The one id mapping of an unprivileged runtime's user namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

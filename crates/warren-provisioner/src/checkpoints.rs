@@ -17,7 +17,10 @@ use crate::{Provisioner, ProvisionerError, SnapshotStoreConfig};
 impl Provisioner {
     /// The uid's snapshot store. Called from async code: an S3 store keeps the current
     /// runtime's handle to wait for its requests on the blocking threads the engine uses.
-    fn snapshot_store(&self, uid: &Uid) -> Result<Box<dyn ObjectStore>, ProvisionerError> {
+    pub(crate) fn snapshot_store(
+        &self,
+        uid: &Uid,
+    ) -> Result<Box<dyn ObjectStore>, ProvisionerError> {
         let safe = uid.safe();
         match &self.config.snapshot_store {
             SnapshotStoreConfig::Local => {

@@ -119,6 +119,18 @@ pub enum ProvisionerError {
         /// git's own message, without host paths.
         detail: String,
     },
+    /// A snapshot needs a running runtime.
+    #[error("sandbox {sandbox} has no running runtime to snapshot; run a command first")]
+    RuntimeNotRunning {
+        /// The sandbox.
+        sandbox: SandboxId,
+    },
+    /// The backend cannot expose a runtime's ephemeral state.
+    #[error("the {backend} backend cannot snapshot runtimes")]
+    SnapshotUnsupported {
+        /// The backend's name.
+        backend: &'static str,
+    },
     /// The skill is not granted to this uid.
     #[error("skill {skill:?} is not granted to this uid")]
     SkillNotGranted {

@@ -237,6 +237,15 @@ impl Provisioner {
         if record.state == SandboxState::Running {
             return Ok(record);
         }
+        // A reaped runtime comes back as it was (I30); a damaged snapshot must not keep
+        // the sandbox from running, so it starts cold then.
+        let seed = match self.resume_seed(&record).await {
+            Ok(seed) => seed,
+            Err(error) => {
+                tracing::warn!(sandbox = %record.id, %error, "cannot resume from the latest snapshot; starting fresh");
+                None
+            }
+        };
         let (user_workspace, skill_projection) = self.mounts(&record);
         let spec = RuntimeSpec {
             sandbox: record.id.clone(),
@@ -248,9 +257,15 @@ impl Provisioner {
             skill_projection,
             env: self.runtime_env(&record),
             network: record.network.clone(),
+            seed: seed.clone(),
         };
         let started = std::time::Instant::now();
-        if let Err(error) = self.backend.create(&spec).await {
+        let created = self.backend.create(&spec).await;
+        if let Some(seed) = seed {
+            // Init copied it into the runtime's own layers; the seed itself is not needed.
+            let _ = tokio::fs::remove_dir_all(seed).await;
+        }
+        if let Err(error) = created {
             self.metrics.failed(FailureCause::RuntimeStart);
             return Err(ProvisionerError::Backend(error));
         }

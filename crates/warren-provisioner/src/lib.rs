@@ -23,6 +23,7 @@ mod metrics;
 mod recovery;
 mod sandboxes;
 mod skills;
+mod snapshots;
 pub use sandboxes::{Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +77,10 @@ pub struct ProvisionerConfig {
     pub init_host_dirs: BTreeMap<String, PathBuf>,
     /// The operator's skill directories the projections are built from (I32).
     pub skill_sources: SkillSources,
+    /// Snapshot a runtime before the reaper reclaims it (I30).
+    pub snapshot_before_reap: bool,
+    /// Start a reaped sandbox's next runtime from its latest snapshot (I30).
+    pub resume_from_snapshots: bool,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -114,6 +119,8 @@ impl ProvisionerConfig {
             snapshot_store: SnapshotStoreConfig::Local,
             init_host_dirs: BTreeMap::new(),
             skill_sources: SkillSources::default(),
+            snapshot_before_reap: true,
+            resume_from_snapshots: true,
         }
     }
 }

@@ -114,6 +114,12 @@ impl Provisioner {
                     .await?;
                 after.state == SandboxState::Terminated && after.generation == record.generation
             } else {
+                if self.config.snapshot_before_reap {
+                    // Best effort: a runtime that cannot be recorded is still reclaimed.
+                    if let Err(error) = self.snapshot_runtime(&record.id, "reap").await {
+                        tracing::warn!(sandbox = %record.id, %error, "could not snapshot the runtime before reaping it");
+                    }
+                }
                 self.reclaim(&record.id, record.generation).await?
             };
             if reclaimed {

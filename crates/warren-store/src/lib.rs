@@ -54,6 +54,27 @@ pub struct Artifact {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// A recorded runtime snapshot (I30).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeSnapshot {
+    /// `snap-<uuid>`.
+    pub id: String,
+    /// The sandbox whose runtime it records.
+    pub sandbox_id: SandboxId,
+    /// The generation it was taken in.
+    pub generation: i64,
+    /// The manifest of the copy-on-write layers.
+    pub cow_manifest: String,
+    /// The manifest of `/home/gem`.
+    pub home_manifest: String,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Why it was taken: `api`, `reap`.
+    pub reason: String,
+    /// When it was taken.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// A recorded workdir checkpoint (I28).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Checkpoint {
@@ -215,6 +236,18 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// The checkpoints of a sandbox, oldest first.
     async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError>;
+
+    /// Records a runtime snapshot (its `created_at` is ignored: now is used).
+    async fn record_runtime_snapshot(
+        &self,
+        snapshot: &RuntimeSnapshot,
+    ) -> Result<RuntimeSnapshot, StoreError>;
+
+    /// The runtime snapshots of a sandbox, oldest first.
+    async fn list_runtime_snapshots(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Vec<RuntimeSnapshot>, StoreError>;
 
     /// The manifests every checkpoint of every sandbox of `uid` names: what a garbage
     /// collection of that uid's store must keep.

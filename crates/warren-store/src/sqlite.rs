@@ -24,7 +24,8 @@ use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Work
 
 use crate::{
     AgentEnvRecord, Artifact, Checkpoint, NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus,
-    SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
+    RuntimeSnapshot, SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError,
+    WorkdirRecord,
 };
 
 /// The schema, embedded at build time so the binary and its schema cannot drift apart.
@@ -425,6 +426,24 @@ fn checkpoint_from_row(row: &SqliteRow) -> Result<Checkpoint, StoreError> {
         manifest: columns.get("manifest")?,
         files: count("files")?,
         bytes: count("bytes")?,
+        created_at: columns.time("created_at")?,
+    })
+}
+
+fn runtime_snapshot_from_row(row: &SqliteRow) -> Result<RuntimeSnapshot, StoreError> {
+    let columns = Columns {
+        row,
+        table: "runtime_snapshots",
+    };
+    let bytes: i64 = columns.get("bytes")?;
+    Ok(RuntimeSnapshot {
+        id: columns.get("id")?,
+        sandbox_id: columns.parse("sandbox_id", |id| SandboxId::parse(&id))?,
+        generation: columns.get("generation")?,
+        cow_manifest: columns.get("cow_manifest")?,
+        home_manifest: columns.get("home_manifest")?,
+        bytes: u64::try_from(bytes).map_err(|e| columns.corrupt("bytes", e))?,
+        reason: columns.get("reason")?,
         created_at: columns.time("created_at")?,
     })
 }
@@ -1033,10 +1052,61 @@ impl StateStore for SqliteStore {
         rows.iter().map(checkpoint_from_row).collect()
     }
 
+    async fn record_runtime_snapshot(
+        &self,
+        snapshot: &RuntimeSnapshot,
+    ) -> Result<RuntimeSnapshot, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO runtime_snapshots (id, sandbox_id, generation, cow_manifest, \
+             home_manifest, bytes, reason, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+             RETURNING id, sandbox_id, generation, cow_manifest, home_manifest, bytes, reason, \
+             created_at",
+        )
+        .bind(&snapshot.id)
+        .bind(snapshot.sandbox_id.as_str())
+        .bind(snapshot.generation)
+        .bind(&snapshot.cow_manifest)
+        .bind(&snapshot.home_manifest)
+        .bind(i64::try_from(snapshot.bytes).unwrap_or(i64::MAX))
+        .bind(&snapshot.reason)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await;
+        match row {
+            Ok(row) => runtime_snapshot_from_row(&row),
+            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
+                Err(StoreError::UnknownSandbox {
+                    id: snapshot.sandbox_id.clone(),
+                })
+            }
+            Err(error) => Err(StoreError::query("record a runtime snapshot")(error)),
+        }
+    }
+
+    async fn list_runtime_snapshots(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Vec<RuntimeSnapshot>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, sandbox_id, generation, cow_manifest, home_manifest, bytes, reason, \
+             created_at FROM runtime_snapshots WHERE sandbox_id = ?1 ORDER BY created_at, id",
+        )
+        .bind(sandbox.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list runtime snapshots"))?;
+        rows.iter().map(runtime_snapshot_from_row).collect()
+    }
+
     async fn checkpoint_manifests_of_uid(&self, uid: &Uid) -> Result<Vec<String>, StoreError> {
+        // Runtime snapshots' manifests are live too: one garbage collector serves both.
         sqlx::query_scalar(
-            "SELECT DISTINCT c.manifest FROM checkpoints c JOIN sandboxes s ON s.id = c.sandbox_id \
-             WHERE s.uid = ?1 ORDER BY c.manifest",
+            "SELECT c.manifest FROM checkpoints c JOIN sandboxes s ON s.id = c.sandbox_id \
+             WHERE s.uid = ?1 \
+             UNION SELECT r.cow_manifest FROM runtime_snapshots r JOIN sandboxes s ON s.id = r.sandbox_id \
+             WHERE s.uid = ?1 \
+             UNION SELECT r.home_manifest FROM runtime_snapshots r JOIN sandboxes s ON s.id = r.sandbox_id \
+             WHERE s.uid = ?1 ORDER BY 1",
         )
         .bind(uid.as_str())
         .fetch_all(&self.pool)

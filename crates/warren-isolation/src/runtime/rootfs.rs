@@ -179,6 +179,13 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
         "enter the copy-on-write layer",
         rustix::process::chdir(&cow),
     )?;
+    if let Some(seed) = &config.seed {
+        step(
+            "seed the copy-on-write layer",
+            seed_cow(&seed.join("cow"), &cow),
+        )?;
+    }
+    keep_cow_open(&cow)?;
     let read_only_root = match &config.root {
         RootSource::HostProfile { etc } => {
             rustix_step(
@@ -375,6 +382,12 @@ fn home(
             ),
         ),
     )?;
+    if let Some(seed) = &config.seed {
+        step(
+            "seed /home/gem",
+            copy_seed(&seed.join("home"), &home, &["user-data", "skills"]),
+        )?;
+    }
     let user_data = home.join("user-data");
     let skills_dir = home.join("skills");
     step(
@@ -516,6 +529,83 @@ fn pivot(root: &Path) -> Result<(), SetupError> {
         rustix::mount::unmount(".", UnmountFlags::DETACH),
     )?;
     rustix_step("enter /", rustix::process::chdir("/"))?;
+    Ok(())
+}
+
+/// Keeps the copy-on-write layer open at [`crate::config::COW_FD`] in init, for snapshots
+/// (I30). Close-on-exec: no command ever inherits it.
+fn keep_cow_open(cow: &Path) -> Result<(), SetupError> {
+    let fd = rustix_step(
+        "open the copy-on-write layer",
+        rustix::fs::open(
+            cow,
+            rustix::fs::OFlags::PATH
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ),
+    )?;
+    let kept = rustix_step(
+        "keep the copy-on-write layer open",
+        rustix::io::fcntl_dupfd_cloexec(&fd, crate::config::COW_FD),
+    )?;
+    // Init lives as long as the runtime; so does this descriptor.
+    std::mem::forget(kept);
+    Ok(())
+}
+
+/// Copies each `<seed>/<layer>/upper` into `<cow>/<layer>/upper`: the files a snapshot
+/// recorded in the writable layers, put back before the overlays are mounted.
+fn seed_cow(seed: &Path, cow: &Path) -> io::Result<()> {
+    let Ok(layers) = std::fs::read_dir(seed) else {
+        return Ok(());
+    };
+    for layer in layers {
+        let layer = layer?;
+        let upper = layer.path().join("upper");
+        if std::fs::symlink_metadata(&upper).is_ok_and(|m| m.is_dir()) {
+            let target = cow.join(layer.file_name()).join("upper");
+            std::fs::create_dir_all(&target)?;
+            copy_seed(&upper, &target, &[])?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies a seed tree (the provisioner's own directory, restored from a snapshot) into a
+/// fresh tmpfs: directories, files and symlinks as themselves, with modes and owners;
+/// nothing is followed. Top-level names in `skip` are left out (mount points).
+fn copy_seed(from: &Path, to: &Path, skip: &[&str]) -> io::Result<()> {
+    use std::os::unix::fs::{lchown, MetadataExt, PermissionsExt};
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if skip.iter().any(|s| name == std::ffi::OsStr::new(s)) {
+            continue;
+        }
+        let source = entry.path();
+        let target = to.join(&name);
+        let meta = std::fs::symlink_metadata(&source)?;
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+        } else if meta.is_dir() {
+            if !target.exists() {
+                std::fs::create_dir(&target)?;
+            }
+            copy_seed(&source, &target, &[])?;
+            std::fs::set_permissions(&target, PermissionsExt::from_mode(meta.mode() & 0o7777))?;
+        } else if meta.is_file() {
+            std::fs::copy(&source, &target)?;
+            std::fs::set_permissions(&target, PermissionsExt::from_mode(meta.mode() & 0o777))?;
+        } else {
+            continue;
+        }
+        lchown(&target, Some(meta.uid()), Some(meta.gid()))?;
+    }
     Ok(())
 }
 

@@ -88,6 +88,10 @@ pub struct InitSection {
 pub struct SnapshotsSection {
     pub keep_checkpoints: Option<usize>,
     pub gc_grace_s: Option<u64>,
+    /// Snapshot a runtime before the reaper reclaims it (default true).
+    pub before_reap: Option<bool>,
+    /// Start a reaped sandbox's next runtime from its latest snapshot (default true).
+    pub resume: Option<bool>,
     /// `local` (default), `s3`, `sql` (rows of the state store) or `redis`.
     pub store: Option<String>,
     pub s3: Option<S3Section>,

@@ -217,6 +217,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config.gc_grace = seconds("snapshots.gc_grace_s", grace)?;
     }
     config.snapshot_store = file.snapshots.store()?;
+    if let Some(before_reap) = file.snapshots.before_reap {
+        config.snapshot_before_reap = before_reap;
+    }
+    if let Some(resume) = file.snapshots.resume {
+        config.resume_from_snapshots = resume;
+    }
     let skill_dir = |key: &str, dir: &Option<PathBuf>| -> anyhow::Result<Option<PathBuf>> {
         dir.as_ref()
             .map(|dir| {

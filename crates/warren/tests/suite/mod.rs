@@ -20,6 +20,7 @@ mod path_attacks;
 mod runtime;
 mod sandboxes;
 mod skills;
+mod snapshots;
 mod unprivileged;
 mod viewer;
 mod viewer_browser;

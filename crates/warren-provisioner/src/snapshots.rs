@@ -1,0 +1,152 @@
+//! Runtime snapshots and resume (I30): a runtime's ephemeral state (the copy-on-write
+//! layers over the root, and `/home/gem` outside the persistent mounts) recorded with the
+//! same engine as checkpoints, so a reaped runtime comes back with its installed
+//! dependencies and files. `/tmp` is not kept.
+//!
+//! The next use of a sandbox whose runtime was reaped (not terminated) starts the new
+//! runtime from the latest snapshot of the same generation: the snapshot is restored into
+//! a seed directory of the provisioner's, which the runtime's init copies into its fresh
+//! layers before anything runs.
+//!
+//! Known limits: overlay whiteouts (files deleted from the image's or host's layer) and
+//! opaque directories are not recorded, so such deletions come back after a resume.
+
+use std::path::PathBuf;
+
+use warren_core::SandboxId;
+use warren_fs::WorkspaceRoot;
+use warren_store::{RuntimeSnapshot, SandboxRecord, SandboxState};
+
+use crate::{Provisioner, ProvisionerError};
+
+impl Provisioner {
+    /// Records the running runtime's ephemeral state. `reason` says why (`api`, `reap`).
+    pub async fn snapshot_runtime(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+    ) -> Result<RuntimeSnapshot, ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        if record.state != SandboxState::Running {
+            return Err(ProvisionerError::RuntimeNotRunning {
+                sandbox: id.clone(),
+            });
+        }
+        let roots = self
+            .backend
+            .ephemeral_roots(id)
+            .await
+            .map_err(ProvisionerError::Backend)?
+            .ok_or(ProvisionerError::SnapshotUnsupported {
+                backend: self.backend.kind().as_str(),
+            })?;
+        let parent = self
+            .store
+            .list_runtime_snapshots(id)
+            .await?
+            .pop()
+            .filter(|snapshot| snapshot.generation == record.generation);
+        let store = self.snapshot_store(&record.uid)?;
+        let started = std::time::Instant::now();
+        let (cow, home, bytes) = self
+            .blocking(move || {
+                let open = |path: &PathBuf, what: &str| {
+                    WorkspaceRoot::open(path)
+                        .map(WorkspaceRoot::read_only)
+                        .map_err(|source| ProvisionerError::File {
+                            path: what.to_owned(),
+                            source,
+                        })
+                };
+                let snap = |root: &WorkspaceRoot, parent: Option<&str>| {
+                    warren_snapshot::snapshot(root, "", store.as_ref(), parent)
+                        .map_err(ProvisionerError::Snapshot)
+                };
+                let cow_root = open(&roots.cow, "the runtime's copy-on-write layer")?;
+                let home_root = open(&roots.home, "/home/gem")?;
+                let (cow, cow_stats) =
+                    snap(&cow_root, parent.as_ref().map(|p| p.cow_manifest.as_str()))?;
+                let (home, home_stats) = snap(
+                    &home_root,
+                    parent.as_ref().map(|p| p.home_manifest.as_str()),
+                )?;
+                Ok((cow, home, cow_stats.bytes_read + home_stats.bytes_read))
+            })
+            .await?;
+        let snapshot = self
+            .store
+            .record_runtime_snapshot(&RuntimeSnapshot {
+                id: format!("snap-{}", uuid::Uuid::new_v4().simple()),
+                sandbox_id: id.clone(),
+                generation: record.generation,
+                cow_manifest: cow,
+                home_manifest: home,
+                bytes,
+                reason: reason.to_owned(),
+                created_at: chrono::Utc::now(),
+            })
+            .await?;
+        tracing::info!(sandbox = %id, snapshot = %snapshot.id, %reason, bytes, elapsed_ms = started.elapsed().as_millis() as u64, "runtime snapshot recorded");
+        Ok(snapshot)
+    }
+
+    /// The sandbox's runtime snapshots, oldest first.
+    pub async fn list_runtime_snapshots(
+        &self,
+        id: &SandboxId,
+    ) -> Result<Vec<RuntimeSnapshot>, ProvisionerError> {
+        self.sandbox(id).await?;
+        Ok(self.store.list_runtime_snapshots(id).await?)
+    }
+
+    /// For a runtime about to start: the seed directory restored from the latest snapshot
+    /// of this generation, when the sandbox's previous runtime was reaped (a terminated
+    /// sandbox starts afresh). `None` when there is nothing to resume from.
+    pub(crate) async fn resume_seed(
+        &self,
+        record: &SandboxRecord,
+    ) -> Result<Option<PathBuf>, ProvisionerError> {
+        if !self.config.resume_from_snapshots {
+            return Ok(None);
+        }
+        let Some(snapshot) = self
+            .store
+            .list_runtime_snapshots(&record.id)
+            .await?
+            .pop()
+            .filter(|snapshot| snapshot.generation == record.generation)
+        else {
+            return Ok(None);
+        };
+        let store = self.snapshot_store(&record.uid)?;
+        let seeds = self.layout.data_dir().join("seeds");
+        let name = format!("{}-{}", record.id, uuid::Uuid::new_v4().simple());
+        let data_dir = self.layout.data_dir().to_owned();
+        let seed = seeds.join(&name);
+        self.blocking(move || {
+            let data = WorkspaceRoot::open(&data_dir)
+                .map_err(seed_error)?
+                .with_owner(None);
+            data.mkdir_p(&format!("seeds/{name}/cow"))
+                .map_err(seed_error)?;
+            // The seed keeps owners as the snapshot had them (the sandbox user's files),
+            // which is what the restore gives files under a root-run provisioner.
+            let root = WorkspaceRoot::open(&seeds.join(&name)).map_err(seed_error)?;
+            warren_snapshot::restore(&root, "cow", store.as_ref(), &snapshot.cow_manifest)
+                .map_err(ProvisionerError::Snapshot)?;
+            warren_snapshot::restore(&root, "home", store.as_ref(), &snapshot.home_manifest)
+                .map_err(ProvisionerError::Snapshot)?;
+            Ok(())
+        })
+        .await?;
+        tracing::info!(sandbox = %record.id, "resuming the runtime from its latest snapshot");
+        Ok(Some(seed))
+    }
+}
+
+fn seed_error(source: warren_fs::FsError) -> ProvisionerError {
+    ProvisionerError::File {
+        path: "the runtime seed".to_owned(),
+        source,
+    }
+}

@@ -1,0 +1,96 @@
+//! Runtime snapshots and resume (I30) with real runtimes: what a command installed in the
+//! copy-on-write layer and left in /home/gem survives an idle reap.
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use warren_test_support::TestServer;
+
+use super::bin;
+
+async fn state(server: &TestServer, id: &str) -> String {
+    let (_, body) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+        .await;
+    body["state"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn installs_and_home_files_survive_a_reap_and_come_back_on_the_next_use() {
+    let server = TestServer::start_with(bin(), &["--idle-timeout", "1", "--reap-interval", "1"]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let setup = server
+        .exec(
+            &id,
+            "mkdir -p /usr/local/lib/python3/dist-packages/fakepkg /home/gem/.cache/pip \
+             && echo 'VERSION = 1' > /usr/local/lib/python3/dist-packages/fakepkg/__init__.py \
+             && ln -s fakepkg /usr/local/lib/python3/dist-packages/alias \
+             && echo cached > /home/gem/.cache/pip/wheel && echo gone > /tmp/scratch \
+             && echo workspace > /home/gem/user-data/projects/a/kept.txt && echo ok",
+        )
+        .await;
+    assert_eq!(setup["stdout"], "ok\n", "{setup}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state(&server, &id).await != "stopped" {
+        assert!(Instant::now() < deadline, "the runtime was not reaped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, list) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/snapshots")))
+        .await;
+    let snapshots = list["snapshots"].as_array().unwrap();
+    assert_eq!(snapshots.len(), 1, "{list}");
+    assert_eq!(snapshots[0]["reason"], "reap");
+
+    let resumed = server
+        .exec(
+            &id,
+            "cat /usr/local/lib/python3/dist-packages/fakepkg/__init__.py \
+             /usr/local/lib/python3/dist-packages/alias/__init__.py /home/gem/.cache/pip/wheel \
+             /home/gem/user-data/projects/a/kept.txt; test -e /tmp/scratch || echo no-tmp; \
+             stat -c %U /home/gem/.cache/pip/wheel",
+        )
+        .await;
+    assert_eq!(
+        resumed["stdout"], "VERSION = 1\nVERSION = 1\ncached\nworkspace\nno-tmp\ngem\n",
+        "{resumed}"
+    );
+    // Nothing of the seed is left on the host.
+    let seeds = server.data_dir().join("seeds");
+    assert!(
+        !seeds.exists() || std::fs::read_dir(&seeds).unwrap().next().is_none(),
+        "a seed directory was left behind"
+    );
+}
+
+#[tokio::test]
+async fn a_snapshot_on_demand_needs_a_running_runtime_and_a_terminated_sandbox_starts_fresh() {
+    let server = TestServer::start_local(bin());
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let (status, body) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/snapshots")))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("runtime_not_running"))
+    );
+    server.exec(&id, "echo state > /home/gem/note").await;
+    // Init's handle on the copy-on-write layer is out of the sandbox user's reach.
+    let probe = server
+        .exec(&id, "ls /proc/1/fd/200/ >/dev/null 2>&1 && echo reachable || echo denied")
+        .await;
+    assert_eq!(probe["stdout"], "denied\n", "{probe}");
+    let (status, body) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/snapshots")))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert!(body["snapshot_id"].as_str().unwrap().starts_with("snap-"));
+    // Termination ends the root execution tree: the next generation starts clean.
+    server.terminate(&id).await;
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let fresh = server
+        .exec(&id, "test -e /home/gem/note || echo fresh")
+        .await;
+    assert_eq!(fresh["stdout"], "fresh\n");
+}
