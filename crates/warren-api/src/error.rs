@@ -117,6 +117,12 @@ impl From<ProvisionerError> for ApiError {
             P::ArtifactNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "artifact_not_found", message)
             }
+            P::SnapshotNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "snapshot_not_found", message)
+            }
+            P::SandboxAlreadyLive { .. } => {
+                Self::new(StatusCode::CONFLICT, "sandbox_already_live", message)
+            }
             P::RuntimeNotRunning { .. } => {
                 Self::new(StatusCode::CONFLICT, "runtime_not_running", message)
             }

@@ -155,6 +155,7 @@ pub(crate) async fn create(
             network,
             inherit_env: request.inherit_env.unwrap_or(true),
             ephemeral: request.ephemeral,
+            from_snapshot: request.from_snapshot,
             ..SandboxRequest::new(uid, scope)
         })
         .await?;

@@ -223,6 +223,24 @@ impl WarrenClient {
         .await
     }
 
+    /// `POST /v1/sandboxes/{id}/snapshots`: a runtime snapshot.
+    pub async fn create_snapshot(&self, id: &str) -> Result<serde_json::Value, ClientError> {
+        self.json(self.request(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/snapshots", encode(id)),
+        ))
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/snapshots`.
+    pub async fn list_snapshots(&self, id: &str) -> Result<serde_json::Value, ClientError> {
+        self.json(self.request(
+            Method::GET,
+            &format!("/v1/sandboxes/{}/snapshots", encode(id)),
+        ))
+        .await
+    }
+
     /// `POST /v1/users/{uid}/snapshots/gc`.
     pub async fn collect_snapshot_garbage(
         &self,

@@ -152,6 +152,11 @@ pub struct CreateSandbox {
     /// touched. Part of the binding (409 `env_policy_conflict`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ephemeral: bool,
+    /// A runtime snapshot (`snap-…`) of one of the uid's sandboxes: the first runtime of
+    /// this new sandbox (or new generation) starts from it (I30). 409 `sandbox_already_live`
+    /// when the sandbox is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_snapshot: Option<String>,
 }
 
 /// Where a sandbox's processes may connect.

@@ -119,6 +119,18 @@ pub enum ProvisionerError {
         /// git's own message, without host paths.
         detail: String,
     },
+    /// No runtime snapshot with this id among the uid's sandboxes.
+    #[error("no runtime snapshot {snapshot:?} of this uid")]
+    SnapshotNotFound {
+        /// The id asked for.
+        snapshot: String,
+    },
+    /// `from_snapshot` was given for a sandbox that is already live.
+    #[error("sandbox {sandbox} is already live; from_snapshot seeds a new sandbox or a new generation (terminate it first)")]
+    SandboxAlreadyLive {
+        /// The sandbox.
+        sandbox: SandboxId,
+    },
     /// A snapshot needs a running runtime.
     #[error("sandbox {sandbox} has no running runtime to snapshot; run a command first")]
     RuntimeNotRunning {

@@ -32,6 +32,9 @@ pub struct SandboxRequest {
     pub inherit_env: bool,
     /// A temporary scope with no persistent uid mount (I14).
     pub ephemeral: bool,
+    /// A runtime snapshot of one of the uid's sandboxes for the first runtime to start
+    /// from (I30); only for a new sandbox or generation.
+    pub from_snapshot: Option<String>,
 }
 
 impl SandboxRequest {
@@ -44,6 +47,7 @@ impl SandboxRequest {
             network: NetworkPolicy::None,
             inherit_env: true,
             ephemeral: false,
+            from_snapshot: None,
         }
     }
 }
@@ -140,8 +144,25 @@ impl Provisioner {
             network,
             inherit_env,
             ephemeral,
+            from_snapshot,
         } = request;
         let network = network.validate()?;
+        if let Some(snapshot) = &from_snapshot {
+            // Only the uid's own snapshots: another user's state never seeds a runtime.
+            let owned = match self.store.get_runtime_snapshot(snapshot).await? {
+                Some(found) => self
+                    .store
+                    .get_sandbox(&found.sandbox_id)
+                    .await?
+                    .is_some_and(|owner| owner.uid == uid),
+                None => false,
+            };
+            if !owned {
+                return Err(ProvisionerError::SnapshotNotFound {
+                    snapshot: snapshot.chars().take(100).collect(),
+                });
+            }
+        }
         let id = SandboxId::derive(&uid, &scope);
         let live = self
             .store
@@ -171,8 +192,14 @@ impl Provisioner {
                 backend: self.backend.kind().as_str().to_owned(),
                 inherit_env,
                 ephemeral,
+                seed_snapshot: from_snapshot.clone(),
             })
             .await?;
+        if from_snapshot.is_some() && matches!(claim, SandboxClaim::Existing(_)) {
+            return Err(ProvisionerError::SandboxAlreadyLive {
+                sandbox: claim.into_record().id,
+            });
+        }
         match claim {
             SandboxClaim::Created(record) => {
                 if record.ephemeral {

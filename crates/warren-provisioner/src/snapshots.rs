@@ -109,13 +109,18 @@ impl Provisioner {
         if !self.config.resume_from_snapshots {
             return Ok(None);
         }
-        let Some(snapshot) = self
+        let own = self
             .store
             .list_runtime_snapshots(&record.id)
             .await?
             .pop()
-            .filter(|snapshot| snapshot.generation == record.generation)
-        else {
+            .filter(|snapshot| snapshot.generation == record.generation);
+        // Before its own first snapshot, a generation created "from_snapshot" starts there.
+        let seeded = match (&own, &record.seed_snapshot) {
+            (None, Some(id)) => self.store.get_runtime_snapshot(id).await?,
+            _ => None,
+        };
+        let Some(snapshot) = own.or(seeded) else {
             return Ok(None);
         };
         let store = self.snapshot_store(&record.uid)?;

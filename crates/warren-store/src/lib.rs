@@ -243,6 +243,9 @@ pub trait StateStore: Send + Sync + 'static {
         snapshot: &RuntimeSnapshot,
     ) -> Result<RuntimeSnapshot, StoreError>;
 
+    /// One runtime snapshot, whichever sandbox took it.
+    async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError>;
+
     /// The runtime snapshots of a sandbox, oldest first.
     async fn list_runtime_snapshots(
         &self,

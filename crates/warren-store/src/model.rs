@@ -41,6 +41,9 @@ pub struct NewSandbox {
     /// Whether the runtime mounts a scratch directory instead of the uid's persistent
     /// workspace (I14); part of the binding.
     pub ephemeral: bool,
+    /// A runtime snapshot the new generation starts from (I30); not part of the binding,
+    /// and ignored when the claim joins a live generation.
+    pub seed_snapshot: Option<String>,
 }
 
 impl NewSandbox {
@@ -60,6 +63,7 @@ impl NewSandbox {
             backend: backend.into(),
             inherit_env: true,
             ephemeral: false,
+            seed_snapshot: None,
         }
     }
 }
@@ -124,6 +128,8 @@ pub struct SandboxRecord {
     pub inherit_env: bool,
     /// Whether the current generation mounts scratch space instead of the uid's workspace.
     pub ephemeral: bool,
+    /// The runtime snapshot the current generation was created from, if any.
+    pub seed_snapshot: Option<String>,
     /// Where the current generation is in its life.
     pub state: SandboxState,
     /// Starts at 1 and grows by one each time a terminated sandbox is claimed again; a

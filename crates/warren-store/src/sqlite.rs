@@ -39,7 +39,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 macro_rules! sandbox_columns {
     () => {
         "id, uid, runtime_scope, workdir, network, backend, state, generation, created_at, \
-         last_active_at, updated_at, inherit_env, ephemeral"
+         last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot"
     };
 }
 
@@ -361,6 +361,7 @@ fn sandbox_from_row(row: &SqliteRow) -> Result<SandboxRecord, StoreError> {
         backend: columns.get("backend")?,
         inherit_env: columns.get("inherit_env")?,
         ephemeral: columns.get("ephemeral")?,
+        seed_snapshot: columns.get("seed_snapshot")?,
         state: columns.parse("state", |state| state.parse::<SandboxState>())?,
         generation: columns.get("generation")?,
         created_at: columns.time("created_at")?,
@@ -538,8 +539,8 @@ impl StateStore for SqliteStore {
                 sqlx::query(concat!(
                     "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
                      generation = generation + 1, created_at = ?5, last_active_at = ?5, \
-                     updated_at = ?5, network = ?6, inherit_env = ?7, ephemeral = ?8 \
-                     WHERE id = ?1 RETURNING ",
+                     updated_at = ?5, network = ?6, inherit_env = ?7, ephemeral = ?8, \
+                     seed_snapshot = ?9 WHERE id = ?1 RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -550,6 +551,7 @@ impl StateStore for SqliteStore {
                 .bind(&network)
                 .bind(new.inherit_env)
                 .bind(new.ephemeral)
+                .bind(&new.seed_snapshot)
                 .fetch_one(&mut *tx)
                 .await
             }
@@ -557,8 +559,8 @@ impl StateStore for SqliteStore {
                 sqlx::query(concat!(
                     "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
                      generation, created_at, last_active_at, updated_at, network, inherit_env, \
-                     ephemeral) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10) \
-                     RETURNING ",
+                     ephemeral, seed_snapshot) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11) RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -571,6 +573,7 @@ impl StateStore for SqliteStore {
                 .bind(&network)
                 .bind(new.inherit_env)
                 .bind(new.ephemeral)
+                .bind(&new.seed_snapshot)
                 .fetch_one(&mut *tx)
                 .await
             }
@@ -1081,6 +1084,18 @@ impl StateStore for SqliteStore {
             }
             Err(error) => Err(StoreError::query("record a runtime snapshot")(error)),
         }
+    }
+
+    async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, sandbox_id, generation, cow_manifest, home_manifest, bytes, reason, \
+             created_at FROM runtime_snapshots WHERE id = ?1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read a runtime snapshot"))?;
+        row.as_ref().map(runtime_snapshot_from_row).transpose()
     }
 
     async fn list_runtime_snapshots(

@@ -144,6 +144,34 @@ enum CheckpointCommand {
 }
 
 #[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    #[command(subcommand)]
+    command: SnapshotCommand,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapshotCommand {
+    /// Record a running runtime's installed packages and /home/gem.
+    Create {
+        /// Sandbox id.
+        sandbox: String,
+    },
+    /// List a sandbox's runtime snapshots.
+    List {
+        /// Sandbox id.
+        sandbox: String,
+    },
+    /// Remove what no snapshot or checkpoint of a user needs from that user's store.
+    Gc {
+        /// The workspace owner.
+        #[arg(long)]
+        uid: String,
+    },
+}
+
+#[derive(Debug, Args)]
 pub struct McpArgs {
     /// The sandbox whose tools to serve.
     #[arg(long)]
@@ -388,6 +416,31 @@ pub async fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
             Ok(stats) => print_json(&stats).map(|()| ExitCode::SUCCESS),
             Err(e) => report(e),
         },
+    }
+}
+
+pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
+    let client = args.connection.client()?;
+    let result = match args.command {
+        SnapshotCommand::Create { sandbox } => {
+            let started = std::time::Instant::now();
+            let created = client.create_snapshot(&sandbox).await;
+            if let Ok(snapshot) = &created {
+                eprintln!(
+                    "snapshot {}: read {} in {} ms",
+                    snapshot["snapshot_id"].as_str().unwrap_or("?"),
+                    human_bytes(snapshot["bytes"].as_u64().unwrap_or(0)),
+                    started.elapsed().as_millis()
+                );
+            }
+            created
+        }
+        SnapshotCommand::List { sandbox } => client.list_snapshots(&sandbox).await,
+        SnapshotCommand::Gc { uid } => client.collect_snapshot_garbage(&uid).await,
+    };
+    match result {
+        Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
+        Err(e) => report(e),
     }
 }
 

@@ -34,6 +34,9 @@ enum Command {
     Sandbox(client::SandboxArgs),
     /// Record, compare and restore a sandbox's workdir (client of a running server).
     Checkpoint(client::CheckpointArgs),
+    /// Record a sandbox's runtime (installed packages, /home/gem) for resume (client of a
+    /// running server).
+    Snapshot(client::SnapshotArgs),
     /// Manage a user's agent environment (client of a running server).
     Env(client::EnvArgs),
     /// Run a command in a sandbox (client of a running server).
@@ -64,6 +67,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Checkpoint(args) => client::checkpoint(args).await,
+        Command::Snapshot(args) => client::snapshot(args).await,
         Command::Env(args) => client::env(args).await,
         Command::Exec(args) => client::exec(args).await,
         Command::Mcp(args) => client::mcp(args).await,

@@ -78,7 +78,10 @@ async fn a_snapshot_on_demand_needs_a_running_runtime_and_a_terminated_sandbox_s
     server.exec(&id, "echo state > /home/gem/note").await;
     // Init's handle on the copy-on-write layer is out of the sandbox user's reach.
     let probe = server
-        .exec(&id, "ls /proc/1/fd/200/ >/dev/null 2>&1 && echo reachable || echo denied")
+        .exec(
+            &id,
+            "ls /proc/1/fd/200/ >/dev/null 2>&1 && echo reachable || echo denied",
+        )
         .await;
     assert_eq!(probe["stdout"], "denied\n", "{probe}");
     let (status, body) = server
@@ -93,4 +96,46 @@ async fn a_snapshot_on_demand_needs_a_running_runtime_and_a_terminated_sandbox_s
         .exec(&id, "test -e /home/gem/note || echo fresh")
         .await;
     assert_eq!(fresh["stdout"], "fresh\n");
+}
+
+#[tokio::test]
+async fn a_new_sandbox_can_start_from_a_snapshot_of_the_same_uid_only() {
+    let server = TestServer::start_local(bin());
+    let source = server.sandbox("alice", "base", "projects/a").await;
+    server
+        .exec(&source, "mkdir -p /opt/tool && echo v7 > /opt/tool/VERSION")
+        .await;
+    let (status, snapshot) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{source}/snapshots")))
+        .await;
+    assert_eq!(status, 201, "{snapshot}");
+    let snapshot_id = snapshot["snapshot_id"].as_str().unwrap().to_owned();
+    let create = |uid: &str, scope: &str| {
+        server
+            .request(Method::POST, "/v1/sandboxes")
+            .json(&serde_json::json!({
+                "uid": uid, "runtime_scope_id": scope, "workdir": "projects/a",
+                "from_snapshot": snapshot_id,
+            }))
+    };
+    let (status, body) = server.send_json(create("alice", "fork")).await;
+    assert_eq!(status, 201, "{body}");
+    let fork = body["sandbox_id"].as_str().unwrap().to_owned();
+    let seen = server.exec(&fork, "cat /opt/tool/VERSION").await;
+    assert_eq!(seen["stdout"], "v7\n", "{seen}");
+
+    // Another user cannot start from alice's state, and a live sandbox cannot be re-seeded.
+    server.workdir("bob", "projects/a").await;
+    let (status, body) = server.send_json(create("bob", "fork")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("snapshot_not_found")),
+        "{body}"
+    );
+    let (status, body) = server.send_json(create("alice", "fork")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("sandbox_already_live")),
+        "{body}"
+    );
 }
