@@ -361,27 +361,29 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 pub async fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
     let client = args.connection.client()?;
     match args.command {
-        CheckpointCommand::Create { sandbox } => match client.create_checkpoint(&sandbox).await {
-            Ok(created) => {
-                let s = &created.summary;
-                eprintln!(
-                    "checkpoint {}: {} files, {} dirs, {} links; read {}, stored {} new \
+        CheckpointCommand::Create { sandbox } => {
+            match working("recording the workdir", client.create_checkpoint(&sandbox)).await {
+                Ok(created) => {
+                    let s = &created.summary;
+                    eprintln!(
+                        "checkpoint {}: {} files, {} dirs, {} links; read {}, stored {} new \
                      ({} of {} chunks new, ratio {:.1}) in {} ms",
-                    created.checkpoint.checkpoint_id,
-                    s.files,
-                    s.dirs,
-                    s.symlinks,
-                    human_bytes(s.bytes_read),
-                    human_bytes(s.bytes_stored),
-                    s.chunks_new,
-                    s.chunks,
-                    s.dedup_ratio,
-                    s.elapsed_ms
-                );
-                print_json(&created).map(|()| ExitCode::SUCCESS)
+                        created.checkpoint.checkpoint_id,
+                        s.files,
+                        s.dirs,
+                        s.symlinks,
+                        human_bytes(s.bytes_read),
+                        human_bytes(s.bytes_stored),
+                        s.chunks_new,
+                        s.chunks,
+                        s.dedup_ratio,
+                        s.elapsed_ms
+                    );
+                    print_json(&created).map(|()| ExitCode::SUCCESS)
+                }
+                Err(e) => report(e),
             }
-            Err(e) => report(e),
-        },
+        }
         CheckpointCommand::List { sandbox } => match client.list_checkpoints(&sandbox).await {
             Ok(list) => print_json(&list).map(|()| ExitCode::SUCCESS),
             Err(e) => report(e),
@@ -408,7 +410,12 @@ pub async fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
         CheckpointCommand::Restore {
             sandbox,
             checkpoint,
-        } => match client.restore_checkpoint(&sandbox, &checkpoint).await {
+        } => match working(
+            "restoring the workdir",
+            client.restore_checkpoint(&sandbox, &checkpoint),
+        )
+        .await
+        {
             Ok(info) => print_json(&info).map(|()| ExitCode::SUCCESS),
             Err(e) => report(e),
         },
@@ -424,7 +431,7 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
     let result = match args.command {
         SnapshotCommand::Create { sandbox } => {
             let started = std::time::Instant::now();
-            let created = client.create_snapshot(&sandbox).await;
+            let created = working("recording the runtime", client.create_snapshot(&sandbox)).await;
             if let Ok(snapshot) = &created {
                 eprintln!(
                     "snapshot {}: read {} in {} ms",
@@ -442,6 +449,21 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
         Err(e) => report(e),
     }
+}
+
+/// Runs `work` behind a spinner with the elapsed time on stderr (nothing when stderr is not
+/// a terminal), so a long checkpoint or restore visibly progresses.
+async fn working<T>(what: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let spinner = indicatif::ProgressBar::new_spinner();
+    spinner.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    spinner.set_message(what);
+    spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    let result = work.await;
+    spinner.finish_and_clear();
+    result
 }
 
 fn human_bytes(bytes: u64) -> String {

@@ -139,3 +139,26 @@ async fn a_new_sandbox_can_start_from_a_snapshot_of_the_same_uid_only() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn another_server_process_resumes_a_runtime_whose_node_died() {
+    let mut server = TestServer::start_local(bin());
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server
+        .exec(
+            &id,
+            "mkdir -p /usr/local/share/dep && echo installed > /usr/local/share/dep/marker",
+        )
+        .await;
+    let (status, _) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/snapshots")))
+        .await;
+    assert_eq!(status, 201);
+    // The node dies: the server and every runtime on it are gone.
+    server.kill();
+    warren_test_support::reap_runtimes(&server.data_dir());
+    // Another server process on the same store and workspace directory takes over.
+    server.restart_after_kill();
+    let resumed = server.exec(&id, "cat /usr/local/share/dep/marker").await;
+    assert_eq!(resumed["stdout"], "installed\n", "{resumed}");
+}
