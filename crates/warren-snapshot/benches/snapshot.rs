@@ -8,7 +8,9 @@
 //! RSS ≤ 64 MiB whatever the size.
 //!
 //! Each engine step runs in a child process (this same binary, `--child ...`) so its peak
-//! RSS (VmHWM) is its own.
+//! RSS (VmHWM) is its own. warren makes a snapshot durable (one `syncfs` before the
+//! manifest, one before a restored tree is swapped in), so the anchors end with
+//! `sync -f` on what they wrote: the same work, compared.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -180,8 +182,9 @@ fn main() {
     sh("sync");
 
     let tar_full = sh(&format!(
-        "tar -cf - -C {} . | zstd -1 -q -T1 -o {}",
+        "tar -cf - -C {} . | zstd -1 -q -T1 -o {} && sync -f {}",
         wd.display(),
+        tar_out.display(),
         tar_out.display()
     ));
     let tar_size = std::fs::metadata(&tar_out).unwrap().len();
@@ -231,8 +234,9 @@ fn main() {
     let (ours_incr, manifest_2, stored_incr, peak_incr) =
         run_child(&["snapshot", root_s, "projects/w", store_s, &manifest]);
     let tar_again = sh(&format!(
-        "tar -cf - -C {} . | zstd -1 -q -T1 -f -o {}",
+        "tar -cf - -C {} . | zstd -1 -q -T1 -f -o {} && sync -f {}",
         wd.display(),
+        tar_out.display(),
         tar_out.display()
     ));
     print!(
@@ -268,8 +272,9 @@ fn main() {
     let untar = work.path().join("untar");
     std::fs::create_dir_all(&untar).unwrap();
     let tar_restore = sh(&format!(
-        "zstd -d -q -c {} | tar -xf - -C {}",
+        "zstd -d -q -c {} | tar -xf - -C {} && sync -f {}",
         tar_out.display(),
+        untar.display(),
         untar.display()
     ));
     println!(
