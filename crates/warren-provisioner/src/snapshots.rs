@@ -19,6 +19,10 @@ use warren_store::{RuntimeSnapshot, SandboxRecord, SandboxState};
 
 use crate::{Provisioner, ProvisionerError};
 
+/// Runtime snapshots kept per sandbox: resume needs the latest; a few more allow a
+/// `from_snapshot` of recent states. Older ones go, with their unshared chunks.
+const KEEP_RUNTIME_SNAPSHOTS: usize = 5;
+
 impl Provisioner {
     /// Records the running runtime's ephemeral state. `reason` says why (`api`, `reap`).
     pub async fn snapshot_runtime(
@@ -87,6 +91,14 @@ impl Provisioner {
             })
             .await?;
         tracing::info!(sandbox = %id, snapshot = %snapshot.id, %reason, bytes, elapsed_ms = started.elapsed().as_millis() as u64, "runtime snapshot recorded");
+        let all = self.store.list_runtime_snapshots(id).await?;
+        let excess = all.len().saturating_sub(KEEP_RUNTIME_SNAPSHOTS);
+        if excess > 0 {
+            for old in &all[..excess] {
+                self.store.delete_runtime_snapshot(&old.id).await?;
+            }
+            self.collect_snapshot_garbage(&record.uid).await?;
+        }
         Ok(snapshot)
     }
 

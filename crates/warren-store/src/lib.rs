@@ -246,6 +246,9 @@ pub trait StateStore: Send + Sync + 'static {
     /// One runtime snapshot, whichever sandbox took it.
     async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError>;
 
+    /// Forgets a runtime snapshot; `false` when there was none.
+    async fn delete_runtime_snapshot(&self, id: &str) -> Result<bool, StoreError>;
+
     /// The runtime snapshots of a sandbox, oldest first.
     async fn list_runtime_snapshots(
         &self,

@@ -1098,6 +1098,15 @@ impl StateStore for SqliteStore {
         row.as_ref().map(runtime_snapshot_from_row).transpose()
     }
 
+    async fn delete_runtime_snapshot(&self, id: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM runtime_snapshots WHERE id = ?1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("delete a runtime snapshot"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
     async fn list_runtime_snapshots(
         &self,
         sandbox: &SandboxId,

@@ -162,3 +162,31 @@ async fn another_server_process_resumes_a_runtime_whose_node_died() {
     let resumed = server.exec(&id, "cat /usr/local/share/dep/marker").await;
     assert_eq!(resumed["stdout"], "installed\n", "{resumed}");
 }
+
+#[tokio::test]
+async fn only_the_latest_runtime_snapshots_are_kept() {
+    let server = TestServer::start_local(bin());
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let mut taken = Vec::new();
+    for round in 0..7 {
+        server
+            .exec(&id, &format!("echo {round} > /home/gem/round"))
+            .await;
+        let (status, body) = server
+            .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/snapshots")))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        taken.push(body["snapshot_id"].as_str().unwrap().to_owned());
+    }
+    let (_, list) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/snapshots")))
+        .await;
+    let kept: Vec<&str> = list["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["snapshot_id"].as_str().unwrap())
+        .collect();
+    let newest: Vec<&str> = taken[2..].iter().map(String::as_str).collect();
+    assert_eq!(kept, newest, "the oldest two go");
+}
