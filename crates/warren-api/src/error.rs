@@ -263,6 +263,7 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         F::InvalidGlob { .. } => (StatusCode::BAD_REQUEST, "invalid_glob"),
         F::InvalidRegex { .. } => (StatusCode::BAD_REQUEST, "invalid_regex"),
         F::TooDeep { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "too_deep"),
+        F::TooManyEntries { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "too_many_entries"),
         F::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "file_busy"),
         F::Write { errno, .. } | F::Create { errno, .. }
             if matches!(

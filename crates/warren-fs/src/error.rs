@@ -222,6 +222,14 @@ pub enum FsError {
         /// The limit.
         limit: u32,
     },
+    /// A tree with more entries than a whole-tree operation takes.
+    #[error("`{path}`: the tree has more than {limit} entries")]
+    TooManyEntries {
+        /// The tree's root.
+        path: String,
+        /// The limit.
+        limit: usize,
+    },
     /// Opening the path failed for another reason.
     #[error("`{path}`: cannot open: {errno}")]
     Open {

@@ -205,7 +205,15 @@ impl WorkspaceRoot {
         self.ensure_writable(to)?;
         let mut stats = CopyStats::default();
         self.mkdir_p(to)?;
-        let listing = source.list(from, crate::MAX_WALK_DEPTH, 5_000_000)?;
+        const MAX_COPY_ENTRIES: usize = 5_000_000;
+        let listing = source.list(from, crate::MAX_WALK_DEPTH, MAX_COPY_ENTRIES)?;
+        // Copy all or nothing: a cut listing would be a silently partial copy.
+        if listing.truncated {
+            return Err(FsError::TooManyEntries {
+                path: from.to_owned(),
+                limit: MAX_COPY_ENTRIES,
+            });
+        }
         let prefix = if from.is_empty() {
             String::new()
         } else {

@@ -275,6 +275,16 @@ fn build(
         let listing = root
             .list("", warren_fs::MAX_WALK_DEPTH, 100_000)
             .map_err(|source| skills_error(&format!("skill {slug}"), source))?;
+        if listing.truncated {
+            // Half a skill is worse than none: refuse the build.
+            return Err(skills_error(
+                &format!("skill {slug}"),
+                FsError::TooManyEntries {
+                    path: slug.clone(),
+                    limit: 100_000,
+                },
+            ));
+        }
         for entry in listing.entries {
             planned.push(Planned {
                 source: dir.join(&entry.path),

@@ -56,9 +56,9 @@ fn walk(root: &WorkspaceRoot, base: &str) -> Result<Vec<(String, Entry)>, Snapsh
     let top = root.stat(base)?;
     let listing = root.list(base, MAX_WALK_DEPTH, MAX_ENTRIES)?;
     if listing.truncated {
-        return Err(SnapshotError::File(FsError::TooDeep {
+        return Err(SnapshotError::File(FsError::TooManyEntries {
             path: base.to_owned(),
-            limit: MAX_ENTRIES as u32,
+            limit: MAX_ENTRIES,
         }));
     }
     let prefix = if base.is_empty() {
