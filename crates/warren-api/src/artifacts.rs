@@ -6,13 +6,12 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::Json;
-use warren_core::SandboxId;
 use warren_fs::ByteRange;
 use warren_protocol::{ArtifactInfo, ArtifactList, PresentFiles};
 use warren_provisioner::is_active_content;
 use warren_store::Artifact;
 
-use crate::extract::{ApiJson, SandboxPath};
+use crate::extract::{sandbox_id, ApiJson, SandboxPath};
 use crate::files::{byte_range, bytes_response};
 use crate::{ApiError, ApiState};
 
@@ -92,8 +91,7 @@ pub(crate) async fn download(
     Path((raw_id, artifact_id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let id = SandboxId::parse(&raw_id)
-        .map_err(|e| ApiError::from(warren_provisioner::ProvisionerError::from(e)))?;
+    let id = sandbox_id(&raw_id)?;
     let range = byte_range(&headers)?;
     let (artifact, read) = state
         .provisioner

@@ -7,14 +7,12 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use warren_core::SandboxId;
 use warren_protocol::{
     CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList, CheckpointSummary,
 };
-use warren_provisioner::ProvisionerError;
 use warren_store::Checkpoint;
 
-use crate::extract::SandboxPath;
+use crate::extract::{sandbox_id, SandboxPath};
 use crate::{ApiError, ApiState};
 
 fn info(checkpoint: &Checkpoint) -> CheckpointInfo {
@@ -25,10 +23,6 @@ fn info(checkpoint: &Checkpoint) -> CheckpointInfo {
         bytes: checkpoint.bytes,
         created_at: checkpoint.created_at.to_rfc3339(),
     }
-}
-
-fn ids(raw_id: &str) -> Result<SandboxId, ApiError> {
-    SandboxId::parse(raw_id).map_err(|e| ProvisionerError::from(e).into())
 }
 
 /// Records the sandbox's workdir: only chunks this uid has not stored yet are written.
@@ -100,7 +94,7 @@ pub(crate) async fn diff(
     State(state): State<ApiState>,
     Path((raw_id, checkpoint)): Path<(String, String)>,
 ) -> Result<Json<CheckpointDiff>, ApiError> {
-    let id = ids(&raw_id)?;
+    let id = sandbox_id(&raw_id)?;
     let diff = state.provisioner.checkpoint_diff(&id, &checkpoint).await?;
     Ok(Json(CheckpointDiff {
         added: diff.added,
@@ -129,7 +123,7 @@ pub(crate) async fn restore(
     State(state): State<ApiState>,
     Path((raw_id, checkpoint)): Path<(String, String)>,
 ) -> Result<Json<CheckpointInfo>, ApiError> {
-    let id = ids(&raw_id)?;
+    let id = sandbox_id(&raw_id)?;
     let restored = state
         .provisioner
         .restore_checkpoint(&id, &checkpoint)

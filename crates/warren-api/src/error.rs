@@ -12,8 +12,8 @@ use warren_backend::BackendError;
 use warren_core::CoreError;
 use warren_fs::FsError;
 use warren_protocol::{ErrorBody, ErrorDetail};
-use warren_provisioner::strip_relative_path;
 use warren_provisioner::ProvisionerError;
+use warren_provisioner::{is_disk_full, strip_relative_path};
 
 /// An error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,12 +265,7 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         F::TooDeep { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "too_deep"),
         F::TooManyEntries { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "too_many_entries"),
         F::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "file_busy"),
-        F::Write { errno, .. } | F::Create { errno, .. }
-            if matches!(
-                errno.raw_os_error(),
-                Some(libc_enospc::ENOSPC | libc_enospc::EDQUOT)
-            ) =>
-        {
+        F::Write { .. } | F::Create { .. } if is_disk_full(error) => {
             (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
         }
         F::RootUnavailable { .. }
@@ -290,12 +285,6 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         code,
         format!("{path}: {}", strip_relative_path(&error.to_string())),
     )
-}
-
-/// The two errno values that mean "the disk is full", without a libc dependency here.
-mod libc_enospc {
-    pub const ENOSPC: i32 = 28;
-    pub const EDQUOT: i32 = 122;
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

@@ -102,3 +102,9 @@ impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
 pub(crate) fn uid(raw: String) -> Result<warren_core::Uid, ApiError> {
     warren_core::Uid::new(raw).map_err(|e| warren_provisioner::ProvisionerError::from(e).into())
 }
+
+/// A sandbox id from a path segment of a route with more than one parameter, refused in
+/// warren's error format (400 `invalid_sandbox_id`), as [`SandboxPath`] does.
+pub(crate) fn sandbox_id(raw: &str) -> Result<SandboxId, ApiError> {
+    SandboxId::parse(raw).map_err(|e| ProvisionerError::from(e).into())
+}

@@ -31,8 +31,6 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use warren_core::SandboxId;
 use warren_provisioner::Provisioner;
 
-pub use tools::{tool_names, MAX_TOOL_TEXT_CHARS};
-
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "These tools act on one warren sandbox: a Linux runtime with a \
 persistent workspace at /home/gem/user-data (your working directory is a project inside it) \

@@ -26,11 +26,6 @@ const MAX_IMAGE_BYTES: u64 = 10 * 1024 * 1024;
 const MAX_ENTRIES: usize = 1_000;
 const MAX_MATCHES: usize = 500;
 
-/// The names of every tool, in the order `tools/list` gives them.
-pub fn tool_names() -> Vec<&'static str> {
-    DEFINITIONS.iter().map(|(name, _, _)| *name).collect()
-}
-
 type Definition = (&'static str, &'static str, fn() -> Value);
 
 const DEFINITIONS: &[Definition] = &[

@@ -239,8 +239,9 @@ impl ProvisionerError {
             }
             Self::Store(_) => "the state store failed; try again".to_owned(),
             Self::Backend(
-                BackendError::ExecUnsupported { .. } | BackendError::RuntimeNotFound { .. },
-            ) => self.backend_message(),
+                error @ (BackendError::ExecUnsupported { .. }
+                | BackendError::RuntimeNotFound { .. }),
+            ) => error.to_string(),
             Self::Backend(_) => "the runtime failed on the server; try again".to_owned(),
             Self::Interrupted(_) => "the operation was interrupted; try again".to_owned(),
             Self::Snapshot(
@@ -251,24 +252,24 @@ impl ProvisionerError {
             other => other.to_string(),
         }
     }
+}
 
-    fn backend_message(&self) -> String {
-        match self {
-            Self::Backend(error) => error.to_string(),
-            other => other.to_string(),
-        }
-    }
+/// Whether a write failed because the disk or the quota is full (ENOSPC, EDQUOT).
+pub fn is_disk_full(error: &FsError) -> bool {
+    const ENOSPC: i32 = 28;
+    const EDQUOT: i32 = 122;
+    matches!(
+        error,
+        FsError::Write { errno, .. } | FsError::Create { errno, .. }
+            if matches!(errno.raw_os_error(), Some(ENOSPC | EDQUOT))
+    )
 }
 
 /// File errors that are warren's problem (an errno from a syscall), not the caller's.
 pub fn is_internal_file_error(error: &FsError) -> bool {
-    const ENOSPC: i32 = 28;
-    const EDQUOT: i32 = 122;
-    if let FsError::Write { errno, .. } | FsError::Create { errno, .. } = error {
-        // A full disk or quota is the caller's to know about.
-        if matches!(errno.raw_os_error(), Some(ENOSPC | EDQUOT)) {
-            return false;
-        }
+    // A full disk or quota is the caller's to know about.
+    if is_disk_full(error) {
+        return false;
     }
     matches!(
         error,

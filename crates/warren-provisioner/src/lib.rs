@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
-pub use error::{is_internal_file_error, strip_relative_path, ProvisionerError};
+pub use error::{is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError};
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
 pub use init::{GitSource, InitReport, WorkdirInit};

@@ -275,9 +275,10 @@ async fn checkpoints_can_live_in_an_s3_compatible_store() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("snapshots.s3.bucket is required"));
 }
 
-#[tokio::test]
-async fn checkpoints_can_live_in_the_state_store() {
-    let config = super::write_config("[snapshots]\nstore = \"sql\"\n");
+/// Serves with `config_text`, checkpoints a file, changes it and restores it; returns
+/// the server so the caller can check where the checkpoint was kept.
+async fn checkpoint_round_trip(config_text: &str, content: &str) -> TestServer {
+    let config = super::write_config(config_text);
     let server = TestServer::start_with(
         super::bin(),
         &[
@@ -289,43 +290,31 @@ async fn checkpoints_can_live_in_the_state_store() {
     );
     let id = server.sandbox("alice", "t", "projects/a").await;
     let file = server.workspace_of("alice").join("projects/a/notes.md");
-    std::fs::write(&file, "kept in SQL\n").unwrap();
+    std::fs::write(&file, content).unwrap();
     let cid = checkpoint(&server, &id).await["checkpoint"]["checkpoint_id"]
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(!server.data_dir().join("snapshots").exists());
     std::fs::write(&file, "changed\n").unwrap();
     let (status, body) = restore(&server, &id, &cid).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept in SQL\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), content);
+    server
+}
+
+#[tokio::test]
+async fn checkpoints_can_live_in_the_state_store() {
+    let server = checkpoint_round_trip("[snapshots]\nstore = \"sql\"\n", "kept in SQL\n").await;
+    assert!(!server.data_dir().join("snapshots").exists());
 }
 
 #[tokio::test]
 async fn checkpoints_can_live_in_redis() {
     let redis = warren_test_support::RedisServer::start();
-    let config = super::write_config(&format!(
+    let config = format!(
         "[snapshots]\nstore = \"redis\"\n[snapshots.redis]\nurl = \"{}\"\n",
         redis.url
-    ));
-    let server = TestServer::start_with(
-        super::bin(),
-        &[
-            "--backend",
-            "memory",
-            "--config",
-            config.path().to_str().unwrap(),
-        ],
     );
-    let id = server.sandbox("alice", "t", "projects/a").await;
-    let file = server.workspace_of("alice").join("projects/a/notes.md");
-    std::fs::write(&file, "kept in Redis\n").unwrap();
-    let cid = checkpoint(&server, &id).await["checkpoint"]["checkpoint_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    std::fs::write(&file, "changed\n").unwrap();
-    let (status, body) = restore(&server, &id, &cid).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept in Redis\n");
+    let server = checkpoint_round_trip(&config, "kept in Redis\n").await;
+    assert!(!server.data_dir().join("snapshots").exists());
 }

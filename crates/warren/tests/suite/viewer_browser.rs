@@ -159,6 +159,8 @@ async fn the_viewer_works_in_a_real_browser() {
     .await
     .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
+    // The browser's own report (timings included) shows with `--nocapture`.
+    eprintln!("{stdout}");
     assert!(
         output.status.success() && stdout.contains("ALL VIEWER CHECKS PASSED"),
         "the browser test failed:\n{stdout}\n{}",
