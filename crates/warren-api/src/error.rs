@@ -110,6 +110,11 @@ impl From<ProvisionerError> for ApiError {
             P::EnvPolicyConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "env_policy_conflict", message)
             }
+            P::BackendConflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "backend_conflict", message)
+            }
+            P::BackendUnavailable { .. } => Self::bad_request("backend_unavailable", message),
+            P::InvalidImage { .. } => Self::bad_request("invalid_image", message),
             P::NotInOutputs { .. } => Self::bad_request("not_in_outputs", message),
             P::ArtifactTooLarge { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "too_large", message)
@@ -224,6 +229,14 @@ fn backend_error(error: &BackendError) -> ApiError {
             ApiError::internal("the runtime could not be started", error)
         }
         BackendError::Exec { .. } => ApiError::internal("the command could not be run", error),
+        BackendError::ImageNotFound { .. } => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "image_not_found",
+            error.to_string(),
+        ),
+        BackendError::Discover { .. } => {
+            ApiError::internal("the backend's runtimes could not be listed", error)
+        }
         BackendError::Destroy { .. } => {
             ApiError::internal("the runtime could not be destroyed", error)
         }

@@ -38,6 +38,7 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
             },
         },
         backend: record.backend.clone(),
+        image: record.image.clone(),
         inherit_env: record.inherit_env,
         ephemeral: record.ephemeral,
         state: record.state.as_str().to_owned(),
@@ -156,6 +157,8 @@ pub(crate) async fn create(
             inherit_env: request.inherit_env.unwrap_or(true),
             ephemeral: request.ephemeral,
             from_snapshot: request.from_snapshot,
+            backend: request.backend,
+            image: request.image,
             ..SandboxRequest::new(uid, scope)
         })
         .await?;

@@ -10,11 +10,13 @@
 #![deny(missing_docs)]
 
 mod memory;
+mod set;
 mod spec;
 
 use async_trait::async_trait;
 
 pub use memory::{MemoryBackend, MemoryEvent};
+pub use set::BackendSet;
 pub use spec::{
     BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
     OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
@@ -56,6 +58,21 @@ pub enum BackendError {
         #[source]
         source: std::io::Error,
     },
+    /// The sandbox's image is not where the backend runs images (it never pulls).
+    #[error("image {image:?} is not on the Docker host; build or pull it there first (warren never pulls)")]
+    ImageNotFound {
+        /// The sandbox being created.
+        sandbox: SandboxId,
+        /// The image.
+        image: String,
+    },
+    /// Listing the backend's runtimes failed.
+    #[error("could not list the backend's runtimes")]
+    Discover {
+        /// What failed underneath.
+        #[source]
+        source: std::io::Error,
+    },
     /// Destroying the runtime failed; it may still hold resources.
     #[error("could not destroy the runtime of sandbox {sandbox}")]
     Destroy {
@@ -78,6 +95,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// What this backend can do; callers check before relying on a feature.
     fn capabilities(&self) -> Capabilities;
+
+    /// What the backend of that kind can do, when this backend serves sandboxes of that
+    /// kind (a [`BackendSet`] serves several).
+    fn capabilities_of(&self, kind: BackendKind) -> Option<Capabilities> {
+        (kind == self.kind()).then(|| self.capabilities())
+    }
 
     /// Starts the runtime described by `spec`. Creating a runtime that already exists with
     /// the same identity returns it unchanged.

@@ -127,6 +127,8 @@ mod tests {
         let scope = RuntimeScope::new("t1").unwrap();
         RuntimeSpec {
             sandbox: SandboxId::derive(&uid, &scope),
+            backend: BackendKind::Memory,
+            image: None,
             generation: 1,
             uid,
             runtime_scope: scope,

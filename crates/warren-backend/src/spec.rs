@@ -14,6 +14,8 @@ pub enum BackendKind {
     Memory,
     /// The native Linux runtime: namespaces, cgroups, seccomp, Landlock.
     Local,
+    /// One container per sandbox on a Docker Engine (I18).
+    Docker,
 }
 
 impl BackendKind {
@@ -22,7 +24,16 @@ impl BackendKind {
         match self {
             Self::Memory => "memory",
             Self::Local => "local",
+            Self::Docker => "docker",
         }
+    }
+
+    /// Every backend warren knows.
+    pub const ALL: [Self; 3] = [Self::Memory, Self::Local, Self::Docker];
+
+    /// The backend a name in configuration or a request stands for.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
 }
 
@@ -44,6 +55,11 @@ pub struct Capabilities {
 pub struct RuntimeSpec {
     /// The sandbox this runtime serves.
     pub sandbox: SandboxId,
+    /// Which backend hosts it; part of the sandbox's binding.
+    pub backend: BackendKind,
+    /// The image its root filesystem comes from, for backends that run images (Docker);
+    /// part of the identity.
+    pub image: Option<String>,
     /// Which start of this sandbox it is; part of the identity a backend records.
     pub generation: i64,
     /// The workspace owner.

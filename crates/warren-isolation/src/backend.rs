@@ -6,7 +6,6 @@
 //! host directory. UserWorkspace files are never touched (I15).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
@@ -17,20 +16,17 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
 };
 use warren_core::{NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
-use crate::config::{base_environment, IdMap, RootSource, RuntimeConfig, RuntimeLimits};
-use crate::control::{self, ExecSpec, Reply, Request};
+use crate::client::{command_environment, ping, ping_full, run, RunError};
+use crate::config::{IdMap, RootSource, RuntimeConfig, RuntimeLimits};
+use crate::control::ExecSpec;
 use crate::host::HostReport;
 use crate::runtime::RUNTIME_INIT_ARG;
 use crate::IsolationError;
-
-/// How long output is still collected after the command exited, for pipes held open by
-/// background processes it started (those keep running, I6).
-const OUTPUT_GRACE: Duration = Duration::from_millis(150);
 
 /// Configuration of the local backend.
 #[derive(Debug, Clone)]
@@ -188,9 +184,8 @@ impl LocalBackend {
     /// policy lets anything out, serves its egress.
     fn adopt(&self, sandbox: &SandboxId, identity: RuntimeIdentity) {
         if identity.network.has_egress() {
-            let socket = self.runtime_dir(sandbox).join("control.sock");
             if let Err(error) = crate::egress::spawn_egress(
-                socket,
+                self.runtime_dir(sandbox),
                 identity.network.clone(),
                 tokio::runtime::Handle::current(),
             ) {
@@ -380,25 +375,6 @@ impl LauncherPool {
     }
 }
 
-/// What tells programs inside a runtime with egress to use its proxy port.
-fn proxy_environment() -> Vec<(String, String)> {
-    let proxy = format!("http://127.0.0.1:{}", crate::config::PROXY_PORT);
-    let mut env = Vec::new();
-    for name in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "ALL_PROXY",
-    ] {
-        env.push((name.to_owned(), proxy.clone()));
-    }
-    for name in ["NO_PROXY", "no_proxy"] {
-        env.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
-    }
-    env
-}
-
 /// `<boot id>:<start time in clock ticks>` of a live process: unique across reboots and
 /// pid reuse.
 fn process_birth(pid: i32) -> Option<String> {
@@ -413,29 +389,6 @@ fn process_birth(pid: i32) -> Option<String> {
 fn read_identity(dir: &Path) -> Option<RuntimeIdentity> {
     let text = std::fs::read(dir.join("runtime.json")).ok()?;
     serde_json::from_slice(&text).ok()
-}
-
-/// Asks the runtime in `dir` who it is; None when nothing answers.
-fn ping(dir: &Path) -> Option<(String, i64)> {
-    ping_full(dir).map(|(sandbox, generation, _)| (sandbox, generation))
-}
-
-/// Asks the runtime who it is and how many processes it runs besides init.
-fn ping_full(dir: &Path) -> Option<(String, i64, u64)> {
-    let stream = std::os::unix::net::UnixStream::connect(dir.join("control.sock")).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    control::send_frame(stream.as_fd(), &Request::Ping, &[]).ok()?;
-    match control::recv_frame::<Reply>(stream.as_fd()).ok()?? {
-        (
-            Reply::Pong {
-                sandbox,
-                generation,
-                processes,
-            },
-            _,
-        ) => Some((sandbox, generation, processes)),
-        _ => None,
-    }
 }
 
 /// SIGKILL to init ends the whole pid namespace; then wait until it is gone (and reap it
@@ -535,7 +488,17 @@ impl Backend for LocalBackend {
                 return Ok(DiscoveredRuntime { spec: spec.clone() });
             }
         }
-        let identity = self.launch(spec).await?;
+        let identity = match self.launch(spec).await {
+            Ok(identity) => identity,
+            Err(error) => {
+                // The launcher made the sandbox's cgroups and directory before init failed
+                // to build the root: nothing else would ever remove them.
+                if let Err(cleanup) = self.teardown(&spec.sandbox).await {
+                    tracing::error!(sandbox = %spec.sandbox, error = %cleanup, "could not clean up a runtime that failed to start");
+                }
+                return Err(error);
+            }
+        };
         self.adopt(&spec.sandbox, identity);
         Ok(DiscoveredRuntime { spec: spec.clone() })
     }
@@ -570,6 +533,8 @@ impl Backend for LocalBackend {
             let spec = (|| {
                 Some(RuntimeSpec {
                     sandbox: SandboxId::parse(&identity.sandbox).ok()?,
+                    backend: BackendKind::Local,
+                    image: None,
                     generation: identity.generation,
                     uid: warren_core::Uid::new(identity.uid.clone()).ok()?,
                     runtime_scope: warren_core::RuntimeScope::new(identity.runtime_scope.clone())
@@ -622,16 +587,10 @@ impl Backend for LocalBackend {
             sandbox: sandbox.clone(),
             source,
         };
-        let mut env = base_environment();
-        if identity.network.has_egress() {
-            env.extend(proxy_environment());
-        }
-        env.extend(identity.env.clone());
-        env.extend(request.env.clone());
         let spec = ExecSpec {
             argv: request.argv.clone(),
             cwd: request.cwd.clone(),
-            env,
+            env: command_environment(&identity.network, &identity.env, &request.env),
         };
         match run(&self.runtime_dir(sandbox), spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
@@ -690,241 +649,4 @@ impl Backend for LocalBackend {
                 source: std::io::Error::other(e.to_string()),
             })
     }
-}
-
-/// Runs one command through the runtime's control socket.
-/// Why a command could not be run: no runtime answering, or a failure while talking to it.
-enum RunError {
-    Connect(std::io::Error),
-    Io(std::io::Error),
-}
-
-impl From<std::io::Error> for RunError {
-    fn from(error: std::io::Error) -> Self {
-        Self::Io(error)
-    }
-}
-
-impl From<rustix::io::Errno> for RunError {
-    fn from(error: rustix::io::Errno) -> Self {
-        Self::Io(error.into())
-    }
-}
-
-async fn run(
-    dir: &Path,
-    spec: ExecSpec,
-    request: &ExecRequest,
-    sink: Option<OutputSink>,
-) -> Result<ExecOutcome, RunError> {
-    let started = Instant::now();
-    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
-    let (stdin_read, stdin_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
-    let stream = tokio::net::UnixStream::connect(dir.join("control.sock"))
-        .await
-        .map_err(RunError::Connect)?
-        .into_std()?;
-    // The request (argv and environment, up to 4 MiB) goes out with a blocking send, off
-    // the async threads: a busy init must not stall the whole API.
-    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-        stream.set_nonblocking(false)?;
-        control::send_frame(
-            stream.as_fd(),
-            &Request::Exec(spec),
-            &[
-                stdin_read.as_fd(),
-                stdout_write.as_fd(),
-                stderr_write.as_fd(),
-            ],
-        )?;
-        drop((stdin_read, stdout_write, stderr_write));
-        stream.set_nonblocking(true)?;
-        Ok(stream)
-    })
-    .await
-    .map_err(std::io::Error::other)??;
-    let mut control = tokio::net::UnixStream::from_std(stream)?;
-
-    let stdin_bytes = request.stdin.clone();
-    let writer = tokio::spawn(async move {
-        if let Ok(mut stdin) = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write) {
-            let _ = stdin.write_all(&stdin_bytes).await;
-        }
-    });
-    let cap = request.output_cap;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (out_task, err_task) = (
-        tokio::spawn(collect(
-            stdout_read,
-            OutputStream::Stdout,
-            cap,
-            sink.clone(),
-            stopped.clone(),
-        )),
-        tokio::spawn(collect(
-            stderr_read,
-            OutputStream::Stderr,
-            cap,
-            sink.clone(),
-            stopped,
-        )),
-    );
-
-    let first = read_reply(&mut control).await?;
-    let mut outcome = ExecOutcome::default();
-    match first {
-        Reply::Started { .. } => {}
-        Reply::Failed { stage, errno } => {
-            writer.abort();
-            let _ = stop.send(true);
-            let (_, _) = (out_task.await, err_task.await);
-            let reason = std::io::Error::from_raw_os_error(errno);
-            outcome.exit_code = Some(if stage == "exec" && errno == libc::EACCES {
-                126
-            } else {
-                127
-            });
-            outcome.stderr = match stage.as_str() {
-                "exec" => format!(
-                    "warren: cannot run {:?}: {reason}\n",
-                    request.argv.first().map_or("", String::as_str)
-                ),
-                "cwd" => format!("warren: cannot enter {}: {reason}\n", request.cwd),
-                other => format!("warren: command setup failed at {other}: {reason}\n"),
-            }
-            .into_bytes();
-            outcome.duration = started.elapsed();
-            return Ok(outcome);
-        }
-        other => return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
-    }
-
-    let deadline = tokio::time::sleep(request.timeout);
-    tokio::pin!(deadline);
-    let sink_closed = async {
-        match &sink {
-            Some(sink) => sink.closed().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(sink_closed);
-    let mut killed = false;
-    let exited = loop {
-        tokio::select! {
-            reply = read_reply(&mut control) => break reply?,
-            () = &mut deadline, if !killed => {
-                outcome.timed_out = true;
-                killed = true;
-                send_kill(&mut control).await?;
-            }
-            () = &mut sink_closed, if !killed => {
-                // The client went away mid-stream: nothing may keep running for nobody.
-                killed = true;
-                send_kill(&mut control).await?;
-            }
-        }
-    };
-    let Reply::Exited {
-        exit_code,
-        signal,
-        user_us,
-        system_us,
-        max_rss_kib,
-    } = exited
-    else {
-        return Err(std::io::Error::other(format!("unexpected reply {exited:?}")).into());
-    };
-    outcome.exit_code = exit_code;
-    outcome.signal = signal;
-    outcome.usage = ResourceUsage {
-        cpu_user_ms: Some(user_us / 1000),
-        cpu_system_ms: Some(system_us / 1000),
-        peak_memory_bytes: Some(max_rss_kib * 1024),
-    };
-    writer.abort();
-    // Pipes still held open by background processes (I6) must not hold the answer: after a
-    // short grace the collectors stop and hand over what they have.
-    let both = async { (out_task.await, err_task.await) };
-    tokio::pin!(both);
-    let collected = tokio::select! {
-        collected = &mut both => collected,
-        () = tokio::time::sleep(OUTPUT_GRACE) => {
-            let _ = stop.send(true);
-            both.await
-        }
-    };
-    let stdout = collected.0.ok();
-    let stderr = collected.1.ok();
-    let (stdout, out_cut) = stdout.unwrap_or_default();
-    let (stderr, err_cut) = stderr.unwrap_or_default();
-    outcome.stdout = stdout;
-    outcome.stderr = stderr;
-    outcome.truncated = out_cut || err_cut;
-    outcome.duration = started.elapsed();
-    Ok(outcome)
-}
-
-/// Reads a stream to its end (or until aborted), keeping at most `cap` bytes and sending
-/// every chunk to the sink.
-async fn collect(
-    fd: OwnedFd,
-    stream: OutputStream,
-    cap: usize,
-    sink: Option<OutputSink>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
-    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return (kept, truncated);
-    };
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        let n = tokio::select! {
-            read = pipe.read(&mut buffer) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            },
-            _ = stop.changed() => break,
-        };
-        let room = cap.saturating_sub(kept.len());
-        if n > room {
-            truncated = true;
-        }
-        kept.extend_from_slice(&buffer[..n.min(room)]);
-        if let Some(sink) = &sink {
-            if sink
-                .send(OutputChunk {
-                    stream,
-                    bytes: buffer[..n].to_vec(),
-                })
-                .await
-                .is_err()
-            {
-                break;
-            }
-        }
-    }
-    (kept, truncated)
-}
-
-async fn read_reply(control: &mut tokio::net::UnixStream) -> std::io::Result<Reply> {
-    let mut header = [0u8; 4];
-    control.read_exact(&mut header).await?;
-    let len = u32::from_le_bytes(header) as usize;
-    if len > control::MAX_FRAME {
-        return Err(std::io::Error::other("oversized reply"));
-    }
-    let mut body = vec![0u8; len];
-    control.read_exact(&mut body).await?;
-    serde_json::from_slice(&body).map_err(std::io::Error::other)
-}
-
-async fn send_kill(control: &mut tokio::net::UnixStream) -> std::io::Result<()> {
-    let body = serde_json::to_vec(&Request::Kill).map_err(std::io::Error::other)?;
-    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    control.write_all(&frame).await
 }

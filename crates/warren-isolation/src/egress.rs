@@ -38,12 +38,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Serves a runtime's egress for as long as its init answers: connects to its control
 /// socket, registers as the egress connection and proxies every connection init hands
 /// over. Runs on its own thread (the receive loop blocks); proxying runs on `runtime`.
-pub(crate) fn spawn_egress(
-    control_socket: PathBuf,
+pub fn spawn_egress(
+    socket_dir: PathBuf,
     policy: NetworkPolicy,
     runtime: tokio::runtime::Handle,
 ) -> std::io::Result<()> {
-    let stream = std::os::unix::net::UnixStream::connect(&control_socket)?;
+    let stream = crate::client::connect(&socket_dir)?;
     control::send_frame(stream.as_fd(), &Request::Egress, &[])?;
     // One sandbox cannot take the provisioner's descriptors: its open proxy connections
     // are capped, and so are all sandboxes' together.

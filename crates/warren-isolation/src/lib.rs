@@ -12,9 +12,10 @@
 
 mod backend;
 pub mod cgroup;
+pub mod client;
 pub mod config;
 pub mod control;
-mod egress;
+pub mod egress;
 mod host;
 pub mod profile;
 mod runtime;
@@ -23,7 +24,9 @@ mod sys;
 
 pub use backend::{LocalBackend, LocalBackendConfig};
 pub use host::HostReport;
-pub use runtime::{runtime_init_main, RUNTIME_INIT_ARG};
+pub use runtime::{
+    container_agent_main, runtime_init_main, AgentConfig, CONTAINER_AGENT_ARG, RUNTIME_INIT_ARG,
+};
 
 /// Why the local backend could not start or clean up.
 #[derive(Debug, thiserror::Error)]

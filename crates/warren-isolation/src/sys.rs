@@ -243,6 +243,27 @@ pub(crate) fn exit_immediately(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Ends the current (forked) process by `signal`, as the process it supervised ended, so
+/// its parent's `wait4` reports that signal. No core is dumped.
+pub(crate) fn die_by_signal(signal: i32) -> ! {
+    let no_core = rustix::process::Rlimit {
+        current: Some(0),
+        maximum: Some(0),
+    };
+    let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
+    // SAFETY: sigset_t is plain old data initialised by sigemptyset; signal, sigprocmask
+    // and raise change only this process' signal state, which is about to end anyway.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+    // A signal whose default is not to terminate (it cannot have ended the command).
+    exit_immediately(128 + signal)
+}
+
 /// Drops every capability from the bounding set, so nothing the command execs can regain
 /// one (file capabilities included).
 pub(crate) fn drop_bounding_set() -> io::Result<()> {

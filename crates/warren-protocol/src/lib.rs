@@ -157,6 +157,16 @@ pub struct CreateSandbox {
     /// when the sandbox is live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_snapshot: Option<String>,
+    /// The backend hosting the runtime: `local` or `docker` (when the server enables it).
+    /// Default: the server's default backend, or the live sandbox's. Part of the binding
+    /// (409 `backend_conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// For `docker`: the image the container runs (`name[:tag]` or `name@sha256:…`,
+    /// already present on the Docker host; warren never pulls). Default: the server's
+    /// `--image`. Part of the binding (409 `backend_conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// Where a sandbox's processes may connect.
@@ -190,6 +200,9 @@ pub struct SandboxInfo {
     pub network: NetworkSpec,
     /// The backend hosting the runtime.
     pub backend: String,
+    /// The image of a Docker sandbox's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Whether commands get the global and the uid's agent environment.
     pub inherit_env: bool,
     /// Whether the runtime mounts scratch space instead of the uid's workspace.

@@ -61,6 +61,30 @@ pub enum ProvisionerError {
         /// Its `ephemeral`.
         ephemeral: bool,
     },
+    /// The live sandbox of this identity runs on another backend or image (I16).
+    #[error("sandbox {sandbox} of this uid and runtime scope runs on the {backend} backend{}; a live runtime cannot move (terminate it first)", image.as_ref().map(|i| format!(" from image {i:?}")).unwrap_or_default())]
+    BackendConflict {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its backend.
+        backend: String,
+        /// Its image.
+        image: Option<String>,
+    },
+    /// The request named a backend this server does not run.
+    #[error("the {requested:?} backend is not enabled on this server (enabled: {enabled}); start warren with it (`warren serve --backend docker --image NAME`, or `--docker`)")]
+    BackendUnavailable {
+        /// What was asked for.
+        requested: String,
+        /// What the server runs.
+        enabled: String,
+    },
+    /// The image name is missing or unusable.
+    #[error("{reason}")]
+    InvalidImage {
+        /// Why.
+        reason: String,
+    },
     /// The uid's agent environment has no such variable.
     #[error("the agent environment of uid {uid:?} has no variable {name:?}")]
     EnvVarNotFound {

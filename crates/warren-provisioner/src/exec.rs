@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use warren_backend::{Backend, BackendError, ExecOutcome, ExecRequest, OutputSink, RuntimeSpec};
+use warren_backend::{
+    Backend, BackendError, BackendKind, ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
+};
 use warren_core::{SandboxId, VirtualPath};
 use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
@@ -97,13 +99,17 @@ impl Provisioner {
             }
             Some(t) => t.min(self.config.max_exec_timeout),
         };
-        let capabilities = self.backend.capabilities();
-        if !capabilities.exec {
+        let record = self.sandbox(id).await?;
+        let kind = BackendKind::parse(&record.backend).unwrap_or(self.backend.kind());
+        if !self
+            .backend
+            .capabilities_of(kind)
+            .is_some_and(|capabilities| capabilities.exec)
+        {
             return Err(ProvisionerError::ExecUnsupported {
-                backend: self.backend.kind().as_str(),
+                backend: kind.as_str(),
             });
         }
-        let record = self.sandbox(id).await?;
         refuse_fenced(&record)?;
         let cwd = match input.cwd.as_deref() {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
@@ -249,6 +255,8 @@ impl Provisioner {
         let (user_workspace, skill_projection) = self.mounts(&record);
         let spec = RuntimeSpec {
             sandbox: record.id.clone(),
+            backend: BackendKind::parse(&record.backend).unwrap_or(self.backend.kind()),
+            image: record.image.clone(),
             generation: record.generation,
             uid: record.uid.clone(),
             runtime_scope: record.runtime_scope.clone(),

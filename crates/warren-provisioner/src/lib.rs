@@ -39,7 +39,7 @@ pub use init::{GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use recovery::RecoveryReport;
 pub use skills::{check_skill_name, SkillSources, SkillSyncReport};
-use warren_backend::Backend;
+use warren_backend::{Backend, BackendKind};
 use warren_core::{DataLayout, SandboxId};
 pub use warren_snapshot::{GcStats, S3Config};
 use warren_store::StateStore;
@@ -81,6 +81,8 @@ pub struct ProvisionerConfig {
     pub snapshot_before_reap: bool,
     /// Start a reaped sandbox's next runtime from its latest snapshot (I30).
     pub resume_from_snapshots: bool,
+    /// The image of Docker sandboxes that name none (I18).
+    pub default_image: Option<String>,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -121,6 +123,7 @@ impl ProvisionerConfig {
             skill_sources: SkillSources::default(),
             snapshot_before_reap: true,
             resume_from_snapshots: true,
+            default_image: None,
         }
     }
 }
@@ -160,6 +163,18 @@ impl Provisioner {
     /// The default backend.
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
+    }
+
+    /// The backends sandboxes may choose on this server, the default first.
+    pub fn backends(&self) -> Vec<BackendKind> {
+        let default = self.backend.kind();
+        std::iter::once(default)
+            .chain(
+                BackendKind::ALL
+                    .into_iter()
+                    .filter(|k| *k != default && self.backend.capabilities_of(*k).is_some()),
+            )
+            .collect()
     }
 
     /// The configuration in force.

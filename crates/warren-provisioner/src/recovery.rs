@@ -62,6 +62,8 @@ impl Provisioner {
                     && record.runtime_scope == spec.runtime_scope
                     && record.workdir == spec.workdir
                     && record.network == spec.network
+                    && record.backend == spec.backend.as_str()
+                    && record.image == spec.image
                     && (spec.user_workspace.clone(), spec.skill_projection.clone())
                         == self.mounts(record)
                     && matches!(record.state, SandboxState::Running | SandboxState::Created)

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use warren_backend::BackendKind;
 use warren_core::{DataLayout, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
@@ -35,6 +36,12 @@ pub struct SandboxRequest {
     /// A runtime snapshot of one of the uid's sandboxes for the first runtime to start
     /// from (I30); only for a new sandbox or generation.
     pub from_snapshot: Option<String>,
+    /// The backend by name (`local`, `docker`); `None` keeps a live sandbox's or takes
+    /// the server's default.
+    pub backend: Option<String>,
+    /// The image, for backends that run images; `None` keeps a live sandbox's or takes
+    /// the server's default image.
+    pub image: Option<String>,
 }
 
 impl SandboxRequest {
@@ -48,6 +55,8 @@ impl SandboxRequest {
             inherit_env: true,
             ephemeral: false,
             from_snapshot: None,
+            backend: None,
+            image: None,
         }
     }
 }
@@ -145,6 +154,8 @@ impl Provisioner {
             inherit_env,
             ephemeral,
             from_snapshot,
+            backend,
+            image,
         } = request;
         let network = network.validate()?;
         if let Some(snapshot) = &from_snapshot {
@@ -181,6 +192,7 @@ impl Provisioner {
             (None, None) if ephemeral => Workdir::new_project(),
             (None, None) => self.create_workdir(&uid, None).await?.0,
         };
+        let (backend, image) = self.choose_backend(backend, image, live.as_ref())?;
         let claim = self
             .store
             .claim_sandbox(&NewSandbox {
@@ -189,7 +201,8 @@ impl Provisioner {
                 runtime_scope: scope,
                 workdir: workdir.clone(),
                 network: network.clone(),
-                backend: self.backend.kind().as_str().to_owned(),
+                backend: backend.as_str().to_owned(),
+                image,
                 inherit_env,
                 ephemeral,
                 seed_snapshot: from_snapshot.clone(),
@@ -229,7 +242,77 @@ impl Provisioner {
                 inherit_env: record.inherit_env,
                 ephemeral: record.ephemeral,
             }),
+            SandboxClaim::BackendConflict(record) => Err(ProvisionerError::BackendConflict {
+                sandbox: record.id,
+                backend: record.backend,
+                image: record.image,
+            }),
         }
+    }
+
+    /// The backend and image a claim binds: what the request names, else what the live
+    /// sandbox runs on, else the server's defaults. Only backends this server runs are
+    /// accepted; a backend that runs images gets one, checked for shape.
+    fn choose_backend(
+        &self,
+        backend: Option<String>,
+        image: Option<String>,
+        live: Option<&SandboxRecord>,
+    ) -> Result<(BackendKind, Option<String>), ProvisionerError> {
+        let enabled = || {
+            self.backends()
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let kind = match (&backend, live) {
+            (Some(name), _) => BackendKind::parse(name)
+                .filter(|kind| self.backends().contains(kind))
+                .ok_or_else(|| ProvisionerError::BackendUnavailable {
+                    requested: name.chars().take(64).collect(),
+                    enabled: enabled(),
+                })?,
+            (None, Some(record)) => {
+                BackendKind::parse(&record.backend).unwrap_or(self.backend.kind())
+            }
+            (None, None) => self.backend.kind(),
+        };
+        if kind != BackendKind::Docker {
+            return match image {
+                Some(_) => Err(ProvisionerError::InvalidImage {
+                    reason: format!(
+                        "the {} backend takes no image; `image` is for \"backend\": \"docker\"",
+                        kind.as_str()
+                    ),
+                }),
+                None => Ok((kind, None)),
+            };
+        }
+        let image = match (image, live) {
+            (Some(image), _) => image,
+            (None, Some(record)) if backend.is_none() || record.backend == kind.as_str() => {
+                match &record.image {
+                    Some(image) => image.clone(),
+                    None => self.default_image_for(kind)?,
+                }
+            }
+            _ => self.default_image_for(kind)?,
+        };
+        check_image_reference(&image)?;
+        Ok((kind, Some(image)))
+    }
+
+    fn default_image_for(&self, kind: BackendKind) -> Result<String, ProvisionerError> {
+        self.config
+            .default_image
+            .clone()
+            .ok_or_else(|| ProvisionerError::InvalidImage {
+                reason: format!(
+                    "the {} backend needs an image: pass \"image\" or start warren with --image",
+                    kind.as_str()
+                ),
+            })
     }
 
     /// Makes the scratch tree of an ephemeral sandbox: `workspace/` (owned by the sandbox
@@ -489,5 +572,60 @@ fn workdir_error(workdir: &str, source: FsError) -> ProvisionerError {
     ProvisionerError::File {
         path: format!("workdir {workdir}"),
         source,
+    }
+}
+
+/// An image reference as Docker writes one: `[registry/]name[:tag][@digest]`, lowercase
+/// names, at most 255 bytes. Anything else (an option-looking string, spaces, control
+/// characters) is refused before it reaches the engine.
+fn check_image_reference(image: &str) -> Result<(), ProvisionerError> {
+    let bad = |why: &str| ProvisionerError::InvalidImage {
+        reason: format!(
+            "image {:?} is not a valid image reference: {why}",
+            image.chars().take(80).collect::<String>()
+        ),
+    };
+    if image.is_empty() || image.len() > 255 {
+        return Err(bad("it must have 1 to 255 characters"));
+    }
+    if image.starts_with(['-', '.', '/', ':', '@']) {
+        return Err(bad("it must start with a letter or digit"));
+    }
+    if !image
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b))
+    {
+        return Err(bad("only letters, digits and . _ - / : @ are allowed"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::check_image_reference;
+
+    #[test]
+    fn image_references_are_checked_for_shape() {
+        for good in [
+            "warren-test:bookworm-1",
+            "debian",
+            "registry.example.com:5000/team/app:1.2",
+            "alpine@sha256:0123456789abcdef",
+        ] {
+            assert!(check_image_reference(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "-v",
+            "--privileged",
+            "a b",
+            "x\ny",
+            "../etc",
+            "/abs",
+            "ünicode",
+        ] {
+            assert!(check_image_reference(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_image_reference(&"a".repeat(256)).is_err());
     }
 }

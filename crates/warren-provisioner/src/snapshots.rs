@@ -42,7 +42,9 @@ impl Provisioner {
             .await
             .map_err(ProvisionerError::Backend)?
             .ok_or(ProvisionerError::SnapshotUnsupported {
-                backend: self.backend.kind().as_str(),
+                backend: warren_backend::BackendKind::parse(&record.backend)
+                    .unwrap_or(self.backend.kind())
+                    .as_str(),
             })?;
         let parent = self
             .store

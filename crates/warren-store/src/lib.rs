@@ -125,11 +125,13 @@ pub trait StateStore: Send + Sync + 'static {
     ///
     /// - no sandbox with that id: one is recorded with generation 1 and state
     ///   [`SandboxState::Created`] → [`SandboxClaim::Created`];
-    /// - a sandbox that is not terminated, on the same workdir → [`SandboxClaim::Existing`]
-    ///   (its backend is kept even if `new.backend` differs);
+    /// - a sandbox that is not terminated, on the same workdir, network, environment policy,
+    ///   backend and image → [`SandboxClaim::Existing`]; a difference in any of them is the
+    ///   matching conflict (a live runtime's binding never changes, I16);
     /// - a sandbox that is not terminated, on another workdir →
     ///   [`SandboxClaim::WorkdirConflict`]: a live runtime cannot be rebound (I5);
-    /// - a terminated sandbox: the same row gets generation + 1, the new workdir and backend,
+    /// - a terminated sandbox: the same row gets generation + 1, the new binding (workdir,
+    ///   network, environment policy, backend, image),
     ///   state [`SandboxState::Created`] and fresh times → [`SandboxClaim::Created`].
     ///
     /// Fails with [`StoreError::SandboxIdMismatch`] when `new.id` is not the id derived from

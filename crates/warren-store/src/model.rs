@@ -33,8 +33,10 @@ pub struct NewSandbox {
     pub workdir: Workdir,
     /// Where its processes may connect; part of the binding like the workdir (I16).
     pub network: NetworkPolicy,
-    /// The backend that will run it, e.g. "local".
+    /// The backend that will run it, e.g. "local"; part of the binding.
     pub backend: String,
+    /// The image its runtime is made from (Docker); part of the binding.
+    pub image: Option<String>,
     /// Whether commands get the global sandbox environment and the uid's agent environment
     /// (I14); part of the binding.
     pub inherit_env: bool,
@@ -61,6 +63,7 @@ impl NewSandbox {
             workdir,
             network: NetworkPolicy::None,
             backend: backend.into(),
+            image: None,
             inherit_env: true,
             ephemeral: false,
             seed_snapshot: None,
@@ -83,6 +86,8 @@ pub enum SandboxClaim {
     /// A live generation has another environment policy (`inherit_env`, `ephemeral`) and
     /// cannot be changed (I14, I16).
     EnvPolicyConflict(SandboxRecord),
+    /// A live generation runs on another backend or image and cannot be moved (I16).
+    BackendConflict(SandboxRecord),
 }
 
 impl SandboxClaim {
@@ -93,7 +98,8 @@ impl SandboxClaim {
             | Self::Existing(record)
             | Self::WorkdirConflict(record)
             | Self::NetworkConflict(record)
-            | Self::EnvPolicyConflict(record) => record,
+            | Self::EnvPolicyConflict(record)
+            | Self::BackendConflict(record) => record,
         }
     }
 
@@ -104,7 +110,8 @@ impl SandboxClaim {
             | Self::Existing(record)
             | Self::WorkdirConflict(record)
             | Self::NetworkConflict(record)
-            | Self::EnvPolicyConflict(record) => record,
+            | Self::EnvPolicyConflict(record)
+            | Self::BackendConflict(record) => record,
         }
     }
 }
@@ -124,6 +131,8 @@ pub struct SandboxRecord {
     pub network: NetworkPolicy,
     /// The backend of the current generation.
     pub backend: String,
+    /// The image of the current generation's runtime (Docker).
+    pub image: Option<String>,
     /// Whether the current generation's commands get the global and agent environments.
     pub inherit_env: bool,
     /// Whether the current generation mounts scratch space instead of the uid's workspace.

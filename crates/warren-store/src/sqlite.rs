@@ -39,7 +39,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 macro_rules! sandbox_columns {
     () => {
         "id, uid, runtime_scope, workdir, network, backend, state, generation, created_at, \
-         last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot"
+         last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot, image"
     };
 }
 
@@ -359,6 +359,7 @@ fn sandbox_from_row(row: &SqliteRow) -> Result<SandboxRecord, StoreError> {
             serde_json::from_str::<NetworkPolicy>(&json)
         })?,
         backend: columns.get("backend")?,
+        image: columns.get("image")?,
         inherit_env: columns.get("inherit_env")?,
         ephemeral: columns.get("ephemeral")?,
         seed_snapshot: columns.get("seed_snapshot")?,
@@ -531,6 +532,8 @@ impl StateStore for SqliteStore {
                 } else if (record.inherit_env, record.ephemeral) != (new.inherit_env, new.ephemeral)
                 {
                     SandboxClaim::EnvPolicyConflict(record)
+                } else if (&record.backend, &record.image) != (&new.backend, &new.image) {
+                    SandboxClaim::BackendConflict(record)
                 } else {
                     SandboxClaim::Existing(record)
                 });
@@ -540,7 +543,7 @@ impl StateStore for SqliteStore {
                     "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
                      generation = generation + 1, created_at = ?5, last_active_at = ?5, \
                      updated_at = ?5, network = ?6, inherit_env = ?7, ephemeral = ?8, \
-                     seed_snapshot = ?9 WHERE id = ?1 RETURNING ",
+                     seed_snapshot = ?9, image = ?10 WHERE id = ?1 RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -552,6 +555,7 @@ impl StateStore for SqliteStore {
                 .bind(new.inherit_env)
                 .bind(new.ephemeral)
                 .bind(&new.seed_snapshot)
+                .bind(&new.image)
                 .fetch_one(&mut *tx)
                 .await
             }
@@ -559,8 +563,8 @@ impl StateStore for SqliteStore {
                 sqlx::query(concat!(
                     "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
                      generation, created_at, last_active_at, updated_at, network, inherit_env, \
-                     ephemeral, seed_snapshot) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11) RETURNING ",
+                     ephemeral, seed_snapshot, image) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -574,6 +578,7 @@ impl StateStore for SqliteStore {
                 .bind(new.inherit_env)
                 .bind(new.ephemeral)
                 .bind(&new.seed_snapshot)
+                .bind(&new.image)
                 .fetch_one(&mut *tx)
                 .await
             }

@@ -106,6 +106,14 @@ impl TestServer {
         Self::start_with(bin, &["--backend", "local"])
     }
 
+    /// Starts `bin serve --backend docker --image` [`DOCKER_TEST_IMAGE`]. Panics, naming
+    /// what is missing, when no Docker engine answers or the image is not built: the test
+    /// command (`scripts/test`) starts dockerd and builds the image.
+    pub fn start_docker(bin: &Path) -> Self {
+        require_docker();
+        Self::start_with(bin, &["--backend", "docker", "--image", DOCKER_TEST_IMAGE])
+    }
+
     /// Starts `bin serve <extra args>` on a free loopback port with [`TEST_TOKEN`].
     pub fn start_with(bin: &Path, extra_args: &[&str]) -> Self {
         Self::start_with_token(bin, extra_args, Some(TEST_TOKEN))
@@ -350,6 +358,7 @@ impl Drop for TestServer {
         self.kill();
         // Runtimes outlive the server by design; a test must not leave them behind.
         reap_runtimes(&self.data_dir());
+        remove_docker_runtimes(&self.data_dir());
     }
 }
 
@@ -582,6 +591,83 @@ impl Drop for RedisServer {
     }
 }
 
+/// The image the Docker backend's tests run (built by `scripts/docker-test-image`).
+pub const DOCKER_TEST_IMAGE: &str = "warren-test:bookworm-2";
+
+/// Panics with what to do unless a Docker engine answers and has [`DOCKER_TEST_IMAGE`].
+pub fn require_docker() {
+    let engine = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output();
+    match engine {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "the Docker backend tests need a running Docker engine (scripts/test starts dockerd): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(error) => panic!(
+            "the Docker backend tests need the docker client and a running engine (apt-get install docker.io; scripts/test does): {error}"
+        ),
+    }
+    let image = Command::new("docker")
+        .args(["image", "inspect", DOCKER_TEST_IMAGE])
+        .output()
+        .expect("run docker image inspect");
+    assert!(
+        image.status.success(),
+        "the Docker backend tests need the image {DOCKER_TEST_IMAGE}: build it with scripts/docker-test-image (scripts/test does)"
+    );
+}
+
+/// The instance name a warren on `data_dir` gives its runtimes: the label value of its
+/// Docker containers, the prefix of its local runtimes' cgroups.
+pub fn docker_instance(data_dir: &Path) -> String {
+    let canonical = data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| data_dir.to_owned());
+    blake3::hash(canonical.as_os_str().as_encoded_bytes()).to_hex()[..8].to_owned()
+}
+
+/// Runs the docker client and returns its trimmed stdout (empty on failure).
+pub fn docker(args: &[&str]) -> String {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Ids of the containers the Docker backend of `data_dir` made (running or not).
+pub fn docker_containers(data_dir: &Path) -> Vec<String> {
+    let filter = format!("label=dev.warren.instance={}", docker_instance(data_dir));
+    docker(&["ps", "-aq", "--no-trunc", "--filter", &filter])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Names of the networks the Docker backend of `data_dir` made.
+pub fn docker_networks(data_dir: &Path) -> Vec<String> {
+    let filter = format!("label=dev.warren.instance={}", docker_instance(data_dir));
+    docker(&["network", "ls", "-q", "--filter", &filter])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Removes every container and network the Docker backend of `data_dir` made.
+pub fn remove_docker_runtimes(data_dir: &Path) {
+    if !data_dir.join("docker").exists() {
+        return;
+    }
+    for container in docker_containers(data_dir) {
+        docker(&["rm", "-f", &container]);
+    }
+    for network in docker_networks(data_dir) {
+        docker(&["network", "rm", &network]);
+    }
+}
+
 /// Kills every runtime recorded under `data_dir` and removes its cgroups.
 pub fn reap_runtimes(data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(data_dir.join("runtimes")) else {
@@ -634,13 +720,16 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// The variables `warren serve` reads its settings from.
-const SERVE_SETTINGS: [&str; 14] = [
+const SERVE_SETTINGS: [&str; 17] = [
     "WARREN_CONFIG",
     "WARREN_DATA_DIR",
     "WARREN_LISTEN",
     "WARREN_BACKEND",
     "WARREN_ROOTFS",
     "WARREN_IMAGE",
+    "WARREN_DOCKER",
+    "WARREN_DOCKER_IMAGE",
+    "WARREN_DOCKER_SOCKET",
     "WARREN_IDLE_TIMEOUT",
     "WARREN_MAX_LIFETIME",
     "WARREN_REAP_INTERVAL",
@@ -715,4 +804,46 @@ pub fn minimal_rootfs_tar(extra: &[(&str, &[u8])]) -> Vec<u8> {
         builder.append_data(&mut header, path, *content).unwrap();
     }
     builder.into_inner().unwrap()
+}
+
+/// Latency samples of the benchmarks, and their report lines.
+pub mod latency {
+    use std::time::Duration;
+
+    /// The `p` quantile (0..=1) of `samples` (sorted in place).
+    pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+        samples.sort();
+        let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        samples[index]
+    }
+
+    /// Milliseconds with two decimals.
+    pub fn ms(d: Duration) -> String {
+        format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+    }
+
+    /// One report line: our p50/p99 beside an anchor's, and the p50 ratio.
+    pub fn row(name: &str, ours: &mut [Duration], anchor: &mut [Duration], anchor_name: &str) {
+        if ours.is_empty() {
+            return;
+        }
+        let (p50, p99) = (percentile(ours, 0.5), percentile(ours, 0.99));
+        if anchor.is_empty() {
+            println!(
+                "{name:<40} p50 {:>10}  p99 {:>10}   ({anchor_name}: not available)",
+                ms(p50),
+                ms(p99)
+            );
+        } else {
+            let (a50, a99) = (percentile(anchor, 0.5), percentile(anchor, 0.99));
+            println!(
+                "{name:<40} p50 {:>10}  p99 {:>10}   {anchor_name:<22} p50 {:>10}  p99 {:>10}   ratio p50 {:.2}x",
+                ms(p50),
+                ms(p99),
+                ms(a50),
+                ms(a99),
+                p50.as_secs_f64() / a50.as_secs_f64()
+            );
+        }
+    }
 }

@@ -13,17 +13,8 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
+use warren_test_support::latency::row;
 use warren_test_support::TestServer;
-
-fn percentile(samples: &mut [Duration], p: f64) -> Duration {
-    samples.sort();
-    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[index]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
 
 /// A field of /proc/meminfo, in KiB.
 fn meminfo_kib(field: &str) -> u64 {
@@ -218,29 +209,6 @@ async fn main() {
             .unwrap();
     }
 
-    let row = |name: &str,
-               samples: &mut Vec<Duration>,
-               anchor: &mut Vec<Duration>,
-               anchor_name: &str| {
-        if samples.is_empty() {
-            return;
-        }
-        let (p50, p99) = (percentile(samples, 0.5), percentile(samples, 0.99));
-        if anchor.is_empty() {
-            println!(
-                "{name:<34} p50 {:>10}  p99 {:>10}   ({anchor_name}: not available)",
-                ms(p50),
-                ms(p99)
-            );
-        } else {
-            let (a50, a99) = (percentile(anchor, 0.5), percentile(anchor, 0.99));
-            println!(
-                "{name:<34} p50 {:>10}  p99 {:>10}   {anchor_name} p50 {:>10}  p99 {:>10}   ratio p50 {:.2}x",
-                ms(p50), ms(p99), ms(a50), ms(a99),
-                p50.as_secs_f64() / a50.as_secs_f64()
-            );
-        }
-    };
     row(
         "create + first exec (API)",
         &mut create,

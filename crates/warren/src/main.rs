@@ -16,6 +16,12 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(warren_isolation::RUNTIME_INIT_ARG.as_ref()) {
         warren_isolation::runtime_init_main();
     }
+    // The same for the agent inside a Docker container: a single-threaded fork server.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(warren_isolation::CONTAINER_AGENT_ARG.as_ref()) {
+        let config = args.next().unwrap_or_default();
+        warren_isolation::container_agent_main(&config.to_string_lossy());
+    }
     let cli = cmd::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

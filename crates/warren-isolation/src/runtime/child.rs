@@ -16,6 +16,17 @@ use crate::control::ExecSpec;
 use crate::seccomp::SeccompProgram;
 use crate::sys;
 
+/// Who the process is before it becomes the sandbox user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Credentials {
+    /// Root of the runtime (init as root): every id is switched and groups dropped.
+    Root,
+    /// 1000:1000 of the runtime's own user namespace, holding that namespace's capabilities.
+    UserNamespace,
+    /// Already 1000:1000 with no capability: the agent in a container.
+    AlreadySandboxUser,
+}
+
 /// Runs in the forked child; never returns. A failure is written to `error_pipe` as
 /// "<stage> <errno>" and the child exits 127.
 pub(crate) fn exec_command(
@@ -24,7 +35,7 @@ pub(crate) fn exec_command(
     cgroup: Option<&ExecCgroup>,
     seccomp: &SeccompProgram,
     nofile: u64,
-    in_user_namespace: bool,
+    credentials: Credentials,
     error_pipe: OwnedFd,
 ) -> ! {
     let fail = |stage: &str, errno: i32| -> ! {
@@ -41,9 +52,12 @@ pub(crate) fn exec_command(
     }
     // A cgroup namespace rooted at the command's own cgroup: /proc/self/cgroup inside shows
     // "/" and nothing of the host's hierarchy. (Init cannot unshare it earlier: moving a
-    // process into a cgroup outside the mover's namespace root is refused.)
-    if let Err(e) = sys::unshare(rustix::thread::UnshareFlags::NEWCGROUP) {
-        fail("cgroup namespace", e.raw_os_error().unwrap_or(0));
+    // process into a cgroup outside the mover's namespace root is refused.) A container
+    // already has its own, and no capability to make another.
+    if credentials != Credentials::AlreadySandboxUser {
+        if let Err(e) = sys::unshare(rustix::thread::UnshareFlags::NEWCGROUP) {
+            fail("cgroup namespace", e.raw_os_error().unwrap_or(0));
+        }
     }
     if let Err(e) = rustix::process::setsid() {
         fail("setsid", errno(e));
@@ -76,11 +90,11 @@ pub(crate) fn exec_command(
     let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
     // Raising the score back is always allowed; it fails only if init could not lower it.
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
-    // In a user namespace setgroups is denied (see init) and the caller's groups stay.
-    let groups = if in_user_namespace {
-        Ok(())
-    } else {
-        rustix::thread::set_thread_groups(&[])
+    // In a user namespace setgroups is denied (see init) and the caller's groups stay; in
+    // a container the agent already is the sandbox user, without the capability.
+    let groups = match credentials {
+        Credentials::Root => rustix::thread::set_thread_groups(&[]),
+        Credentials::UserNamespace | Credentials::AlreadySandboxUser => Ok(()),
     };
     let credentials = groups
         .and_then(|()| {

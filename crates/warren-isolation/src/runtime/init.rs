@@ -19,7 +19,8 @@ use rustix::thread::UnshareFlags;
 use crate::cgroup::{CgroupSupport, ExecCgroup, Limits, SandboxCgroup};
 use crate::config::RuntimeConfig;
 use crate::control::{self, ExecSpec, Reply, Request};
-use crate::runtime::{child, rootfs, SetupError};
+use crate::runtime::child::{self, Credentials};
+use crate::runtime::{rootfs, SetupError};
 use crate::seccomp::SeccompProgram;
 use crate::sys::{self, Forked};
 
@@ -202,13 +203,22 @@ struct RunningExec {
     connection: Option<OwnedFd>,
     pid: i32,
     cgroup: Option<ExecCgroup>,
+    /// In a container: the command's supervisor kills its whole tree when this closes
+    /// (see `agent`).
+    kill: Option<OwnedFd>,
     /// Its tree was killed; its cgroup is removed, never reused (a kill may still be
     /// settling in it).
     killed: bool,
 }
 
-struct Init {
-    config: RuntimeConfig,
+pub(crate) struct Init {
+    /// Who this runtime is, for `Ping`.
+    sandbox: String,
+    generation: i64,
+    /// Open files per command.
+    nofile: u64,
+    /// How commands become the sandbox user.
+    credentials: Credentials,
     cgroup: Option<SandboxCgroup>,
     listener: UnixListener,
     sigchld: OwnedFd,
@@ -272,7 +282,14 @@ impl Init {
             source: std::io::Error::other(e.to_string()),
         })?;
         Ok(Self {
-            config,
+            sandbox: config.sandbox,
+            generation: config.generation,
+            nofile: config.limits.nofile,
+            credentials: if config.user_namespace.is_some() {
+                Credentials::UserNamespace
+            } else {
+                Credentials::Root
+            },
             cgroup,
             listener,
             sigchld,
@@ -286,7 +303,52 @@ impl Init {
         })
     }
 
-    fn serve(mut self) -> ! {
+    /// Init inside a container (the Docker agent): no root to build, no cgroups; Docker
+    /// made the namespaces and dropped every capability.
+    pub(crate) fn in_container(
+        sandbox: String,
+        generation: i64,
+        nofile: u64,
+        listener: UnixListener,
+        proxy: Option<std::net::TcpListener>,
+    ) -> Result<Self, SetupError> {
+        fn step<T>(stage: &'static str, result: std::io::Result<T>) -> Result<T, SetupError> {
+            result.map_err(|source| SetupError { stage, source })
+        }
+        let sigchld = step("block SIGCHLD", sys::sigchld_fd())?;
+        let seccomp = SeccompProgram::runtime_policy().map_err(|e| SetupError {
+            stage: "compile the seccomp policy",
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        step(
+            "make the control socket non-blocking",
+            listener.set_nonblocking(true),
+        )?;
+        if let Some(proxy) = &proxy {
+            step(
+                "make the proxy port non-blocking",
+                proxy.set_nonblocking(true),
+            )?;
+        }
+        Ok(Self {
+            sandbox,
+            generation,
+            nofile,
+            credentials: Credentials::AlreadySandboxUser,
+            cgroup: None,
+            listener,
+            sigchld,
+            seccomp,
+            running: HashMap::new(),
+            lingering: Vec::new(),
+            spare: Vec::new(),
+            proxy,
+            egress: None,
+            next_exec: 0,
+        })
+    }
+
+    pub(crate) fn serve(mut self) -> ! {
         loop {
             let pids: Vec<i32> = self
                 .running
@@ -372,8 +434,8 @@ impl Init {
                 let _ = control::send_frame(
                     connection.as_fd(),
                     &Reply::Pong {
-                        sandbox: self.config.sandbox.clone(),
-                        generation: self.config.generation,
+                        sandbox: self.sandbox.clone(),
+                        generation: self.generation,
                         processes: processes_besides_init(),
                     },
                     &[],
@@ -421,20 +483,53 @@ impl Init {
             }
             return;
         };
+        // In a container nothing can kill a tree as a cgroup does: each command gets a
+        // supervisor that is its subreaper, and kills every descendant when told to.
+        let kill_pipe = if self.credentials == Credentials::AlreadySandboxUser {
+            match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+                Ok(pair) => Some(pair),
+                Err(error) => {
+                    reply(&Reply::Failed {
+                        stage: "pipe".into(),
+                        errno: error.raw_os_error(),
+                    });
+                    return;
+                }
+            }
+        } else {
+            None
+        };
         let spawned = match cgroup.as_ref().and_then(|c| c.spawn_target()) {
             Some(target) => sys::fork_into_cgroup(target),
             None => sys::fork_single_threaded(),
         };
+        let (kill_read, kill_write) = kill_pipe.map_or((None, None), |(r, w)| (Some(r), Some(w)));
         let child = match spawned {
             Ok(Forked::Child) => {
                 drop(error_read);
+                drop(kill_write);
+                if let Some(kill_read) = kill_read {
+                    // Other commands' kill pipes must close when the agent closes them.
+                    for exec in self.running.values_mut() {
+                        exec.kill = None;
+                        exec.connection = None;
+                    }
+                    crate::runtime::agent::supervise(
+                        &spec,
+                        stdio,
+                        &self.seccomp,
+                        self.nofile,
+                        kill_read,
+                        error_write,
+                    )
+                }
                 child::exec_command(
                     &spec,
                     stdio,
                     cgroup.as_ref(),
                     &self.seccomp,
-                    self.config.limits.nofile,
-                    self.config.user_namespace.is_some(),
+                    self.nofile,
+                    self.credentials,
                     error_write,
                 )
             }
@@ -452,6 +547,7 @@ impl Init {
         };
         drop(stdio);
         drop(error_write);
+        drop(kill_read);
         // The child closes its end by exec (CLOEXEC) or writes why it failed.
         let mut failure = String::new();
         let _ = std::fs::File::from(error_read).read_to_string(&mut failure);
@@ -467,6 +563,7 @@ impl Init {
                     connection: None,
                     pid: child,
                     cgroup,
+                    kill: kill_write,
                     killed: false,
                 },
             );
@@ -479,6 +576,7 @@ impl Init {
                 connection: Some(connection),
                 pid: child,
                 cgroup,
+                kill: kill_write,
                 killed: false,
             },
         );
@@ -517,6 +615,8 @@ impl Init {
             Some(cgroup) => {
                 let _ = cgroup.kill();
             }
+            // Closing the pipe tells the command's supervisor to kill its tree.
+            None if exec.kill.is_some() => exec.kill = None,
             None => {
                 let _ = rustix::process::kill_process_group(
                     rustix::process::Pid::from_raw(exec.pid).expect("pids are positive"),

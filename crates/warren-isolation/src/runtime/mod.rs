@@ -10,6 +10,7 @@
 //! The launcher exits as soon as init reports ready, so the runtime belongs to no
 //! provisioner process and survives a provisioner restart.
 
+pub(crate) mod agent;
 pub(crate) mod child;
 pub(crate) mod confine;
 pub(crate) mod init;
@@ -17,6 +18,7 @@ pub(crate) mod rootfs;
 
 use std::io;
 
+pub use agent::{container_agent_main, AgentConfig, CONTAINER_AGENT_ARG};
 pub use init::runtime_init_main;
 
 /// The argument `warren` recognises to become a runtime launcher.

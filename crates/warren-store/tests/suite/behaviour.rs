@@ -75,12 +75,19 @@ pub async fn claiming_a_live_sandbox_on_the_same_workdir_joins_it(backend: &dyn 
     let new = claim("alice", "thread-1", "projects/a");
     let created = store.claim_sandbox(&new).await.unwrap().into_record();
 
+    let again = store.claim_sandbox(&new).await.unwrap();
+    assert_eq!(again, SandboxClaim::Existing(created.clone()));
+
+    // Another backend or image is another binding: a conflict that changes nothing (I16).
     let mut other_backend = new.clone();
     other_backend.backend = "docker".to_owned();
-    let again = store.claim_sandbox(&other_backend).await.unwrap();
-
-    // The live generation keeps its own backend: joining never rebinds anything.
-    assert_eq!(again, SandboxClaim::Existing(created));
+    let mut other_image = new.clone();
+    other_image.image = Some("python:3.12".to_owned());
+    for claim in [other_backend, other_image] {
+        let answer = store.claim_sandbox(&claim).await.unwrap();
+        assert_eq!(answer, SandboxClaim::BackendConflict(created.clone()));
+    }
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(created));
 }
 
 pub async fn claiming_a_live_sandbox_on_another_workdir_is_a_conflict_that_changes_nothing(

@@ -86,6 +86,13 @@ enum SandboxCommand {
         /// removed with the sandbox.
         #[arg(long)]
         ephemeral: bool,
+        /// The backend: local or docker (when the server enables it); default: the
+        /// server's.
+        #[arg(long)]
+        backend: Option<String>,
+        /// For the docker backend: the image (on the Docker host); default: the server's.
+        #[arg(long)]
+        image: Option<String>,
     },
     /// List sandboxes.
     List {
@@ -328,6 +335,8 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             allow,
             no_inherit_env,
             ephemeral,
+            backend,
+            image,
         } => client
             .create_sandbox(&CreateSandbox {
                 uid: Some(uid),
@@ -339,6 +348,8 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                 }),
                 inherit_env: no_inherit_env.then_some(false),
                 ephemeral,
+                backend,
+                image,
                 ..CreateSandbox::default()
             })
             .await

@@ -34,6 +34,8 @@ pub struct ConfigFile {
     pub init: InitSection,
     #[serde(default)]
     pub skills: SkillsSection,
+    #[serde(default)]
+    pub docker: DockerSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -59,6 +61,18 @@ pub struct ExecSection {
     pub default_timeout_s: Option<u64>,
     pub max_timeout_s: Option<u64>,
     pub output_cap_bytes: Option<usize>,
+}
+
+/// The Docker backend (I18): `backend = "docker"` makes it the default; `enabled = true`
+/// offers it next to the local backend, for sandboxes that ask for `"backend":"docker"`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerSection {
+    pub enabled: Option<bool>,
+    /// The image of sandboxes that name none.
+    pub image: Option<String>,
+    /// The engine's Unix socket [default: /var/run/docker.sock].
+    pub socket: Option<String>,
 }
 
 /// The operator's skill directories (I32), each holding one directory per skill.

@@ -10,7 +10,8 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use rand::Rng;
 use warren_api::{ApiState, ProvisionerToken};
-use warren_backend::{Backend, MemoryBackend};
+use warren_backend::{Backend, BackendSet, MemoryBackend};
+use warren_docker::{DockerBackend, DockerBackendConfig};
 use warren_isolation::{LocalBackend, LocalBackendConfig};
 use warren_provisioner::{Provisioner, ProvisionerConfig};
 use warren_store::SqliteStore;
@@ -43,9 +44,22 @@ pub struct ServeArgs {
     /// A root filesystem directory for runtimes instead of the host profile (local backend).
     #[arg(long, conflicts_with = "image", env = "WARREN_ROOTFS")]
     rootfs: Option<PathBuf>,
-    /// An image imported with `warren image import` as the runtimes' root filesystem.
+    /// The runtimes' image: for the local backend, one imported with `warren image
+    /// import` as their root filesystem; with `--backend docker`, the Docker image of
+    /// sandboxes that name none (it must be on the Docker host; warren never pulls).
     #[arg(long, env = "WARREN_IMAGE")]
     image: Option<String>,
+    /// Also offer the Docker backend next to the default one, for sandboxes created with
+    /// `"backend":"docker"`.
+    #[arg(long, env = "WARREN_DOCKER")]
+    docker: bool,
+    /// The Docker image of sandboxes that name none, when the default backend is another
+    /// (implies --docker).
+    #[arg(long, env = "WARREN_DOCKER_IMAGE")]
+    docker_image: Option<String>,
+    /// The Docker engine's Unix socket [default: /var/run/docker.sock].
+    #[arg(long, env = "WARREN_DOCKER_SOCKET")]
+    docker_socket: Option<String>,
     /// Seconds a runtime may sit unused (no lease, no command, no running process) before
     /// it is reclaimed [default: 900]. Its workspace files stay.
     #[arg(long, env = "WARREN_IDLE_TIMEOUT")]
@@ -74,6 +88,8 @@ enum LogFormat {
 enum BackendChoice {
     /// The native Linux runtime: namespaces, cgroups, seccomp, Landlock. The default.
     Local,
+    /// One container per sandbox on a Docker engine, from `--image`.
+    Docker,
     /// Records and isolates nothing, runs no command: for tests only.
     Memory,
 }
@@ -94,12 +110,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let backend_choice = match (args.backend, &file.backend) {
         (Some(choice), _) => choice,
         (None, Some(name)) => BackendChoice::from_str(name, true).map_err(|_| {
-            anyhow::anyhow!("backend = {name:?} in the configuration: use \"local\" or \"memory\"")
+            anyhow::anyhow!(
+                "backend = {name:?} in the configuration: use \"local\", \"docker\" or \"memory\""
+            )
         })?,
         (None, None) => BackendChoice::Local,
     };
     let rootfs = args.rootfs.clone().or(file.rootfs.clone());
-    let image = args.image.clone().or(file.image.clone());
+    let mut image = args.image.clone().or(file.image.clone());
+    let docker_image = match backend_choice {
+        // With Docker the default backend, `image` names the Docker image.
+        BackendChoice::Docker => image
+            .take()
+            .or(args.docker_image.clone())
+            .or(file.docker.image.clone()),
+        _ => args.docker_image.clone().or(file.docker.image.clone()),
+    };
+    let docker_enabled = matches!(backend_choice, BackendChoice::Docker)
+        || args.docker
+        || args.docker_image.is_some()
+        || file.docker.enabled.unwrap_or(false);
     if rootfs.is_some() && image.is_some() {
         bail!("both a rootfs and an image are set (flags, environment or configuration); keep one");
     }
@@ -151,7 +181,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })?;
     let token_file = args.token_file.clone().or(file.token_file.clone());
     let token = load_token(token_file.as_deref(), &data_dir)?;
-    let backend: Arc<dyn Backend> = match backend_choice {
+    let docker: Option<Arc<dyn Backend>> = if docker_enabled {
+        if rootfs.is_some() && matches!(backend_choice, BackendChoice::Docker) {
+            bail!("--rootfs is for the local backend; the Docker backend runs images (--image)");
+        }
+        let backend = DockerBackend::new(DockerBackendConfig {
+            data_dir: data_dir.clone(),
+            agent_program: std::env::current_exe()
+                .context("cannot find warren's own executable")?,
+            socket: args.docker_socket.clone().or(file.docker.socket.clone()),
+            limits: limits.clone(),
+        })
+        .await
+        .context("cannot start the Docker backend")?;
+        tracing::info!(engine = backend.engine_version(), "Docker backend ready");
+        Some(Arc::new(backend))
+    } else {
+        None
+    };
+    let default: Arc<dyn Backend> = match backend_choice {
+        BackendChoice::Docker => docker.clone().expect("enabled with --backend docker"),
         BackendChoice::Local => {
             let backend = LocalBackend::new(LocalBackendConfig {
                 data_dir: data_dir.clone(),
@@ -174,6 +223,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Arc::new(MemoryBackend::new())
         }
     };
+    let backend: Arc<dyn Backend> =
+        Arc::new(BackendSet::new(default, docker.into_iter().collect()));
     for warning in backend.warnings() {
         tracing::warn!(backend = backend.kind().as_str(), "{warning}");
     }
@@ -249,6 +300,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?;
         config.init_host_dirs.insert(name.clone(), canonical);
     }
+    config.default_image = docker_image;
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));

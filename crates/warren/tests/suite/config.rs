@@ -21,7 +21,15 @@ fn a_mistake_in_the_configuration_stops_warren_with_the_line_it_is_on() {
     for (text, expected) in [
         ("[lifecycle]\nidle_timeot_s = 5\n", "idle_timeot_s"),
         ("[lifecycle]\nidle_timeot_s = 5\n", "line 2"),
-        ("backend = \"docker-ish\"\n", "use \"local\" or \"memory\""),
+        (
+            "backend = \"docker-ish\"\n",
+            "use \"local\", \"docker\" or \"memory\"",
+        ),
+        (
+            "[docker]\nenabled = true\nsocket = \"/nonexistent/docker.sock\"\n",
+            "cannot reach the Docker engine at /nonexistent/docker.sock",
+        ),
+        ("[docker]\nimage_name = \"x\"\n", "image_name"),
         ("[lifecycle]\nidle_timeout_s = 0\n", "at least 1 second"),
         ("[limits]\nmemory_bytes = 0\n", "limits.memory_bytes"),
         (

@@ -156,6 +156,15 @@ async fn an_image_with_symlinks_where_warren_mounts_cannot_touch_the_host() {
             )
             .await;
         assert_eq!(status, 500, "{link}: {body}");
+        // A runtime that failed to start leaves no cgroup behind.
+        let cgroup = format!(
+            "{}-{id}",
+            warren_test_support::docker_instance(&server.data_dir())
+        );
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+            let dir = hierarchy.path().join("warren").join(&cgroup);
+            assert!(!dir.exists(), "{link}: {} was left", dir.display());
+        }
         for host in ["/etc", "/usr", "/root"] {
             assert_eq!(
                 std::fs::metadata(host).unwrap().uid(),

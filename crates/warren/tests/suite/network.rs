@@ -10,6 +10,7 @@ use reqwest::Method;
 use serde_json::json;
 use warren_test_support::TestServer;
 
+use super::conformance::Host;
 use super::output as out;
 use super::runtime::local;
 
@@ -138,11 +139,10 @@ fn fetch(url: &str) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_allowlist_lets_through_exactly_the_listed_destinations() {
+pub(crate) async fn an_allowlist_lets_through_exactly_the_listed_destinations(host: Host) {
     let allowed = TestHost::start("allowed-host").await;
     let other = TestHost::start("other-host").await;
-    let server = local();
+    let server = host.start();
     let id = sandbox_with(
         &server,
         "t",
@@ -168,10 +168,9 @@ async fn an_allowlist_lets_through_exactly_the_listed_destinations() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn open_egress_never_reaches_the_host_or_internal_networks() {
+pub(crate) async fn open_egress_never_reaches_the_host_or_internal_networks(host: Host) {
     let public = TestHost::start("public-host").await;
-    let server = local();
+    let server = host.start();
     let id = sandbox_with(&server, "t", json!({"mode": "open"})).await;
     assert_eq!(
         out(&server.exec(&id, &fetch(&public.url())).await).trim(),
@@ -203,9 +202,8 @@ async fn open_egress_never_reaches_the_host_or_internal_networks() {
     }
 }
 
-#[tokio::test]
-async fn without_a_network_policy_there_is_no_way_out() {
-    let server = local();
+pub(crate) async fn without_a_network_policy_there_is_no_way_out(host: Host) {
+    let server = host.start();
     let id = server.sandbox("alice", "t", "projects/a").await;
     let env = server.exec(&id, "env | grep -i proxy; true").await;
     assert_eq!(out(&env), "", "no proxy variables");

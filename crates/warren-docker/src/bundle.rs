@@ -1,0 +1,106 @@
+//! The agent bundle: warren's executable with the dynamic loader and libraries it runs
+//! with, in one directory mounted read-only into every container.
+//!
+//! The agent must run in any image (Debian, Alpine with musl, a distroless tree without a
+//! libc). Running the host's loader explicitly with `--library-path` pointing at the
+//! bundle makes the image's own libraries irrelevant. The bundle is keyed by the
+//! executable's identity, so an upgraded warren gets a new one while containers started by
+//! the old one keep theirs.
+
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The loader's name in the bundle.
+pub(crate) const LOADER: &str = "ld.so";
+/// The executable's name in the bundle.
+pub(crate) const PROGRAM: &str = "warren";
+
+/// A prepared bundle directory.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentBundle {
+    dir: PathBuf,
+}
+
+impl AgentBundle {
+    /// Makes (or reuses) `<root>/agent-<key>` for `program`.
+    pub fn prepare(program: &Path, root: &Path) -> io::Result<Self> {
+        let libraries = loaded_libraries()?;
+        let loader = libraries
+            .iter()
+            .find(|path| {
+                path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                    n.starts_with("ld-linux") || n.starts_with("ld64") || n.starts_with("ld-musl")
+                })
+            })
+            .cloned()
+            .ok_or_else(|| io::Error::other("no dynamic loader is mapped into this process"))?;
+        let meta = std::fs::metadata(program)?;
+        let mut key = blake3::Hasher::new();
+        key.update(program.as_os_str().as_encoded_bytes());
+        for value in [
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime() as u64,
+            meta.mtime_nsec() as u64,
+        ] {
+            key.update(&value.to_le_bytes());
+        }
+        for library in &libraries {
+            key.update(library.as_os_str().as_encoded_bytes());
+            key.update(&std::fs::metadata(library)?.size().to_le_bytes());
+        }
+        let dir = root.join(format!("agent-{}", &key.finalize().to_hex()[..16]));
+        if dir.join(PROGRAM).exists() {
+            return Ok(Self { dir });
+        }
+        let staging = root.join(format!("agent-staging-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(staging.join("lib"))?;
+        // A hard link costs nothing when the data directory shares the executable's file
+        // system (and pins this build's inode); otherwise a copy.
+        if std::fs::hard_link(program, staging.join(PROGRAM)).is_err() {
+            std::fs::copy(program, staging.join(PROGRAM))?;
+        }
+        std::fs::copy(&loader, staging.join(LOADER))?;
+        for library in &libraries {
+            let name = library
+                .file_name()
+                .ok_or_else(|| io::Error::other("a library without a name"))?;
+            std::fs::copy(library, staging.join("lib").join(name))?;
+        }
+        for path in [staging.clone(), staging.join("lib")] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        }
+        match std::fs::rename(&staging, &dir) {
+            Ok(()) => {}
+            // Another warren process on the same data directory made it first.
+            Err(_) if dir.join(PROGRAM).exists() => {
+                let _ = std::fs::remove_dir_all(&staging);
+            }
+            Err(error) => return Err(error),
+        }
+        Ok(Self { dir })
+    }
+
+    /// The directory to mount.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// The shared objects mapped into this process: exactly what this executable needs
+/// (it is the one the containers run).
+fn loaded_libraries() -> io::Result<Vec<PathBuf>> {
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let mut libraries: Vec<PathBuf> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter(|path| path.starts_with('/') && path.contains(".so"))
+        .map(PathBuf::from)
+        .collect();
+    libraries.sort();
+    libraries.dedup();
+    Ok(libraries)
+}

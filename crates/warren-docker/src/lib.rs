@@ -1,0 +1,764 @@
+//! The Docker backend: one container per sandbox on a Docker Engine (I18), through the
+//! Engine API (`bollard`), never the docker CLI.
+//!
+//! A sandbox's container runs the operator's image read-only, as 1000:1000 with every
+//! capability dropped, `no-new-privileges`, Docker's default seccomp profile, memory, pids
+//! and CPU limits, `/home/gem`, `/tmp` and `/var/tmp` on size-capped tmpfs, and exactly two
+//! persistent binds: the uid's UserWorkspace at `/home/gem/user-data` (rw) and the skill
+//! projection at `/home/gem/skills` (ro) (I7). Its PID 1 is warren's agent (this same
+//! executable with its loader and libraries, mounted read-only at `/opt/warren-agent`),
+//! which serves commands over a Unix socket in a per-sandbox directory (`/run/warren`) with
+//! the local runtime's control protocol, and applies warren's own seccomp policy to each
+//! command on top of Docker's. A command costs a fork, not a `docker exec`.
+//!
+//! Networking: `none` gets no network at all; a sandbox with egress gets a bridge network
+//! of its own, internal (no route off the bridge) and never shared, and reaches the outside
+//! only through the agent's proxy port, which hands each connection to the provisioner to
+//! check against the sandbox's policy exactly as for the local backend (I23). No port is
+//! published.
+//!
+//! Labels carry the identity (instance, sandbox, generation, uid, runtime scope, workdir,
+//! network, image), so a restarted provisioner adopts exactly matching containers and
+//! removes the rest, including legacy layouts (I16).
+//!
+//! **Invariant:** a container never gets the Docker socket, a host path beyond the two
+//! persistent binds, the agent bundle and its socket directory, or a published port; the
+//! backend never deletes UserWorkspace files (I15).
+
+#![deny(missing_docs)]
+
+mod bundle;
+mod identity;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum,
+    MountType, NetworkCreateRequest, ResourcesUlimits,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
+    RemoveContainerOptionsBuilder,
+};
+use bollard::Docker;
+use warren_backend::{
+    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
+    OutputSink, RuntimeSpec,
+};
+use warren_core::SandboxId;
+use warren_isolation::client::{self, RunError};
+use warren_isolation::config::RuntimeLimits;
+use warren_isolation::control::ExecSpec;
+use warren_isolation::AgentConfig;
+
+pub use identity::{LayoutProblem, LABEL_INSTANCE, LABEL_SANDBOX};
+
+use crate::bundle::AgentBundle;
+use crate::identity::Identity;
+
+/// Where the agent bundle is mounted in a container (read-only).
+pub const AGENT_MOUNT: &str = "/opt/warren-agent";
+/// Where the agent's socket directory is mounted in a container.
+pub const SOCKET_MOUNT: &str = "/run/warren";
+
+/// How long a started container may take until its agent answers.
+const AGENT_START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Why the Docker backend could not start or act.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// The engine does not answer.
+    #[error("cannot reach the Docker engine at {socket} ({source}); start dockerd, or point --docker-socket at it")]
+    Unreachable {
+        /// The socket tried.
+        socket: String,
+        /// What failed.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The engine refused or failed a call.
+    #[error("the Docker engine failed to {operation}: {source}")]
+    Engine {
+        /// What was being done.
+        operation: &'static str,
+        /// The engine's answer.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The image is not on the Docker host (warren never pulls).
+    #[error("image {image:?} is not on the Docker host; build or pull it there first (warren never pulls)")]
+    ImageMissing {
+        /// The image.
+        image: String,
+    },
+    /// The agent bundle (warren's executable and its libraries) could not be prepared.
+    #[error("cannot prepare the agent bundle for containers: {0}")]
+    Bundle(#[source] std::io::Error),
+    /// Host directories of the backend could not be made.
+    #[error("cannot prepare {what}: {source}")]
+    HostDir {
+        /// Which directory.
+        what: &'static str,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The container started but its agent never answered.
+    #[error("the container's agent did not start: {0}")]
+    AgentDidNotStart(String),
+}
+
+/// Configuration of the Docker backend.
+#[derive(Debug, Clone)]
+pub struct DockerBackendConfig {
+    /// warren's data directory.
+    pub data_dir: PathBuf,
+    /// warren's own executable: run in containers as the agent.
+    pub agent_program: PathBuf,
+    /// The engine's Unix socket (default `/var/run/docker.sock`).
+    pub socket: Option<String>,
+    /// Limits of every container.
+    pub limits: RuntimeLimits,
+}
+
+/// Runtimes as Docker containers.
+pub struct DockerBackend {
+    docker: Docker,
+    config: DockerBackendConfig,
+    /// Distinguishes this warren's containers from another's on the same engine.
+    instance: String,
+    /// Per-sandbox socket directories, mounted into containers.
+    sockets_dir: PathBuf,
+    /// Per-sandbox records the containers must not see (the runtime environment).
+    state_dir: PathBuf,
+    bundle: AgentBundle,
+    engine_version: String,
+    live: Mutex<HashMap<SandboxId, Identity>>,
+}
+
+fn engine(operation: &'static str) -> impl FnOnce(bollard::errors::Error) -> DockerError {
+    move |source| DockerError::Engine { operation, source }
+}
+
+fn is_not_found(error: &bollard::errors::Error) -> bool {
+    matches!(
+        error,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+impl DockerBackend {
+    /// Connects to the engine, checks it answers, and prepares the agent bundle and the
+    /// backend's host directories under `<data>/docker`.
+    pub async fn new(config: DockerBackendConfig) -> Result<Self, DockerError> {
+        let socket = config
+            .socket
+            .clone()
+            .unwrap_or_else(|| "/var/run/docker.sock".to_owned());
+        let unreachable = |source| DockerError::Unreachable {
+            socket: socket.clone(),
+            source,
+        };
+        let docker = Docker::connect_with_unix(&socket, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(unreachable)?
+            .negotiate_version()
+            .await
+            .map_err(unreachable)?;
+        let version = docker.version().await.map_err(unreachable)?;
+        let root = config.data_dir.join("docker");
+        let sockets_dir = root.join("sockets");
+        let state_dir = root.join("state");
+        for (dir, what) in [
+            (&root, "the docker directory"),
+            (&sockets_dir, "the socket directories"),
+            (&state_dir, "the state directory"),
+        ] {
+            std::fs::create_dir_all(dir).map_err(|source| DockerError::HostDir { what, source })?;
+        }
+        // Containers run as 1000 and must traverse to their own socket directory (its
+        // siblings are each 0700 and 1000's, but only the one mounted is reachable).
+        set_mode(&sockets_dir, 0o711).map_err(|source| DockerError::HostDir {
+            what: "the socket directories",
+            source,
+        })?;
+        set_mode(&state_dir, 0o700).map_err(|source| DockerError::HostDir {
+            what: "the state directory",
+            source,
+        })?;
+        let bundle =
+            AgentBundle::prepare(&config.agent_program, &root).map_err(DockerError::Bundle)?;
+        let instance =
+            blake3::hash(config.data_dir.as_os_str().as_encoded_bytes()).to_hex()[..8].to_owned();
+        Ok(Self {
+            docker,
+            config,
+            instance,
+            sockets_dir,
+            state_dir,
+            bundle,
+            engine_version: version.version.unwrap_or_default(),
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The engine's version, for `/health` and the benchmark.
+    pub fn engine_version(&self) -> &str {
+        &self.engine_version
+    }
+
+    /// The label value that marks this warren's containers and networks.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The engine client (tests and the benchmark use it to look at containers).
+    pub fn engine(&self) -> &Docker {
+        &self.docker
+    }
+
+    fn container_name(&self, sandbox: &SandboxId) -> String {
+        format!("warren-{}-{}", self.instance, sandbox)
+    }
+
+    fn socket_dir(&self, sandbox: &SandboxId) -> PathBuf {
+        self.sockets_dir.join(sandbox.as_str())
+    }
+
+    fn state_file(&self, sandbox: &SandboxId) -> PathBuf {
+        self.state_dir.join(format!("{sandbox}.json"))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, Identity>> {
+        // A cache of what the labels and state files say; poisoning loses nothing.
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live runtime of `sandbox`: known to this process, or a container of this
+    /// instance whose labels and mounts match its record and whose agent answers.
+    async fn find(&self, sandbox: &SandboxId) -> Option<Identity> {
+        if let Some(identity) = self.lock().get(sandbox).cloned() {
+            return Some(identity);
+        }
+        let found = self.inspect_identity(sandbox).await.ok()?;
+        self.adopt(found.clone());
+        Some(found)
+    }
+
+    /// Takes a runtime into this provisioner's care; serves its egress if it has any.
+    fn adopt(&self, identity: Identity) {
+        if identity.spec.network.has_egress() {
+            if let Err(error) = warren_isolation::egress::spawn_egress(
+                self.socket_dir(&identity.spec.sandbox),
+                identity.spec.network.clone(),
+                tokio::runtime::Handle::current(),
+            ) {
+                tracing::error!(sandbox = %identity.spec.sandbox, %error, "cannot serve the container's egress");
+            }
+        }
+        self.lock().insert(identity.spec.sandbox.clone(), identity);
+    }
+
+    async fn launch(&self, spec: &RuntimeSpec) -> Result<Identity, DockerError> {
+        let image = spec.image.clone().unwrap_or_default();
+        if let Err(error) = self.docker.inspect_image(&image).await {
+            return Err(if is_not_found(&error) {
+                DockerError::ImageMissing { image }
+            } else {
+                engine("inspect the image")(error)
+            });
+        }
+        self.teardown(&spec.sandbox).await?;
+        let socket_dir = self.socket_dir(&spec.sandbox);
+        make_socket_dir(&socket_dir).map_err(|source| DockerError::HostDir {
+            what: "the sandbox's socket directory",
+            source,
+        })?;
+        write_env(&self.state_file(&spec.sandbox), &spec.env).map_err(|source| {
+            DockerError::HostDir {
+                what: "the sandbox's state file",
+                source,
+            }
+        })?;
+        let network_mode = if spec.network.has_egress() {
+            let name = self.container_name(&spec.sandbox);
+            self.docker
+                .create_network(NetworkCreateRequest {
+                    name: name.clone(),
+                    driver: Some("bridge".into()),
+                    // No route off the bridge: egress goes through the agent's proxy, where
+                    // the provisioner applies the policy. The host gets no address on it,
+                    // so the container cannot reach the host's services either.
+                    internal: Some(true),
+                    options: Some(HashMap::from([(
+                        "com.docker.network.bridge.inhibit_ipv4".to_owned(),
+                        "true".to_owned(),
+                    )])),
+                    labels: Some(identity::network_labels(&self.instance, &spec.sandbox)),
+                    ..Default::default()
+                })
+                .await
+                .map_err(engine("create the sandbox's network"))?;
+            name
+        } else {
+            "none".to_owned()
+        };
+        let agent = AgentConfig {
+            sandbox: spec.sandbox.to_string(),
+            generation: spec.generation,
+            nofile: self.config.limits.nofile,
+            egress: spec.network.has_egress(),
+            socket_dir: PathBuf::from(SOCKET_MOUNT),
+        };
+        let agent = serde_json::to_string(&agent).expect("the agent config serialises");
+        let body = self.container_body(spec, &image, &network_mode, agent);
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&self.container_name(&spec.sandbox))
+            .build();
+        self.docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(engine("create the container"))?;
+        let name = self.container_name(&spec.sandbox);
+        if let Err(error) = self.docker.start_container(&name, None).await {
+            let _ = self.teardown(&spec.sandbox).await;
+            return Err(engine("start the container")(error));
+        }
+        if let Err(error) = self.wait_for_agent(spec, &socket_dir).await {
+            let _ = self.teardown(&spec.sandbox).await;
+            return Err(error);
+        }
+        Ok(Identity {
+            spec: RuntimeSpec {
+                seed: None,
+                ..spec.clone()
+            },
+            running: true,
+        })
+    }
+
+    fn container_body(
+        &self,
+        spec: &RuntimeSpec,
+        image: &str,
+        network_mode: &str,
+        agent: String,
+    ) -> ContainerCreateBody {
+        let limits = &self.config.limits;
+        let bind = |source: &Path, target: &str, read_only: bool| Mount {
+            target: Some(target.to_owned()),
+            source: Some(source.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(read_only),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                non_recursive: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mib = |bytes: u64| format!("{}m", bytes.div_ceil(1024 * 1024).max(1));
+        let tmpfs = HashMap::from([
+            (
+                "/home/gem".to_owned(),
+                format!(
+                    "size={},uid=1000,gid=1000,mode=0755,exec,nosuid,nodev",
+                    mib(limits.home_bytes)
+                ),
+            ),
+            (
+                "/tmp".to_owned(),
+                format!("size={},mode=1777,exec,nosuid,nodev", mib(limits.tmp_bytes)),
+            ),
+            (
+                "/var/tmp".to_owned(),
+                format!("size={},mode=1777,exec,nosuid,nodev", mib(limits.tmp_bytes)),
+            ),
+        ]);
+        let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let nofile = to_i64(limits.nofile);
+        let host_config = HostConfig {
+            mounts: Some(vec![
+                bind(&spec.user_workspace, "/home/gem/user-data", false),
+                bind(&spec.skill_projection, "/home/gem/skills", true),
+                bind(self.bundle.dir(), AGENT_MOUNT, true),
+                bind(&self.socket_dir(&spec.sandbox), SOCKET_MOUNT, false),
+            ]),
+            tmpfs: Some(tmpfs),
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            // Docker's default seccomp profile stays on (no `seccomp=` option); the agent
+            // adds warren's own to each command.
+            security_opt: Some(vec!["no-new-privileges:true".into()]),
+            privileged: Some(false),
+            network_mode: Some(network_mode.to_owned()),
+            publish_all_ports: Some(false),
+            ipc_mode: Some("private".into()),
+            memory: limits.memory_bytes.map(to_i64),
+            // Memory plus swap equal to memory: no swap.
+            memory_swap: limits.memory_bytes.map(to_i64),
+            pids_limit: limits.pids_max.map(to_i64),
+            nano_cpus: limits.cpu_millis.map(|m| to_i64(m) * 1_000_000),
+            shm_size: Some(to_i64(limits.shm_bytes)),
+            ulimits: Some(vec![ResourcesUlimits {
+                name: Some("nofile".into()),
+                soft: Some(nofile),
+                hard: Some(nofile),
+            }]),
+            init: Some(false),
+            auto_remove: Some(false),
+            ..Default::default()
+        };
+        ContainerCreateBody {
+            image: Some(image.to_owned()),
+            user: Some("1000:1000".into()),
+            hostname: Some("warren".into()),
+            working_dir: Some("/home/gem".into()),
+            env: Some(Vec::new()),
+            // The loader runs warren's executable with its own libraries, whatever libc
+            // the image has (or none); `--argv0` is what `ps` shows inside.
+            entrypoint: Some(vec![
+                format!("{AGENT_MOUNT}/{}", bundle::LOADER),
+                "--argv0".into(),
+                "warren-agent".into(),
+                "--library-path".into(),
+                format!("{AGENT_MOUNT}/lib"),
+                format!("{AGENT_MOUNT}/{}", bundle::PROGRAM),
+                warren_isolation::CONTAINER_AGENT_ARG.into(),
+                agent,
+            ]),
+            cmd: Some(Vec::new()),
+            network_disabled: Some(network_mode == "none"),
+            labels: Some(identity::container_labels(&self.instance, spec)),
+            host_config: Some(host_config),
+            ..Default::default()
+        }
+    }
+
+    async fn wait_for_agent(
+        &self,
+        spec: &RuntimeSpec,
+        socket_dir: &Path,
+    ) -> Result<(), DockerError> {
+        let deadline = Instant::now() + AGENT_START_TIMEOUT;
+        let name = self.container_name(&spec.sandbox);
+        loop {
+            let dir = socket_dir.to_owned();
+            let answer = tokio::task::spawn_blocking(move || client::ping(&dir))
+                .await
+                .ok()
+                .flatten();
+            if answer.is_some_and(|(s, g)| s == spec.sandbox.as_str() && g == spec.generation) {
+                return Ok(());
+            }
+            let state = self
+                .docker
+                .inspect_container(&name, None)
+                .await
+                .map_err(engine("inspect the container"))?
+                .state;
+            if !state.as_ref().and_then(|s| s.running).unwrap_or(false) {
+                let code = state.and_then(|s| s.exit_code).unwrap_or_default();
+                return Err(DockerError::AgentDidNotStart(format!(
+                    "the container exited with status {code} before its agent answered (docker logs {name})"
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(DockerError::AgentDidNotStart(format!(
+                    "no answer within {}s",
+                    AGENT_START_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Removes the container (killing everything in it), its network, socket directory and
+    /// state file. Safe to repeat; UserWorkspace files are never touched (I15).
+    async fn teardown(&self, sandbox: &SandboxId) -> Result<(), DockerError> {
+        self.lock().remove(sandbox);
+        let name = self.container_name(sandbox);
+        let options = RemoveContainerOptionsBuilder::default().force(true).build();
+        match self.docker.remove_container(&name, Some(options)).await {
+            Err(error) if !is_not_found(&error) => {
+                return Err(engine("remove the container")(error))
+            }
+            _ => {}
+        }
+        match self.docker.remove_network(&name).await {
+            Err(error) if !is_not_found(&error) => {
+                return Err(engine("remove the sandbox's network")(error))
+            }
+            _ => {}
+        }
+        for result in [
+            std::fs::remove_dir_all(self.socket_dir(sandbox)),
+            std::fs::remove_file(self.state_file(sandbox)),
+        ] {
+            if let Err(error) = result {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    return Err(DockerError::HostDir {
+                        what: "the sandbox's host files",
+                        source: error,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn labelled(&self) -> HashMap<String, Vec<String>> {
+        HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{LABEL_INSTANCE}={}", self.instance)],
+        )])
+    }
+}
+
+#[async_trait]
+impl Backend for DockerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            exec: true,
+            isolation: true,
+            survives_restart: true,
+            resource_limits: true,
+        }
+    }
+
+    async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
+        if let Some(identity) = self.find(&spec.sandbox).await {
+            if identity.matches(spec) {
+                return Ok(DiscoveredRuntime { spec: spec.clone() });
+            }
+        }
+        let identity = self.launch(spec).await.map_err(|error| match error {
+            DockerError::ImageMissing { image } => BackendError::ImageNotFound {
+                sandbox: spec.sandbox.clone(),
+                image,
+            },
+            error => BackendError::Create {
+                sandbox: spec.sandbox.clone(),
+                source: std::io::Error::other(error.to_string()),
+            },
+        })?;
+        self.adopt(identity);
+        Ok(DiscoveredRuntime { spec: spec.clone() })
+    }
+
+    /// Lists this instance's containers, adopting those whose labels, mounts and agent
+    /// match, and removing the rest: stopped containers, foreign or legacy layouts (I16),
+    /// and networks whose container is gone.
+    async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError> {
+        let failed = |error: DockerError| BackendError::Discover {
+            source: std::io::Error::other(error.to_string()),
+        };
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&self.labelled())
+            .build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| failed(engine("list containers")(e)))?;
+        let mut found = Vec::new();
+        let mut kept = std::collections::HashSet::new();
+        for summary in containers {
+            let labels = summary.labels.unwrap_or_default();
+            let sandbox = labels
+                .get(LABEL_SANDBOX)
+                .and_then(|s| SandboxId::parse(s).ok());
+            let named = |sandbox: &SandboxId| {
+                let expected = format!("/{}", self.container_name(sandbox));
+                summary
+                    .names
+                    .as_ref()
+                    .is_some_and(|names| names.contains(&expected))
+            };
+            let Some(sandbox) = sandbox.filter(named) else {
+                // Labelled as this instance's, but not a container warren made: nothing may
+                // adopt it, and nothing else will clean it up.
+                let id = summary.id.unwrap_or_default();
+                tracing::warn!(container = %id, "removing a container with this instance's label that warren did not make");
+                let options = RemoveContainerOptionsBuilder::default().force(true).build();
+                if let Err(error) = self.docker.remove_container(&id, Some(options)).await {
+                    tracing::error!(container = %id, %error, "could not remove the container");
+                }
+                continue;
+            };
+            match self.inspect_identity(&sandbox).await {
+                Ok(identity) => {
+                    kept.insert(self.container_name(&sandbox));
+                    found.push(DiscoveredRuntime {
+                        spec: identity.spec.clone(),
+                    });
+                    if !self.lock().contains_key(&sandbox) {
+                        self.adopt(identity);
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!(%sandbox, %reason, "removing a container that cannot be reused");
+                    if let Err(error) = self.teardown(&sandbox).await {
+                        tracing::error!(%sandbox, %error, "could not remove the container");
+                    }
+                }
+            }
+        }
+        let options = ListNetworksOptionsBuilder::default()
+            .filters(&self.labelled())
+            .build();
+        if let Ok(networks) = self.docker.list_networks(Some(options)).await {
+            for network in networks {
+                let Some(name) = network.name else { continue };
+                if !kept.contains(&name) {
+                    let _ = self.docker.remove_network(&name).await;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        request: &ExecRequest,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecOutcome, BackendError> {
+        let identity = self
+            .find(sandbox)
+            .await
+            .ok_or_else(|| BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            })?;
+        let spec = ExecSpec {
+            argv: request.argv.clone(),
+            cwd: request.cwd.clone(),
+            env: client::command_environment(
+                &identity.spec.network,
+                &identity.spec.env,
+                &request.env,
+            ),
+        };
+        match client::run(&self.socket_dir(sandbox), spec, request, sink).await {
+            Ok(outcome) => Ok(outcome),
+            // The agent is gone (the container died or was removed behind warren's back):
+            // forget it, so the next use starts a fresh container.
+            Err(RunError::Connect(_)) => {
+                self.lock().remove(sandbox);
+                Err(BackendError::RuntimeNotFound {
+                    sandbox: sandbox.clone(),
+                })
+            }
+            Err(RunError::Io(source)) => Err(BackendError::Exec {
+                sandbox: sandbox.clone(),
+                source,
+            }),
+        }
+    }
+
+    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        if !self.lock().contains_key(sandbox) {
+            return Ok(None);
+        }
+        let dir = self.socket_dir(sandbox);
+        let answer = tokio::task::spawn_blocking(move || client::ping_full(&dir))
+            .await
+            .ok()
+            .flatten();
+        Ok(answer.map(|(_, _, processes)| processes))
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
+        self.teardown(sandbox)
+            .await
+            .map_err(|error| BackendError::Destroy {
+                sandbox: sandbox.clone(),
+                source: std::io::Error::other(error.to_string()),
+            })
+    }
+}
+
+impl DockerBackend {
+    /// Reads the container of `sandbox` back into an identity, or says why it cannot be
+    /// reused: it must exist, run, have exactly warren's layout (I16), and its agent must
+    /// answer with the generation its labels say.
+    async fn inspect_identity(&self, sandbox: &SandboxId) -> Result<Identity, String> {
+        let name = self.container_name(sandbox);
+        let inspected = self
+            .docker
+            .inspect_container(&name, None)
+            .await
+            .map_err(|e| format!("cannot inspect it: {e}"))?;
+        let env = read_env(&self.state_file(sandbox));
+        let identity = Identity::from_container(&inspected, &self.instance, env)
+            .map_err(|problem| problem.to_string())?;
+        if !identity.running {
+            return Err("it is not running".into());
+        }
+        let dir = self.socket_dir(sandbox);
+        let answer = tokio::task::spawn_blocking(move || client::ping(&dir))
+            .await
+            .ok()
+            .flatten();
+        match answer {
+            Some((s, g)) if s == sandbox.as_str() && g == identity.spec.generation => Ok(identity),
+            Some(_) => Err("its agent answers with another identity".into()),
+            None => Err("its agent does not answer".into()),
+        }
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// The sandbox's socket directory: owned by the sandbox user (its agent binds there), 0700.
+fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
+        _ => {}
+    }
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(dir, Some(1000), Some(1000))?;
+    }
+    set_mode(dir, 0o700)
+}
+
+fn write_env(path: &Path, env: &BTreeMap<String, String>) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let json = serde_json::to_vec(env).map_err(std::io::Error::other)?;
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(&json)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+fn read_env(path: &Path) -> BTreeMap<String, String> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}

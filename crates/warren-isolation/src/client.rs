@@ -1,0 +1,383 @@
+//! The provisioner's side of the control protocol (`control`): connecting to a runtime's
+//! socket without following links, asking who it is, and running one command with its
+//! output streamed, capped and its tree killed on timeout or when the client goes away.
+//!
+//! Shared by every backend whose runtimes speak the protocol: the local runtime's init and
+//! the agent inside a Docker container.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use warren_backend::{
+    ExecOutcome, ExecRequest, OutputChunk, OutputSink, OutputStream, ResourceUsage,
+};
+
+use crate::control::{self, ExecSpec, Reply, Request};
+
+/// How long a runtime may take to say it started a command.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The socket's name in a runtime's socket directory.
+pub const SOCKET_NAME: &str = "control.sock";
+
+/// How long output is still collected after the command exited, for pipes held open by
+/// background processes it started (those keep running, I6).
+const OUTPUT_GRACE: Duration = Duration::from_millis(150);
+
+/// Opens the socket `name` in `dir` as an `O_PATH` descriptor, refusing anything that is
+/// not a socket (a symlink planted by whoever can write `dir`, a FIFO, a file).
+///
+/// A Docker agent's socket directory is writable from inside its container; a symlink
+/// there named like the socket must never make the provisioner connect to a host socket
+/// (the Docker socket, say). Connecting through `/proc/self/fd/N` of this descriptor
+/// reaches exactly the inode that was checked.
+fn open_socket(dir: &Path, name: &str) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let dir = rustix::fs::open(
+        dir,
+        OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::PATH,
+        Mode::empty(),
+    )?;
+    let socket = rustix::fs::openat(
+        &dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let stat = rustix::fs::fstat(&socket)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Socket {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!("{name} is not a socket"),
+        ));
+    }
+    Ok(socket)
+}
+
+fn descriptor_path(fd: &OwnedFd) -> String {
+    use std::os::fd::AsRawFd;
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// Connects to the runtime socket in `dir` (see [`open_socket`]), blocking.
+pub fn connect(dir: &Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+    let socket = open_socket(dir, SOCKET_NAME)?;
+    std::os::unix::net::UnixStream::connect(descriptor_path(&socket))
+}
+
+/// Connects to the runtime socket in `dir` (see [`open_socket`]).
+pub async fn connect_async(dir: &Path) -> std::io::Result<tokio::net::UnixStream> {
+    let socket = open_socket(dir, SOCKET_NAME)?;
+    tokio::net::UnixStream::connect(descriptor_path(&socket)).await
+}
+
+/// The complete environment of one command: the clean base, the proxy variables when the
+/// runtime has egress, the runtime's environment, then the call's own (each layer wins
+/// over the ones before, I14).
+pub fn command_environment(
+    network: &warren_core::NetworkPolicy,
+    runtime: &std::collections::BTreeMap<String, String>,
+    call: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    let mut env = crate::config::base_environment();
+    if network.has_egress() {
+        env.extend(proxy_environment());
+    }
+    env.extend(runtime.clone());
+    env.extend(call.clone());
+    env
+}
+
+/// What tells programs inside a runtime with egress to use its proxy port.
+fn proxy_environment() -> Vec<(String, String)> {
+    let proxy = format!("http://127.0.0.1:{}", crate::config::PROXY_PORT);
+    let mut env = Vec::new();
+    for name in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+    ] {
+        env.push((name.to_owned(), proxy.clone()));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
+    }
+    env
+}
+
+/// Asks the runtime in `dir` who it is; None when nothing answers.
+pub fn ping(dir: &Path) -> Option<(String, i64)> {
+    ping_full(dir).map(|(sandbox, generation, _)| (sandbox, generation))
+}
+
+/// Asks the runtime who it is and how many processes it runs besides init.
+pub fn ping_full(dir: &Path) -> Option<(String, i64, u64)> {
+    let stream = connect(dir).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    control::send_frame(stream.as_fd(), &Request::Ping, &[]).ok()?;
+    match control::recv_frame::<Reply>(stream.as_fd()).ok()?? {
+        (
+            Reply::Pong {
+                sandbox,
+                generation,
+                processes,
+            },
+            _,
+        ) => Some((sandbox, generation, processes)),
+        _ => None,
+    }
+}
+
+/// Why a command could not be run: no runtime answering, or a failure while talking to it.
+pub enum RunError {
+    /// Nothing answered on the socket.
+    Connect(std::io::Error),
+    /// Talking to the runtime failed.
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(error)
+    }
+}
+
+impl From<rustix::io::Errno> for RunError {
+    fn from(error: rustix::io::Errno) -> Self {
+        Self::Io(error.into())
+    }
+}
+
+/// Runs one command through the runtime socket in `dir`: stdio goes over as pipes, output
+/// comes back capped (and to `sink` as it arrives), and the command's tree is killed when
+/// `request.timeout` passes or the sink closes (I24).
+pub async fn run(
+    dir: &Path,
+    spec: ExecSpec,
+    request: &ExecRequest,
+    sink: Option<OutputSink>,
+) -> Result<ExecOutcome, RunError> {
+    let started = Instant::now();
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let stream = connect_async(dir)
+        .await
+        .map_err(RunError::Connect)?
+        .into_std()?;
+    // The request (argv and environment, up to 4 MiB) goes out with a blocking send, off
+    // the async threads: a busy init must not stall the whole API.
+    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        stream.set_nonblocking(false)?;
+        control::send_frame(
+            stream.as_fd(),
+            &Request::Exec(spec),
+            &[
+                stdin_read.as_fd(),
+                stdout_write.as_fd(),
+                stderr_write.as_fd(),
+            ],
+        )?;
+        drop((stdin_read, stdout_write, stderr_write));
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    let mut control = tokio::net::UnixStream::from_std(stream)?;
+
+    let stdin_bytes = request.stdin.clone();
+    let writer = tokio::spawn(async move {
+        if let Ok(mut stdin) = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write) {
+            let _ = stdin.write_all(&stdin_bytes).await;
+        }
+    });
+    let cap = request.output_cap;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (out_task, err_task) = (
+        tokio::spawn(collect(
+            stdout_read,
+            OutputStream::Stdout,
+            cap,
+            sink.clone(),
+            stopped.clone(),
+        )),
+        tokio::spawn(collect(
+            stderr_read,
+            OutputStream::Stderr,
+            cap,
+            sink.clone(),
+            stopped,
+        )),
+    );
+
+    // A runtime answers `Started` or `Failed` as soon as it forked; one that does not is
+    // wedged (or not a runtime at all) and must not hold the request forever.
+    let first = tokio::time::timeout(START_TIMEOUT, read_reply(&mut control))
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the runtime did not start the command",
+            )
+        })??;
+    let mut outcome = ExecOutcome::default();
+    match first {
+        Reply::Started { .. } => {}
+        Reply::Failed { stage, errno } => {
+            writer.abort();
+            let _ = stop.send(true);
+            let (_, _) = (out_task.await, err_task.await);
+            let reason = std::io::Error::from_raw_os_error(errno);
+            outcome.exit_code = Some(if stage == "exec" && errno == libc::EACCES {
+                126
+            } else {
+                127
+            });
+            outcome.stderr = match stage.as_str() {
+                "exec" => format!(
+                    "warren: cannot run {:?}: {reason}\n",
+                    request.argv.first().map_or("", String::as_str)
+                ),
+                "cwd" => format!("warren: cannot enter {}: {reason}\n", request.cwd),
+                other => format!("warren: command setup failed at {other}: {reason}\n"),
+            }
+            .into_bytes();
+            outcome.duration = started.elapsed();
+            return Ok(outcome);
+        }
+        other => return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
+    }
+
+    let deadline = tokio::time::sleep(request.timeout);
+    tokio::pin!(deadline);
+    let sink_closed = async {
+        match &sink {
+            Some(sink) => sink.closed().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(sink_closed);
+    let mut killed = false;
+    let exited = loop {
+        tokio::select! {
+            reply = read_reply(&mut control) => break reply?,
+            () = &mut deadline, if !killed => {
+                outcome.timed_out = true;
+                killed = true;
+                send_kill(&mut control).await?;
+            }
+            () = &mut sink_closed, if !killed => {
+                // The client went away mid-stream: nothing may keep running for nobody.
+                killed = true;
+                send_kill(&mut control).await?;
+            }
+        }
+    };
+    let Reply::Exited {
+        exit_code,
+        signal,
+        user_us,
+        system_us,
+        max_rss_kib,
+    } = exited
+    else {
+        return Err(std::io::Error::other(format!("unexpected reply {exited:?}")).into());
+    };
+    outcome.exit_code = exit_code;
+    outcome.signal = signal;
+    outcome.usage = ResourceUsage {
+        cpu_user_ms: Some(user_us / 1000),
+        cpu_system_ms: Some(system_us / 1000),
+        peak_memory_bytes: Some(max_rss_kib * 1024),
+    };
+    writer.abort();
+    // Pipes still held open by background processes (I6) must not hold the answer: after a
+    // short grace the collectors stop and hand over what they have.
+    let both = async { (out_task.await, err_task.await) };
+    tokio::pin!(both);
+    let collected = tokio::select! {
+        collected = &mut both => collected,
+        () = tokio::time::sleep(OUTPUT_GRACE) => {
+            let _ = stop.send(true);
+            both.await
+        }
+    };
+    let stdout = collected.0.ok();
+    let stderr = collected.1.ok();
+    let (stdout, out_cut) = stdout.unwrap_or_default();
+    let (stderr, err_cut) = stderr.unwrap_or_default();
+    outcome.stdout = stdout;
+    outcome.stderr = stderr;
+    outcome.truncated = out_cut || err_cut;
+    outcome.duration = started.elapsed();
+    Ok(outcome)
+}
+
+/// Reads a stream to its end (or until aborted), keeping at most `cap` bytes and sending
+/// every chunk to the sink.
+async fn collect(
+    fd: OwnedFd,
+    stream: OutputStream,
+    cap: usize,
+    sink: Option<OutputSink>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return (kept, truncated);
+    };
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::select! {
+            read = pipe.read(&mut buffer) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = stop.changed() => break,
+        };
+        let room = cap.saturating_sub(kept.len());
+        if n > room {
+            truncated = true;
+        }
+        kept.extend_from_slice(&buffer[..n.min(room)]);
+        if let Some(sink) = &sink {
+            if sink
+                .send(OutputChunk {
+                    stream,
+                    bytes: buffer[..n].to_vec(),
+                })
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+async fn read_reply(control: &mut tokio::net::UnixStream) -> std::io::Result<Reply> {
+    let mut header = [0u8; 4];
+    control.read_exact(&mut header).await?;
+    let len = u32::from_le_bytes(header) as usize;
+    if len > control::MAX_FRAME {
+        return Err(std::io::Error::other("oversized reply"));
+    }
+    let mut body = vec![0u8; len];
+    control.read_exact(&mut body).await?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+async fn send_kill(control: &mut tokio::net::UnixStream) -> std::io::Result<()> {
+    let body = serde_json::to_vec(&Request::Kill).map_err(std::io::Error::other)?;
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    control.write_all(&frame).await
+}
