@@ -259,6 +259,12 @@ async fn health(axum::extract::State(state): axum::extract::State<ApiState>) -> 
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         backend: backend.kind().as_str().into(),
+        backends: state
+            .provisioner
+            .backends()
+            .into_iter()
+            .map(|kind| kind.as_str().to_owned())
+            .collect(),
         isolation: capabilities.isolation,
         exec: capabilities.exec,
         warnings: backend.warnings(),

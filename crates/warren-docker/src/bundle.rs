@@ -52,6 +52,7 @@ impl AgentBundle {
             key.update(&std::fs::metadata(library)?.size().to_le_bytes());
         }
         let dir = root.join(format!("agent-{}", &key.finalize().to_hex()[..16]));
+        remove_other_bundles(root, &dir);
         if dir.join(PROGRAM).exists() {
             return Ok(Self { dir });
         }
@@ -90,6 +91,25 @@ impl AgentBundle {
     }
 }
 
+/// Bundles of earlier warren builds. Containers started from one keep working without it:
+/// their agent is loaded and never executes again (commands are forked, not exec'd from
+/// the bundle), so only the disk it holds would outlive them.
+fn remove_other_bundles(root: &Path, current: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stale = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.starts_with("agent-"));
+        if stale && path != current {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 /// The shared objects mapped into this process: exactly what this executable needs
 /// (it is the one the containers run).
 fn loaded_libraries() -> io::Result<Vec<PathBuf>> {
@@ -103,4 +123,44 @@ fn loaded_libraries() -> io::Result<Vec<PathBuf>> {
     libraries.sort();
     libraries.dedup();
     Ok(libraries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundle_holds_the_program_its_loader_and_libraries_and_replaces_older_ones() {
+        let root = tempfile::tempdir().unwrap();
+        let old_program = root.path().join("warren-old");
+        std::fs::write(&old_program, b"old build").unwrap();
+        let old = AgentBundle::prepare(&old_program, root.path()).unwrap();
+        assert_eq!(
+            std::fs::read(old.dir().join(PROGRAM)).unwrap(),
+            b"old build"
+        );
+        assert!(old.dir().join(LOADER).is_file());
+        let libraries: Vec<_> = std::fs::read_dir(old.dir().join("lib"))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert!(
+            libraries
+                .iter()
+                .any(|l| l.file_name().to_string_lossy().starts_with("libc.so")),
+            "{libraries:?}"
+        );
+        let again = AgentBundle::prepare(&old_program, root.path()).unwrap();
+        assert_eq!(again.dir(), old.dir(), "the same build reuses its bundle");
+
+        let new_program = root.path().join("warren-new");
+        std::fs::write(&new_program, b"new build").unwrap();
+        let new = AgentBundle::prepare(&new_program, root.path()).unwrap();
+        assert_ne!(new.dir(), old.dir());
+        assert!(!old.dir().exists(), "the older build's bundle is removed");
+        assert_eq!(
+            std::fs::read(new.dir().join(PROGRAM)).unwrap(),
+            b"new build"
+        );
+    }
 }

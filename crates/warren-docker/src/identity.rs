@@ -243,3 +243,202 @@ pub(crate) fn network_labels(instance: &str, sandbox: &SandboxId) -> HashMap<Str
         (LABEL_SANDBOX.to_owned(), sandbox.to_string()),
     ])
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec() -> RuntimeSpec {
+        let uid = Uid::new("alice").unwrap();
+        let runtime_scope = RuntimeScope::new("t").unwrap();
+        RuntimeSpec {
+            sandbox: SandboxId::derive(&uid, &runtime_scope),
+            backend: BackendKind::Docker,
+            image: Some("warren-test:1".into()),
+            generation: 3,
+            uid,
+            runtime_scope,
+            workdir: Workdir::new("projects/a").unwrap(),
+            user_workspace: "/data/user-data/shared/alice/workspace".into(),
+            skill_projection: "/data/skill-projections/alice".into(),
+            env: BTreeMap::new(),
+            network: NetworkPolicy::None,
+            seed: None,
+        }
+    }
+
+    /// What the engine reports for a container warren made from `spec`.
+    fn container(spec: &RuntimeSpec) -> serde_json::Value {
+        json!({
+            "Name": format!("/warren-i1-{}", spec.sandbox),
+            "State": {"Running": true},
+            "Config": {
+                "Image": spec.image,
+                "Labels": container_labels("i1", spec),
+            },
+            "HostConfig": {
+                "CapDrop": ["ALL"],
+                "ReadonlyRootfs": true,
+                "Privileged": false,
+                "SecurityOpt": ["no-new-privileges:true"],
+                "NetworkMode": "none",
+            },
+            "Mounts": [
+                {"Type": "bind", "Source": spec.user_workspace, "Destination": USER_DATA, "RW": true},
+                {"Type": "bind", "Source": spec.skill_projection, "Destination": SKILLS, "RW": false},
+                {"Type": "bind", "Source": "/data/docker/agent-x", "Destination": AGENT_MOUNT, "RW": false},
+                {"Type": "bind", "Source": "/data/docker/sockets/x", "Destination": SOCKET_MOUNT, "RW": true},
+            ],
+        })
+    }
+
+    fn read(value: serde_json::Value) -> Result<Identity, LayoutProblem> {
+        let inspected: ContainerInspectResponse = serde_json::from_value(value).unwrap();
+        Identity::from_container(&inspected, "i1", BTreeMap::new())
+    }
+
+    #[test]
+    fn a_container_warren_made_reads_back_as_its_spec() {
+        let spec = spec();
+        let identity = read(container(&spec)).unwrap();
+        assert!(identity.running);
+        assert!(identity.matches(&spec));
+        assert_eq!(
+            identity.spec.user_workspace,
+            Path::new("/data/user-data/shared/alice/workspace")
+        );
+        let mut other = spec.clone();
+        other.generation = 4;
+        assert!(
+            !identity.matches(&other),
+            "another generation is another runtime"
+        );
+        other = spec.clone();
+        other.image = Some("warren-test:2".into());
+        assert!(
+            !identity.matches(&other),
+            "another image is another runtime"
+        );
+    }
+
+    #[test]
+    fn legacy_and_foreign_layouts_are_refused_with_their_reason() {
+        let spec = spec();
+        type Change = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(&str, Change, LayoutProblem)> = vec![
+            (
+                "projects mount",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().push(json!({"Type": "bind", "Source": "/x", "Destination": "/home/gem/projects", "RW": true}))
+                }),
+                LayoutProblem::ProjectsMount,
+            ),
+            (
+                "nested user-data mount",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().push(json!({"Type": "bind", "Source": "/x", "Destination": "/home/gem/user-data/projects/a", "RW": true}))
+                }),
+                LayoutProblem::NestedUserData("/home/gem/user-data/projects/a".into()),
+            ),
+            (
+                "writable skills",
+                Box::new(|c| c["Mounts"][1]["RW"] = json!(true)),
+                LayoutProblem::WritableSkills,
+            ),
+            (
+                "the Docker socket",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().push(json!({"Type": "bind", "Source": "/var/run/docker.sock", "Destination": "/var/run/docker.sock", "RW": true}))
+                }),
+                LayoutProblem::UnexpectedMount("/var/run/docker.sock".into()),
+            ),
+            (
+                "a volume at user-data",
+                Box::new(|c| c["Mounts"][0]["Type"] = json!("volume")),
+                LayoutProblem::UnexpectedMount(USER_DATA.into()),
+            ),
+            (
+                "no user-data",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().remove(0);
+                }),
+                LayoutProblem::MissingMounts,
+            ),
+            (
+                "privileged",
+                Box::new(|c| c["HostConfig"]["Privileged"] = json!(true)),
+                LayoutProblem::Privileges,
+            ),
+            (
+                "a capability added",
+                Box::new(|c| c["HostConfig"]["CapAdd"] = json!(["SYS_ADMIN"])),
+                LayoutProblem::Privileges,
+            ),
+            (
+                "a writable root",
+                Box::new(|c| c["HostConfig"]["ReadonlyRootfs"] = json!(false)),
+                LayoutProblem::Privileges,
+            ),
+            (
+                "an application network",
+                Box::new(|c| c["HostConfig"]["NetworkMode"] = json!("app_default")),
+                LayoutProblem::Network("app_default".into()),
+            ),
+            (
+                "published ports",
+                Box::new(|c| {
+                    c["HostConfig"]["PortBindings"] = json!({"80/tcp": [{"HostPort": "8080"}]})
+                }),
+                LayoutProblem::PublishedPorts,
+            ),
+            (
+                "another instance",
+                Box::new(|c| c["Config"]["Labels"][LABEL_INSTANCE] = json!("i2")),
+                LayoutProblem::ForeignInstance,
+            ),
+            (
+                "a sandbox id that is not its uid and scope's",
+                Box::new(|c| c["Config"]["Labels"][LABEL_UID] = json!("mallory")),
+                LayoutProblem::BadLabel(LABEL_SANDBOX),
+            ),
+            (
+                "an image other than its label",
+                Box::new(|c| c["Config"]["Image"] = json!("other:1")),
+                LayoutProblem::BadLabel(LABEL_IMAGE),
+            ),
+            (
+                "no generation",
+                Box::new(|c| {
+                    c["Config"]["Labels"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove(LABEL_GENERATION);
+                }),
+                LayoutProblem::MissingLabel(LABEL_GENERATION),
+            ),
+        ];
+        for (what, change, expected) in cases {
+            let mut value = container(&spec);
+            change(&mut value);
+            assert_eq!(read(value).err(), Some(expected), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_sandbox_with_egress_must_be_on_its_own_network() {
+        let mut spec = spec();
+        spec.network = NetworkPolicy::Open;
+        let mut value = container(&spec);
+        value["HostConfig"]["NetworkMode"] = json!(format!("warren-i1-{}", spec.sandbox));
+        assert!(read(value.clone()).is_ok());
+        value["HostConfig"]["NetworkMode"] = json!("bridge");
+        assert_eq!(
+            read(value).err(),
+            Some(LayoutProblem::Network("bridge".into()))
+        );
+    }
+}

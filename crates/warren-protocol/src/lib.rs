@@ -36,6 +36,10 @@ pub struct Health {
     pub version: String,
     /// The default backend's name.
     pub backend: String,
+    /// Every backend a sandbox may choose on this server (`"backend"` on create), the
+    /// default first.
+    #[serde(default)]
+    pub backends: Vec<String>,
     /// Whether the default backend isolates runtimes; false for `memory` (I20).
     pub isolation: bool,
     /// Whether the default backend executes commands.

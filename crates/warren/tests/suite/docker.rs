@@ -443,6 +443,10 @@ async fn backend_and_image_are_part_of_the_binding_and_checked() {
                 .await
         }
     };
+    let (_, health) = server
+        .send_json(server.anonymous(Method::GET, "/health"))
+        .await;
+    assert_eq!(health["backends"], json!(["local", "docker"]), "{health}");
     let (status, local) = create(json!({"uid": "alice", "runtime_scope_id": "l"})).await;
     assert_eq!(
         (status, local["backend"].as_str()),
