@@ -137,6 +137,10 @@ pub struct DockerBackend {
     state_dir: PathBuf,
     bundle: AgentBundle,
     engine_version: String,
+    /// What the engine cannot enforce, reported at start-up and in `/health`.
+    warnings: Vec<String>,
+    /// The engine enforces memory and process limits.
+    limits_enforced: bool,
     live: Mutex<HashMap<SandboxId, Identity>>,
 }
 
@@ -172,6 +176,44 @@ impl DockerBackend {
             .await
             .map_err(unreachable)?;
         let version = docker.version().await.map_err(unreachable)?;
+        let info = docker
+            .info()
+            .await
+            .map_err(engine("read the engine's information"))?;
+        let mut warnings = Vec::new();
+        let limits_enforced = info.memory_limit != Some(false) && info.pids_limit != Some(false);
+        for (enforced, what) in [
+            (
+                info.memory_limit,
+                "memory limits are not enforced: the Docker engine has no memory cgroup",
+            ),
+            (
+                info.swap_limit,
+                "swap is not limited: the Docker engine cannot limit swap",
+            ),
+            (
+                info.pids_limit,
+                "process limits are not enforced: the Docker engine has no pids cgroup",
+            ),
+            (
+                info.cpu_cfs_quota,
+                "CPU quotas are not enforced: the Docker engine has no CFS quota",
+            ),
+        ] {
+            if enforced == Some(false) {
+                warnings.push(what.to_owned());
+            }
+        }
+        if !info
+            .security_options
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.contains("seccomp"))
+        {
+            warnings.push(
+                "the Docker engine applies no seccomp profile; only warren's own filters each command".to_owned(),
+            );
+        }
         let root = config.data_dir.join("docker");
         let sockets_dir = root.join("sockets");
         let state_dir = root.join("state");
@@ -204,6 +246,8 @@ impl DockerBackend {
             state_dir,
             bundle,
             engine_version: version.version.unwrap_or_default(),
+            warnings,
+            limits_enforced,
             live: Mutex::new(HashMap::new()),
         })
     }
@@ -532,7 +576,7 @@ impl Backend for DockerBackend {
             exec: true,
             isolation: true,
             survives_restart: true,
-            resource_limits: true,
+            resource_limits: self.limits_enforced,
         }
     }
 
@@ -680,7 +724,7 @@ impl Backend for DockerBackend {
     }
 
     fn warnings(&self) -> Vec<String> {
-        Vec::new()
+        self.warnings.clone()
     }
 
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
