@@ -542,7 +542,7 @@ impl DockerBackend {
             _ => {}
         }
         for result in [
-            std::fs::remove_dir_all(self.socket_dir(sandbox)),
+            remove_socket_dir(&self.socket_dir(sandbox)),
             std::fs::remove_file(self.state_file(sandbox)),
         ] {
             if let Err(error) = result {
@@ -772,16 +772,40 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-/// The sandbox's socket directory: owned by the sandbox user (its agent binds there), 0700.
+/// The sandbox's socket directory, owned by the sandbox user (its agent binds there), 0700.
+///
+/// The container can write into it, and it is on the host: as root it is a tmpfs of its
+/// own, 64 KiB and 16 inodes, so a sandbox cannot fill the host's disk through it (its
+/// other writable places are size-capped tmpfs inside the container). Without root the
+/// engine's socket is root-equivalent anyway, but the directory is then not capped.
 fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
     match std::fs::create_dir(dir) {
         Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
         _ => {}
     }
     if rustix::process::geteuid().is_root() {
-        std::os::unix::fs::chown(dir, Some(1000), Some(1000))?;
+        use rustix::mount::{mount, MountFlags};
+        mount(
+            "warren-agent-socket",
+            dir,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            c"size=64k,nr_inodes=16,mode=0700,uid=1000,gid=1000",
+        )?;
+        return Ok(());
     }
     set_mode(dir, 0o700)
+}
+
+/// Removes a socket directory made by [`make_socket_dir`] (its tmpfs first), if any.
+fn remove_socket_dir(dir: &Path) -> std::io::Result<()> {
+    use rustix::io::Errno;
+    match rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH) {
+        // Not a mount point (made unprivileged, or already unmounted), or gone.
+        Ok(()) | Err(Errno::INVAL) | Err(Errno::NOENT) | Err(Errno::PERM) => {}
+        Err(error) => return Err(error.into()),
+    }
+    std::fs::remove_dir_all(dir)
 }
 
 fn write_env(path: &Path, env: &BTreeMap<String, String>) -> std::io::Result<()> {

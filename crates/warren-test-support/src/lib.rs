@@ -666,6 +666,12 @@ pub fn remove_docker_runtimes(data_dir: &Path) {
     for network in docker_networks(data_dir) {
         docker(&["network", "rm", &network]);
     }
+    // Each sandbox's socket directory is a small tmpfs on the host.
+    if let Ok(entries) = std::fs::read_dir(data_dir.join("docker/sockets")) {
+        for entry in entries.flatten() {
+            let _ = Command::new("umount").arg("-l").arg(entry.path()).output();
+        }
+    }
 }
 
 /// Kills every runtime recorded under `data_dir` and removes its cgroups.

@@ -204,9 +204,11 @@ fn kill_subtree() {
     while let Ok(Some(_)) = sys::wait4_nohang(-1) {}
 }
 
+/// Whether this process has no child left at all. (`wait`, the `-1` of `waitpid`: the
+/// command and its tree run in sessions and process groups of their own.)
 fn has_no_children() -> bool {
     matches!(
-        rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG),
+        rustix::process::wait(rustix::process::WaitOptions::NOHANG),
         Err(rustix::io::Errno::CHILD)
     )
 }

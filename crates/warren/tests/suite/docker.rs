@@ -122,7 +122,7 @@ async fn a_docker_sandbox_runs_in_the_container_i18_describes() {
         }
     }
     let inside = server
-        .exec(&id, "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /var/run/docker.sock /run/docker.sock 2>&1; touch /x 2>&1")
+        .exec(&id, "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /var/run/docker.sock /run/docker.sock 2>&1; touch /x 2>&1; head -c 1000000 /dev/zero > /run/warren/fill; for i in $(seq 40); do touch /run/warren/f$i || break; done; rm -f /run/warren/f* /run/warren/fill")
         .await;
     let text = out(&inside);
     assert!(
@@ -131,6 +131,13 @@ async fn a_docker_sandbox_runs_in_the_container_i18_describes() {
     );
     assert!(text.contains("No such file"), "{text}");
     assert!(text.contains("Read-only file system"), "{text}");
+    // The agent's socket directory is on the host: capped, so no sandbox fills its disk.
+    assert_eq!(
+        text.matches("No space left on device").count(),
+        2,
+        "bytes and inodes of /run/warren are capped: {text}"
+    );
+    assert_eq!(server.exec(&id, "echo still").await["stdout"], "still\n");
 }
 
 #[tokio::test]
