@@ -224,9 +224,9 @@ impl DockerBackend {
         ] {
             std::fs::create_dir_all(dir).map_err(|source| DockerError::HostDir { what, source })?;
         }
-        // Containers run as 1000 and must traverse to their own socket directory (its
-        // siblings are each 0700 and 1000's, but only the one mounted is reachable).
-        set_mode(&sockets_dir, 0o711).map_err(|source| DockerError::HostDir {
+        // A container reaches its own socket directory through its bind mount, never
+        // through these host directories.
+        set_mode(&sockets_dir, 0o700).map_err(|source| DockerError::HostDir {
             what: "the socket directories",
             source,
         })?;
@@ -252,19 +252,9 @@ impl DockerBackend {
         })
     }
 
-    /// The engine's version, for `/health` and the benchmark.
+    /// The engine's version, logged at start-up.
     pub fn engine_version(&self) -> &str {
         &self.engine_version
-    }
-
-    /// The label value that marks this warren's containers and networks.
-    pub fn instance(&self) -> &str {
-        &self.instance
-    }
-
-    /// The engine client (tests and the benchmark use it to look at containers).
-    pub fn engine(&self) -> &Docker {
-        &self.docker
     }
 
     fn container_name(&self, sandbox: &SandboxId) -> String {

@@ -116,8 +116,13 @@ impl Provisioner {
             } else {
                 if self.config.snapshot_before_reap {
                     // Best effort: a runtime that cannot be recorded is still reclaimed.
-                    if let Err(error) = self.snapshot_runtime(&record.id, "reap").await {
-                        tracing::warn!(sandbox = %record.id, %error, "could not snapshot the runtime before reaping it");
+                    match self.snapshot_runtime(&record.id, "reap").await {
+                        Ok(_) => {}
+                        // A backend without runtime snapshots (Docker): nothing to record.
+                        Err(ProvisionerError::SnapshotUnsupported { .. }) => {}
+                        Err(error) => {
+                            tracing::warn!(sandbox = %record.id, %error, "could not snapshot the runtime before reaping it");
+                        }
                     }
                 }
                 self.reclaim(&record.id, record.generation).await?

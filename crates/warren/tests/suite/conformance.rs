@@ -31,10 +31,25 @@ pub(crate) enum Host {
 
 impl Host {
     pub(crate) fn start(self) -> TestServer {
-        match self {
-            Self::Local => TestServer::start_local(bin()),
-            Self::Docker => TestServer::start_docker(bin()),
-        }
+        self.start_with(&[])
+    }
+
+    /// Starts a server on this backend with more `warren serve` arguments.
+    fn start_with(self, extra: &[&str]) -> TestServer {
+        let mut args = match self {
+            Self::Local => vec!["--backend", "local"],
+            Self::Docker => {
+                warren_test_support::require_docker();
+                vec![
+                    "--backend",
+                    "docker",
+                    "--image",
+                    warren_test_support::DOCKER_TEST_IMAGE,
+                ]
+            }
+        };
+        args.extend_from_slice(extra);
+        TestServer::start_with(bin(), &args)
     }
 
     fn name(self) -> &'static str {
@@ -177,6 +192,7 @@ conformance_suite!(
     streaming_exec_delivers_output_as_it_comes_then_the_exit,
     a_client_that_disconnects_mid_stream_leaves_no_process,
     destroy_leaves_nothing_running_and_keeps_the_workspace,
+    an_idle_runtime_is_reaped_its_files_stay_and_the_next_exec_starts_afresh,
     runs_are_recorded_with_status_and_resource_use,
     a_runtime_survives_a_killed_server_and_is_adopted_after_restart,
     a_lock_held_inside_a_runtime_cannot_park_file_writes,
@@ -318,6 +334,38 @@ async fn destroy_leaves_nothing_running_and_keeps_the_workspace(host: Host) {
         "{}: workspace files stay (I15)",
         host.name()
     );
+}
+
+async fn an_idle_runtime_is_reaped_its_files_stay_and_the_next_exec_starts_afresh(host: Host) {
+    let server = host.start_with(&["--idle-timeout", "1", "--reap-interval", "1"]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "echo kept > kept.txt").await;
+    let handle = host.runtime_handle(&server, &id);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, sandbox) = server
+            .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+            .await;
+        if sandbox["state"] == "stopped" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: an idle runtime was not reaped: {sandbox}",
+            host.name()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left = host.leftovers(&server, &id, &handle);
+    assert!(left.is_empty(), "{}: reaping left {left:?}", host.name());
+    let next = server.exec(&id, "cat kept.txt").await;
+    assert_eq!(
+        next["stdout"],
+        "kept\n",
+        "{}: files stay (I15): {next}",
+        host.name()
+    );
+    assert_ne!(host.runtime_handle(&server, &id), handle);
 }
 
 async fn a_runtime_survives_a_killed_server_and_is_adopted_after_restart(host: Host) {
