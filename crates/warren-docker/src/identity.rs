@@ -31,6 +31,9 @@ pub(crate) struct Identity {
     pub spec: RuntimeSpec,
     /// The engine says it runs.
     pub running: bool,
+    /// The agent's host pid and birth (see `warren_isolation::client::process_birth`),
+    /// once known: how its `/home/gem` is reached for snapshots.
+    pub agent: Option<(i32, String)>,
 }
 
 impl Identity {
@@ -174,6 +177,7 @@ impl Identity {
                 seed: None,
             },
             running,
+            agent: None,
         })
     }
 }

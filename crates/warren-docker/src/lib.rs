@@ -46,8 +46,8 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use warren_backend::{
-    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
-    OutputSink, RuntimeSpec,
+    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
+    ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
 };
 use warren_core::SandboxId;
 use warren_isolation::client::{self, RunError};
@@ -135,6 +135,8 @@ pub struct DockerBackend {
     sockets_dir: PathBuf,
     /// Per-sandbox records the containers must not see (the runtime environment).
     state_dir: PathBuf,
+    /// An empty directory: the copy-on-write layers of a read-only image root.
+    no_cow: PathBuf,
     bundle: AgentBundle,
     engine_version: String,
     /// What the engine cannot enforce, reported at start-up and in `/health`.
@@ -217,10 +219,12 @@ impl DockerBackend {
         let root = config.data_dir.join("docker");
         let sockets_dir = root.join("sockets");
         let state_dir = root.join("state");
+        let no_cow = root.join("no-cow");
         for (dir, what) in [
             (&root, "the docker directory"),
             (&sockets_dir, "the socket directories"),
             (&state_dir, "the state directory"),
+            (&no_cow, "the empty copy-on-write directory"),
         ] {
             std::fs::create_dir_all(dir).map_err(|source| DockerError::HostDir { what, source })?;
         }
@@ -244,6 +248,7 @@ impl DockerBackend {
             instance,
             sockets_dir,
             state_dir,
+            no_cow,
             bundle,
             engine_version: version.version.unwrap_or_default(),
             warnings,
@@ -368,12 +373,24 @@ impl DockerBackend {
             let _ = self.teardown(&spec.sandbox).await;
             return Err(error);
         }
+        let agent = self.agent_process(&name).await;
+        if let (Some(seed), Some((pid, _))) = (&spec.seed, &agent) {
+            // Resuming a reaped runtime (I30): its /home/gem comes back before the first
+            // command. A seed that cannot be copied leaves a fresh /home/gem, never a
+            // failed start.
+            let (home, pid) = (seed.join("home"), *pid);
+            let seeded = tokio::task::spawn_blocking(move || seed_home(&home, pid)).await;
+            if let Ok(Err(error)) | Err(error) = seeded.map_err(std::io::Error::other) {
+                tracing::warn!(sandbox = %spec.sandbox, %error, "could not restore /home/gem from the snapshot; it starts empty");
+            }
+        }
         Ok(Identity {
             spec: RuntimeSpec {
                 seed: None,
                 ..spec.clone()
             },
             running: true,
+            agent,
         })
     }
 
@@ -473,6 +490,15 @@ impl DockerBackend {
             host_config: Some(host_config),
             ..Default::default()
         }
+    }
+
+    /// The host pid and birth of a running container's agent (its PID 1).
+    async fn agent_process(&self, name: &str) -> Option<(i32, String)> {
+        let inspected = self.docker.inspect_container(name, None).await.ok()?;
+        let pid = i32::try_from(inspected.state?.pid?)
+            .ok()
+            .filter(|p| *p > 0)?;
+        Some((pid, client::process_birth(pid)?))
     }
 
     async fn wait_for_agent(
@@ -713,6 +739,31 @@ impl Backend for DockerBackend {
         Ok(answer.map(|(_, _, processes)| processes))
     }
 
+    /// The container's `/home/gem` through the agent's descriptor of it (the root is the
+    /// read-only image: no copy-on-write layer to record, so `cow` is an empty directory).
+    async fn ephemeral_roots(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<EphemeralRoots>, BackendError> {
+        let Some((pid, birth)) = self.find(sandbox).await.and_then(|identity| identity.agent)
+        else {
+            return Ok(None);
+        };
+        // The pid must still be this container's agent: a reused pid would be another
+        // process's descriptors.
+        if client::process_birth(pid).as_deref() != Some(birth.as_str()) {
+            self.lock().remove(sandbox);
+            return Ok(None);
+        }
+        Ok(Some(EphemeralRoots {
+            cow: self.no_cow.clone(),
+            home: PathBuf::from(format!(
+                "/proc/{pid}/fd/{}/.",
+                warren_isolation::config::HOME_FD
+            )),
+        }))
+    }
+
     fn warnings(&self) -> Vec<String> {
         self.warnings.clone()
     }
@@ -739,8 +790,15 @@ impl DockerBackend {
             .await
             .map_err(|e| format!("cannot inspect it: {e}"))?;
         let env = read_env(&self.state_file(sandbox));
-        let identity = Identity::from_container(&inspected, &self.instance, env)
+        let mut identity = Identity::from_container(&inspected, &self.instance, env)
             .map_err(|problem| problem.to_string())?;
+        identity.agent = inspected
+            .state
+            .as_ref()
+            .and_then(|state| state.pid)
+            .and_then(|pid| i32::try_from(pid).ok())
+            .filter(|pid| *pid > 0)
+            .and_then(|pid| Some((pid, client::process_birth(pid)?)));
         if !identity.running {
             return Err("it is not running".into());
         }
@@ -796,6 +854,57 @@ fn remove_socket_dir(dir: &Path) -> std::io::Result<()> {
         Err(error) => return Err(error.into()),
     }
     std::fs::remove_dir_all(dir)
+}
+
+/// Copies a snapshot's `/home/gem` (`seed`) into the running container's, reached through
+/// its agent's descriptor. Both sides are walked and written by descriptor without
+/// following anything (`warren-fs`); entries are the sandbox user's; the two persistent
+/// mount points are never touched.
+fn seed_home(seed: &Path, agent: i32) -> std::io::Result<()> {
+    use warren_fs::{Kind, WorkspaceRoot};
+    let io = |e: warren_fs::FsError| std::io::Error::other(e.to_string());
+    if !seed.is_dir() {
+        return Ok(());
+    }
+    let source = WorkspaceRoot::open(seed).map_err(io)?.read_only();
+    let home = PathBuf::from(format!(
+        "/proc/{agent}/fd/{}/.",
+        warren_isolation::config::HOME_FD
+    ));
+    let target = WorkspaceRoot::open(&home).map_err(io)?;
+    let top = source.list("", 1, 100_000).map_err(io)?;
+    for entry in top.entries {
+        if matches!(entry.path.as_str(), "user-data" | "skills") {
+            continue;
+        }
+        match entry.kind {
+            Kind::Dir => {
+                target
+                    .copy_tree_from(&source, &entry.path, &entry.path)
+                    .map_err(io)?;
+            }
+            Kind::File => {
+                let mut input = source.open_file(&entry.path).map_err(io)?;
+                let mut output = target.create_file(&entry.path, 0o600).map_err(io)?;
+                std::io::copy(&mut input, &mut output)?;
+                target
+                    .set_attributes(
+                        &entry.path,
+                        Some(entry.mode & 0o777),
+                        entry.modified_unix_ms,
+                    )
+                    .map_err(io)?;
+            }
+            Kind::Symlink => target
+                .create_symlink(
+                    &entry.path,
+                    entry.symlink_target.as_deref().unwrap_or_default(),
+                )
+                .map_err(io)?,
+            Kind::Other => {}
+        }
+    }
+    Ok(())
 }
 
 fn write_env(path: &Path, env: &BTreeMap<String, String>) -> std::io::Result<()> {

@@ -21,7 +21,7 @@ use warren_backend::{
 use warren_core::{NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
-use crate::client::{command_environment, ping, ping_full, run, RunError};
+use crate::client::{command_environment, ping, ping_full, process_birth, run, RunError};
 use crate::config::{IdMap, RootSource, RuntimeConfig, RuntimeLimits};
 use crate::control::ExecSpec;
 use crate::host::HostReport;
@@ -373,17 +373,6 @@ impl LauncherPool {
             None => spawn_launcher(&self.program),
         }
     }
-}
-
-/// `<boot id>:<start time in clock ticks>` of a live process: unique across reboots and
-/// pid reuse.
-fn process_birth(pid: i32) -> Option<String> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22 (starttime); the command name (field 2) may hold spaces, so count from ')'.
-    let after_name = stat.rsplit_once(')')?.1;
-    let start = after_name.split_whitespace().nth(19)?;
-    Some(format!("{}:{start}", boot.trim()))
 }
 
 fn read_identity(dir: &Path) -> Option<RuntimeIdentity> {

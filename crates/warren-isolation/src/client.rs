@@ -132,6 +132,17 @@ pub fn ping_full(dir: &Path) -> Option<(String, i64, u64)> {
     }
 }
 
+/// `<boot id>:<start time in clock ticks>` of a live process: unique across reboots and
+/// pid reuse.
+pub fn process_birth(pid: i32) -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22 (starttime); the command name (field 2) may hold spaces, so count from ')'.
+    let after_name = stat.rsplit_once(')')?.1;
+    let start = after_name.split_whitespace().nth(19)?;
+    Some(format!("{}:{start}", boot.trim()))
+}
+
 /// Why a command could not be run: no runtime answering, or a failure while talking to it.
 pub enum RunError {
     /// Nothing answered on the socket.

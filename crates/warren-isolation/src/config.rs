@@ -50,6 +50,12 @@ pub struct RuntimeConfig {
 /// nowhere a path from outside reaches, and nowhere inside the runtime either).
 pub const COW_FD: i32 = 200;
 
+/// The descriptor number at which a container's agent keeps `/home/gem` open, so the
+/// provisioner can snapshot and seed it through `/proc/<agent>/fd/<n>`: resolved by the
+/// agent inside the container, never through a path of the image's (which could hold
+/// symlinks that mean something else on the host).
+pub const HOME_FD: i32 = 201;
+
 /// The one id mapping of an unprivileged runtime's user namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdMap {

@@ -64,6 +64,21 @@ fn agent(config: AgentConfig) -> Result<std::convert::Infallible, String> {
     // same uid, so only this keeps ptrace and /proc/1/mem away.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| format!("become non-dumpable: {e}"))?;
+    // /home/gem, resolved here in the container, kept where the provisioner finds it.
+    let home = rustix::fs::open(
+        "/home/gem",
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| format!("open /home/gem: {e}"))?;
+    let kept = rustix::io::fcntl_dupfd_cloexec(&home, crate::config::HOME_FD)
+        .map_err(|e| format!("keep /home/gem open: {e}"))?;
+    if std::os::fd::AsRawFd::as_raw_fd(&kept) != crate::config::HOME_FD {
+        return Err("descriptor 201 is taken; cannot keep /home/gem open".into());
+    }
+    drop(home);
+    // Held for the agent's whole life (init never returns).
+    std::mem::forget(kept);
     let socket_path = config.socket_dir.join(crate::client::SOCKET_NAME);
     let _ = std::fs::remove_file(&socket_path);
     let listener =

@@ -192,7 +192,7 @@ conformance_suite!(
     streaming_exec_delivers_output_as_it_comes_then_the_exit,
     a_client_that_disconnects_mid_stream_leaves_no_process,
     destroy_leaves_nothing_running_and_keeps_the_workspace,
-    an_idle_runtime_is_reaped_its_files_stay_and_the_next_exec_starts_afresh,
+    an_idle_runtime_is_reaped_then_resumes_its_home_from_a_snapshot,
     runs_are_recorded_with_status_and_resource_use,
     a_runtime_survives_a_killed_server_and_is_adopted_after_restart,
     a_lock_held_inside_a_runtime_cannot_park_file_writes,
@@ -336,10 +336,11 @@ async fn destroy_leaves_nothing_running_and_keeps_the_workspace(host: Host) {
     );
 }
 
-async fn an_idle_runtime_is_reaped_its_files_stay_and_the_next_exec_starts_afresh(host: Host) {
+async fn an_idle_runtime_is_reaped_then_resumes_its_home_from_a_snapshot(host: Host) {
     let server = host.start_with(&["--idle-timeout", "1", "--reap-interval", "1"]);
     let id = server.sandbox("alice", "t", "projects/a").await;
-    server.exec(&id, "echo kept > kept.txt").await;
+    let setup = "echo kept > kept.txt; mkdir -p ~/.local/bin; printf '#!/bin/sh\\necho tool\\n' > ~/.local/bin/tool; chmod 755 ~/.local/bin/tool; echo note > ~/note; echo gone > /tmp/scratch";
+    assert_eq!(server.exec(&id, setup).await["exit_code"], 0);
     let handle = host.runtime_handle(&server, &id);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -358,11 +359,12 @@ async fn an_idle_runtime_is_reaped_its_files_stay_and_the_next_exec_starts_afres
     }
     let left = host.leftovers(&server, &id, &handle);
     assert!(left.is_empty(), "{}: reaping left {left:?}", host.name());
-    let next = server.exec(&id, "cat kept.txt").await;
+    let next = server
+        .exec(&id, "cat kept.txt; ~/.local/bin/tool; cat ~/note; stat -c %u ~/note; cat /tmp/scratch 2>/dev/null || echo no-tmp")
+        .await;
     assert_eq!(
-        next["stdout"],
-        "kept\n",
-        "{}: files stay (I15): {next}",
+        next["stdout"], "kept\ntool\nnote\n1000\nno-tmp\n",
+        "{}: workspace files stay (I15), /home/gem comes back from the snapshot (I30), /tmp does not: {next}",
         host.name()
     );
     assert_ne!(host.runtime_handle(&server, &id), handle);
