@@ -537,3 +537,87 @@ async fn backend_and_image_are_part_of_the_binding_and_checked() {
     );
     assert_eq!(docker_containers(&server.data_dir()).len(), 1);
 }
+
+#[tokio::test]
+async fn an_image_whose_home_is_a_symlink_never_makes_warren_touch_the_host() {
+    require_docker();
+    // An image where /home is an absolute symlink. Inside the container it means the
+    // image's /srv/evil-home; resolved on the host it would mean the host's. warren must
+    // only ever resolve it inside the container (through its agent's descriptor).
+    let tag = format!("warren-test:evil-home-{}", std::process::id());
+    let builder = format!("warren-evil-home-{}", std::process::id());
+    let made = docker(&[
+        "run",
+        "--name",
+        &builder,
+        "--user",
+        "0",
+        "--network",
+        "none",
+        DOCKER_TEST_IMAGE,
+        "sh",
+        "-c",
+        "rm -rf /home && mkdir -p /srv/evil-home && ln -s /srv/evil-home /home && echo done",
+    ]);
+    assert_eq!(made, "done", "could not prepare the image");
+    docker(&["commit", &builder, &tag]);
+    docker(&["rm", "-f", &builder]);
+    // The host's side of the same path, with a canary a host-side resolution would read.
+    let host_home = std::path::Path::new("/srv/evil-home/gem");
+    std::fs::create_dir_all(host_home).unwrap();
+    std::fs::write(host_home.join("host-secret.txt"), "HOST-SECRET").unwrap();
+
+    let server = TestServer::start_with(
+        bin(),
+        &[
+            "--backend",
+            "docker",
+            "--image",
+            &tag,
+            "--idle-timeout",
+            "1",
+            "--reap-interval",
+            "1",
+        ],
+    );
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let first = server
+        .exec(&id, "echo mine > ~/note; readlink /home; ls ~")
+        .await;
+    assert_eq!(
+        first["stdout"], "/srv/evil-home\nnote\nskills\nuser-data\n",
+        "{first}"
+    );
+    // Reaped with a snapshot, then resumed from it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, sandbox) = server
+            .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+            .await;
+        if sandbox["state"] == "stopped" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reaped: {sandbox}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let resumed = server.exec(&id, "cat ~/note; ls ~").await;
+    assert_eq!(
+        resumed["stdout"], "mine\nnote\nskills\nuser-data\n",
+        "the container's own /home/gem came back, nothing of the host's: {resumed}"
+    );
+    let host_entries: Vec<String> = std::fs::read_dir(host_home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        host_entries,
+        ["host-secret.txt"],
+        "warren wrote into the host's path"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all("/srv/evil-home");
+    docker(&["rmi", "-f", &tag]);
+}
