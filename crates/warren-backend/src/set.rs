@@ -135,8 +135,21 @@ impl Backend for BackendSet {
         }
     }
 
+    /// Every member's warnings; with more than one member, each names its backend.
     fn warnings(&self) -> Vec<String> {
-        self.members.iter().flat_map(|b| b.warnings()).collect()
+        let named = self.members.len() > 1;
+        self.members
+            .iter()
+            .flat_map(|b| {
+                b.warnings().into_iter().map(move |w| {
+                    if named {
+                        format!("{} backend: {w}", b.kind().as_str())
+                    } else {
+                        w
+                    }
+                })
+            })
+            .collect()
     }
 
     /// Destroys the runtime wherever it may be: a sandbox this process has not seen yet
@@ -150,5 +163,75 @@ impl Backend for BackendSet {
         }
         self.hosts().remove(sandbox);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use warren_core::{NetworkPolicy, RuntimeScope, Uid, Workdir};
+
+    use super::*;
+    use crate::MemoryBackend;
+
+    fn spec(scope: &str, backend: BackendKind) -> RuntimeSpec {
+        let uid = Uid::new("alice").unwrap();
+        let scope = RuntimeScope::new(scope).unwrap();
+        RuntimeSpec {
+            sandbox: SandboxId::derive(&uid, &scope),
+            backend,
+            image: None,
+            generation: 1,
+            uid,
+            runtime_scope: scope,
+            workdir: Workdir::new("projects/a").unwrap(),
+            user_workspace: "/data/ws".into(),
+            skill_projection: "/data/skills".into(),
+            env: BTreeMap::new(),
+            network: NetworkPolicy::None,
+            seed: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_set_routes_each_sandbox_to_its_backend_and_refuses_one_it_lacks() {
+        let memory = Arc::new(MemoryBackend::new());
+        let set = BackendSet::new(memory.clone(), Vec::new());
+        assert_eq!(set.kinds(), [BackendKind::Memory]);
+        assert!(set.capabilities_of(BackendKind::Memory).is_some());
+        assert!(set.capabilities_of(BackendKind::Docker).is_none());
+        let here = spec("t1", BackendKind::Memory);
+        set.create(&here).await.unwrap();
+        assert_eq!(memory.discover().await.unwrap().len(), 1);
+        let elsewhere = spec("t2", BackendKind::Docker);
+        let refused = set.create(&elsewhere).await.unwrap_err();
+        let reason = std::error::Error::source(&refused).map(|s| s.to_string());
+        assert!(
+            reason.is_some_and(|r| r.contains("docker backend is not enabled")),
+            "{refused:?}"
+        );
+        // Routed: the memory backend answers for its own sandbox, nobody for another.
+        assert!(matches!(
+            set.exec(&elsewhere.sandbox, &request(), None).await,
+            Err(BackendError::RuntimeNotFound { .. })
+        ));
+        assert!(matches!(
+            set.exec(&here.sandbox, &request(), None).await,
+            Err(BackendError::ExecUnsupported { .. })
+        ));
+        set.destroy(&here.sandbox).await.unwrap();
+        assert!(memory.discover().await.unwrap().is_empty());
+    }
+
+    fn request() -> ExecRequest {
+        ExecRequest {
+            argv: vec!["true".into()],
+            cwd: "/home/gem/user-data".into(),
+            env: BTreeMap::new(),
+            stdin: Vec::new(),
+            timeout: std::time::Duration::from_secs(1),
+            output_cap: 1024,
+        }
     }
 }
