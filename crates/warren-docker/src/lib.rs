@@ -52,7 +52,6 @@ use warren_backend::{
 use warren_core::SandboxId;
 use warren_isolation::client::{self, RunError};
 use warren_isolation::config::RuntimeLimits;
-use warren_isolation::control::ExecSpec;
 use warren_isolation::AgentConfig;
 
 pub use identity::{LayoutProblem, LABEL_INSTANCE, LABEL_SANDBOX};
@@ -701,15 +700,7 @@ impl Backend for DockerBackend {
             .ok_or_else(|| BackendError::RuntimeNotFound {
                 sandbox: sandbox.clone(),
             })?;
-        let spec = ExecSpec {
-            argv: request.argv.clone(),
-            cwd: request.cwd.clone(),
-            env: client::command_environment(
-                &identity.spec.network,
-                &identity.spec.env,
-                &request.env,
-            ),
-        };
+        let spec = client::exec_spec(request, &identity.spec.network, &identity.spec.env);
         match client::run(&self.socket_dir(sandbox), spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
             // The agent is gone (the container died or was removed behind warren's back):

@@ -21,9 +21,8 @@ use warren_backend::{
 use warren_core::{NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
-use crate::client::{command_environment, ping, ping_full, process_birth, run, RunError};
+use crate::client::{exec_spec, ping, ping_full, process_birth, run, RunError};
 use crate::config::{IdMap, RootSource, RuntimeConfig, RuntimeLimits};
-use crate::control::ExecSpec;
 use crate::host::HostReport;
 use crate::runtime::RUNTIME_INIT_ARG;
 use crate::IsolationError;
@@ -576,11 +575,7 @@ impl Backend for LocalBackend {
             sandbox: sandbox.clone(),
             source,
         };
-        let spec = ExecSpec {
-            argv: request.argv.clone(),
-            cwd: request.cwd.clone(),
-            env: command_environment(&identity.network, &identity.env, &request.env),
-        };
+        let spec = exec_spec(request, &identity.network, &identity.env);
         match run(&self.runtime_dir(sandbox), spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
             // Nothing listens on the control socket: init died (OOM, killed). Forget it so

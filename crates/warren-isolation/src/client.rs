@@ -73,21 +73,25 @@ pub async fn connect_async(dir: &Path) -> std::io::Result<tokio::net::UnixStream
     tokio::net::UnixStream::connect(descriptor_path(&socket)).await
 }
 
-/// The complete environment of one command: the clean base, the proxy variables when the
-/// runtime has egress, the runtime's environment, then the call's own (each layer wins
-/// over the ones before, I14).
-pub fn command_environment(
+/// What a runtime is asked to run for `request`: its argv and cwd, and the complete
+/// environment: the clean base, the proxy variables when the runtime has egress, the
+/// runtime's environment, then the call's own (each layer wins over the ones before, I14).
+pub fn exec_spec(
+    request: &ExecRequest,
     network: &warren_core::NetworkPolicy,
-    runtime: &std::collections::BTreeMap<String, String>,
-    call: &std::collections::BTreeMap<String, String>,
-) -> std::collections::BTreeMap<String, String> {
+    runtime_env: &std::collections::BTreeMap<String, String>,
+) -> ExecSpec {
     let mut env = crate::config::base_environment();
     if network.has_egress() {
         env.extend(proxy_environment());
     }
-    env.extend(runtime.clone());
-    env.extend(call.clone());
-    env
+    env.extend(runtime_env.clone());
+    env.extend(request.env.clone());
+    ExecSpec {
+        argv: request.argv.clone(),
+        cwd: request.cwd.clone(),
+        env,
+    }
 }
 
 /// What tells programs inside a runtime with egress to use its proxy port.

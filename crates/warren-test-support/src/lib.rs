@@ -341,6 +341,26 @@ impl TestServer {
         body
     }
 
+    /// A sandbox's state (`created`, `running`, `stopped`, ...), or "" when unreadable.
+    pub async fn sandbox_state(&self, id: &str) -> String {
+        let (_, body) = self
+            .send_json(self.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+            .await;
+        body["state"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Waits up to `within` for the sandbox to reach the state `wanted`; whether it did.
+    pub async fn reaches_state(&self, id: &str, wanted: &str, within: Duration) -> bool {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if self.sandbox_state(id).await == wanted {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        false
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -2,17 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use warren_test_support::{run_to_exit, TestServer};
 
 use super::{bin, write_config};
-
-async fn state(server: &TestServer, id: &str) -> String {
-    let (_, body) = server
-        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
-        .await;
-    body["state"].as_str().unwrap_or_default().to_owned()
-}
 
 #[test]
 fn a_mistake_in_the_configuration_stops_warren_with_the_line_it_is_on() {
@@ -70,7 +62,7 @@ async fn the_configuration_sets_the_lifecycle_limits_and_sandbox_environment() {
     let result = server.exec(&id, "echo \"$GREETING\"; ulimit -n").await;
     assert_eq!(result["stdout"], "from warren.toml\n321\n", "{result}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while state(&server, &id).await != "stopped" {
+    while server.sandbox_state(&id).await != "stopped" {
         assert!(
             Instant::now() < deadline,
             "the file's idle timeout was not applied"
@@ -95,7 +87,7 @@ async fn a_flag_wins_over_the_configuration() {
     server.exec(&id, "true").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
-        state(&server, &id).await,
+        server.sandbox_state(&id).await,
         "running",
         "the file's idle timeout beat the flag"
     );

@@ -72,7 +72,9 @@ impl Host {
                 let identity: serde_json::Value =
                     serde_json::from_slice(&std::fs::read(record).unwrap_or_default())
                         .unwrap_or_default();
-                identity["pid"].to_string()
+                // The pid and its start time: a pid alone may be reused by then.
+                let pid = identity["pid"].to_string();
+                format!("{pid}@{}", start_time(&pid).unwrap_or_default())
             }
             Self::Docker => warren_test_support::docker(&[
                 "ps",
@@ -94,8 +96,9 @@ impl Host {
         let mut found = Vec::new();
         match self {
             Self::Local => {
-                if std::path::Path::new(&format!("/proc/{handle}")).exists() {
-                    found.push(format!("init {handle} runs"));
+                let (pid, started) = handle.split_once('@').unwrap_or((handle, ""));
+                if start_time(pid).is_some_and(|now| now == started) {
+                    found.push(format!("init {pid} runs"));
                 }
                 let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
                 if mounts.contains(id) {
@@ -209,6 +212,13 @@ conformance_suite!(
     an_allowlist_lets_through_exactly_the_listed_destinations,
     open_egress_never_reaches_the_host_or_internal_networks,
 );
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
+fn start_time(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    Some(after_name.split_whitespace().nth(19)?.to_owned())
+}
 
 fn stdout(result: &serde_json::Value) -> &str {
     result["stdout"].as_str().unwrap_or_default()
@@ -342,21 +352,13 @@ async fn an_idle_runtime_is_reaped_then_resumes_its_home_from_a_snapshot(host: H
     let setup = "echo kept > kept.txt; mkdir -p ~/.local/bin; printf '#!/bin/sh\\necho tool\\n' > ~/.local/bin/tool; chmod 755 ~/.local/bin/tool; echo note > ~/note; echo gone > /tmp/scratch";
     assert_eq!(server.exec(&id, setup).await["exit_code"], 0);
     let handle = host.runtime_handle(&server, &id);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, sandbox) = server
-            .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
-            .await;
-        if sandbox["state"] == "stopped" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}: an idle runtime was not reaped: {sandbox}",
-            host.name()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    assert!(
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(15))
+            .await,
+        "{}: an idle runtime was not reaped",
+        host.name()
+    );
     let left = host.leftovers(&server, &id, &handle);
     assert!(left.is_empty(), "{}: reaping left {left:?}", host.name());
     let next = server

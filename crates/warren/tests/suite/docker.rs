@@ -589,20 +589,12 @@ async fn an_image_whose_home_is_a_symlink_never_makes_warren_touch_the_host() {
         "{first}"
     );
     // Reaped with a snapshot, then resumed from it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, sandbox) = server
-            .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
-            .await;
-        if sandbox["state"] == "stopped" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not reaped: {sandbox}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    assert!(
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(15))
+            .await,
+        "not reaped"
+    );
     let resumed = server.exec(&id, "cat ~/note; ls ~").await;
     assert_eq!(
         resumed["stdout"], "mine\nnote\nskills\nuser-data\n",

@@ -15,25 +15,6 @@ fn fast_reaper(extra: &[&str]) -> TestServer {
     TestServer::start_with(bin(), &args)
 }
 
-async fn state(server: &TestServer, id: &str) -> String {
-    let (_, body) = server
-        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
-        .await;
-    body["state"].as_str().unwrap_or_default().to_owned()
-}
-
-/// Waits up to `within` for the sandbox to reach `wanted`; returns whether it did.
-async fn reaches(server: &TestServer, id: &str, wanted: &str, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if state(server, id).await == wanted {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    false
-}
-
 async fn lease(server: &TestServer, id: &str, holder: &str, ttl_s: u64) -> String {
     let (status, body) = server
         .send_json(
@@ -66,18 +47,24 @@ async fn a_runtime_lives_while_any_lease_does_and_is_reaped_after_the_last() {
     let root_run = lease(&server, &id, "run-root", 60).await;
     let child_run = lease(&server, &id, "run-child", 60).await;
     assert!(
-        !reaches(&server, &id, "stopped", Duration::from_secs(3)).await,
+        !server
+            .reaches_state(&id, "stopped", Duration::from_secs(3))
+            .await,
         "reaped under two leases"
     );
     assert_eq!(release(&server, &id, &root_run).await, 204);
     assert!(
-        !reaches(&server, &id, "stopped", Duration::from_secs(3)).await,
+        !server
+            .reaches_state(&id, "stopped", Duration::from_secs(3))
+            .await,
         "reaped under the child's lease"
     );
     assert_eq!(server.exec(&id, "cat /tmp/s").await["stdout"], "state\n");
     assert_eq!(release(&server, &id, &child_run).await, 204);
     assert!(
-        reaches(&server, &id, "stopped", Duration::from_secs(8)).await,
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(8))
+            .await,
         "not reaped after the last lease"
     );
     let kept = server.workspace_of("alice").join("projects/a/kept.txt");
@@ -116,7 +103,9 @@ async fn an_unrenewed_lease_expires_and_the_runtime_is_reaped() {
         .await;
     assert_eq!(status, 200, "a live lease renews: {body}");
     assert!(
-        reaches(&server, &id, "stopped", Duration::from_secs(10)).await,
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(10))
+            .await,
         "the expired lease kept it"
     );
     let (status, body) = server
@@ -142,13 +131,17 @@ async fn a_runtime_whose_processes_still_run_is_not_reaped_as_idle() {
         )
         .await;
     assert!(
-        !reaches(&server, &id, "stopped", Duration::from_secs(4)).await,
+        !server
+            .reaches_state(&id, "stopped", Duration::from_secs(4))
+            .await,
         "reaped with sleep running"
     );
     assert_eq!(server.exec(&id, "cat /tmp/s").await["stdout"], "state\n");
     server.exec(&id, "pkill sleep; true").await;
     assert!(
-        reaches(&server, &id, "stopped", Duration::from_secs(8)).await,
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(8))
+            .await,
         "idle once the process ended"
     );
 }
@@ -159,7 +152,11 @@ async fn the_maximum_lifetime_ends_a_runtime_even_under_a_lease() {
     let id = server.sandbox("alice", "t", "projects/a").await;
     server.exec(&id, "true").await;
     lease(&server, &id, "long-run", 3600).await;
-    assert!(reaches(&server, &id, "stopped", Duration::from_secs(10)).await);
+    assert!(
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(10))
+            .await
+    );
 }
 
 #[tokio::test]
@@ -321,7 +318,7 @@ async fn terminate_refuses_a_grace_out_of_range_and_unknown_fields() {
         );
     }
     assert_eq!(
-        state(&server, &id).await,
+        server.sandbox_state(&id).await,
         "created",
         "a refused terminate ended it"
     );

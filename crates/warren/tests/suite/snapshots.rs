@@ -8,13 +8,6 @@ use warren_test_support::TestServer;
 
 use super::bin;
 
-async fn state(server: &TestServer, id: &str) -> String {
-    let (_, body) = server
-        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
-        .await;
-    body["state"].as_str().unwrap_or_default().to_owned()
-}
-
 #[tokio::test]
 async fn installs_and_home_files_survive_a_reap_and_come_back_on_the_next_use() {
     let server = TestServer::start_with(bin(), &["--idle-timeout", "1", "--reap-interval", "1"]);
@@ -32,7 +25,7 @@ async fn installs_and_home_files_survive_a_reap_and_come_back_on_the_next_use() 
     assert_eq!(setup["stdout"], "ok\n", "{setup}");
 
     let deadline = Instant::now() + Duration::from_secs(20);
-    while state(&server, &id).await != "stopped" {
+    while server.sandbox_state(&id).await != "stopped" {
         assert!(Instant::now() < deadline, "the runtime was not reaped");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
