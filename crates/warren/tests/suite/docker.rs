@@ -562,6 +562,15 @@ async fn an_image_whose_home_is_a_symlink_never_makes_warren_touch_the_host() {
     assert_eq!(made, "done", "could not prepare the image");
     docker(&["commit", &builder, &tag]);
     docker(&["rm", "-f", &builder]);
+    // The image and the host canary go whatever the outcome.
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all("/srv/evil-home");
+            docker(&["rmi", "-f", &self.0]);
+        }
+    }
+    let _cleanup = Cleanup(tag.clone());
     // The host's side of the same path, with a canary a host-side resolution would read.
     let host_home = std::path::Path::new("/srv/evil-home/gem");
     std::fs::create_dir_all(host_home).unwrap();
@@ -609,7 +618,6 @@ async fn an_image_whose_home_is_a_symlink_never_makes_warren_touch_the_host() {
         ["host-secret.txt"],
         "warren wrote into the host's path"
     );
+    // The server (and its containers) go before the image.
     drop(server);
-    let _ = std::fs::remove_dir_all("/srv/evil-home");
-    docker(&["rmi", "-f", &tag]);
 }
