@@ -705,7 +705,7 @@ impl Backend for DockerBackend {
             Ok(outcome) => Ok(outcome),
             // The agent is gone (the container died or was removed behind warren's back):
             // forget it, so the next use starts a fresh container.
-            Err(RunError::Connect(_)) => {
+            Err(RunError::Gone(_)) => {
                 self.lock().remove(sandbox);
                 Err(BackendError::RuntimeNotFound {
                     sandbox: sandbox.clone(),

@@ -571,27 +571,21 @@ impl Backend for LocalBackend {
             .ok_or_else(|| BackendError::RuntimeNotFound {
                 sandbox: sandbox.clone(),
             })?;
-        let exec_error = |source| BackendError::Exec {
-            sandbox: sandbox.clone(),
-            source,
-        };
         let spec = exec_spec(request, &identity.network, &identity.env);
         match run(&self.runtime_dir(sandbox), spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
-            // Nothing listens on the control socket: init died (OOM, killed). Forget it so
-            // the provisioner starts a fresh runtime instead of failing every call.
-            Err(RunError::Connect(error))
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
-                ) =>
-            {
+            // Init died (OOM, killed): forget it so the provisioner starts a fresh runtime
+            // instead of failing every call.
+            Err(RunError::Gone(_)) => {
                 self.lock().remove(sandbox);
                 Err(BackendError::RuntimeNotFound {
                     sandbox: sandbox.clone(),
                 })
             }
-            Err(RunError::Connect(error) | RunError::Io(error)) => Err(exec_error(error)),
+            Err(RunError::Io(source)) => Err(BackendError::Exec {
+                sandbox: sandbox.clone(),
+                source,
+            }),
         }
     }
 

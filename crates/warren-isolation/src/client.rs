@@ -149,8 +149,9 @@ pub fn process_birth(pid: i32) -> Option<String> {
 
 /// Why a command could not be run: no runtime answering, or a failure while talking to it.
 pub enum RunError {
-    /// Nothing answered on the socket.
-    Connect(std::io::Error),
+    /// No runtime is there any more: no socket, not a socket, or nobody listening (init or
+    /// the agent died). The caller forgets it, so the next use starts a fresh one.
+    Gone(std::io::Error),
     /// Talking to the runtime failed.
     Io(std::io::Error),
 }
@@ -183,7 +184,12 @@ pub async fn run(
     let (stderr_read, stderr_write) = pipe()?;
     let stream = connect_async(dir)
         .await
-        .map_err(RunError::Connect)?
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+                RunError::Gone(error)
+            }
+            _ => RunError::Io(error),
+        })?
         .into_std()?;
     // The request (argv and environment, up to 4 MiB) goes out with a blocking send, off
     // the async threads: a busy init must not stall the whole API.

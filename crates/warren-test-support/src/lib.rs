@@ -834,7 +834,63 @@ pub fn minimal_rootfs_tar(extra: &[(&str, &[u8])]) -> Vec<u8> {
 
 /// Latency samples of the benchmarks, and their report lines.
 pub mod latency {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
+
+    use reqwest::Method;
+    use serde_json::json;
+
+    use crate::TestServer;
+
+    /// Untimed rounds before each measurement: page cache, the server's first requests.
+    const WARM_UP: usize = 5;
+
+    /// Through `server`'s API (uid `bench`, whose workdir `projects/p` must exist):
+    /// `cold` times creating a sandbox and running its first command (the runtime starts
+    /// lazily), and `warm` times one command in a running runtime.
+    ///
+    /// The cold sandboxes are removed after the timing, not in between: a destroyed
+    /// runtime's teardown (network namespace, container) finishes asynchronously, and on
+    /// two cores that work would land inside the next creation's time.
+    pub async fn create_and_exec(
+        server: &TestServer,
+        cold: usize,
+        warm: usize,
+    ) -> (Vec<Duration>, Vec<Duration>) {
+        let mut create = Vec::new();
+        let mut ids = Vec::new();
+        for i in 0..cold + WARM_UP {
+            let started = Instant::now();
+            let (status, body) = server
+                .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+                    "uid": "bench", "runtime_scope_id": format!("cold-{i}"), "workdir": "projects/p"
+                })))
+                .await;
+            assert_eq!(status, 201, "{body}");
+            let id = body["sandbox_id"].as_str().unwrap().to_owned();
+            let result = server.exec(&id, "true").await;
+            assert_eq!(result["exit_code"], 0, "{result}");
+            if i >= WARM_UP {
+                create.push(started.elapsed());
+            }
+            ids.push(id);
+        }
+        for id in ids {
+            server
+                .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
+                .await;
+        }
+        let id = server.sandbox("bench", "warm", "projects/p").await;
+        let mut times = Vec::new();
+        for i in 0..warm + WARM_UP {
+            let started = Instant::now();
+            let result = server.exec_with(&id, json!({"argv": ["true"]})).await;
+            assert_eq!(result["exit_code"], 0, "{result}");
+            if i >= WARM_UP {
+                times.push(started.elapsed());
+            }
+        }
+        (create, times)
+    }
 
     /// The `p` quantile (0..=1) of `samples` (sorted in place).
     pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {

@@ -10,47 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
-use serde_json::json;
-use warren_test_support::latency::row;
+use warren_test_support::latency::{create_and_exec, row};
 use warren_test_support::{require_docker, TestServer, DOCKER_TEST_IMAGE};
-
-/// Create-and-first-exec and warm exec through the API of `server`.
-async fn measure(server: &TestServer, iterations: usize) -> (Vec<Duration>, Vec<Duration>) {
-    let mut create = Vec::new();
-    let mut ids = Vec::new();
-    let warm_up = 3;
-    for i in 0..iterations + warm_up {
-        let started = Instant::now();
-        let (status, body) = server
-            .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
-                "uid": "bench", "runtime_scope_id": format!("cold-{i}"), "workdir": "projects/p"
-            })))
-            .await;
-        assert_eq!(status, 201, "{body}");
-        let id = body["sandbox_id"].as_str().unwrap().to_owned();
-        let result = server.exec_with(&id, json!({"argv": ["true"]})).await;
-        assert_eq!(result["exit_code"], 0, "{result}");
-        if i >= warm_up {
-            create.push(started.elapsed());
-        }
-        ids.push(id);
-    }
-    let id = ids.pop().unwrap();
-    for other in ids {
-        server.terminate(&other).await;
-    }
-    let mut warm = Vec::new();
-    for i in 0..iterations * 10 + warm_up {
-        let started = Instant::now();
-        let result = server.exec_with(&id, json!({"argv": ["true"]})).await;
-        assert_eq!(result["exit_code"], 0, "{result}");
-        if i >= warm_up {
-            warm.push(started.elapsed());
-        }
-    }
-    (create, warm)
-}
 
 fn timed(args: &[&str]) -> Duration {
     let started = Instant::now();
@@ -80,12 +41,14 @@ async fn main() {
 
     let docker_server = TestServer::start_docker(bin);
     docker_server.workdir("bench", "projects/p").await;
-    let (mut docker_create, mut docker_warm) = measure(&docker_server, iterations).await;
+    let (mut docker_create, mut docker_warm) =
+        create_and_exec(&docker_server, iterations, iterations * 10).await;
     drop(docker_server);
 
     let local_server = TestServer::start_local(bin);
     local_server.workdir("bench", "projects/p").await;
-    let (mut local_create, mut local_warm) = measure(&local_server, iterations).await;
+    let (mut local_create, mut local_warm) =
+        create_and_exec(&local_server, iterations, iterations * 10).await;
     drop(local_server);
 
     // The anchors, on the same image, with the docker client as operators use it.

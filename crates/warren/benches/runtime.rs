@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
-use warren_test_support::latency::row;
+use warren_test_support::latency::{create_and_exec, row};
 use warren_test_support::TestServer;
 
 /// A field of /proc/meminfo, in KiB.
@@ -116,46 +116,9 @@ async fn main() {
 
     println!("warren local runtime vs anchors ({iterations} iterations each, this machine)\n");
 
-    // Create-and-first-exec: a new sandbox, then its first command (the runtime starts lazily).
-    // They are deleted after the timing, not in between: a destroyed runtime's network
-    // namespace is torn down asynchronously by the kernel, and on two cores that work
-    // would land inside the next creation's time.
-    let mut create = Vec::new();
-    let mut cold_ids = Vec::new();
-    // Both sides get the same untimed warm-up: page cache, the server's first requests.
+    let (mut create, mut warm) = create_and_exec(&server, iterations, iterations * 3).await;
+    // Both sides get the same untimed warm-up.
     let warm_up = 5;
-    for i in 0..iterations + warm_up {
-        let started = Instant::now();
-        let (status, body) = server
-            .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
-                "uid": "bench", "runtime_scope_id": format!("cold-{i}"), "workdir": "projects/p"
-            })))
-            .await;
-        assert_eq!(status, 201, "{body}");
-        let id = body["sandbox_id"].as_str().unwrap().to_owned();
-        let result = server.exec(&id, "true").await;
-        if i >= warm_up {
-            create.push(started.elapsed());
-        }
-        assert_eq!(result["exit_code"], 0);
-        cold_ids.push(id);
-    }
-    for id in cold_ids {
-        server
-            .send_json(server.request(Method::DELETE, &format!("/v1/sandboxes/{id}")))
-            .await;
-    }
-
-    // Warm exec round trip through the HTTP API.
-    let id = server.sandbox("bench", "warm", "projects/p").await;
-    server.exec(&id, "true").await;
-    let mut warm = Vec::new();
-    for _ in 0..iterations * 3 {
-        let started = Instant::now();
-        let result = server.exec_with(&id, json!({"argv": ["true"]})).await;
-        warm.push(started.elapsed());
-        assert_eq!(result["exit_code"], 0);
-    }
 
     // bubblewrap: a fresh sandbox per command is all it offers; that is its create-and-exec
     // and also its only way to run a second command.

@@ -211,7 +211,8 @@ struct RunningExec {
     killed: bool,
 }
 
-pub(crate) struct Init {
+/// What an init serves as: its identity and how its commands start.
+struct Served {
     /// Who this runtime is, for `Ping`.
     sandbox: String,
     generation: i64,
@@ -219,6 +220,14 @@ pub(crate) struct Init {
     nofile: u64,
     /// How commands become the sandbox user.
     credentials: Credentials,
+}
+
+fn step<T>(stage: &'static str, result: std::io::Result<T>) -> Result<T, SetupError> {
+    result.map_err(|source| SetupError { stage, source })
+}
+
+pub(crate) struct Init {
+    served: Served,
     cgroup: Option<SandboxCgroup>,
     listener: UnixListener,
     sigchld: OwnedFd,
@@ -242,37 +251,21 @@ impl Init {
         cgroup: Option<SandboxCgroup>,
         listener: UnixListener,
     ) -> Result<Self, SetupError> {
-        fn step<T>(stage: &'static str, result: std::io::Result<T>) -> Result<T, SetupError> {
-            result.map_err(|source| SetupError { stage, source })
-        }
         let sigchld = step("block SIGCHLD", sys::sigchld_fd())?;
         let hostname = "warren".to_owned();
         rootfs::assemble(&config, &hostname)?;
-        let seccomp = SeccompProgram::runtime_policy().map_err(|e| SetupError {
-            stage: "compile the seccomp policy",
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        step(
-            "make the control socket non-blocking",
-            listener.set_nonblocking(true),
-        )?;
         // Init never execs, so emptying its bounding set costs it nothing, and every command
         // inherits the empty set: nothing it runs can regain a capability (file caps too).
         step("drop the capability bounding set", sys::drop_bounding_set())?;
         // Bound inside the runtime's network namespace, on its loopback only.
         let proxy = if config.egress {
-            let proxy = step(
+            Some(step(
                 "bind the proxy port",
                 std::net::TcpListener::bind((
                     std::net::Ipv4Addr::LOCALHOST,
                     crate::config::PROXY_PORT,
                 )),
-            )?;
-            step(
-                "make the proxy port non-blocking",
-                proxy.set_nonblocking(true),
-            )?;
-            Some(proxy)
+            )?)
         } else {
             None
         };
@@ -281,26 +274,23 @@ impl Init {
             stage: "apply Landlock",
             source: std::io::Error::other(e.to_string()),
         })?;
-        Ok(Self {
-            sandbox: config.sandbox,
-            generation: config.generation,
-            nofile: config.limits.nofile,
-            credentials: if config.user_namespace.is_some() {
-                Credentials::UserNamespace
-            } else {
-                Credentials::Root
+        let credentials = if config.user_namespace.is_some() {
+            Credentials::UserNamespace
+        } else {
+            Credentials::Root
+        };
+        Self::serving(
+            Served {
+                sandbox: config.sandbox,
+                generation: config.generation,
+                nofile: config.limits.nofile,
+                credentials,
             },
+            sigchld,
             cgroup,
             listener,
-            sigchld,
-            seccomp,
-            running: HashMap::new(),
-            lingering: Vec::new(),
-            spare: Vec::new(),
             proxy,
-            egress: None,
-            next_exec: 0,
-        })
+        )
     }
 
     /// Init inside a container (the Docker agent): no root to build, no cgroups; Docker
@@ -312,10 +302,30 @@ impl Init {
         listener: UnixListener,
         proxy: Option<std::net::TcpListener>,
     ) -> Result<Self, SetupError> {
-        fn step<T>(stage: &'static str, result: std::io::Result<T>) -> Result<T, SetupError> {
-            result.map_err(|source| SetupError { stage, source })
-        }
         let sigchld = step("block SIGCHLD", sys::sigchld_fd())?;
+        Self::serving(
+            Served {
+                sandbox,
+                generation,
+                nofile,
+                credentials: Credentials::AlreadySandboxUser,
+            },
+            sigchld,
+            None,
+            listener,
+            proxy,
+        )
+    }
+
+    /// What both kinds of init do last: compile the commands' seccomp filter, make the
+    /// sockets non-blocking for the event loop, and hold it all.
+    fn serving(
+        served: Served,
+        sigchld: OwnedFd,
+        cgroup: Option<SandboxCgroup>,
+        listener: UnixListener,
+        proxy: Option<std::net::TcpListener>,
+    ) -> Result<Self, SetupError> {
         let seccomp = SeccompProgram::runtime_policy().map_err(|e| SetupError {
             stage: "compile the seccomp policy",
             source: std::io::Error::other(e.to_string()),
@@ -331,11 +341,8 @@ impl Init {
             )?;
         }
         Ok(Self {
-            sandbox,
-            generation,
-            nofile,
-            credentials: Credentials::AlreadySandboxUser,
-            cgroup: None,
+            served,
+            cgroup,
             listener,
             sigchld,
             seccomp,
@@ -434,8 +441,8 @@ impl Init {
                 let _ = control::send_frame(
                     connection.as_fd(),
                     &Reply::Pong {
-                        sandbox: self.sandbox.clone(),
-                        generation: self.generation,
+                        sandbox: self.served.sandbox.clone(),
+                        generation: self.served.generation,
                         processes: processes_besides_init(),
                     },
                     &[],
@@ -485,7 +492,7 @@ impl Init {
         };
         // In a container nothing can kill a tree as a cgroup does: each command gets a
         // supervisor that is its subreaper, and kills every descendant when told to.
-        let kill_pipe = if self.credentials == Credentials::AlreadySandboxUser {
+        let kill_pipe = if self.served.credentials == Credentials::AlreadySandboxUser {
             match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
                 Ok(pair) => Some(pair),
                 Err(error) => {
@@ -518,7 +525,7 @@ impl Init {
                         &spec,
                         stdio,
                         &self.seccomp,
-                        self.nofile,
+                        self.served.nofile,
                         kill_read,
                         error_write,
                     )
@@ -528,8 +535,8 @@ impl Init {
                     stdio,
                     cgroup.as_ref(),
                     &self.seccomp,
-                    self.nofile,
-                    self.credentials,
+                    self.served.nofile,
+                    self.served.credentials,
                     error_write,
                 )
             }
