@@ -2,6 +2,7 @@
 
 mod client;
 mod config;
+mod data_dir_lock;
 mod doctor;
 mod image;
 mod serve;

@@ -17,6 +17,7 @@ use warren_provisioner::{Provisioner, ProvisionerConfig};
 use warren_store::SqliteStore;
 
 use super::config::{seconds, ConfigFile};
+use super::data_dir_lock::DataDirLock;
 
 /// Every flag also reads a `WARREN_*` variable and a key of `warren.toml` (`--config`); the
 /// flag wins over the variable, the variable over the file, the file over the default.
@@ -179,6 +180,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             data_dir.display()
         )
     })?;
+    // Before anything else touches the directory: one data directory, one server.
+    let mut data_dir_lock = DataDirLock::acquire(&data_dir, &listen.to_string())?;
+    // And the port next, so a server that cannot serve fails before it reconciles (and
+    // perhaps adopts or destroys) anything. Connections wait in the backlog until the
+    // server is ready.
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener.local_addr()?;
+    data_dir_lock.record(&address.to_string())?;
     let token_file = args.token_file.clone().or(file.token_file.clone());
     let token = load_token(token_file.as_deref(), &data_dir)?;
     let docker: Option<Arc<dyn Backend>> = if docker_enabled {
@@ -328,10 +339,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    let address = listener.local_addr()?;
     tracing::info!(%address, data_dir = %data_dir.display(), "warren is serving");
     // A machine-readable line for supervisors and tests that asked for port 0.
     println!("warren listening on http://{address}");
@@ -345,6 +352,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )
     .await
     .context("the HTTP server failed")?;
+    // Held to the very end: nothing of this server touches the directory after this.
+    drop(data_dir_lock);
     tracing::info!("warren stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@ mod checkpoints;
 mod cli;
 mod config;
 mod conformance;
+mod data_dir;
 mod docker;
 mod env;
 mod etag;
