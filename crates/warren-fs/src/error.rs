@@ -352,6 +352,9 @@ impl FsError {
             Errno::NOTEMPTY => Self::DirectoryNotEmpty { path },
             Errno::ACCESS | Errno::PERM => Self::PermissionDenied { path },
             Errno::ROFS => Self::ReadOnly { path },
+            // `open` of a UNIX socket (or of a device without a driver) fails with ENXIO
+            // before anything could `fstat` it: it is not a regular file either way.
+            Errno::NXIO if matches!(op, Op::Open) => Self::NotAFile { path },
             Errno::NAMETOOLONG => Self::InvalidPath {
                 path,
                 reason: InvalidPathReason::PathTooLong,

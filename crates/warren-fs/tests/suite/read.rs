@@ -129,6 +129,18 @@ fn directories_and_fifos_are_not_read(r: Resolver) {
     assert!(matches!(err, FsError::NotAFile { .. }), "{err:?}");
 }
 
+/// Opening a UNIX socket fails with `ENXIO`, before any `fstat` could say what it is: that
+/// is "not a regular file" too, never an internal failure.
+fn unix_sockets_are_not_files(r: Resolver) {
+    let f = Fixture::new();
+    let _listener = std::os::unix::net::UnixListener::bind(f.path("agent.sock")).unwrap();
+    let ws = f.ws(r);
+    let err = ws.read("agent.sock", ByteRange::FULL, 10).unwrap_err();
+    assert!(matches!(err, FsError::NotAFile { .. }), "{err:?}");
+    let err = ws.etag("agent.sock").unwrap_err();
+    assert!(matches!(err, FsError::NotAFile { .. }), "{err:?}");
+}
+
 fn missing_files_are_not_found(r: Resolver) {
     let f = Fixture::new();
     let err = f
@@ -170,5 +182,6 @@ for_both_resolvers!(
     a_span_larger_than_the_cap_is_refused_but_a_small_range_of_a_big_file_is_not,
     cap_applies_to_the_span_not_to_the_file,
     directories_and_fifos_are_not_read,
+    unix_sockets_are_not_files,
     missing_files_are_not_found,
 );
