@@ -43,11 +43,17 @@
 //!   for that architecture only, for syscalls other architectures lack (`iopl`, `ioperm`,
 //!   `uselib`); ignored elsewhere, so those names never break another architecture's build.
 //!   Unknown names in any section fail compilation: a typo is an error, never a gap;
+//! - `runtime_eafnosupport`: `socket` and `socketpair` for any family but `AF_UNIX`,
+//!   `AF_INET`, `AF_INET6` and `AF_NETLINK`, EAFNOSUPPORT on match: what a kernel without
+//!   the family answers, which tools already handle. vsock above all, since network
+//!   namespaces do not confine it and on a VM it reaches the hypervisor. (`socketcall`,
+//!   the other way to make a socket, exists only for i386, whose ABI the architecture
+//!   check kills; x32 numbers get ENOSYS.)
 //! - `runtime_enosys`: `clone3`, ENOSYS on match.
 //!
-//! seccompiler gives one filter a single match action, so EPERM and ENOSYS need two
-//! filters. [`SeccompProgram::apply`] installs both; the kernel runs every installed filter
-//! and keeps the most restrictive answer, and no syscall is matched by both.
+//! seccompiler gives one filter a single match action, so EPERM, EAFNOSUPPORT and ENOSYS
+//! need three filters. [`SeccompProgram::apply`] installs all; the kernel runs every
+//! installed filter and keeps the most restrictive answer, and no syscall is matched by two.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -63,10 +69,12 @@ pub const POLICY_JSON: &str = include_str!("../policy/seccomp.json");
 
 /// The deny list: EPERM on match.
 const DENY_FILTER: &str = "runtime";
+/// Socket families a sandbox does not get: EAFNOSUPPORT on match.
+const FAMILY_FILTER: &str = "runtime_eafnosupport";
 /// Syscalls that must look unimplemented: ENOSYS on match.
 const ENOSYS_FILTER: &str = "runtime_enosys";
 /// Every filter the policy may define.
-const FILTERS: [&str; 2] = [DENY_FILTER, ENOSYS_FILTER];
+const FILTERS: [&str; 3] = [DENY_FILTER, FAMILY_FILTER, ENOSYS_FILTER];
 /// Architectures the policy is written and tested for (names as in `std::env::consts::ARCH`).
 const SUPPORTED_ARCHES: [&str; 2] = ["x86_64", "aarch64"];
 
@@ -114,7 +122,8 @@ pub enum SeccompError {
 /// The runtime policy compiled for one architecture: cheap to clone, ready to install.
 #[derive(Clone)]
 pub struct SeccompProgram {
-    /// BPF programs in installation order: the EPERM deny list, then the ENOSYS filter.
+    /// BPF programs in installation order: the EPERM deny list, the EAFNOSUPPORT family
+    /// filter, then the ENOSYS filter.
     filters: Arc<[BpfProgram]>,
 }
 
@@ -150,12 +159,13 @@ impl SeccompProgram {
             _ => Err(invalid(format!("filter {name:?} is missing"))),
         };
         let deny = take(DENY_FILTER)?;
+        let families = take(FAMILY_FILTER)?;
         let mut enosys = take(ENOSYS_FILTER)?;
         if target == TargetArch::x86_64 {
             enosys = with_x32_guard(enosys);
         }
         Ok(Self {
-            filters: vec![deny, enosys].into(),
+            filters: vec![deny, families, enosys].into(),
         })
     }
 
@@ -400,6 +410,7 @@ mod tests {
     const THREAD_FLAGS: u64 = 0x003d_0f00;
 
     const EPERM: Verdict = Verdict::Errno(1);
+    const EAFNOSUPPORT: Verdict = Verdict::Errno(97);
     const ENOSYS: Verdict = Verdict::Errno(38);
 
     /// The syscall numbers and audit values these tests need, per architecture.
@@ -415,6 +426,8 @@ mod tests {
         clone3: i32,
         ioctl: i32,
         personality: i32,
+        socket: i32,
+        socketpair: i32,
     }
 
     const X86_64: Abi = Abi {
@@ -428,6 +441,8 @@ mod tests {
         clone3: 435,
         ioctl: 16,
         personality: 135,
+        socket: 41,
+        socketpair: 53,
     };
 
     const AARCH64: Abi = Abi {
@@ -441,6 +456,8 @@ mod tests {
         clone3: 435,
         ioctl: 29,
         personality: 92,
+        socket: 198,
+        socketpair: 199,
     };
 
     const ABIS: [&Abi; 2] = [&X86_64, &AARCH64];
@@ -537,7 +554,7 @@ mod tests {
         for arch in SUPPORTED_ARCHES {
             let program = SeccompProgram::for_arch(arch)
                 .unwrap_or_else(|e| panic!("{arch}: {e}: {:?}", std::error::Error::source(&e)));
-            assert_eq!(program.filters.len(), 2, "{arch}");
+            assert_eq!(program.filters.len(), 3, "{arch}");
         }
     }
 
@@ -688,6 +705,39 @@ mod tests {
     }
 
     #[test]
+    fn only_the_unix_inet_inet6_and_netlink_socket_families_are_allowed() {
+        let allowed = [
+            1,  /* AF_UNIX */
+            2,  /* AF_INET */
+            10, /* AF_INET6 */
+            16, /* AF_NETLINK */
+        ];
+        for abi in ABIS {
+            for syscall in [abi.socket, abi.socketpair] {
+                for family in 0..64u64 {
+                    let expected = if allowed.contains(&family) {
+                        Verdict::Allow
+                    } else {
+                        EAFNOSUPPORT
+                    };
+                    assert_eq!(
+                        call(abi, syscall, arg0(family)),
+                        expected,
+                        "{} syscall {syscall} family {family}",
+                        abi.arch
+                    );
+                }
+                // The kernel reads the family as an int: high bits change nothing.
+                assert_eq!(call(abi, syscall, arg0(0x1_0000_0028)), EAFNOSUPPORT);
+                assert_eq!(
+                    call(abi, syscall, arg0(0xffff_ffff_0000_0002)),
+                    Verdict::Allow
+                );
+            }
+        }
+    }
+
+    #[test]
     fn x32_syscalls_fail_with_enosys_on_x86_64() {
         let x32 = |nr: i32| nr | X32_SYSCALL_BIT as i32;
         assert_eq!(call(&X86_64, x32(X86_64.read), [0; 6]), ENOSYS);
@@ -712,6 +762,7 @@ mod tests {
     #[test]
     fn the_errno_values_are_the_kernels() {
         assert_eq!(EPERM, Verdict::Errno(libc::EPERM as u32));
+        assert_eq!(EAFNOSUPPORT, Verdict::Errno(libc::EAFNOSUPPORT as u32));
         assert_eq!(ENOSYS, Verdict::Errno(libc::ENOSYS as u32));
     }
 
@@ -720,7 +771,7 @@ mod tests {
         let selected = select_filters("aarch64").expect("selects");
         assert_eq!(
             selected.keys().map(String::as_str).collect::<Vec<_>>(),
-            vec![DENY_FILTER, ENOSYS_FILTER]
+            vec![DENY_FILTER, FAMILY_FILTER, ENOSYS_FILTER]
         );
         let x86 = select_filters("x86_64").expect("selects");
         let rules = |map: &Map<String, Value>| map[DENY_FILTER]["filter"].as_array().map(Vec::len);

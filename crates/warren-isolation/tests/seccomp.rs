@@ -224,6 +224,72 @@ fn assert_result(results: &HashMap<String, String>, name: &str, expected: &str) 
     );
 }
 
+/// `(name, domain, type, protocol)`: socket families the policy refuses (EAFNOSUPPORT).
+const REFUSED_FAMILIES: &[(&str, u64, u64, u64)] = &[
+    ("vsock", 40, 1, 0),                 // AF_VSOCK, SOCK_STREAM
+    ("packet", 17, 3, 0),                // AF_PACKET, SOCK_RAW
+    ("key", 15, 3, 2),                   // AF_KEY, SOCK_RAW, PF_KEY_V2
+    ("alg", 38, 5, 0),                   // AF_ALG, SOCK_SEQPACKET
+    ("bluetooth", 31, 3, 0),             // AF_BLUETOOTH, SOCK_RAW
+    ("tipc", 30, 5, 0),                  // AF_TIPC, SOCK_SEQPACKET
+    ("rds", 21, 5, 0),                   // AF_RDS, SOCK_SEQPACKET
+    ("xdp", 44, 3, 0),                   // AF_XDP, SOCK_RAW
+    ("unspec", 0, 1, 0),                 // AF_UNSPEC
+    ("vsock_high", 0x1_0000_0028, 1, 0), // AF_VSOCK with high bits: the kernel reads an int
+];
+
+/// `(name, domain, type, protocol)`: socket families tools need, which stay allowed.
+const ALLOWED_FAMILIES: &[(&str, u64, u64, u64)] = &[
+    ("unix", 1, 1, 0),     // AF_UNIX, SOCK_STREAM
+    ("inet", 2, 1, 0),     // AF_INET, SOCK_STREAM
+    ("inet6", 10, 2, 0),   // AF_INET6, SOCK_DGRAM
+    ("netlink", 16, 3, 0), // AF_NETLINK, SOCK_RAW, NETLINK_ROUTE
+];
+
+fn socket_probes() -> String {
+    let mut script = String::new();
+    for (name, domain, kind, protocol) in REFUSED_FAMILIES.iter().chain(ALLOWED_FAMILIES) {
+        script.push_str(&probe_line(
+            &format!("socket_{name}"),
+            libc::SYS_socket,
+            &format!("{domain:#x}, {kind}, {protocol}"),
+        ));
+    }
+    // socketpair takes a family too (AF_UNIX and AF_TIPC implement it).
+    for (name, domain) in [("unix", 1), ("tipc", 30), ("vsock", 40)] {
+        script.push_str(&probe_line(
+            &format!("socketpair_{name}"),
+            libc::SYS_socketpair,
+            &format!("{domain}, 5, 0, (ctypes.c_int * 2)()"),
+        ));
+    }
+    script
+}
+
+#[test]
+fn socket_families_a_sandbox_does_not_need_fail_with_eafnosupport() {
+    let results = run_python(&socket_probes(), true);
+    for (name, ..) in REFUSED_FAMILIES {
+        assert_result(&results, &format!("socket_{name}"), "EAFNOSUPPORT");
+    }
+    for (name, ..) in ALLOWED_FAMILIES {
+        assert_result(&results, &format!("socket_{name}"), "OK");
+    }
+    assert_result(&results, "socketpair_unix", "OK");
+    assert_result(&results, "socketpair_tipc", "EAFNOSUPPORT");
+    assert_result(&results, "socketpair_vsock", "EAFNOSUPPORT");
+}
+
+#[test]
+fn without_the_filter_root_can_open_a_packet_socket() {
+    assert!(
+        is_root(),
+        "this control test needs root: AF_PACKET proves the filter is what refuses families"
+    );
+    let results = run_python(&socket_probes(), false);
+    assert_result(&results, "socket_packet", "OK");
+}
+
 #[test]
 fn every_syscall_denied_outright_has_a_probe() {
     for name in SeccompProgram::denied_syscalls() {

@@ -204,6 +204,7 @@ conformance_suite!(
     privileged_kernel_interfaces_are_refused,
     setuid_binaries_grant_nothing,
     the_network_is_loopback_only,
+    socket_families_a_sandbox_does_not_need_are_refused,
     a_fork_bomb_is_bounded_and_everything_survives,
     a_memory_bomb_is_killed_and_the_runtime_survives,
     filling_ephemeral_disk_is_bounded,
@@ -979,6 +980,60 @@ async fn the_network_is_loopback_only(host: Host) {
         .exec(&id, "ls /sys/class/net 2>/dev/null || cat /proc/net/dev")
         .await;
     assert!(!out(&interfaces).contains("eth"), "{}", out(&interfaces));
+}
+
+/// vsock is not confined by network namespaces and reaches the hypervisor on a VM; packet,
+/// key, Bluetooth, crypto and the rarer families are kernel surface no agent needs. The
+/// seccomp policy answers EAFNOSUPPORT (policy/README.md, "address families"), while the
+/// families tools use keep working.
+async fn socket_families_a_sandbox_does_not_need_are_refused(host: Host) {
+    let server = host.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let script = r#"
+import errno, socket
+def attempt(name, make):
+    try:
+        make().close()
+        print(name, "OK")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+attempt("vsock", lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM))
+attempt("vsock_dgram", lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_DGRAM))
+attempt("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
+attempt("alg", lambda: socket.socket(socket.AF_ALG, socket.SOCK_SEQPACKET))
+attempt("tipc_pair", lambda: socket.socketpair(30, socket.SOCK_STREAM)[0])
+attempt("unix", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+attempt("unix_pair", lambda: socket.socketpair()[0])
+attempt("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+attempt("inet6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
+attempt("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+"#;
+    let result = server
+        .exec_with(&id, json!({"argv": ["python3", "-c", script]}))
+        .await;
+    let answers: std::collections::HashMap<&str, &str> = stdout(&result)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .collect();
+    for refused in ["vsock", "vsock_dgram", "packet", "alg", "tipc_pair"] {
+        let answer = answers.get(refused).copied();
+        assert!(
+            matches!(answer, Some("EAFNOSUPPORT" | "EPERM")),
+            "{}: socket family {refused} answered {answer:?}: {result}",
+            host.name()
+        );
+    }
+    for allowed in ["unix", "unix_pair", "inet", "inet6", "netlink"] {
+        assert_eq!(
+            answers.get(allowed).copied(),
+            Some("OK"),
+            "{}: {allowed}: {result}",
+            host.name()
+        );
+    }
+    // What `ip` needs (netlink) still answers from inside.
+    let ip = server.exec(&id, "ip -o link show lo").await;
+    assert!(out(&ip).contains("lo"), "{}: {ip}", host.name());
 }
 
 async fn a_fork_bomb_is_bounded_and_everything_survives(host: Host) {
