@@ -21,7 +21,7 @@ pub use env::{
 };
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
 pub use layout::DataLayout;
-pub use network::{is_internal, NetworkPolicy};
+pub use network::{embedded_ipv4, is_internal, NetworkPolicy};
 pub use scope::{IsolationScope, RunContext, ScopedIdentity};
 pub use virtual_path::{VirtualPath, VirtualRoot, SKILLS_MOUNT, USER_DATA_MOUNT};
 pub use workdir::Workdir;

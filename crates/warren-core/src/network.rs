@@ -5,6 +5,10 @@ use std::net::IpAddr;
 
 use crate::{shorten, CoreError};
 
+mod special;
+
+pub use special::embedded_ipv4;
+
 /// Where a sandbox's processes may connect.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
@@ -12,8 +16,10 @@ pub enum NetworkPolicy {
     /// Loopback only: the runtime has its own network namespace with nothing but `lo`.
     #[default]
     None,
-    /// HTTP and HTTPS egress to any public destination through warren's proxy. Loopback,
-    /// private, link-local (cloud metadata) and other internal addresses stay refused.
+    /// HTTP and HTTPS egress to any public destination through warren's proxy. Every
+    /// address the IANA special-purpose registries mark not globally reachable (loopback,
+    /// private, link-local cloud metadata, documentation, benchmarking, ...) and the host's
+    /// own addresses stay refused.
     Open,
     /// Egress through warren's proxy only to the listed destinations: host names
     /// (`pypi.org`), wildcard suffixes (`*.pythonhosted.org`), IP addresses or CIDR ranges.
@@ -194,42 +200,12 @@ impl Destination {
     }
 }
 
-/// Addresses a sandbox must not reach by default: the host itself, private networks, cloud
-/// metadata, and everything not globally routed.
+/// Addresses a sandbox must not reach by default: every address IANA's special-purpose
+/// registries mark not globally reachable (the host, private networks, cloud metadata,
+/// documentation and benchmarking ranges, ...), and IPv6 forms carrying such an IPv4
+/// address. The table and its sources are in `network/special.rs`.
 pub fn is_internal(address: IpAddr) -> bool {
-    match address {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b)) // carrier-grade NAT
-                || (a == 192 && b == 0 && v4.octets()[2] == 0) // IETF protocol assignments
-                || a >= 240
-        }
-        IpAddr::V6(v6) => {
-            let segments = v6.segments();
-            let first = segments[0];
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
-            }
-            // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
-            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let [.., a, b] = segments;
-                let v4 = std::net::Ipv4Addr::new((a >> 8) as u8, a as u8, (b >> 8) as u8, b as u8);
-                return is_internal(IpAddr::V4(v4));
-            }
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00 // unique local
-                || (first & 0xffc0) == 0xfe80 // link local
-        }
-    }
+    !special::is_global(address)
 }
 
 #[cfg(test)]
@@ -256,6 +232,18 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            // Special-purpose ranges that are not globally reachable: a host whose own
+            // network is one of them must not open its gateway and neighbours.
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "198.18.0.1",
+            "198.19.255.254",
+            "2001:db8::1",
+            "fec0::1",
+            "2002:c000:201::1",
+            "2001:0:c000:201::fefd:fcfb",
+            "::ffff:198.51.100.7",
         ] {
             assert!(!open.permits("x", ip(internal)), "{internal}");
         }
@@ -288,6 +276,33 @@ mod tests {
         assert!(!policy.permits("mirror", ip("10.8.3.4")));
         // A listed name that resolves inside is refused: DNS cannot open the host.
         assert!(!policy.permits("pypi.org", ip("127.0.0.1")));
+        assert!(
+            !policy.permits("pypi.org", ip("192.0.2.10")),
+            "documentation range"
+        );
+    }
+
+    #[test]
+    fn an_internal_range_is_reachable_only_when_listed_as_an_address_or_range() {
+        let policy = NetworkPolicy::Allowlist {
+            allow: vec![
+                "198.18.0.0/15".into(),
+                "2001:db8::5".into(),
+                "bench.example".into(),
+            ],
+        }
+        .validate()
+        .unwrap();
+        assert!(
+            policy.permits("bench.example", ip("198.18.4.5")),
+            "listed range"
+        );
+        assert!(policy.permits("x", ip("2001:db8::5")), "listed address");
+        assert!(!policy.permits("x", ip("2001:db8::6")));
+        assert!(
+            !policy.permits("bench.example", ip("203.0.113.5")),
+            "a listed name does not open an internal address"
+        );
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! socket. Here, in the provisioner's network namespace, each connection is read as an HTTP
 //! proxy request (`CONNECT host:port` for HTTPS and any TCP, or an absolute-form HTTP
 //! request), checked against the sandbox's [`NetworkPolicy`] *after* name resolution (so
-//! no name can lead to the host, a private network or cloud metadata unless listed as an
-//! address), and only then connected and spliced. Commands get `HTTP(S)_PROXY` pointing
+//! no name can lead to the host, a private network, cloud metadata or any other address
+//! the IANA special-purpose registries mark not globally reachable unless listed as an
+//! address), checked not to be an address of the host itself, and only then connected and
+//! spliced. Commands get `HTTP(S)_PROXY` pointing
 //! at the port.
 
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
-use warren_core::NetworkPolicy;
+use warren_core::{embedded_ipv4, NetworkPolicy};
 
 use crate::control::{self, Reply, Request};
 
@@ -155,6 +157,11 @@ enum Refusal {
 }
 
 /// Resolves on the host and connects to the first address the policy permits.
+///
+/// Every candidate is checked before any connection is attempted: the policy on the
+/// resolved address (the registries' table, I23), then, unless the allowlist names the
+/// address itself, whether it is one of this host's own ([`is_host_address`]). A refused
+/// destination never sees a SYN.
 async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStream, Refusal> {
     if !policy.may_resolve(host) {
         return Err(Refusal::Policy);
@@ -163,7 +170,16 @@ async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStr
         .await
         .map_err(|_| Refusal::Unreachable(std::io::ErrorKind::TimedOut.into()))?
         .map_err(Refusal::Unreachable)?;
-    let permitted: Vec<SocketAddr> = lookup.filter(|a| policy.permits(host, a.ip())).collect();
+    let mut permitted = Vec::new();
+    for address in lookup.filter(|a| policy.permits(host, a.ip())) {
+        // An address of this very host (any interface, not just loopback) reaches the
+        // host's own services: only an explicitly listed address may.
+        if policy.lists_address(address.ip())
+            || !is_host_address(address.ip()).map_err(Refusal::Unreachable)?
+        {
+            permitted.push(address);
+        }
+    }
     if permitted.is_empty() {
         return Err(Refusal::Policy);
     }
@@ -171,8 +187,8 @@ async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStr
     for address in permitted {
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await {
             Ok(Ok(stream)) => {
-                // An address of this very host (any interface, not just loopback) reaches
-                // the host's own services: only an explicitly listed address may.
+                // The check above already refused the host's addresses; this catches one
+                // the host gained between that check and the connection.
                 let local = stream.local_addr().map(|a| a.ip()).ok();
                 if local == Some(address.ip()) && !policy.lists_address(address.ip()) {
                     return Err(Refusal::Policy);
@@ -184,6 +200,39 @@ async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStr
         }
     }
     Err(Refusal::Unreachable(last))
+}
+
+/// Whether `address`, or an IPv4 address it carries (IPv4-mapped, NAT64, 6to4, Teredo),
+/// is one of this host's own, in the provisioner's network namespace.
+///
+/// The kernel is asked, not a copy of its tables: it lets a socket bind only to an address
+/// whose route is local (an interface's address, a local route such as AnyIP, or a
+/// broadcast address), so binding a UDP socket to port 0 answers exactly "would a
+/// connection land on this host". Nothing is sent and the socket is closed at once. With
+/// `ip_nonlocal_bind` set every bind succeeds, so the question has no answer: egress is
+/// refused with that reason rather than guessed.
+fn is_host_address(address: IpAddr) -> std::io::Result<bool> {
+    // The carried IPv4 addresses first: they need no IPv6 stack to be judged.
+    let mut candidates: Vec<IpAddr> = embedded_ipv4(address).into_iter().map(IpAddr::V4).collect();
+    candidates.push(address.to_canonical());
+    for candidate in candidates {
+        let sysctl = match candidate {
+            IpAddr::V4(_) => "/proc/sys/net/ipv4/ip_nonlocal_bind",
+            IpAddr::V6(_) => "/proc/sys/net/ipv6/ip_nonlocal_bind",
+        };
+        // A missing file means the family's stack (and the setting) does not exist.
+        if std::fs::read_to_string(sysctl).is_ok_and(|value| value.trim() != "0") {
+            return Err(std::io::Error::other(format!(
+                "{sysctl} is set, so warren cannot tell this host's own addresses from others"
+            )));
+        }
+        match std::net::UdpSocket::bind((candidate, 0)) {
+            Ok(_) => return Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::AddrNotAvailable => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(false)
 }
 
 async fn refuse(client: &mut TcpStream, status: u16, message: &str) -> std::io::Result<()> {
@@ -379,6 +428,45 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(lasted >= Duration::from_millis(300), "{lasted:?}");
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_recognised_without_connecting() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for own in [
+            "127.0.0.1",
+            "127.0.0.53",
+            "::ffff:127.0.0.1",
+            "64:ff9b::7f00:1",
+        ] {
+            assert!(is_host_address(ip(own)).unwrap(), "{own}");
+        }
+        // TEST-NET-3: no test here or elsewhere in the suite puts it on an interface.
+        for other in ["203.0.113.77", "::ffff:203.0.113.77"] {
+            assert!(!is_host_address(ip(other)).unwrap(), "{other}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_name_resolving_to_the_host_is_refused_before_any_connection() {
+        // A listener of the host on loopback, and an allowlist naming it by host name:
+        // names never open internal or host addresses, and nothing is accepted.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let policy = NetworkPolicy::Allowlist {
+            allow: vec!["localhost".into()],
+        };
+        assert!(matches!(
+            connect("localhost", port, &policy).await,
+            Err(Refusal::Policy)
+        ));
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err(), "the listener saw a connection");
+        // Listed as an address, the same listener is reachable.
+        let listed = NetworkPolicy::Allowlist {
+            allow: vec!["127.0.0.1".into()],
+        };
+        assert!(connect("127.0.0.1", port, &listed).await.is_ok());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Network policies (I23): loopback only by default; `open` and `allowlist` egress only
 //! through warren's filtering proxy, never to the host or internal networks.
 //!
-//! Destinations are test hosts this test makes itself: network namespaces with addresses
-//! from TEST-NET-1 (192.0.2.0/24, RFC 5737) behind a veth pair, serving HTTP.
+//! Destinations are test hosts this test makes itself: network namespaces behind a veth
+//! pair, serving HTTP and counting the connections they accept. No test sends a packet
+//! anywhere else: every address used is on loopback or on a link the test made.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -14,9 +15,22 @@ use super::conformance::Host;
 use super::output as out;
 use super::runtime::local;
 
-/// A test host in its own network namespace, reached over a veth pair: TEST-NET-1
-/// addresses (RFC 5737), an HTTP server answering with a fixed body. Not an address of this
-/// machine's namespace, so the proxy treats it as a remote host. Removed on drop.
+/// Which addresses a [`TestHost`] link gets.
+#[derive(Clone, Copy)]
+enum Subnet {
+    /// 192.52.193.0/24 (AMT, RFC 7450): globally reachable by IANA's special-purpose
+    /// registry, so `open` egress may reach it; nothing on a test machine uses it, and the
+    /// link's /31 route keeps every packet on this machine.
+    Global,
+    /// 192.0.2.0/24 (TEST-NET-1, RFC 5737): not globally reachable. A host whose own
+    /// network is one of these ranges must not give sandboxes its neighbours.
+    Documentation,
+}
+
+/// A test host in its own network namespace, reached over a veth pair, with an HTTP
+/// server answering with a fixed body and counting the connections it accepts. Not an
+/// address of this machine's namespace, so the proxy treats it as a remote host. Removed
+/// on drop.
 struct TestHost {
     namespace: String,
     /// The host side of the link: an address of this machine (for the local-address attack).
@@ -24,8 +38,41 @@ struct TestHost {
     address: String,
     port: u16,
     server: std::process::Child,
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
 }
+
+/// The test host's server: one connection at a time, the count of accepted connections
+/// written to `accepts` (`0` once listening), a fixed HTTP answer to each request.
+const COUNTING_SERVER: &str = r#"
+import socket, sys
+address, port, body, accepts = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), sys.argv[4]
+def count(n):
+    with open(accepts + ".new", "w") as f:
+        f.write(str(n))
+    import os; os.replace(accepts + ".new", accepts)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((address, port))
+s.listen(64)
+count(0)
+n = 0
+while True:
+    c, _ = s.accept()
+    n += 1
+    count(n)
+    c.settimeout(5)
+    try:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        c.sendall(b"HTTP/1.0 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+    except OSError:
+        pass
+    c.close()
+"#;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -41,14 +88,23 @@ fn ip(args: &[&str]) {
 }
 
 impl TestHost {
+    /// A host on [`Subnet::Global`] addresses.
     async fn start(body: &'static str) -> Self {
+        Self::start_on(Subnet::Global, body).await
+    }
+
+    async fn start_on(subnet: Subnet, body: &'static str) -> Self {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}n{n}", std::process::id() % 10_000);
         let namespace = format!("wt{tag}");
         let (outer, inner) = (format!("wt{tag}a"), format!("wt{tag}b"));
         let base = 10 + (std::process::id() % 20) * 10 + n * 2;
-        let local_address = format!("192.0.2.{base}");
-        let address = format!("192.0.2.{}", base + 1);
+        let prefix = match subnet {
+            Subnet::Global => "192.52.193",
+            Subnet::Documentation => "192.0.2",
+        };
+        let local_address = format!("{prefix}.{base}");
+        let address = format!("{prefix}.{}", base + 1);
         ip(&["netns", "add", &namespace]);
         ip(&[
             "link", "add", &outer, "type", "veth", "peer", "name", &inner,
@@ -68,7 +124,7 @@ impl TestHost {
         ip(&["-n", &namespace, "link", "set", &inner, "up"]);
         ip(&["-n", &namespace, "link", "set", "lo", "up"]);
         let root = tempfile::tempdir().unwrap();
-        std::fs::write(root.path().join("index.html"), body).unwrap();
+        let accepts = root.path().join("accepts");
         let port = 8000 + (base as u16);
         let server = std::process::Command::new("ip")
             .args([
@@ -76,19 +132,18 @@ impl TestHost {
                 "exec",
                 &namespace,
                 "python3",
-                "-m",
-                "http.server",
-                "--bind",
-                &address,
+                "-c",
+                COUNTING_SERVER,
             ])
-            .arg(port.to_string())
-            .current_dir(root.path())
+            .args([&address, &port.to_string(), body])
+            .arg(&accepts)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        // Ready once it has written its first count: connecting to find out would count.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::net::TcpStream::connect((address.as_str(), port)).is_err() {
+        while !accepts.exists() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the test host did not start"
@@ -101,8 +156,14 @@ impl TestHost {
             address,
             port,
             server,
-            _root: root,
+            root,
         }
+    }
+
+    /// How many connections the host has accepted so far.
+    fn accepts(&self) -> u64 {
+        let text = std::fs::read_to_string(self.root.path().join("accepts")).unwrap();
+        text.trim().parse().unwrap()
     }
 
     fn url(&self) -> String {
@@ -170,25 +231,45 @@ pub(crate) async fn an_allowlist_lets_through_exactly_the_listed_destinations(ho
 
 pub(crate) async fn open_egress_never_reaches_the_host_or_internal_networks(host: Host) {
     let public = TestHost::start("public-host").await;
+    // A neighbour on a documentation network the host itself is on (TEST-NET-1).
+    let neighbour = TestHost::start_on(Subnet::Documentation, "neighbour").await;
     let server = host.start();
     let id = sandbox_with(&server, "t", json!({"mode": "open"})).await;
     assert_eq!(
         out(&server.exec(&id, &fetch(&public.url())).await).trim(),
         "public-host"
     );
+    assert_eq!(
+        public.accepts(),
+        1,
+        "the public host counts what it accepts"
+    );
     let api_port = server.url.rsplit(':').next().unwrap().to_owned();
-    // A service on a non-loopback address of the host itself: still the host.
+    // A service on a globally reachable address of the host itself: still the host, and
+    // refused before any connection is made, so it never accepts one.
     let on_host = tokio::net::TcpListener::bind((public.local_address.as_str(), 0))
         .await
         .unwrap();
     let on_host_port = on_host.local_addr().unwrap().port();
+    let host_accepts = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = host_accepts.clone();
+    let listener = tokio::spawn(async move {
+        while on_host.accept().await.is_ok() {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
     for target in [
         format!("http://{}:{on_host_port}/", public.local_address),
+        format!("http://[::ffff:{}]:{on_host_port}/", public.local_address),
+        neighbour.url(),
         format!("http://127.0.0.1:{api_port}/health"),
         format!("http://localhost:{api_port}/health"),
         "http://169.254.169.254/latest/meta-data/".to_owned(),
         "http://10.0.0.1/".to_owned(),
         "http://192.168.1.1/".to_owned(),
+        "http://198.18.0.1/".to_owned(),
+        "http://[2001:db8::1]/".to_owned(),
+        "http://[fec0::1]/".to_owned(),
     ] {
         // NO_PROXY emptied so even loopback names go through the proxy (a direct
         // connection stays inside the runtime's own loopback anyway).
@@ -200,6 +281,21 @@ pub(crate) async fn open_egress_never_reaches_the_host_or_internal_networks(host
             .await;
         assert!(out(&result).starts_with("HTTP 403"), "{target}: {result}");
     }
+    // A tunnel to the host's own address is refused the same way.
+    let tunnel = format!(
+        "python3 -c \"import socket\ns=socket.create_connection(('127.0.0.1', 3128))\ns.sendall(b'CONNECT {a}:{p} HTTP/1.1\\r\\nHost: {a}\\r\\n\\r\\n')\nprint(s.recv(100).split(b'\\r\\n')[0].decode())\"",
+        a = public.local_address,
+        p = on_host_port
+    );
+    let tunneled = server.exec(&id, &tunnel).await;
+    assert_eq!(out(&tunneled), "HTTP/1.1 403 Forbidden\n", "{tunneled}");
+    listener.abort();
+    assert_eq!(
+        host_accepts.load(Ordering::SeqCst),
+        0,
+        "a connection to the host's own address was opened"
+    );
+    assert_eq!(neighbour.accepts(), 0, "the neighbour saw a connection");
 }
 
 pub(crate) async fn without_a_network_policy_there_is_no_way_out(host: Host) {
