@@ -202,6 +202,40 @@ async fn connect(host: &str, port: u16, policy: &NetworkPolicy) -> Result<TcpStr
     Err(Refusal::Unreachable(last))
 }
 
+/// The setting that lets a socket bind to any address of `address`'s family.
+fn nonlocal_bind_sysctl(address: IpAddr) -> &'static str {
+    match address {
+        IpAddr::V4(_) => "/proc/sys/net/ipv4/ip_nonlocal_bind",
+        IpAddr::V6(_) => "/proc/sys/net/ipv6/ip_nonlocal_bind",
+    }
+}
+
+/// Whether a `ip_nonlocal_bind` setting is on in the calling thread's network namespace.
+/// A missing file means the family's stack (and the setting) does not exist.
+fn nonlocal_bind_is_set(sysctl: &str) -> bool {
+    std::fs::read_to_string(sysctl).is_ok_and(|value| value.trim() != "0")
+}
+
+/// A start-up warning when egress would refuse every destination of a family because
+/// `ip_nonlocal_bind` hides which addresses are the host's own ([`is_host_address`]).
+pub fn nonlocal_bind_warning() -> Option<String> {
+    let set: Vec<&str> = [
+        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    ]
+    .into_iter()
+    .map(nonlocal_bind_sysctl)
+    .filter(|sysctl| nonlocal_bind_is_set(sysctl))
+    .collect();
+    (!set.is_empty()).then(|| {
+        format!(
+            "{} set: network open and allowlist refuse every destination of that family, as \
+             warren cannot tell the host's own addresses from others",
+            set.join(" and ")
+        )
+    })
+}
+
 /// Whether `address`, or an IPv4 address it carries (IPv4-mapped, NAT64, 6to4, Teredo),
 /// is one of this host's own, in the provisioner's network namespace.
 ///
@@ -216,12 +250,8 @@ fn is_host_address(address: IpAddr) -> std::io::Result<bool> {
     let mut candidates: Vec<IpAddr> = embedded_ipv4(address).into_iter().map(IpAddr::V4).collect();
     candidates.push(address.to_canonical());
     for candidate in candidates {
-        let sysctl = match candidate {
-            IpAddr::V4(_) => "/proc/sys/net/ipv4/ip_nonlocal_bind",
-            IpAddr::V6(_) => "/proc/sys/net/ipv6/ip_nonlocal_bind",
-        };
-        // A missing file means the family's stack (and the setting) does not exist.
-        if std::fs::read_to_string(sysctl).is_ok_and(|value| value.trim() != "0") {
+        let sysctl = nonlocal_bind_sysctl(candidate);
+        if nonlocal_bind_is_set(sysctl) {
             return Err(std::io::Error::other(format!(
                 "{sysctl} is set, so warren cannot tell this host's own addresses from others"
             )));
@@ -445,6 +475,39 @@ mod tests {
         for other in ["203.0.113.77", "::ffff:203.0.113.77"] {
             assert!(!is_host_address(ip(other)).unwrap(), "{other}");
         }
+    }
+
+    #[test]
+    fn with_ip_nonlocal_bind_set_no_address_passes_for_a_remote_one() {
+        // In a network namespace of this thread's own (root needed), where the setting
+        // can be turned on without touching the host's.
+        let answers = std::thread::spawn(|| {
+            crate::sys::unshare(rustix::thread::UnshareFlags::NEWNET)
+                .expect("unshare a network namespace (the test needs root)");
+            // With no local route at all the kernel lets every bind through (fail-closed
+            // here: everything looks local); a real host always has loopback up.
+            crate::sys::loopback_up().expect("loopback up in the new namespace");
+            let address: IpAddr = "203.0.113.77".parse().unwrap();
+            let before = is_host_address(address).map_err(|e| e.to_string());
+            let warning_before = nonlocal_bind_warning();
+            // /proc/sys/net answers for the opening thread's network namespace.
+            std::fs::write("/proc/sys/net/ipv4/ip_nonlocal_bind", "1")
+                .expect("set ip_nonlocal_bind in the new namespace");
+            let after = is_host_address(address).map_err(|e| e.to_string());
+            (before, warning_before, after, nonlocal_bind_warning())
+        })
+        .join()
+        .unwrap();
+        let (before, warning_before, after, warning_after) = answers;
+        assert_eq!(before, Ok(false));
+        assert_eq!(warning_before, None);
+        let error = after.expect_err("every bind succeeds, so no answer");
+        assert!(error.contains("ip_nonlocal_bind is set"), "{error}");
+        let warning = warning_after.expect("a start-up warning");
+        assert!(
+            warning.contains("/proc/sys/net/ipv4/ip_nonlocal_bind set"),
+            "{warning}"
+        );
     }
 
     #[tokio::test]

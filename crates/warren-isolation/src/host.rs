@@ -63,6 +63,7 @@ impl HostReport {
         if self.landlock_abi.is_none() {
             warnings.push("Landlock is not enabled in this kernel: file access is confined by the mount layout alone".to_owned());
         }
+        warnings.extend(crate::egress::nonlocal_bind_warning());
         warnings
     }
 }
