@@ -738,6 +738,35 @@ mod tests {
     }
 
     #[test]
+    fn netlink_sockets_are_allowed_only_for_route_diagnostics_and_generic_netlink() {
+        const AF_NETLINK: u64 = 16;
+        for abi in ABIS {
+            for protocol in 0..32u64 {
+                let expected = if [0, 4, 16].contains(&protocol) {
+                    Verdict::Allow
+                } else {
+                    EAFNOSUPPORT
+                };
+                assert_eq!(
+                    call(abi, abi.socket, [AF_NETLINK, 3, protocol, 0, 0, 0]),
+                    expected,
+                    "{} netlink protocol {protocol}",
+                    abi.arch
+                );
+            }
+            // NETLINK_KOBJECT_UEVENT with high bits set, and as any socket type.
+            for kind in [2, 3, 0x80003 /* SOCK_RAW | SOCK_CLOEXEC */] {
+                assert_eq!(
+                    call(abi, abi.socket, [AF_NETLINK, kind, 0x1_0000_000f, 0, 0, 0]),
+                    EAFNOSUPPORT
+                );
+            }
+            // Protocol numbers of other families are not netlink's.
+            assert_eq!(call(abi, abi.socket, [2, 1, 6, 0, 0, 0]), Verdict::Allow);
+        }
+    }
+
+    #[test]
     fn x32_syscalls_fail_with_enosys_on_x86_64() {
         let x32 = |nr: i32| nr | X32_SYSCALL_BIT as i32;
         assert_eq!(call(&X86_64, x32(X86_64.read), [0; 6]), ENOSYS);

@@ -236,14 +236,18 @@ const REFUSED_FAMILIES: &[(&str, u64, u64, u64)] = &[
     ("xdp", 44, 3, 0),                   // AF_XDP, SOCK_RAW
     ("unspec", 0, 1, 0),                 // AF_UNSPEC
     ("vsock_high", 0x1_0000_0028, 1, 0), // AF_VSOCK with high bits: the kernel reads an int
+    ("netlink_uevent", 16, 2, 15),       // AF_NETLINK, SOCK_DGRAM, NETLINK_KOBJECT_UEVENT
+    ("netlink_audit", 16, 3, 9),         // AF_NETLINK, SOCK_RAW, NETLINK_AUDIT
 ];
 
 /// `(name, domain, type, protocol)`: socket families tools need, which stay allowed.
 const ALLOWED_FAMILIES: &[(&str, u64, u64, u64)] = &[
-    ("unix", 1, 1, 0),     // AF_UNIX, SOCK_STREAM
-    ("inet", 2, 1, 0),     // AF_INET, SOCK_STREAM
-    ("inet6", 10, 2, 0),   // AF_INET6, SOCK_DGRAM
-    ("netlink", 16, 3, 0), // AF_NETLINK, SOCK_RAW, NETLINK_ROUTE
+    ("unix", 1, 1, 0),              // AF_UNIX, SOCK_STREAM
+    ("inet", 2, 1, 0),              // AF_INET, SOCK_STREAM
+    ("inet6", 10, 2, 0),            // AF_INET6, SOCK_DGRAM
+    ("netlink", 16, 3, 0),          // AF_NETLINK, SOCK_RAW, NETLINK_ROUTE
+    ("netlink_diag", 16, 3, 4),     // AF_NETLINK, SOCK_RAW, NETLINK_SOCK_DIAG
+    ("netlink_generic", 16, 3, 16), // AF_NETLINK, SOCK_RAW, NETLINK_GENERIC
 ];
 
 fn socket_probes() -> String {
@@ -288,6 +292,7 @@ fn without_the_filter_root_can_open_a_packet_socket() {
     );
     let results = run_python(&socket_probes(), false);
     assert_result(&results, "socket_packet", "OK");
+    assert_result(&results, "socket_netlink_uevent", "OK");
 }
 
 #[test]

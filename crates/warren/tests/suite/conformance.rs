@@ -983,9 +983,9 @@ async fn the_network_is_loopback_only(host: Host) {
 }
 
 /// vsock is not confined by network namespaces and reaches the hypervisor on a VM; packet,
-/// key, Bluetooth, crypto and the rarer families are kernel surface no agent needs. The
-/// seccomp policy answers EAFNOSUPPORT (policy/README.md, "address families"), while the
-/// families tools use keep working.
+/// key, Bluetooth, crypto, the rarer families and netlink's device events are kernel
+/// surface no agent needs. The seccomp policy answers EAFNOSUPPORT (policy/README.md,
+/// "address families"), while the families tools use keep working.
 async fn socket_families_a_sandbox_does_not_need_are_refused(host: Host) {
     let server = host.start();
     let id = server.sandbox("alice", "t", "projects/a").await;
@@ -1007,6 +1007,7 @@ attempt("unix_pair", lambda: socket.socketpair()[0])
 attempt("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
 attempt("inet6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
 attempt("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+attempt("netlink_uevent", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 15))
 "#;
     let result = server
         .exec_with(&id, json!({"argv": ["python3", "-c", script]}))
@@ -1015,7 +1016,16 @@ attempt("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
         .lines()
         .filter_map(|line| line.split_once(' '))
         .collect();
-    for refused in ["vsock", "vsock_dgram", "packet", "alg", "tipc_pair"] {
+    // NETLINK_KOBJECT_UEVENT: as root a runtime's network namespace belongs to the initial
+    // user namespace, whose every namespace receives the host's device events.
+    for refused in [
+        "vsock",
+        "vsock_dgram",
+        "packet",
+        "alg",
+        "tipc_pair",
+        "netlink_uevent",
+    ] {
         let answer = answers.get(refused).copied();
         assert!(
             matches!(answer, Some("EAFNOSUPPORT" | "EPERM")),
