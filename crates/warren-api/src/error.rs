@@ -237,6 +237,9 @@ fn backend_error(error: &BackendError) -> ApiError {
         BackendError::Discover { .. } => {
             ApiError::internal("the backend's runtimes could not be listed", error)
         }
+        BackendError::Kill { .. } => {
+            ApiError::internal("the runtime's processes could not be killed", error)
+        }
         BackendError::Destroy { .. } => {
             ApiError::internal("the runtime could not be destroyed", error)
         }

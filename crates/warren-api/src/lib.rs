@@ -115,6 +115,7 @@ pub fn app(state: ApiState) -> Router {
         )
         .route("/sandboxes/{id}/terminate", post(sandboxes::terminate))
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
+        .route("/sandboxes/{id}/kill", post(sandboxes::kill))
         // MCP over streamable HTTP (POST messages, GET streams, DELETE sessions), behind
         // the same Bearer check as everything else under /v1.
         .route_service(

@@ -23,6 +23,7 @@ use utoipa::{Modify, OpenApi};
         crate::sandboxes::delete,
         crate::sandboxes::terminate,
         crate::sandboxes::exec,
+        crate::sandboxes::kill,
         crate::viewer::create_link,
         crate::checkpoints::create,
         crate::checkpoints::list,

@@ -254,6 +254,33 @@ pub(crate) async fn terminate(
     )))
 }
 
+/// Kills every process of the sandbox but its runtime's own (init, or a container's
+/// agent): running commands, which end by SIGKILL, and whatever they left running in the
+/// background, such as a fork bomb holding the process limit. The sandbox, its runtime and
+/// its files stay; the next exec runs in the same runtime. No body is read.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/kill", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses(
+        (status = 200, body = warren_protocol::KilledProcesses, description = "Every process but the runtime's own is gone; `killed` says how many there were"),
+        (status = 400, body = warren_protocol::ErrorBody, description = "invalid_sandbox_id"),
+        (status = 401, body = warren_protocol::ErrorBody, description = "unauthorized: no Bearer token, or not this server's"),
+        (status = 404, body = warren_protocol::ErrorBody, description = "sandbox_not_found"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_terminating, sandbox_terminated: its runtime is being or has been destroyed"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn kill(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<Json<warren_protocol::KilledProcesses>, ApiError> {
+    let killed = state.provisioner.kill_processes(&id).await?;
+    Ok(Json(warren_protocol::KilledProcesses {
+        sandbox_id: id.to_string(),
+        killed,
+    }))
+}
+
 /// Runs a command in the sandbox's runtime, starting it on first use (I12), and records
 /// the run (I22). With `Accept: application/x-ndjson` or `text/event-stream` the answer
 /// streams [`warren_protocol::ExecEvent`]s as output arrives; a client that disconnects

@@ -19,7 +19,7 @@ pub use memory::{MemoryBackend, MemoryEvent};
 pub use set::BackendSet;
 pub use spec::{
     BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
-    OutputChunk, OutputSink, OutputStream, ResourceUsage, RuntimeSpec,
+    OutputChunk, OutputSink, OutputStream, ProcessPressure, ResourceUsage, RuntimeSpec,
 };
 use warren_core::SandboxId;
 
@@ -69,6 +69,15 @@ pub enum BackendError {
     /// Listing the backend's runtimes failed.
     #[error("could not list the backend's runtimes")]
     Discover {
+        /// What failed underneath.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Killing the runtime's processes failed; some may still run.
+    #[error("could not kill the processes of sandbox {sandbox}")]
+    Kill {
+        /// The sandbox.
+        sandbox: SandboxId,
         /// What failed underneath.
         #[source]
         source: std::io::Error,
@@ -123,6 +132,24 @@ pub trait Backend: Send + Sync + 'static {
     /// `None` when the backend cannot tell (or no runtime runs). Running processes count as
     /// activity: an idle reaper must not end a runtime that still works.
     async fn processes(&self, _sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        Ok(None)
+    }
+
+    /// Kills every process of the sandbox's runtime but the runtime's own machinery (its
+    /// init, or a container's agent): running commands (their callers get the signal as
+    /// their result) and whatever was left running in the background, such as a fork bomb
+    /// holding the process limit. The runtime and its files stay. Returns how many
+    /// processes were killed, or `None` when no runtime runs.
+    async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError>;
+
+    /// How close the sandbox's runtime is to its process limit: tasks (processes and
+    /// threads) charged now against the limit, or `None` when the backend cannot tell (or
+    /// no runtime runs). A runtime pinned at its limit can start nothing, so the reaper may
+    /// treat it as stuck rather than busy.
+    async fn process_pressure(
+        &self,
+        _sandbox: &SandboxId,
+    ) -> Result<Option<ProcessPressure>, BackendError> {
         Ok(None)
     }
 

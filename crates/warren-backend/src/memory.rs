@@ -106,6 +106,11 @@ impl Backend for MemoryBackend {
         Err(BackendError::ExecUnsupported { backend: "memory" })
     }
 
+    /// Runs nothing, so kills nothing (I20).
+    async fn kill_processes(&self, _sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        Ok(None)
+    }
+
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
         let mut state = self.lock();
         state.runtimes.remove(sandbox);

@@ -12,7 +12,7 @@ use warren_core::SandboxId;
 
 use crate::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec,
 };
 
 /// Routes each sandbox to the backend that hosts it.
@@ -121,6 +121,23 @@ impl Backend for BackendSet {
     async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         match self.host_of(sandbox) {
             Some(backend) => backend.processes(sandbox).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        match self.host_of(sandbox) {
+            Some(backend) => backend.kill_processes(sandbox).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn process_pressure(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<ProcessPressure>, BackendError> {
+        match self.host_of(sandbox) {
+            Some(backend) => backend.process_pressure(sandbox).await,
             None => Ok(None),
         }
     }

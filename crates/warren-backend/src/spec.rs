@@ -81,6 +81,22 @@ pub struct RuntimeSpec {
     pub seed: Option<PathBuf>,
 }
 
+/// Tasks a runtime holds against its process limit ([`crate::Backend::process_pressure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessPressure {
+    /// Tasks (processes and threads) charged now, the runtime's own machinery included.
+    pub current: u64,
+    /// The limit, or `None` when the runtime has none.
+    pub max: Option<u64>,
+}
+
+impl ProcessPressure {
+    /// Whether the runtime has no room for one more task.
+    pub fn at_limit(&self) -> bool {
+        self.max.is_some_and(|max| self.current >= max)
+    }
+}
+
 /// The host directories holding a running runtime's ephemeral state (I30), for a
 /// snapshot: both are read by descriptor, never through a path the runtime controls.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -171,6 +171,15 @@ impl WarrenClient {
             .await
     }
 
+    /// `POST /v1/sandboxes/{id}/kill`: every process of the sandbox but its runtime's own.
+    pub async fn kill_processes(
+        &self,
+        id: &str,
+    ) -> Result<warren_protocol::KilledProcesses, ClientError> {
+        self.json(self.request(Method::POST, &format!("/v1/sandboxes/{}/kill", encode(id))))
+            .await
+    }
+
     /// `POST /v1/sandboxes/{id}/checkpoints`.
     pub async fn create_checkpoint(&self, id: &str) -> Result<CheckpointCreated, ClientError> {
         self.json(self.request(

@@ -47,7 +47,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec,
 };
 use warren_core::SandboxId;
 use warren_isolation::client::{self, RunError};
@@ -728,6 +728,59 @@ impl Backend for DockerBackend {
             .ok()
             .flatten();
         Ok(answer.map(|(_, _, processes)| processes))
+    }
+
+    /// Every process of the container but the agent (PID 1), stopped then killed by the
+    /// agent through the container's /proc (there is no cgroup of warren's in a container).
+    async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        if self.find(sandbox).await.is_none() {
+            return Ok(None);
+        }
+        let dir = self.socket_dir(sandbox);
+        let killed = tokio::task::spawn_blocking(move || client::kill_all(&dir))
+            .await
+            .map_err(|e| BackendError::Kill {
+                sandbox: sandbox.clone(),
+                source: std::io::Error::other(e),
+            })?;
+        match killed {
+            Ok(processes) => Ok(Some(processes)),
+            Err(RunError::Gone(_)) => {
+                self.lock().remove(sandbox);
+                Ok(None)
+            }
+            Err(RunError::Io(source)) => Err(BackendError::Kill {
+                sandbox: sandbox.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// The container's `pids_stats` from the engine (one sample, no streaming).
+    async fn process_pressure(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<ProcessPressure>, BackendError> {
+        use futures::StreamExt;
+        if !self.lock().contains_key(sandbox) {
+            return Ok(None);
+        }
+        let options = bollard::query_parameters::StatsOptionsBuilder::new()
+            .stream(false)
+            .one_shot(true)
+            .build();
+        let name = self.container_name(sandbox);
+        let mut stats = self.docker.stats(&name, Some(options));
+        let Some(Ok(sample)) = stats.next().await else {
+            return Ok(None);
+        };
+        Ok(sample.pids_stats.and_then(|pids| {
+            Some(ProcessPressure {
+                current: pids.current?,
+                // The engine reports "no limit" as 0.
+                max: pids.limit.filter(|&limit| limit > 0),
+            })
+        }))
     }
 
     /// The container's `/home/gem` through the agent's descriptor of it (the root is the

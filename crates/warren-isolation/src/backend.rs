@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec,
 };
 use warren_core::{NetworkPolicy, SandboxId};
 
@@ -221,24 +221,29 @@ impl LocalBackend {
         };
         let input =
             serde_json::to_vec(&config).map_err(|e| create_error(std::io::Error::other(e)))?;
-        let mut child = self.launchers.take().map_err(create_error)?;
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        if stdin.write_all(&input).await.is_err() {
-            // A waiting launcher that died meanwhile: start a fresh one.
-            child = spawn_launcher(&self.config.init_program).map_err(create_error)?;
-            stdin = child.stdin.take().expect("stdin is piped");
-            stdin.write_all(&input).await.map_err(create_error)?;
+        let mut launcher = self.launchers.take().map_err(create_error)?;
+        if launcher.stdin.write_all(&input).await.is_err() {
+            // A waiting launcher that died meanwhile (its task reaped it): start a fresh one.
+            launcher = spawn_launcher(&self.config.init_program).map_err(create_error)?;
+            launcher
+                .stdin
+                .write_all(&input)
+                .await
+                .map_err(create_error)?;
         }
+        let Launcher {
+            stdin,
+            mut stdout,
+            exited,
+        } = launcher;
         drop(stdin);
         let mut answer = String::new();
-        child
-            .stdout
-            .take()
-            .expect("stdout is piped")
+        stdout
             .read_to_string(&mut answer)
             .await
             .map_err(create_error)?;
-        let _ = child.wait().await;
+        // The launcher exits right after its answer; its task has reaped it (or does now).
+        let _ = exited.await;
         #[derive(Deserialize)]
         struct Answer {
             pid: Option<i32>,
@@ -314,9 +319,21 @@ impl LocalBackend {
     }
 }
 
+/// A started `warren __runtime-init`, blocked reading its configuration on stdin.
+///
+/// The process itself belongs to a task that waits for it, so it is reaped the moment it
+/// exits, whether it launched a runtime, failed, or was retired (its stdin closed) while
+/// it waited: a launcher never lingers as a zombie child of the server.
+struct Launcher {
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    /// Resolves once the launcher exited and was reaped.
+    exited: tokio::task::JoinHandle<()>,
+}
+
 /// Starts `warren __runtime-init`, which then waits for its configuration on stdin.
-fn spawn_launcher(program: &Path) -> std::io::Result<tokio::process::Child> {
-    tokio::process::Command::new(program)
+fn spawn_launcher(program: &Path) -> std::io::Result<Launcher> {
+    let mut child = tokio::process::Command::new(program)
         // argv[0] is what /proc shows; never the host path of warren's executable (I1).
         .arg0("warren-runtime-init")
         .arg(RUNTIME_INIT_ARG)
@@ -325,17 +342,31 @@ fn spawn_launcher(program: &Path) -> std::io::Result<tokio::process::Child> {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
-        .spawn()
+        .spawn()?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(std::io::Error::other("the launcher's stdio is not piped"));
+    };
+    let exited = tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(Launcher {
+        stdin,
+        stdout,
+        exited,
+    })
 }
 
 /// A few launchers started ahead of need, each blocked reading its configuration.
 ///
 /// Executing warren's binary and starting its runtime costs ~3 ms, a third of creating a
 /// runtime; a waiting launcher takes that off the request's path. They hold nothing but a
-/// pipe: when warren exits their stdin closes and they exit too.
+/// pipe, and they are there only while runtimes are: the oldest is used first (none waits
+/// for ever, or outlives an upgrade of the binary by long), and when the last runtime is
+/// destroyed the waiting ones are retired (their stdin closes, they exit and are reaped),
+/// so an idle server keeps no launcher. When warren exits their stdin closes too.
 struct LauncherPool {
     program: PathBuf,
-    ready: std::sync::Arc<Mutex<Vec<tokio::process::Child>>>,
+    ready: std::sync::Arc<Mutex<std::collections::VecDeque<Launcher>>>,
 }
 
 impl LauncherPool {
@@ -344,13 +375,18 @@ impl LauncherPool {
     fn new(program: PathBuf) -> Self {
         Self {
             program,
-            ready: std::sync::Arc::new(Mutex::new(Vec::new())),
+            ready: std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new())),
         }
     }
 
-    /// A waiting launcher (or a fresh one when none waits); the pool refills behind.
-    fn take(&self) -> std::io::Result<tokio::process::Child> {
-        let taken = self.ready.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    /// The oldest waiting launcher (or a fresh one when none waits); the pool refills
+    /// behind.
+    fn take(&self) -> std::io::Result<Launcher> {
+        let taken = self
+            .ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
         let ready = self.ready.clone();
         let program = self.program.clone();
         tokio::spawn(async move {
@@ -359,7 +395,10 @@ impl LauncherPool {
                     return;
                 }
                 match spawn_launcher(&program) {
-                    Ok(child) => ready.lock().unwrap_or_else(|e| e.into_inner()).push(child),
+                    Ok(launcher) => ready
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push_back(launcher),
                     Err(error) => {
                         tracing::warn!(%error, "cannot start a runtime launcher ahead of need");
                         return;
@@ -368,9 +407,14 @@ impl LauncherPool {
             }
         });
         match taken {
-            Some(child) => Ok(child),
+            Some(launcher) => Ok(launcher),
             None => spawn_launcher(&self.program),
         }
+    }
+
+    /// Retires every waiting launcher: each sees its stdin close, exits, and is reaped.
+    fn retire_all(&self) {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -601,6 +645,58 @@ impl Backend for LocalBackend {
         Ok(answer.map(|(_, _, processes)| processes))
     }
 
+    async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        if self.find(sandbox).await.is_none() {
+            return Ok(None);
+        }
+        let dir = self.runtime_dir(sandbox);
+        let killed = tokio::task::spawn_blocking(move || crate::client::kill_all(&dir))
+            .await
+            .map_err(|e| BackendError::Kill {
+                sandbox: sandbox.clone(),
+                source: std::io::Error::other(e),
+            })?;
+        match killed {
+            Ok(processes) => Ok(Some(processes)),
+            // Init died meanwhile: nothing of the runtime runs any more.
+            Err(RunError::Gone(_)) => {
+                self.lock().remove(sandbox);
+                Ok(None)
+            }
+            Err(RunError::Io(source)) => Err(BackendError::Kill {
+                sandbox: sandbox.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// `pids.current` against `pids.max` of the sandbox's cgroup (init and every command).
+    async fn process_pressure(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<ProcessPressure>, BackendError> {
+        if !self.cgroups_enabled || !self.lock().contains_key(sandbox) {
+            return Ok(None);
+        }
+        let cgroups = self.cgroups.clone();
+        let name = self.cgroup_name(sandbox);
+        let stats = tokio::task::spawn_blocking(move || {
+            SandboxCgroup::open(&cgroups, &name)
+                .ok()
+                .flatten()
+                .map(|cgroup| cgroup.stats())
+        })
+        .await
+        .ok()
+        .flatten();
+        Ok(stats.and_then(|stats| {
+            Some(ProcessPressure {
+                current: stats.pids_current?,
+                max: stats.pids_max,
+            })
+        }))
+    }
+
     async fn ephemeral_roots(
         &self,
         sandbox: &SandboxId,
@@ -620,11 +716,17 @@ impl Backend for LocalBackend {
     }
 
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
-        self.teardown(sandbox)
+        let result = self
+            .teardown(sandbox)
             .await
             .map_err(|e| BackendError::Destroy {
                 sandbox: sandbox.clone(),
                 source: std::io::Error::other(e.to_string()),
-            })
+            });
+        if self.lock().is_empty() {
+            // No runtime left: launchers waiting for the next one would idle for nobody.
+            self.launchers.retire_all();
+        }
+        result
     }
 }

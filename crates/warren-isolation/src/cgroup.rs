@@ -66,6 +66,11 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Interval between checks (and, without `cgroup.kill`, between rounds of SIGKILL).
 const KILL_POLL: Duration = Duration::from_millis(10);
 
+/// How long [`kill_tree`] waits for the kernel to report a cgroup frozen before it kills
+/// anyway (freezing waits for each task to reach a safe point; a task stuck in the kernel
+/// delays it, and the kill must not wait on that).
+const FREEZE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// After writing `cgroup.kill`, how long to let the kernel work before also signalling pids
 /// one by one (which only matters for processes that are not in the v2 hierarchy).
 const CGROUP_KILL_GRACE: Duration = Duration::from_secs(1);
@@ -231,6 +236,8 @@ pub struct CgroupStats {
     pub memory_peak_bytes: Option<u64>,
     /// Tasks now (`pids.current`).
     pub pids_current: Option<u64>,
+    /// The task limit (`pids.max`); `None` when unlimited (`max`) or not reported.
+    pub pids_max: Option<u64>,
     /// CPU time consumed (v2 `cpu.stat` `usage_usec`, v1 `cpuacct.usage`).
     pub cpu_usage_usec: Option<u64>,
 }
@@ -933,14 +940,16 @@ impl SandboxCgroup {
         })
     }
 
-    /// Kills every process of the sandbox and waits until none is left.
+    /// Kills every process of the sandbox, waits until none is left, and returns how many
+    /// were killed.
     ///
-    /// With `cgroup.kill` (v2) the kernel kills the whole subtree atomically, even processes
-    /// forking meanwhile. Otherwise every listed pid gets SIGKILL, repeatedly, until the
-    /// cgroups are empty; a pid may be reused by an unrelated process between listing and
-    /// signalling, a race only `cgroup.kill` avoids. Fails with `TimedOut` after 10 s. The
-    /// calling process must not be inside the sandbox.
-    pub fn kill_all(&self) -> Result<(), CgroupError> {
+    /// Where a v2 hierarchy is mounted its cgroups are frozen first, so nothing forks while
+    /// the kill runs; then `cgroup.kill` (v2) has the kernel kill the whole subtree
+    /// atomically. Otherwise every listed pid gets SIGKILL, repeatedly, until the cgroups
+    /// are empty; unfrozen (pure v1), a pid may be reused by an unrelated process between
+    /// listing and signalling, a race only freezing or `cgroup.kill` avoids. Fails with
+    /// `TimedOut` after 10 s. The calling process must not be inside the sandbox.
+    pub fn kill_all(&self) -> Result<u64, CgroupError> {
         kill_tree(&self.targets(), self.cgroup_kill)
     }
 
@@ -1069,7 +1078,7 @@ impl ExecCgroup {
     /// Kills the command's whole process tree (setsid'd and reparented descendants
     /// included) and waits until the leaf is empty; see [`SandboxCgroup::kill_all`] for the
     /// mechanism. Does nothing on hosts without any usable hierarchy.
-    pub fn kill(&self) -> Result<(), CgroupError> {
+    pub fn kill(&self) -> Result<u64, CgroupError> {
         kill_tree(&self.targets(), self.cgroup_kill)
     }
 
@@ -1180,8 +1189,51 @@ struct Target<'a> {
     path: String,
 }
 
-/// Kills everything in `targets` and waits until they are empty.
-fn kill_tree(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<(), CgroupError> {
+/// Kills everything in `targets` and waits until they are empty; returns how many
+/// processes were killed (each counted once, however many rounds it took).
+///
+/// The v2 targets are frozen first (`cgroup.freeze`, Linux 5.2+): a frozen process cannot
+/// fork, so a fork bomb cannot refill what is being killed and a listed pid cannot exit and
+/// be reused by an unrelated process before its signal arrives (I24). Frozen processes
+/// still die of SIGKILL, from `cgroup.kill` or one by one. The targets are thawed once
+/// empty, so a failed kill never leaves processes frozen forever.
+fn kill_tree(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<u64, CgroupError> {
+    let frozen = freeze(targets);
+    let result = kill_frozen(targets, use_cgroup_kill);
+    for target in &frozen {
+        // Best effort: a target removed meanwhile has nothing left to thaw.
+        let _ = write_file(target.dir, "cgroup.freeze", b"0");
+    }
+    result
+}
+
+/// Freezes every v2 target that offers `cgroup.freeze` and waits (bounded) until the
+/// kernel reports it frozen; returns the targets it froze, to thaw.
+fn freeze<'t, 'a>(targets: &'t [Target<'a>]) -> Vec<&'t Target<'a>> {
+    let frozen: Vec<&Target<'_>> = targets
+        .iter()
+        .filter(|t| t.unified)
+        .filter(|t| write_file(t.dir, "cgroup.freeze", b"1").is_ok())
+        .collect();
+    let deadline = Instant::now() + FREEZE_TIMEOUT;
+    while Instant::now() < deadline {
+        let settled = frozen.iter().all(|t| {
+            read_file(t.dir, "cgroup.events").map_or(true, |events| {
+                stat_field(&events, "frozen") == Some(1)
+                    || stat_field(&events, "populated") == Some(0)
+            })
+        });
+        if settled {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    frozen
+}
+
+fn kill_frozen(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<u64, CgroupError> {
+    let mut seen = BTreeSet::new();
+    seen.extend(list_pids(targets)?);
     let mut killed_by_kernel = false;
     if use_cgroup_kill {
         for target in targets.iter().filter(|t| t.unified) {
@@ -1201,8 +1253,9 @@ fn kill_tree(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<(), Cgroup
     let start = Instant::now();
     loop {
         let pids = list_pids(targets)?;
+        seen.extend(pids.iter().copied());
         if pids.is_empty() {
-            return Ok(());
+            return Ok(seen.len() as u64);
         }
         let elapsed = start.elapsed();
         if elapsed >= KILL_TIMEOUT {
@@ -1387,6 +1440,8 @@ fn read_stats(
     }
     if controllers.pids {
         fill(&mut stats.pids_current, || read_u64(dir, "pids.current"));
+        // "max" (unlimited) does not parse, and stays `None`.
+        fill(&mut stats.pids_max, || read_u64(dir, "pids.max"));
     }
 }
 

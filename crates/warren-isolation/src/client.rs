@@ -136,6 +136,34 @@ pub fn ping_full(dir: &Path) -> Option<(String, i64, u64)> {
     }
 }
 
+/// Asks the runtime to kill every process but its own machinery ([`Request::KillAll`]) and
+/// waits until they are gone; returns how many were killed. Blocks: call it off the async
+/// threads.
+pub fn kill_all(dir: &Path) -> Result<u64, RunError> {
+    let stream = connect(dir).map_err(|error| match error.kind() {
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+            RunError::Gone(error)
+        }
+        _ => RunError::Io(error),
+    })?;
+    // Each cgroup kill and the /proc sweep are bounded (10 s each); a runtime that says
+    // nothing for longer than that is wedged.
+    stream.set_read_timeout(Some(KILL_ALL_TIMEOUT))?;
+    control::send_frame(stream.as_fd(), &Request::KillAll, &[])?;
+    match control::recv_frame::<Reply>(stream.as_fd())? {
+        Some((Reply::KilledAll { processes }, _)) => Ok(processes),
+        Some((other, _)) => {
+            Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
+        }
+        None => Err(RunError::Gone(std::io::Error::from(
+            std::io::ErrorKind::UnexpectedEof,
+        ))),
+    }
+}
+
+/// How long [`kill_all`] waits for the runtime's answer.
+const KILL_ALL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// `<boot id>:<start time in clock ticks>` of a live process: unique across reboots and
 /// pid reuse.
 pub fn process_birth(pid: i32) -> Option<String> {

@@ -32,6 +32,10 @@ pub enum Request {
     /// Make this connection the one init sends egress connections over
     /// ([`Reply::Connection`]), replacing any earlier one.
     Egress,
+    /// Kill every process of the runtime but its own machinery (init; in a container, the
+    /// agent): running commands and whatever they left running in the background. The
+    /// runtime keeps serving. Answered with [`Reply::KilledAll`] once they are gone.
+    KillAll,
 }
 
 /// One command.
@@ -86,6 +90,11 @@ pub enum Reply {
     },
     /// A process connected to the runtime's proxy port; its socket is attached.
     Connection,
+    /// Every process but the runtime's own is gone.
+    KilledAll {
+        /// How many processes were killed.
+        processes: u64,
+    },
     /// The request was not understood.
     Refused {
         /// Why.

@@ -545,8 +545,11 @@ fn pids_max_of_20_makes_a_fork_loop_fail() {
     open_gate(&mut command);
 
     let status = wait_with_timeout(&mut command, Duration::from_secs(60));
-    let pids = cgroup.stats().pids_current;
+    let stats = cgroup.stats();
+    let pids = stats.pids_current;
     assert!(pids.is_some_and(|n| n <= 20), "pids.current {pids:?}");
+    // What the reaper compares pids.current with (`process_pressure`).
+    assert_eq!(stats.pids_max, Some(20), "{stats:?}");
     // The sleeps that did start hold stderr open; kill them before reading it.
     cgroup.kill_all().unwrap();
     let mut stderr = String::new();
@@ -560,6 +563,45 @@ fn pids_max_of_20_makes_a_fork_loop_fail() {
         stderr.to_lowercase().contains("fork"),
         "no fork failure reported (status {status}): {stderr:?}"
     );
+}
+
+#[test]
+fn a_fork_bomb_in_an_exec_leaf_is_killed_whole_counted_and_left_thawed() {
+    let support = support();
+    let name = unique("bomb");
+    let _cleanup = Cleanup::new(&support, &[&name]);
+    let limits = Limits {
+        pids_max: Some(64),
+        ..Limits::default()
+    };
+    let (cgroup, _) = SandboxCgroup::create(&support, &name, &limits).unwrap();
+    let mut init = gated("exec sleep 100");
+    cgroup.add_init(pid_of(&init)).unwrap();
+    open_gate(&mut init);
+
+    let exec = cgroup.exec_leaf(1).unwrap();
+    let mut bomb = gated("bomb() { bomb | bomb & }; bomb; exec sleep 100");
+    exec.add_pid(pid_of(&bomb)).unwrap();
+    open_gate(&mut bomb);
+    let leaf = leaf_dir(&support, &name, "exec-1");
+    wait_until("the bomb fills the leaf", Duration::from_secs(10), || {
+        pids_in(&leaf).len() >= 30
+    });
+
+    let killed = exec.kill().unwrap();
+    assert!(killed >= 30, "only {killed} processes counted");
+    assert!(pids_in(&leaf).is_empty());
+    // Nothing forked back in after the kill returned.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(pids_in(&leaf).is_empty());
+    if support.unified_mount().is_some() {
+        // Frozen for the kill, thawed after: a leaf is never left frozen.
+        assert_eq!(read(&leaf.join("cgroup.freeze")), "0");
+    }
+    assert!(!is_dead(pid_of(&init)), "the init survives");
+    let _ = bomb.wait();
+    cgroup.kill_all().unwrap();
+    let _ = init.wait();
 }
 
 #[test]

@@ -324,6 +324,15 @@ pub struct TerminateSandbox {
     pub grace_s: Option<u64>,
 }
 
+/// Answer of `POST /v1/sandboxes/{id}/kill`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KilledProcesses {
+    /// The sandbox whose processes were killed; it keeps running.
+    pub sandbox_id: String,
+    /// How many processes were killed (0 when its runtime was not running).
+    pub killed: u64,
+}
+
 /// `POST /v1/sandboxes/{id}/leases/{lease_id}/renew`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -18,6 +18,7 @@ mod error;
 mod exec;
 mod files;
 mod init;
+mod kill;
 mod lifecycle;
 mod metrics;
 mod recovery;

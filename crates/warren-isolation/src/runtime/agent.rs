@@ -14,7 +14,8 @@
 //! Without cgroups of its own, a command's tree is held by a *supervisor*: a process that
 //! is the command's subreaper, so nothing the command starts (a `setsid`, a double fork)
 //! can leave its subtree while it runs. Told to kill (its pipe closes), the supervisor
-//! kills every descendant until none is left, then ends the way the command ended.
+//! stops, then kills, every descendant, round after round until none is left (`sweep`),
+//! then ends by SIGKILL.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -179,44 +180,16 @@ pub(crate) fn supervise(
     }
 }
 
-/// SIGKILL to every descendant of this process, found through the pid namespace's /proc
-/// (the container's: small). A child forked during the sweep is a descendant of a process
-/// being killed; as subreaper this process inherits it, and the next sweep finds it.
+/// Stops, then kills, every descendant of this process, found through the pid namespace's
+/// /proc (the container's: small), until none is left (see `sweep`). A child forked during
+/// a round is a descendant of a process being killed; as subreaper this process inherits
+/// it, and the next round finds it.
 fn kill_subtree() {
     let me = rustix::process::getpid().as_raw_nonzero().get();
-    let mut parents = std::collections::HashMap::<i32, Vec<i32>>::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // Field 4 (ppid); the command name (field 2) may hold spaces, so count from ')'.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<i32>().ok());
-            if let Some(ppid) = ppid {
-                parents.entry(ppid).or_default().push(pid);
-            }
-        }
-    }
-    let mut queue = vec![me];
-    while let Some(parent) = queue.pop() {
-        for &child in parents.get(&parent).map(Vec::as_slice).unwrap_or_default() {
-            if let Some(pid) = rustix::process::Pid::from_raw(child) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            queue.push(child);
-        }
-    }
-    while let Ok(Some(_)) = sys::wait4_nohang(-1) {}
+    crate::runtime::sweep::stop_and_kill(
+        |processes| crate::runtime::sweep::descendants(processes, me),
+        || while let Ok(Some(_)) = sys::wait4_nohang(-1) {},
+    );
 }
 
 /// Whether this process has no child left at all. (`wait`, the `-1` of `waitpid`: the

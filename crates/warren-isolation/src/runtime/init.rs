@@ -452,6 +452,11 @@ impl Init {
             Request::Egress => {
                 self.egress = Some(connection);
             }
+            Request::KillAll => {
+                let processes = self.kill_all_commands();
+                let _ =
+                    control::send_frame(connection.as_fd(), &Reply::KilledAll { processes }, &[]);
+            }
             Request::Kill => {
                 let _ = control::send_frame(
                     connection.as_fd(),
@@ -631,6 +636,41 @@ impl Init {
                 );
             }
         }
+    }
+
+    /// Kills every process of the runtime but init: each running command's tree and every
+    /// leaf where background processes linger (frozen, then killed: `cgroup`), then
+    /// whatever no cgroup holds (no cgroups, or in a container: stopped, then killed,
+    /// found through /proc). Reaps before answering, so each running command's caller gets
+    /// its `Exited` and the pids are free for the next command. Returns how many
+    /// processes were killed.
+    fn kill_all_commands(&mut self) -> u64 {
+        let mut killed = 0;
+        for exec in self.running.values_mut() {
+            exec.killed = true;
+            if let Some(cgroup) = &exec.cgroup {
+                killed += cgroup.kill().unwrap_or(0);
+            }
+        }
+        for (cgroup, reusable) in &mut self.lingering {
+            *reusable = false;
+            killed += cgroup.kill().unwrap_or(0);
+        }
+        let me = rustix::process::getpid().as_raw_nonzero().get();
+        killed += crate::runtime::sweep::stop_and_kill(
+            |processes| {
+                processes
+                    .iter()
+                    .filter(|p| !p.zombie && p.pid != me && p.pid != 1)
+                    .map(|p| p.pid)
+                    .collect()
+            },
+            // Reaping waits until the sweep is done: `reap` reports each command's
+            // `Exited` and recycles cgroups, and zombies are never picked meanwhile.
+            || {},
+        );
+        self.reap();
+        killed
     }
 
     fn reap(&mut self) {

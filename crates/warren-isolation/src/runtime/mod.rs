@@ -15,6 +15,7 @@ pub(crate) mod child;
 pub(crate) mod confine;
 pub(crate) mod init;
 pub(crate) mod rootfs;
+pub(crate) mod sweep;
 
 use std::io;
 

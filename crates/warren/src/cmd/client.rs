@@ -105,6 +105,12 @@ enum SandboxCommand {
         /// Sandbox id.
         id: String,
     },
+    /// Kill every process in a sandbox (a runaway or fork bomb left in the background)
+    /// without ending it: its runtime and files stay, and the next exec runs there.
+    Kill {
+        /// Sandbox id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -362,6 +368,10 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             .remove_sandbox(&id)
             .await
             .map(|info| serde_json::to_value(info).unwrap_or_default()),
+        SandboxCommand::Kill { id } => client
+            .kill_processes(&id)
+            .await
+            .map(|killed| serde_json::to_value(killed).unwrap_or_default()),
     };
     match result {
         Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),

@@ -206,6 +206,7 @@ conformance_suite!(
     the_network_is_loopback_only,
     socket_families_a_sandbox_does_not_need_are_refused,
     a_fork_bomb_is_bounded_and_everything_survives,
+    a_background_fork_bomb_is_killed_on_request_and_the_sandbox_works_again,
     a_memory_bomb_is_killed_and_the_runtime_survives,
     filling_ephemeral_disk_is_bounded,
     exhausting_file_descriptors_is_bounded,
@@ -1052,15 +1053,16 @@ async fn a_fork_bomb_is_bounded_and_everything_survives(host: Host) {
     let bomb = server
         .exec_with(
             &id,
-            // `exec`: the command itself never needs a fork the bomb may already have
-            // taken, so it is still running when the timeout kills its whole tree.
-            json!({"command": "bomb() { bomb | bomb & }; bomb; exec sleep 5", "timeout_s": 4}),
+            // The command forks once, into the subshell that starts the bomb, before any
+            // bomb process exists, then `exec`s: it never needs a fork the bomb may have
+            // taken. (`bomb; exec sleep 5` forked twice from the command itself; when the
+            // second fork lost the race to the bomb, sh exited 2 at once and the bomb
+            // outlived its command: the "survivors" the next check counted.)
+            json!({"command": "(bomb() { bomb | bomb & }; bomb); exec sleep 5", "timeout_s": 4}),
         )
         .await;
-    assert!(
-        bomb["timed_out"] == true || bomb["exit_code"] != 0,
-        "{bomb}"
-    );
+    // Only the timeout may end it: anything else means the bomb outlived its command.
+    assert_eq!(bomb["timed_out"], true, "{}: {bomb}", host.name());
     let after = server.exec(&id, "echo alive; ps -e | wc -l").await;
     assert!(
         out(&after).starts_with("alive"),
@@ -1071,6 +1073,57 @@ async fn a_fork_bomb_is_bounded_and_everything_survives(host: Host) {
     assert!(
         count < 20,
         "the bomb's processes survived the timeout: {count}"
+    );
+}
+
+async fn a_background_fork_bomb_is_killed_on_request_and_the_sandbox_works_again(host: Host) {
+    let server = host.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server
+        .exec(&id, "echo kept > kept.txt; echo before > /tmp/marker")
+        .await;
+    // Twenty sleepers that cannot die out on their own, then a bomb; the command itself
+    // ends at once and successfully, leaving them all behind (I6).
+    let started = server
+        .exec(
+            &id,
+            "for i in $(seq 20); do sleep 1000 & done; (bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 & exit 0",
+        )
+        .await;
+    assert_eq!(started["exit_code"], 0, "{}: {started}", host.name());
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let (status, killed) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/kill")))
+        .await;
+    assert_eq!(status, 200, "{}: {killed}", host.name());
+    assert_eq!(killed["sandbox_id"], id.as_str());
+    assert!(
+        killed["killed"].as_u64().is_some_and(|n| n >= 20),
+        "{}: every sleeper and bomb process is counted: {killed}",
+        host.name()
+    );
+    let after = server.exec(&id, "echo alive; ps -e | wc -l").await;
+    assert!(out(&after).starts_with("alive"), "{}: {after}", host.name());
+    let count: usize = out(&after).lines().nth(1).unwrap().trim().parse().unwrap();
+    assert!(
+        count < 10,
+        "{}: processes survived the kill: {count}",
+        host.name()
+    );
+    assert_eq!(
+        server.exec(&id, "cat /tmp/marker kept.txt").await["stdout"],
+        "before\nkept\n",
+        "{}: the same runtime serves, its files intact",
+        host.name()
+    );
+    // Nothing to kill is no error.
+    let (status, again) = server
+        .send_json(server.request(Method::POST, &format!("/v1/sandboxes/{id}/kill")))
+        .await;
+    assert_eq!(
+        (status, again["killed"].as_u64()),
+        (200, Some(0)),
+        "{again}"
     );
 }
 

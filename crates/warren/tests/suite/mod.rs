@@ -13,6 +13,7 @@ mod etag;
 mod files;
 mod image;
 mod init;
+mod kill;
 mod lifecycle;
 mod mcp;
 mod metrics;

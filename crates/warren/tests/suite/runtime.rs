@@ -102,3 +102,56 @@ async fn a_stale_runtime_record_never_kills_the_process_that_now_has_its_pid() {
     victim.kill().unwrap();
     victim.wait().unwrap();
 }
+
+/// The children of every thread of `pid`: (pid, state, argv[0]).
+fn children_of(pid: u32) -> Vec<(String, String, String)> {
+    let mut children = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        for child in list.split_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .unwrap_or("?")
+                .to_owned();
+            let argv0 = std::fs::read(format!("/proc/{child}/cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(c.split(|&b| b == 0).next().unwrap_or_default())
+                        .into_owned()
+                })
+                .unwrap_or_default();
+            children.push((child.to_owned(), state, argv0));
+        }
+    }
+    children
+}
+
+#[tokio::test]
+async fn a_terminated_runtime_leaves_the_server_no_launcher_and_no_zombie() {
+    let server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    assert_eq!(server.exec(&id, "true").await["exit_code"], 0);
+    server.terminate(&id).await;
+    let leftovers = || {
+        children_of(server.pid())
+            .into_iter()
+            .filter(|(_, state, argv0)| state == "Z" || argv0 == "warren-runtime-init")
+            .collect::<Vec<_>>()
+    };
+    // Retired launchers exit as soon as their stdin closes; give them a moment to.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !leftovers().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        leftovers(),
+        Vec::<(String, String, String)>::new(),
+        "children of the server (pid, state, argv[0]) after its only runtime was terminated"
+    );
+}

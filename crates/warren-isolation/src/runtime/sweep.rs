@@ -1,0 +1,140 @@
+//! Killing processes found through the runtime's own `/proc`, where no cgroup holds them:
+//! a Docker container (the agent and its command supervisors have no cgroup of their own)
+//! and an unprivileged runtime (no cgroups at all).
+//!
+//! A process found in one listing and killed in the next step may have forked meanwhile;
+//! its child is not in the listing. So every round first stops (SIGSTOP) each process it
+//! found, which keeps a stopped process from forking again, then kills them (SIGKILL
+//! works on stopped processes), and rounds repeat until a listing finds nobody: a fork
+//! bomb can only add what it forked between one listing and its SIGSTOP (I24).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+
+/// How long a sweep keeps going before it gives up on processes that will not die.
+const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One process of the pid namespace, from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Process {
+    pub pid: i32,
+    pub ppid: i32,
+    /// Exited but not yet reaped: nothing left to signal, only to reap.
+    pub zombie: bool,
+}
+
+/// Every process of the caller's pid namespace, from its `/proc`.
+pub(crate) fn processes() -> Vec<Process> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields 3 (state) and 4 (ppid); the command name (field 2) may hold spaces
+            // and parentheses, so count from the last ')'.
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = fields.next()?;
+            let ppid = fields.next()?.parse().ok()?;
+            Some(Process {
+                pid,
+                ppid,
+                zombie: state == "Z" || state == "X",
+            })
+        })
+        .collect()
+}
+
+/// The live descendants of `ancestor` among `processes`.
+pub(crate) fn descendants(processes: &[Process], ancestor: i32) -> Vec<i32> {
+    let mut children = HashMap::<i32, Vec<i32>>::new();
+    for process in processes {
+        children.entry(process.ppid).or_default().push(process.pid);
+    }
+    let zombies: BTreeSet<i32> = processes
+        .iter()
+        .filter(|p| p.zombie)
+        .map(|p| p.pid)
+        .collect();
+    let mut found = Vec::new();
+    let mut queue = vec![ancestor];
+    while let Some(parent) = queue.pop() {
+        for &child in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
+            if !zombies.contains(&child) {
+                found.push(child);
+            }
+            queue.push(child);
+        }
+    }
+    found
+}
+
+/// Stops, then kills, every process `select` picks from each listing, round after round,
+/// calling `reap` after each round (the caller's children must be waited for by the
+/// caller, who may have to report them), until a listing picks nobody or the sweep has
+/// run for 10 s. Returns how many distinct processes it killed.
+pub(crate) fn stop_and_kill(
+    mut select: impl FnMut(&[Process]) -> Vec<i32>,
+    mut reap: impl FnMut(),
+) -> u64 {
+    let started = Instant::now();
+    let mut killed = BTreeSet::new();
+    loop {
+        let picked = select(&processes());
+        if picked.is_empty() || started.elapsed() > SWEEP_TIMEOUT {
+            return killed.len() as u64;
+        }
+        let pids: Vec<Pid> = picked.iter().copied().filter_map(Pid::from_raw).collect();
+        // ESRCH only means it is gone already.
+        for &pid in &pids {
+            let _ = rustix::process::kill_process(pid, Signal::STOP);
+        }
+        for &pid in &pids {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+        killed.extend(picked);
+        reap();
+        // Killed processes may still be settling before they can be reaped.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(pid: i32, ppid: i32, zombie: bool) -> Process {
+        Process { pid, ppid, zombie }
+    }
+
+    #[test]
+    fn descendants_follow_every_generation_and_skip_zombies() {
+        let table = [
+            process(1, 0, false),
+            process(10, 1, false),
+            process(11, 10, false),
+            process(12, 11, true),
+            process(13, 12, false),
+            process(20, 1, false),
+        ];
+        let mut found = descendants(&table, 10);
+        found.sort_unstable();
+        assert_eq!(found, vec![11, 13]);
+    }
+
+    #[test]
+    fn this_process_appears_in_its_own_listing() {
+        let me = std::process::id() as i32;
+        let listed = processes();
+        let mine = listed.iter().find(|p| p.pid == me).expect("listed");
+        assert_eq!(
+            mine.ppid,
+            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
+        );
+        assert!(!mine.zombie);
+    }
+}

@@ -1,0 +1,32 @@
+//! Killing a sandbox's processes without ending the sandbox: the way out of a fork bomb,
+//! or any background process, that outlived its command and holds the process limit
+//! (I23, I24).
+
+use warren_core::SandboxId;
+
+use crate::exec::refuse_fenced;
+use crate::{Provisioner, ProvisionerError};
+
+impl Provisioner {
+    /// Kills every process of the sandbox's runtime but the runtime's own machinery (its
+    /// init, or a container's agent) and returns how many were killed. The runtime, its
+    /// files and the sandbox stay: the next exec runs in the same runtime. Commands
+    /// running meanwhile end by SIGKILL, which their callers get as their result. A
+    /// sandbox whose runtime is not running has nothing to kill (0).
+    ///
+    /// Refused with 409 `sandbox_terminated` behind the cleanup fence (I24): a runtime
+    /// being destroyed is killed by its destroy.
+    pub async fn kill_processes(&self, id: &SandboxId) -> Result<u64, ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        refuse_fenced(&record)?;
+        // A runtime being started or destroyed right now is never half killed.
+        let lock = self.lifecycle_lock(id);
+        let _held = lock.lock().await;
+        let killed = self
+            .backend
+            .kill_processes(id)
+            .await
+            .map_err(ProvisionerError::Backend)?;
+        Ok(killed.unwrap_or(0))
+    }
+}
