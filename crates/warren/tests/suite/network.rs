@@ -204,17 +204,36 @@ pub(crate) async fn an_allowlist_lets_through_exactly_the_listed_destinations(ho
     let allowed = TestHost::start("allowed-host").await;
     let other = TestHost::start("other-host").await;
     let server = host.start();
+    // A service on an address of the host itself, listed explicitly: the one way to it.
+    let on_host = tokio::net::TcpListener::bind((allowed.local_address.as_str(), 0))
+        .await
+        .unwrap();
+    let on_host_url = format!("http://{}/", on_host.local_addr().unwrap());
+    let on_host_server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut connection, _)) = on_host.accept().await {
+            let mut head = [0u8; 4096];
+            let _ = connection.read(&mut head).await;
+            let _ = connection
+                .write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 12\r\n\r\nhost-service")
+                .await;
+        }
+    });
     let id = sandbox_with(
         &server,
         "t",
-        json!({"mode": "allowlist", "allow": [allowed.address]}),
+        json!({"mode": "allowlist", "allow": [allowed.address, allowed.local_address]}),
     )
     .await;
     let result = server.exec(&id, &fetch(&allowed.url())).await;
     assert_eq!(out(&result).trim(), "allowed-host", "{result}");
+    let listed_host = server.exec(&id, &fetch(&on_host_url)).await;
+    assert_eq!(out(&listed_host).trim(), "host-service", "{listed_host}");
+    on_host_server.abort();
     let refused = server.exec(&id, &fetch(&other.url())).await;
     assert!(out(&refused).starts_with("HTTP 403"), "{refused}");
     assert!(out(&refused).contains("not allowed by this sandbox's network policy"));
+    assert_eq!(other.accepts(), 0, "the unlisted host saw a connection");
     // CONNECT tunnels (HTTPS and any TCP) obey the same list.
     let tunnel = format!(
         "python3 -c \"import socket\ns=socket.create_connection(('127.0.0.1', 3128))\ns.sendall(b'CONNECT {a}:{p} HTTP/1.1\\r\\nHost: {a}\\r\\n\\r\\n')\nprint(s.recv(100).split(b'\\r\\n')[0].decode())\ns.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\nimport time; time.sleep(0.5); print(s.recv(1000).decode().split('\\r\\n\\r\\n')[-1])\"",
