@@ -169,6 +169,13 @@ impl From<ProvisionerError> for ApiError {
             }
             P::ReadOnlyPath { .. } => Self::new(StatusCode::FORBIDDEN, "read_only", message),
             P::InvalidCwd { .. } => Self::bad_request("invalid_cwd", message),
+            // The uid's own volume is full (I23); other uids and the server are unaffected.
+            P::QuotaExceeded { .. } => {
+                Self::new(StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded", message)
+            }
+            P::Volume { .. } | P::WorkspacesWithoutVolumes { .. } => {
+                Self::internal("the workspace volume failed", &error)
+            }
             P::File { path, source } => file_error(path, source),
             P::Store(e @ warren_store::StoreError::AgentEnvFull { .. }) => {
                 Self::new(StatusCode::CONFLICT, "agent_env_full", e.to_string())

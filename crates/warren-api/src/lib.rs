@@ -21,6 +21,7 @@ mod openapi;
 mod sandboxes;
 mod skills;
 mod stream;
+mod usage;
 mod viewer;
 mod workdirs;
 
@@ -90,6 +91,7 @@ pub fn app(state: ApiState) -> Router {
             "/sandboxes/{id}/snapshots",
             post(checkpoints::snapshot).get(checkpoints::snapshots),
         )
+        .route("/users/{uid}/usage", get(usage::get))
         .route("/users/{uid}/skills", get(skills::list))
         .route("/users/{uid}/skills/sync", post(skills::sync))
         .route(

@@ -12,6 +12,7 @@ use utoipa::{Modify, OpenApi};
         crate::metrics,
         crate::workdirs::create,
         crate::workdirs::list,
+        crate::usage::get,
         crate::env::get,
         crate::env::replace,
         crate::env::clear,

@@ -9,6 +9,7 @@ use crate::{SafeUid, SandboxId};
 ///
 /// ```text
 /// <data>/user-data/shared/<safe_uid>/workspace   a uid's UserWorkspace (I3, I7)
+/// <data>/volumes/<safe_uid>.ext4                 its filesystem, with storage quotas (I23)
 /// <data>/skill-projections/<safe_uid>            a uid's read-only skill projection (I7)
 /// <data>/artifacts/<safe_uid>/<sha256>           a uid's presented artifacts (I26)
 /// <data>/scratch/<sandbox>/workspace             an ephemeral sandbox's stand-in workspace (I14)

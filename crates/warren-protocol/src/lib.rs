@@ -47,6 +47,34 @@ pub struct Health {
     /// What the backend cannot enforce on this host (missing cgroup controllers, no
     /// Landlock, ...); empty when everything is in force.
     pub warnings: Vec<String>,
+    /// How workspace storage quotas are enforced (I23): `off` (none configured),
+    /// `volumes` (a filesystem per uid: bytes and inodes enforced by the kernel) or
+    /// `unenforced` (configured, but this host cannot enforce them).
+    #[serde(default)]
+    pub quotas: String,
+}
+
+/// `GET /v1/users/{uid}/usage`: a uid's workspace storage against its quota (I23), from the
+/// kernel's accounting of the uid's own filesystem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkspaceUsage {
+    /// The uid.
+    pub uid: String,
+    /// `off`, `volumes` or `unenforced` (see [`Health::quotas`]).
+    pub enforcement: String,
+    /// Bytes (the filesystem's metadata included).
+    pub bytes: UsageFigure,
+    /// Inodes: files, directories and links.
+    pub inodes: UsageFigure,
+}
+
+/// One quantity of [`WorkspaceUsage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageFigure {
+    /// In use; `null` where the kernel does not account for the workspace on its own.
+    pub used: Option<u64>,
+    /// The limit; `null` without a quota.
+    pub limit: Option<u64>,
 }
 
 /// `POST /v1/users/{uid}/workdirs`.

@@ -222,6 +222,31 @@ pub enum ProvisionerError {
         /// The virtual path, or what was given.
         path: String,
     },
+    /// The uid's workspace is at its storage quota (bytes or inodes, I23).
+    #[error("{path}: the storage quota of uid {uid:?} is full (bytes or inodes); delete files to make room")]
+    QuotaExceeded {
+        /// The uid.
+        uid: String,
+        /// The virtual path that could not be written.
+        path: String,
+    },
+    /// A uid's workspace volume could not be made, mounted or read (warren's side).
+    #[error("the workspace volume of {uid}: {step}: {detail}")]
+    Volume {
+        /// The uid's directory name.
+        uid: String,
+        /// What was being done (mkfs, mount, ...).
+        step: &'static str,
+        /// What failed.
+        detail: String,
+    },
+    /// Quotas are enforced but these uids' workspaces were made before and are not on
+    /// volumes of their own: serving them would let them escape their limits.
+    #[error("quotas are enforced but the workspaces of {} were made before quotas were configured and are not on volumes (move each out of user-data/shared/<uid>/workspace and back in through the file API, or set [quotas] unenforced = true)", uids.join(", "))]
+    WorkspacesWithoutVolumes {
+        /// Their directory names.
+        uids: Vec<String>,
+    },
     /// A write was aimed at the read-only skills mount (I7).
     #[error("{path} is read-only: files under /home/gem/skills cannot be changed")]
     ReadOnlyPath {
@@ -262,6 +287,9 @@ impl ProvisionerError {
                 }
             }
             Self::Store(_) => "the state store failed; try again".to_owned(),
+            Self::Volume { .. } | Self::WorkspacesWithoutVolumes { .. } => {
+                "the workspace volume failed on the server".to_owned()
+            }
             Self::Backend(
                 error @ (BackendError::ExecUnsupported { .. }
                 | BackendError::RuntimeNotFound { .. }),

@@ -37,6 +37,8 @@ enum Access {
 
 /// The two roots one sandbox's file operations can reach.
 struct SandboxRoots {
+    /// The uid whose quota a full workspace is, when it has a volume of its own (I23).
+    quota_uid: Option<warren_core::Uid>,
     workdir: Workdir,
     workspace: std::path::PathBuf,
     skills: std::path::PathBuf,
@@ -55,6 +57,19 @@ impl SandboxRoots {
             VirtualRoot::Skills => WorkspaceRoot::open(&self.skills).map(WorkspaceRoot::read_only),
         };
         root.map_err(|source| fs_error(path, source))
+    }
+
+    /// A file error on `path`; a full workspace volume is its uid's quota (I23).
+    fn error(&self, path: &VirtualPath, source: FsError) -> ProvisionerError {
+        match &self.quota_uid {
+            Some(uid) if path.root() == VirtualRoot::UserData && crate::is_disk_full(&source) => {
+                ProvisionerError::QuotaExceeded {
+                    uid: uid.to_string(),
+                    path: path.to_string(),
+                }
+            }
+            _ => fs_error(path, source),
+        }
     }
 
     fn open_writable(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
@@ -81,13 +96,19 @@ impl Provisioner {
         // File access proves ownership and no-follow resolution, not that a runtime is
         // usable (I17), so it is allowed in every state, including after termination: the
         // files are the user's and stay (I15).
-        self.store.touch_sandbox(id).await?;
+        // Activity only delays the reaper: failing to record it (a full disk, a busy store)
+        // must not fail the file operation, least of all the delete that makes room.
+        if let Err(error) = self.store.touch_sandbox(id).await {
+            tracing::warn!(sandbox = %id, %error, "could not record file activity");
+        }
         Ok(self.roots_of(&record))
     }
 
     fn roots_of(&self, record: &SandboxRecord) -> SandboxRoots {
         let (workspace, skills) = self.mounts(record);
         SandboxRoots {
+            quota_uid: (!record.ephemeral && self.quota_enforced_for(&record.uid))
+                .then(|| record.uid.clone()),
             workdir: record.workdir.clone(),
             workspace,
             skills,
@@ -141,7 +162,7 @@ impl Provisioner {
                 Access::Read => roots.open(&path)?,
                 Access::Write => roots.open_writable(&path)?,
             };
-            let value = op(&root, path.relative()).map_err(|e| fs_error(&path, e))?;
+            let value = op(&root, path.relative()).map_err(|e| roots.error(&path, e))?;
             Ok(Located { path, value })
         })
         .await
@@ -291,7 +312,7 @@ impl Provisioner {
             let root = roots.open_writable(&from)?;
             roots.open_writable(&to)?;
             root.rename(from.relative(), to.relative(), overwrite)
-                .map_err(|e| fs_error(&from, e))?;
+                .map_err(|e| roots.error(&from, e))?;
             Ok((from, to))
         })
         .await

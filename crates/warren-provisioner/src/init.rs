@@ -141,6 +141,8 @@ impl Provisioner {
             result.map(|()| report)
         })
         .await
+        // A fill that does not fit is the uid's quota (I23), not the server's failure.
+        .map_err(|error| self.quota_error(uid, error))
     }
 
     fn allowed_host_dir(&self, name: &str) -> Result<PathBuf, ProvisionerError> {

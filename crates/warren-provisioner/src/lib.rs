@@ -21,6 +21,7 @@ mod init;
 mod kill;
 mod lifecycle;
 mod metrics;
+mod quotas;
 mod recovery;
 mod sandboxes;
 mod skills;
@@ -38,6 +39,10 @@ pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
 pub use init::{GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
+pub use quotas::{
+    volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,
+    MIN_QUOTA_BYTES, MIN_QUOTA_INODES,
+};
 pub use recovery::RecoveryReport;
 pub use skills::{check_skill_name, SkillSources, SkillSyncReport};
 use warren_backend::{Backend, BackendKind};
@@ -84,6 +89,8 @@ pub struct ProvisionerConfig {
     pub resume_from_snapshots: bool,
     /// The image of Docker sandboxes that name none (I18).
     pub default_image: Option<String>,
+    /// Storage quotas on UserWorkspaces (I23).
+    pub quotas: QuotaSettings,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -125,6 +132,7 @@ impl ProvisionerConfig {
             snapshot_before_reap: true,
             resume_from_snapshots: true,
             default_image: None,
+            quotas: QuotaSettings::default(),
         }
     }
 }
@@ -141,6 +149,8 @@ pub struct Provisioner {
     /// Commands running per sandbox: activity the reaper must respect.
     inflight: Mutex<HashMap<SandboxId, usize>>,
     metrics: metrics::Metrics,
+    /// Serialises making and mounting workspace volumes (rare: a uid's first workdir).
+    volume_lock: Arc<Mutex<()>>,
 }
 
 impl Provisioner {
@@ -158,6 +168,7 @@ impl Provisioner {
             lifecycle_locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
             metrics: metrics::Metrics::new(),
+            volume_lock: Arc::default(),
         }
     }
 

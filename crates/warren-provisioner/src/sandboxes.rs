@@ -86,6 +86,7 @@ impl Provisioner {
         let data_dir = self.layout.data_dir().to_owned();
         let safe = uid.safe();
         let relative = workdir.as_str().to_owned();
+        let volume = self.volume_job(uid);
         let created = self
             .blocking(move || -> Result<bool, ProvisionerError> {
                 let workspace_relative = DataLayout::user_workspace_relative(&safe);
@@ -101,18 +102,25 @@ impl Provisioner {
                     data.mkdir_p(dir)
                         .map_err(|source| file_error("the data directory", source))?;
                 }
-                let owner_dir = WorkspaceRoot::open(&data_dir.join(parent))
-                    .map_err(|source| file_error("the user workspace", source))?;
-                owner_dir
-                    .mkdir_p("workspace")
-                    .map_err(|source| file_error("the user workspace", source))?;
+                match volume {
+                    // With quotas the workspace is the root of the uid's own filesystem (I23).
+                    Some(volume) => volume.run()?,
+                    None => {
+                        let owner_dir = WorkspaceRoot::open(&data_dir.join(parent))
+                            .map_err(|source| file_error("the user workspace", source))?;
+                        owner_dir
+                            .mkdir_p("workspace")
+                            .map_err(|source| file_error("the user workspace", source))?;
+                    }
+                }
                 let workspace = WorkspaceRoot::open(&data_dir.join(&workspace_relative))
                     .map_err(|source| file_error("the user workspace", source))?;
                 workspace
                     .mkdir_p(&relative)
                     .map_err(|source| workdir_error(&relative, source))
             })
-            .await?;
+            .await
+            .map_err(|error| self.quota_error(uid, error))?;
         self.store.record_workdir(uid, &workdir).await?;
         // A new workdir brings the skills every uid gets (I32). A broken skill directory
         // is the operator's to fix; it must not keep users from creating workdirs.

@@ -379,6 +379,21 @@ impl Drop for TestServer {
         // Runtimes outlive the server by design; a test must not leave them behind.
         reap_runtimes(&self.data_dir());
         remove_docker_runtimes(&self.data_dir());
+        unmount_workspace_volumes(&self.data_dir());
+    }
+}
+
+/// Unmounts the per-uid workspace volumes of a server with storage quotas (they stay
+/// mounted after the server by design); their loop devices go with the last unmount.
+pub fn unmount_workspace_volumes(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("user-data/shared")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let workspace = entry.path().join("workspace");
+        if std::fs::read_dir(data_dir.join("volumes")).is_ok() {
+            let _ = Command::new("umount").arg("-l").arg(&workspace).output();
+        }
     }
 }
 

@@ -126,6 +126,111 @@ mod tests {
         assert_eq!(found, vec![11, 13]);
     }
 
+    /// Set for the helper process the fork-bomb test re-executes this test binary as.
+    const SWEEP_HELPER_ENV: &str = "WARREN_SWEEP_TEST_HELPER";
+
+    /// Only does something as the helper: becomes a subreaper (as a container's command
+    /// supervisor is), waits for its gate (its parent put it into a cgroup with a pids
+    /// limit meanwhile), starts a fork bomb, lets it grow, sweeps its subtree, and prints
+    /// how many it killed and how many descendants were left.
+    #[test]
+    fn helper_sweeps_a_fork_bomb_when_run_by_the_sweep_test() {
+        if std::env::var_os(SWEEP_HELPER_ENV).is_none() {
+            return;
+        }
+        use std::io::BufRead;
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
+        let mut gate = String::new();
+        std::io::stdin().lock().read_line(&mut gate).unwrap();
+        // Never a bomb without its pids limit: only inside the cgroup the test made.
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        assert!(
+            cgroups
+                .lines()
+                .any(|l| l.contains("/warren/test-") && l.contains("-sweep")),
+            "the helper is not in the test's pids cgroup: {cgroups}"
+        );
+        // Twenty sleepers that cannot die out on their own, and a bomb churning beside them.
+        let mut bomb = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "for i in $(seq 20); do sleep 100 & done; bomb() { bomb | bomb & }; bomb; exec sleep 100",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let me = std::process::id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while descendants(&processes(), me).len() < 21 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let killed = stop_and_kill(
+            |listed| descendants(listed, me),
+            || while let Ok(Some(_)) = crate::sys::wait4_nohang(-1) {},
+        );
+        let left = descendants(&processes(), me).len();
+        // Already reaped by the sweep's `wait4(-1)`, like every other descendant.
+        let _ = bomb.wait();
+        println!("SWEPT killed={killed} left={left}");
+    }
+
+    #[test]
+    fn a_fork_bomb_is_stopped_and_killed_until_no_descendant_is_left() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test needs root: it bounds the bomb with a pids cgroup"
+        );
+        let support = crate::cgroup::CgroupSupport::detect().unwrap();
+        assert!(
+            support.enforceable().pids,
+            "this test needs the pids controller"
+        );
+        let name = format!("test-{}-sweep", std::process::id());
+        let limits = crate::cgroup::Limits {
+            pids_max: Some(64),
+            ..Default::default()
+        };
+        let (cgroup, _) = crate::cgroup::SandboxCgroup::create(&support, &name, &limits).unwrap();
+        let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "runtime::sweep::tests::helper_sweeps_a_fork_bomb_when_run_by_the_sweep_test",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(SWEEP_HELPER_ENV, "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let joined = cgroup.add_init(helper.id() as i32);
+        {
+            use std::io::Write;
+            let mut gate = helper.stdin.take().unwrap();
+            let _ = gate.write_all(b"go\n");
+        }
+        let output = helper.wait_with_output().unwrap();
+        // Whatever happened, nothing of the bomb may outlive the test.
+        let _ = cgroup.kill_all();
+        let _ = cgroup.remove();
+        joined.unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.split_once("SWEPT ").map(|(_, rest)| rest.to_owned()))
+            .unwrap_or_else(|| panic!("the helper reported nothing: {text}"));
+        let field = |key: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+                .unwrap()
+        };
+        assert_eq!(field("left"), 0, "{line}");
+        assert!(field("killed") >= 21, "{line}");
+    }
+
     #[test]
     fn this_process_appears_in_its_own_listing() {
         let me = std::process::id() as i32;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 use warren_isolation::config::RuntimeLimits;
+use warren_provisioner::{QuotaEnforcement, QuotaSettings};
 
 /// The whole file. Unknown keys are errors: a typo must not silently fall back to a default.
 #[derive(Debug, Default, Deserialize)]
@@ -36,6 +37,8 @@ pub struct ConfigFile {
     pub skills: SkillsSection,
     #[serde(default)]
     pub docker: DockerSection,
+    #[serde(default)]
+    pub quotas: QuotasSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -192,6 +195,89 @@ impl SnapshotsSection {
     }
 }
 
+/// Storage quotas on UserWorkspaces (I23): bytes and inodes per uid, enforced by the kernel
+/// (a filesystem per uid). No `bytes` anywhere: no quotas.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotasSection {
+    /// Every uid's workspace size in bytes (metadata included).
+    pub bytes: Option<u64>,
+    /// Every uid's inode limit; absent: one inode per 16 KiB.
+    pub inodes: Option<u64>,
+    /// Serve even where this host cannot enforce the quotas (reported, not enforced);
+    /// otherwise warren refuses to start.
+    #[serde(default)]
+    pub unenforced: bool,
+    /// Per-uid overrides; an absent key falls back to the value above.
+    #[serde(default)]
+    pub users: BTreeMap<String, UserQuota>,
+}
+
+/// One uid's quota override.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserQuota {
+    pub bytes: Option<u64>,
+    pub inodes: Option<u64>,
+}
+
+impl QuotasSection {
+    /// The quota settings, with the enforcement chosen from what the host supports
+    /// (`unsupported`: why it cannot make per-uid volumes, if it cannot).
+    pub fn settings(
+        &self,
+        unsupported: impl FnOnce() -> Option<String>,
+    ) -> anyhow::Result<QuotaSettings> {
+        use warren_provisioner::{QuotaLimits, MIN_QUOTA_BYTES, MIN_QUOTA_INODES};
+        let limits =
+            |key: &str, bytes: Option<u64>, inodes: Option<u64>| -> anyhow::Result<QuotaLimits> {
+                let Some(bytes) = bytes else {
+                    bail!("{key}.bytes is missing: a quota needs a size");
+                };
+                if bytes < MIN_QUOTA_BYTES {
+                    bail!("{key}.bytes must be at least {MIN_QUOTA_BYTES} (16 MiB)");
+                }
+                if inodes.is_some_and(|n| n < MIN_QUOTA_INODES) {
+                    bail!("{key}.inodes must be at least {MIN_QUOTA_INODES}");
+                }
+                Ok(QuotaLimits { bytes, inodes })
+            };
+        let default = match (self.bytes, self.inodes) {
+            (None, None) => None,
+            (bytes, inodes) => Some(limits("quotas", bytes, inodes)?),
+        };
+        let mut users = BTreeMap::new();
+        for (name, quota) in &self.users {
+            let uid = warren_core::Uid::new(name.as_str())
+                .map_err(|error| anyhow::anyhow!("quotas.users.{name}: {error}"))?;
+            let key = format!("quotas.users.{name}");
+            let user = limits(
+                &key,
+                quota.bytes.or(self.bytes),
+                quota.inodes.or(self.inodes),
+            )?;
+            users.insert(uid, user);
+        }
+        let enforcement = if default.is_none() && users.is_empty() {
+            QuotaEnforcement::Off
+        } else {
+            match unsupported() {
+                None => QuotaEnforcement::Volumes,
+                Some(_) if self.unenforced => QuotaEnforcement::Unenforced,
+                Some(reason) => bail!(
+                    "storage quotas are configured but this host cannot enforce them: {reason}; \
+                     fix that, or set [quotas] unenforced = true to serve without enforcing them"
+                ),
+            }
+        };
+        Ok(QuotaSettings {
+            enforcement,
+            default,
+            users,
+        })
+    }
+}
+
 /// Per-runtime limits; absent keys keep the defaults of [`RuntimeLimits`].
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -326,6 +412,63 @@ mod tests {
             Some(defaults.keep_checkpoints)
         );
         assert_eq!(file.snapshots.gc_grace_s, Some(defaults.gc_grace.as_secs()));
+    }
+
+    #[test]
+    fn quotas_are_off_without_a_size_and_refused_where_unenforceable_unless_accepted() {
+        let none = ConfigFile::parse("").unwrap();
+        let off = none
+            .quotas
+            .settings(|| panic!("no probe without quotas"))
+            .unwrap();
+        assert_eq!(off.enforcement, QuotaEnforcement::Off);
+
+        let file = ConfigFile::parse(
+            r#"
+            [quotas]
+            bytes = 1073741824
+            inodes = 100000
+            [quotas.users.alice]
+            bytes = 67108864
+            "#,
+        )
+        .unwrap();
+        let settings = file.quotas.settings(|| None).unwrap();
+        assert_eq!(settings.enforcement, QuotaEnforcement::Volumes);
+        let alice = settings
+            .limits_of(&warren_core::Uid::plain("alice").unwrap())
+            .unwrap();
+        assert_eq!((alice.bytes, alice.inodes), (64 << 20, Some(100_000)));
+        let error = file
+            .quotas
+            .settings(|| Some("no loop devices".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("no loop devices") && error.contains("unenforced = true"),
+            "{error}"
+        );
+
+        let accepted = ConfigFile::parse("[quotas]\nbytes = 67108864\nunenforced = true").unwrap();
+        let settings = accepted.quotas.settings(|| Some("no root".into())).unwrap();
+        assert_eq!(settings.enforcement, QuotaEnforcement::Unenforced);
+
+        for (text, expected) in [
+            ("[quotas]\nbytes = 1024", "at least"),
+            ("[quotas]\ninodes = 1000", "bytes is missing"),
+            (
+                "[quotas]\nbytes = 67108864\ninodes = 3",
+                "inodes must be at least",
+            ),
+            (
+                "[quotas.users.\"\"]\nbytes = 67108864",
+                "quotas.users.: ",
+            ),
+        ] {
+            let file = ConfigFile::parse(text).unwrap();
+            let error = file.quotas.settings(|| None).unwrap_err().to_string();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
     }
 
     #[test]

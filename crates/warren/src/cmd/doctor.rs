@@ -20,6 +20,14 @@ pub fn run() -> anyhow::Result<ExitCode> {
         "unprivileged userns    {}",
         yes_no(report.unprivileged_userns)
     );
+    match warren_provisioner::volumes_unsupported_reason() {
+        None => {
+            println!("storage quotas         yes (a loop-mounted ext4 per uid: bytes and inodes)")
+        }
+        Some(reason) => {
+            println!("storage quotas         NO ({reason}); [quotas] needs unenforced = true here")
+        }
+    }
     println!("cgroups:");
     for line in &report.cgroups {
         println!("  {line}");

@@ -314,7 +314,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     config.default_image = docker_image;
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
+    config.quotas = file
+        .quotas
+        .settings(warren_provisioner::volumes_unsupported_reason)?;
+    let quota_enforcement = config.quotas.enforcement;
     let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));
+    // Before reconciling: a runtime adopted below must find its uid's volume mounted.
+    let volumes = provisioner
+        .prepare_volumes()
+        .await
+        .context("cannot prepare the workspace volumes")?;
+    match quota_enforcement {
+        warren_provisioner::QuotaEnforcement::Off => {
+            tracing::info!(quotas = "off", "storage quotas: none configured; workspaces share the data filesystem")
+        }
+        warren_provisioner::QuotaEnforcement::Volumes => tracing::info!(
+            quotas = "volumes",
+            volumes,
+            "storage quotas: a loop-mounted ext4 filesystem per uid, bytes and inodes enforced by the kernel"
+        ),
+        warren_provisioner::QuotaEnforcement::Unenforced => tracing::warn!(
+            quotas = "unenforced",
+            reason = warren_provisioner::volumes_unsupported_reason().unwrap_or_default(),
+            "STORAGE QUOTAS ARE NOT ENFORCED on this host ([quotas] unenforced = true): one workspace can fill the data filesystem"
+        ),
+    }
     let recovered = provisioner
         .recover()
         .await

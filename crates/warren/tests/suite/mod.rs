@@ -20,6 +20,7 @@ mod metrics;
 mod network;
 mod openapi;
 mod path_attacks;
+mod quotas;
 mod runtime;
 mod sandboxes;
 mod skills;
