@@ -44,11 +44,13 @@
 //!   `uselib`); ignored elsewhere, so those names never break another architecture's build.
 //!   Unknown names in any section fail compilation: a typo is an error, never a gap;
 //! - `runtime_eafnosupport`: `socket` and `socketpair` for any family but `AF_UNIX`,
-//!   `AF_INET`, `AF_INET6` and `AF_NETLINK`, EAFNOSUPPORT on match: what a kernel without
+//!   `AF_INET`, `AF_INET6` and `AF_NETLINK`, and netlink for any protocol but routes,
+//!   socket diagnostics and generic netlink, EAFNOSUPPORT on match: what a kernel without
 //!   the family answers, which tools already handle. vsock above all, since network
-//!   namespaces do not confine it and on a VM it reaches the hypervisor. (`socketcall`,
-//!   the other way to make a socket, exists only for i386, whose ABI the architecture
-//!   check kills; x32 numbers get ENOSYS.)
+//!   namespaces do not confine it and on a VM it reaches the hypervisor; and netlink's
+//!   uevents, which carry the host's device events into a runtime started as root.
+//!   (`socketcall`, the other way to make a socket, exists only for i386, whose ABI the
+//!   architecture check kills; x32 numbers get ENOSYS.)
 //! - `runtime_enosys`: `clone3`, ENOSYS on match.
 //!
 //! seccompiler gives one filter a single match action, so EPERM, EAFNOSUPPORT and ENOSYS
