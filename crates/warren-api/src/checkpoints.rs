@@ -29,7 +29,11 @@ fn info(checkpoint: &Checkpoint) -> CheckpointInfo {
 #[utoipa::path(
     post, path = "/v1/sandboxes/{id}/checkpoints", tag = "checkpoints",
     params(("id" = String, Path, description = "Sandbox id")),
-    responses((status = 201, body = CheckpointCreated)),
+    responses(
+        (status = 201, body = CheckpointCreated),
+        (status = 422, body = warren_protocol::ErrorBody, description = "snapshot_too_large: the workdir holds more file data than [snapshots] max_bytes (holes of sparse files not counted); nothing was recorded"),
+        (status = 503, body = warren_protocol::ErrorBody, description = "snapshot_cancelled: the server is shutting down; nothing was recorded"),
+    ),
     security(("bearer" = []))
 )]
 pub(crate) async fn create(
@@ -167,7 +171,9 @@ fn snapshot_info(snapshot: &warren_store::RuntimeSnapshot) -> serde_json::Value 
     responses(
         (status = 201, description = "The snapshot"),
         (status = 409, body = warren_protocol::ErrorBody, description = "runtime_not_running"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "snapshot_too_large: the runtime's ephemeral state holds more file data than [snapshots] max_bytes (holes of sparse files not counted); nothing was recorded"),
         (status = 501, body = warren_protocol::ErrorBody, description = "snapshot_not_supported"),
+        (status = 503, body = warren_protocol::ErrorBody, description = "snapshot_cancelled: the server is shutting down; nothing was recorded"),
     ),
     security(("bearer" = []))
 )]

@@ -214,6 +214,17 @@ fn snapshot_error(error: &warren_snapshot::SnapshotError, message: &str) -> ApiE
             "non_utf8_name",
             message.to_owned(),
         ),
+        // The data limit is the operator's ([snapshots] max_bytes): the tree must shrink.
+        S::TooLarge { .. } => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "snapshot_too_large",
+            message.to_owned(),
+        ),
+        S::Cancelled { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "snapshot_cancelled",
+            message.to_owned(),
+        ),
         S::Store { .. } | S::Io { .. } | S::InvalidKey(_) => {
             ApiError::internal("the snapshot store failed", error)
         }

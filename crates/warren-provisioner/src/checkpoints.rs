@@ -73,12 +73,19 @@ impl Provisioner {
             .find(|checkpoint| checkpoint.workdir == record.workdir)
             .map(|checkpoint| checkpoint.manifest);
         let started = std::time::Instant::now();
+        let limits = self.snapshot_limits(None);
         let (manifest, stats) = self
             .blocking(move || {
                 let root = WorkspaceRoot::open(&workspace)
                     .map_err(|source| snapshot_file_error(&base, source))?;
-                warren_snapshot::snapshot(&root, &base, store.as_ref(), parent.as_deref())
-                    .map_err(|error| snapshot_error(&base, error))
+                warren_snapshot::snapshot_with(
+                    &root,
+                    &base,
+                    store.as_ref(),
+                    parent.as_deref(),
+                    &limits,
+                )
+                .map_err(|error| snapshot_error(&base, error))
             })
             .await?;
         let checkpoint = self
@@ -167,10 +174,11 @@ impl Provisioner {
         let store = self.snapshot_store(&record.uid)?;
         let workspace = self.workspace_of(&record);
         let base = checkpoint.workdir.as_str().to_owned();
+        let limits = self.snapshot_limits(None);
         self.blocking(move || {
             let root = WorkspaceRoot::open(&workspace)
                 .map_err(|source| snapshot_file_error(&base, source))?;
-            warren_snapshot::diff(&root, &base, store.as_ref(), &checkpoint.manifest)
+            warren_snapshot::diff_with(&root, &base, store.as_ref(), &checkpoint.manifest, &limits)
                 .map_err(|error| snapshot_error(&base, error))
         })
         .await
@@ -199,10 +207,11 @@ impl Provisioner {
         let workspace = self.workspace_of(&record);
         let base = checkpoint.workdir.as_str().to_owned();
         let manifest = checkpoint.manifest.clone();
+        let limits = self.snapshot_limits(None);
         self.blocking(move || {
             let root = WorkspaceRoot::open(&workspace)
                 .map_err(|source| snapshot_file_error(&base, source))?;
-            warren_snapshot::restore(&root, &base, store.as_ref(), &manifest)
+            warren_snapshot::restore_with(&root, &base, store.as_ref(), &manifest, &limits)
                 .map_err(|error| snapshot_error(&base, error))
         })
         .await?;

@@ -87,6 +87,15 @@ pub struct ProvisionerConfig {
     pub snapshot_before_reap: bool,
     /// Start a reaped sandbox's next runtime from its latest snapshot (I30).
     pub resume_from_snapshots: bool,
+    /// Most bytes of file data one snapshot or checkpoint reads (holes of sparse files not
+    /// counted); over it the snapshot fails with `snapshot_too_large`.
+    pub snapshot_max_bytes: u64,
+    /// Sandboxes the reaper works on at once: one slow sandbox (a big snapshot) takes one
+    /// slot and never holds the others up.
+    pub reap_concurrency: usize,
+    /// How long the reaper spends on one sandbox's snapshot before it reclaims the runtime
+    /// without it.
+    pub reap_deadline: Duration,
     /// The image of Docker sandboxes that name none (I18).
     pub default_image: Option<String>,
     /// Storage quotas on UserWorkspaces (I23).
@@ -131,6 +140,9 @@ impl ProvisionerConfig {
             skill_sources: SkillSources::default(),
             snapshot_before_reap: true,
             resume_from_snapshots: true,
+            snapshot_max_bytes: warren_snapshot::DEFAULT_MAX_BYTES,
+            reap_concurrency: 4,
+            reap_deadline: Duration::from_secs(60),
             default_image: None,
             quotas: QuotaSettings::default(),
         }
@@ -149,6 +161,13 @@ pub struct Provisioner {
     /// Commands running per sandbox: activity the reaper must respect.
     inflight: Mutex<HashMap<SandboxId, usize>>,
     metrics: metrics::Metrics,
+    /// Set once the server shuts down: snapshots and restores on blocking threads stop at
+    /// their next chunk, and the reaper stops.
+    shutdown: warren_snapshot::CancelFlag,
+    /// Sandboxes a reaper pass is working on, so overlapping passes never take one twice.
+    reaping: Mutex<std::collections::HashSet<SandboxId>>,
+    /// Bounds the sandboxes all reaper passes work on at once.
+    reap_slots: Arc<tokio::sync::Semaphore>,
     /// Serialises making and mounting workspace volumes (rare: a uid's first workdir).
     volume_lock: Arc<Mutex<()>>,
 }
@@ -160,6 +179,7 @@ impl Provisioner {
         store: Arc<dyn StateStore>,
         backend: Arc<dyn Backend>,
     ) -> Self {
+        let reap_slots = Arc::new(tokio::sync::Semaphore::new(config.reap_concurrency.max(1)));
         Self {
             layout: DataLayout::new(config.data_dir.clone()),
             config,
@@ -168,6 +188,9 @@ impl Provisioner {
             lifecycle_locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
             metrics: metrics::Metrics::new(),
+            shutdown: warren_snapshot::CancelFlag::new(),
+            reaping: Mutex::new(std::collections::HashSet::new()),
+            reap_slots,
             volume_lock: Arc::default(),
         }
     }
@@ -192,6 +215,31 @@ impl Provisioner {
     /// The configuration in force.
     pub fn config(&self) -> &ProvisionerConfig {
         &self.config
+    }
+
+    /// Begins shutting down: snapshots, checkpoints and restores in flight stop at their
+    /// next chunk (`snapshot_cancelled`), and the reaper starts no more work. Runtimes keep
+    /// running; the next server adopts them (I16).
+    pub fn shut_down(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Whether [`Provisioner::shut_down`] was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// What bounds one snapshot, diff or restore: the data limit, the shutdown flag and
+    /// an optional deadline.
+    fn snapshot_limits(
+        &self,
+        deadline: Option<std::time::Instant>,
+    ) -> warren_snapshot::SnapshotLimits {
+        warren_snapshot::SnapshotLimits {
+            max_bytes: self.config.snapshot_max_bytes,
+            cancel: Some(self.shutdown.clone()),
+            deadline,
+        }
     }
 
     fn inflight(&self, sandbox: &SandboxId) -> usize {

@@ -3,10 +3,12 @@
 //! after the idle timeout, and always after its maximum lifetime. Reaping ends processes
 //! and ephemeral state only; workspace files stay.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use warren_core::SandboxId;
-use warren_store::{Lease, SandboxState};
+use warren_snapshot::SnapshotError;
+use warren_store::{Lease, SandboxRecord, SandboxState};
 
 use crate::metrics::{FailureCause, ReapReason};
 use crate::{Provisioner, ProvisionerError};
@@ -70,41 +72,106 @@ impl Provisioner {
         }
     }
 
-    /// One pass of the reaper over every running sandbox.
+    /// Starts the reaper: a pass every `interval`, each in a task of its own, so a pass
+    /// still busy with a slow sandbox never holds the next one up (the sandbox itself is
+    /// left to the pass that has it). Stops once the provisioner shuts down.
+    pub fn spawn_reaper(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let provisioner = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                if provisioner.is_shutting_down() {
+                    return;
+                }
+                let pass = Arc::clone(&provisioner);
+                tokio::spawn(async move {
+                    if let Err(error) = pass.reap().await {
+                        tracing::warn!(%error, "a reaper pass failed");
+                    }
+                });
+            }
+        })
+    }
+
+    /// One pass of the reaper over every running sandbox. Sandboxes are worked on
+    /// concurrently, at most `reap_concurrency` at once across all passes, and one that
+    /// another pass is still working on is skipped: one slow sandbox (a big snapshot)
+    /// never delays another. A sandbox's snapshot gets `reap_deadline`; a snapshot that
+    /// fails or runs out of time does not keep the runtime alive (see `reap_one`).
     pub async fn reap(&self) -> Result<ReapReport, ProvisionerError> {
         let mut report = ReapReport::default();
-        let now = chrono::Utc::now();
-        for record in self.store.list_sandboxes(None).await? {
-            if record.state != SandboxState::Running {
-                continue;
+        if self.is_shutting_down() {
+            return Ok(report);
+        }
+        let claimed: Vec<(SandboxRecord, ReapClaim<'_>)> = self
+            .store
+            .list_sandboxes(None)
+            .await?
+            .into_iter()
+            .filter(|record| record.state == SandboxState::Running)
+            .filter_map(|record| {
+                let claim = self.claim_for_reaping(&record.id)?;
+                Some((record, claim))
+            })
+            .collect();
+        let outcomes = futures::future::join_all(
+            claimed
+                .into_iter()
+                .map(|(record, claim)| self.reap_one(record, claim)),
+        )
+        .await;
+        for outcome in outcomes {
+            match outcome {
+                Ok(Some((id, true))) => report.expired.push(id),
+                Ok(Some((id, false))) => report.idle.push(id),
+                Ok(None) => {}
+                Err((id, error)) => {
+                    tracing::warn!(sandbox = %id, %error, "the reaper could not finish with a sandbox");
+                }
             }
+        }
+        Ok(report)
+    }
+
+    /// Marks the sandbox as being worked on by a reaper pass; `None` when one already is.
+    fn claim_for_reaping(&self, id: &SandboxId) -> Option<ReapClaim<'_>> {
+        let mut reaping = self.reaping.lock().unwrap_or_else(|e| e.into_inner());
+        reaping.insert(id.clone()).then(|| ReapClaim {
+            provisioner: self,
+            sandbox: id.clone(),
+        })
+    }
+
+    /// Decides whether one running sandbox's runtime is reclaimed, and reclaims it. Returns
+    /// the sandbox and whether it had expired when it was reclaimed.
+    ///
+    /// Before a runtime is reclaimed it is snapshotted (I30), within `reap_deadline`. When
+    /// the snapshot fails (over `[snapshots] max_bytes`, out of time, a store error) the
+    /// runtime is reclaimed all the same: its workspace is kept as always (I15), but what
+    /// changed in `/home/gem` and the copy-on-write layers since its latest snapshot is
+    /// lost (the next runtime resumes from the latest snapshot that succeeded, or starts
+    /// cold); a warning is logged and `warren_failures_total{cause="snapshot"}` counts it.
+    /// Only a shutdown stops the reap: the runtime stays for the next server to adopt.
+    async fn reap_one(
+        &self,
+        record: SandboxRecord,
+        _claim: ReapClaim<'_>,
+    ) -> Result<Option<(SandboxId, bool)>, (SandboxId, ProvisionerError)> {
+        let id = record.id.clone();
+        // The semaphore is never closed.
+        let Ok(_slot) = self.reap_slots.acquire().await else {
+            return Ok(None);
+        };
+        if self.is_shutting_down() {
+            return Ok(None);
+        }
+        let deadline = std::time::Instant::now() + self.config.reap_deadline;
+        let reclaimed = async {
+            let now = chrono::Utc::now();
             let age = (now - record.created_at).to_std().unwrap_or_default();
             let expired = age > self.config.max_lifetime;
-            if !expired {
-                if self.inflight(&record.id) > 0
-                    || self
-                        .store
-                        .live_leases(&record.id, record.generation)
-                        .await?
-                        > 0
-                {
-                    continue;
-                }
-                // A process still running (a server, a build in the background) is
-                // activity, whatever the API saw.
-                let processes = self
-                    .backend
-                    .processes(&record.id)
-                    .await
-                    .map_err(ProvisionerError::Backend)?;
-                if processes.is_some_and(|n| n > 0) {
-                    self.store.touch_sandbox(&record.id).await?;
-                    continue;
-                }
-                let idle = (now - record.last_active_at).to_std().unwrap_or_default();
-                if idle < self.config.idle_timeout {
-                    continue;
-                }
+            if !expired && !self.is_idle(&record, now).await? {
+                return Ok(None);
             }
             let reclaimed = if record.ephemeral {
                 // An ephemeral sandbox is a temporary scope: nothing of it is worth keeping
@@ -115,33 +182,71 @@ impl Provisioner {
                 after.state == SandboxState::Terminated && after.generation == record.generation
             } else {
                 if self.config.snapshot_before_reap {
-                    // Best effort: a runtime that cannot be recorded is still reclaimed.
-                    match self.snapshot_runtime(&record.id, "reap").await {
+                    match self
+                        .snapshot_runtime_within(&record.id, "reap", Some(deadline))
+                        .await
+                    {
                         Ok(_) => {}
                         // A backend without runtime snapshots (Docker): nothing to record.
                         Err(ProvisionerError::SnapshotUnsupported { .. }) => {}
+                        Err(ProvisionerError::Snapshot(SnapshotError::Cancelled { .. }))
+                            if self.is_shutting_down() =>
+                        {
+                            return Ok(None);
+                        }
                         Err(error) => {
-                            tracing::warn!(sandbox = %record.id, %error, "could not snapshot the runtime before reaping it");
+                            self.metrics.failed(FailureCause::Snapshot);
+                            tracing::warn!(sandbox = %record.id, %error, "could not snapshot the runtime before reaping it; reaping it anyway: the workspace is kept, what changed in /home/gem and installed packages since its latest snapshot is not");
                         }
                     }
                 }
                 self.reclaim(&record.id, record.generation).await?
             };
-            if reclaimed {
-                tracing::info!(sandbox = %record.id, expired, "reaped a runtime; workspace kept");
-                self.metrics.reaped(if expired {
-                    ReapReason::MaxLifetime
-                } else {
-                    ReapReason::Idle
-                });
-                if expired {
-                    report.expired.push(record.id);
-                } else {
-                    report.idle.push(record.id);
-                }
-            }
+            Ok::<_, ProvisionerError>(reclaimed.then_some(expired))
         }
-        Ok(report)
+        .await
+        .map_err(|error| (id.clone(), error))?;
+        let Some(expired) = reclaimed else {
+            return Ok(None);
+        };
+        tracing::info!(sandbox = %id, expired, "reaped a runtime; workspace kept");
+        self.metrics.reaped(if expired {
+            ReapReason::MaxLifetime
+        } else {
+            ReapReason::Idle
+        });
+        Ok(Some((id, expired)))
+    }
+
+    /// Whether nothing keeps the runtime: no command, no live lease, no running process,
+    /// and no API use for the idle timeout.
+    async fn is_idle(
+        &self,
+        record: &SandboxRecord,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, ProvisionerError> {
+        if self.inflight(&record.id) > 0
+            || self
+                .store
+                .live_leases(&record.id, record.generation)
+                .await?
+                > 0
+        {
+            return Ok(false);
+        }
+        // A process still running (a server, a build in the background) is activity,
+        // whatever the API saw.
+        let processes = self
+            .backend
+            .processes(&record.id)
+            .await
+            .map_err(ProvisionerError::Backend)?;
+        if processes.is_some_and(|n| n > 0) {
+            self.store.touch_sandbox(&record.id).await?;
+            return Ok(false);
+        }
+        let idle = (now - record.last_active_at).to_std().unwrap_or_default();
+        Ok(idle >= self.config.idle_timeout)
     }
 
     /// Ends the runtime of `generation` if the sandbox still runs it, under the lifecycle
@@ -161,6 +266,23 @@ impl Provisioner {
             .set_sandbox_state(id, generation, SandboxState::Stopped)
             .await?;
         Ok(true)
+    }
+}
+
+/// See [`Provisioner::claim_for_reaping`]: releases the sandbox when dropped.
+struct ReapClaim<'a> {
+    provisioner: &'a Provisioner,
+    sandbox: SandboxId,
+}
+
+impl Drop for ReapClaim<'_> {
+    fn drop(&mut self) {
+        let mut reaping = self
+            .provisioner
+            .reaping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        reaping.remove(&self.sandbox);
     }
 }
 

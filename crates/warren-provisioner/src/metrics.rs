@@ -48,6 +48,8 @@ pub(crate) enum FailureCause {
     Store,
     /// The backend failed to destroy a runtime.
     Destroy,
+    /// A runtime snapshot before a reap failed; the runtime was reaped without it.
+    Snapshot,
 }
 
 /// The provisioner's metrics registry.
@@ -104,6 +106,7 @@ impl Metrics {
             FailureCause::Exec,
             FailureCause::Store,
             FailureCause::Destroy,
+            FailureCause::Snapshot,
         ] {
             let _ = failures.get_or_create(&cause.label());
         }
@@ -159,6 +162,7 @@ impl FailureCause {
                 Self::Exec => "exec",
                 Self::Store => "store",
                 Self::Destroy => "destroy",
+                Self::Snapshot => "snapshot",
             },
         }
     }

@@ -25,10 +25,23 @@ const KEEP_RUNTIME_SNAPSHOTS: usize = 5;
 
 impl Provisioner {
     /// Records the running runtime's ephemeral state. `reason` says why (`api`, `reap`).
+    /// Holes of sparse files are recorded, not read; more file data than
+    /// `snapshot_max_bytes` fails with `snapshot_too_large`.
     pub async fn snapshot_runtime(
         &self,
         id: &SandboxId,
         reason: &str,
+    ) -> Result<RuntimeSnapshot, ProvisionerError> {
+        self.snapshot_runtime_within(id, reason, None).await
+    }
+
+    /// [`Provisioner::snapshot_runtime`] that stops (`snapshot_cancelled`) once `deadline`
+    /// passes: the reaper's bound per sandbox.
+    pub(crate) async fn snapshot_runtime_within(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+        deadline: Option<std::time::Instant>,
     ) -> Result<RuntimeSnapshot, ProvisionerError> {
         let record = self.sandbox(id).await?;
         if record.state != SandboxState::Running {
@@ -54,6 +67,7 @@ impl Provisioner {
             .filter(|snapshot| snapshot.generation == record.generation);
         let store = self.snapshot_store(&record.uid)?;
         let started = std::time::Instant::now();
+        let limits = self.snapshot_limits(deadline);
         let (cow, home, bytes) = self
             .blocking(move || {
                 let open = |path: &PathBuf, what: &str| {
@@ -64,9 +78,14 @@ impl Provisioner {
                             source,
                         })
                 };
-                let snap = |root: &WorkspaceRoot, parent: Option<&str>| {
-                    warren_snapshot::snapshot(root, "", store.as_ref(), parent)
-                        .map_err(ProvisionerError::Snapshot)
+                // One limit for both trees: the runtime's ephemeral state as a whole.
+                let mut limits = limits;
+                let mut snap = |root: &WorkspaceRoot, parent: Option<&str>| {
+                    let (id, stats) =
+                        warren_snapshot::snapshot_with(root, "", store.as_ref(), parent, &limits)
+                            .map_err(ProvisionerError::Snapshot)?;
+                    limits.max_bytes = limits.max_bytes.saturating_sub(stats.bytes_read);
+                    Ok::<_, ProvisionerError>((id, stats))
                 };
                 let cow_root = open(&roots.cow, "the runtime's copy-on-write layer")?;
                 let home_root = open(&roots.home, "/home/gem")?;
@@ -142,6 +161,7 @@ impl Provisioner {
         let name = format!("{}-{}", record.id, uuid::Uuid::new_v4().simple());
         let data_dir = self.layout.data_dir().to_owned();
         let seed = seeds.join(&name);
+        let limits = self.snapshot_limits(None);
         self.blocking(move || {
             let data = WorkspaceRoot::open(&data_dir)
                 .map_err(seed_error)?
@@ -151,10 +171,18 @@ impl Provisioner {
             // The seed keeps owners as the snapshot had them (the sandbox user's files),
             // which is what the restore gives files under a root-run provisioner.
             let root = WorkspaceRoot::open(&seeds.join(&name)).map_err(seed_error)?;
-            warren_snapshot::restore(&root, "cow", store.as_ref(), &snapshot.cow_manifest)
-                .map_err(ProvisionerError::Snapshot)?;
-            warren_snapshot::restore(&root, "home", store.as_ref(), &snapshot.home_manifest)
-                .map_err(ProvisionerError::Snapshot)?;
+            for (tree, manifest) in [
+                ("cow", &snapshot.cow_manifest),
+                ("home", &snapshot.home_manifest),
+            ] {
+                if let Err(error) =
+                    warren_snapshot::restore_with(&root, tree, store.as_ref(), manifest, &limits)
+                {
+                    // A seed half restored is of no use (the runtime starts cold).
+                    let _ = data.remove(&format!("seeds/{name}"), true);
+                    return Err(ProvisionerError::Snapshot(error));
+                }
+            }
             Ok(())
         })
         .await?;

@@ -1,13 +1,18 @@
 //! Taking, comparing and restoring snapshots of a tree beneath a [`WorkspaceRoot`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use fastcdc::v2020::StreamCDC;
 use serde::Serialize;
 use warren_fs::{Entry, FsError, Kind, WorkspaceRoot, MAX_WALK_DEPTH};
 
-use crate::manifest::ChunkRef;
+use crate::manifest::{ChunkRef, Hole};
 use crate::{EntryKind, Manifest, ManifestEntry, ObjectStore, SnapshotError};
 
 /// Chunk sizes (restic's order of magnitude): an edit re-stores at most a few hundred KiB,
@@ -21,6 +26,82 @@ const MAX_CHUNK: usize = 2 * 1024 * 1024;
 const ZSTD_LEVEL: i32 = 1;
 /// Most entries one tree may have.
 const MAX_ENTRIES: usize = 5_000_000;
+/// Most bytes of file data (holes not counted) one snapshot reads unless told otherwise:
+/// the order of a generous workspace. Beyond it a snapshot costs minutes of a server
+/// thread and as much store space; the operator raises it in `[snapshots] max_bytes`.
+pub const DEFAULT_MAX_BYTES: u64 = 16 * 1024 * 1024 * 1024;
+/// Holes shorter than this are read as zeros rather than recorded: the manifest stays
+/// short whatever the file's layout, at the cost of reading at most this much per data
+/// extent.
+const MIN_HOLE: u64 = 64 * 1024;
+/// How many data extents are looked up between two checks of the cancel flag.
+const EXTENTS_PER_CHECK: usize = 1024;
+
+/// A flag that stops snapshots and restores at their next chunk: set it, and the work
+/// fails with [`SnapshotError::Cancelled`] within a chunk's time. Clones share the flag.
+#[derive(Debug, Clone, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    /// A flag not set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the flag; work watching it stops.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether it was set.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What bounds one snapshot, diff or restore: the data it may read, a flag that stops it
+/// (server shutdown), and a deadline (the reaper's, per sandbox). Blocking threads check
+/// them between chunks, so they never outlive a cancel by more than a chunk's work.
+#[derive(Debug, Clone)]
+pub struct SnapshotLimits {
+    /// Most bytes of file data a snapshot reads or reuses, holes not counted; over it the
+    /// snapshot fails with [`SnapshotError::TooLarge`].
+    pub max_bytes: u64,
+    /// Stops the work when set.
+    pub cancel: Option<CancelFlag>,
+    /// Stops the work when passed.
+    pub deadline: Option<Instant>,
+}
+
+impl Default for SnapshotLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MAX_BYTES,
+            cancel: None,
+            deadline: None,
+        }
+    }
+}
+
+impl SnapshotLimits {
+    /// Fails once the work must stop.
+    fn check(&self) -> Result<(), SnapshotError> {
+        if self.cancel.as_ref().is_some_and(CancelFlag::is_cancelled) {
+            return Err(SnapshotError::Cancelled {
+                reason: "the server is shutting down",
+            });
+        }
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            return Err(SnapshotError::Cancelled {
+                reason: "its deadline passed",
+            });
+        }
+        Ok(())
+    }
+}
 
 /// What a snapshot did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -96,22 +177,201 @@ struct Upload {
     data: Vec<u8>,
 }
 
-/// Cuts the file at `path` into chunks and returns the chunk list. With `upload`, chunks
-/// the store lacks are sent to the uploader.
+/// The data extents `(offset, length)` of a file of `size` bytes, in order, found with
+/// `SEEK_DATA`/`SEEK_HOLE`: everything outside them reads as zeros. Holes shorter than
+/// [`MIN_HOLE`] count as data. A filesystem that knows no holes reports one extent.
+fn data_extents(
+    file: &File,
+    size: u64,
+    shown: &str,
+    limits: &SnapshotLimits,
+) -> Result<Vec<(u64, u64)>, SnapshotError> {
+    use rustix::fs::{seek, SeekFrom};
+    use rustix::io::Errno;
+    let io = |errno: Errno| SnapshotError::Io {
+        path: shown.to_owned(),
+        source: errno.into(),
+    };
+    let mut extents: Vec<(u64, u64)> = Vec::new();
+    let mut position = 0u64;
+    let mut lookups = 0usize;
+    while position < size {
+        lookups += 1;
+        if lookups.is_multiple_of(EXTENTS_PER_CHECK) {
+            limits.check()?;
+        }
+        let start = match seek(file, SeekFrom::Data(position)) {
+            Ok(start) => start,
+            // No data at or after `position`: the rest is a hole.
+            Err(Errno::NXIO) => break,
+            // A filesystem without SEEK_DATA: the whole file is data.
+            Err(Errno::INVAL) if position == 0 => return Ok(vec![(0, size)]),
+            Err(errno) => return Err(io(errno)),
+        };
+        if start >= size {
+            break;
+        }
+        let end = match seek(file, SeekFrom::Hole(start)) {
+            Ok(end) => end.min(size),
+            Err(Errno::NXIO) => size,
+            Err(errno) => return Err(io(errno)),
+        };
+        if end <= start {
+            break;
+        }
+        let previous_end = extents.last().map_or(0, |&(offset, len)| offset + len);
+        if start - previous_end < MIN_HOLE {
+            // Too short a hole to record (or a short one at the start): read it as data.
+            match extents.last_mut() {
+                Some(last) => last.1 = end - last.0,
+                None => extents.push((0, end)),
+            }
+        } else {
+            extents.push((start, end - start));
+        }
+        position = end;
+    }
+    if let Some(last) = extents.last_mut() {
+        if size - (last.0 + last.1) < MIN_HOLE {
+            last.1 = size - last.0;
+        }
+    } else if size < MIN_HOLE {
+        extents.push((0, size));
+    }
+    extents.retain(|&(_, len)| len > 0);
+    Ok(extents)
+}
+
+/// The holes between `extents` in a file of `size` bytes.
+fn holes_between(extents: &[(u64, u64)], size: u64) -> Vec<Hole> {
+    let mut holes = Vec::new();
+    let mut position = 0;
+    for &(offset, len) in extents {
+        if offset > position {
+            holes.push(Hole {
+                offset: position,
+                len: offset - position,
+            });
+        }
+        position = offset + len;
+    }
+    if size > position {
+        holes.push(Hole {
+            offset: position,
+            len: size - position,
+        });
+    }
+    holes
+}
+
+/// The data extents of a recorded file: what its holes leave of `[0, size)`. `None` when
+/// the holes are out of order, overlap or pass the end (a damaged manifest).
+fn extents_between(holes: &[Hole], size: u64) -> Option<Vec<(u64, u64)>> {
+    let mut extents = Vec::new();
+    let mut position = 0u64;
+    for hole in holes {
+        let end = hole.offset.checked_add(hole.len)?;
+        if hole.offset < position || end > size {
+            return None;
+        }
+        if hole.offset > position {
+            extents.push((position, hole.offset - position));
+        }
+        position = end;
+    }
+    if size > position {
+        extents.push((position, size - position));
+    }
+    Some(extents)
+}
+
+/// Bytes of data of a recorded file (its size less its holes).
+fn recorded_data_bytes(entry: &ManifestEntry) -> u64 {
+    let holes: u64 = entry.holes.iter().map(|hole| hole.len).sum();
+    entry.size.saturating_sub(holes)
+}
+
+/// Reads a file's data extents one after another, never its holes. A file that shrank
+/// meanwhile reads as zeros where its bytes are gone, so the stream is always exactly as
+/// long as the extents the manifest will describe.
+struct ExtentReader<'f> {
+    file: &'f File,
+    extents: Vec<(u64, u64)>,
+    index: usize,
+    done: u64,
+}
+
+impl Read for ExtentReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(&(offset, len)) = self.extents.get(self.index) {
+            if self.done == len {
+                self.index += 1;
+                self.done = 0;
+                continue;
+            }
+            let want = usize::try_from(len - self.done)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            let mut read = self.file.read_at(&mut buf[..want], offset + self.done)?;
+            if read == 0 {
+                buf[..want].fill(0);
+                read = want;
+            }
+            self.done += read as u64;
+            return Ok(read);
+        }
+        Ok(0)
+    }
+}
+
+/// Data bytes seen so far by one snapshot or diff, against its limit.
+struct Budget<'l> {
+    limits: &'l SnapshotLimits,
+    used: u64,
+}
+
+impl Budget<'_> {
+    fn spend(&mut self, bytes: u64, shown: &str) -> Result<(), SnapshotError> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used > self.limits.max_bytes {
+            return Err(SnapshotError::TooLarge {
+                path: shown.to_owned(),
+                limit: self.limits.max_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Cuts the file at `path` (of `size` bytes when it was listed) into chunks and returns
+/// the chunk list and its holes. Only data extents are read; holes are recorded. With
+/// `upload`, chunks the store lacks are sent to the uploader.
 fn chunk_file(
     root: &WorkspaceRoot,
     path: &str,
     shown: &str,
+    size: u64,
+    budget: &mut Budget<'_>,
     upload: Option<(
         &dyn ObjectStore,
         &std::sync::mpsc::SyncSender<Upload>,
         &mut SnapshotStats,
     )>,
-) -> Result<Vec<ChunkRef>, SnapshotError> {
+) -> Result<(Vec<ChunkRef>, Vec<Hole>), SnapshotError> {
     let file = root.open_file(path)?;
+    let extents = data_extents(&file, size, shown, budget.limits)?;
+    budget.spend(extents.iter().map(|&(_, len)| len).sum(), shown)?;
+    let holes = holes_between(&extents, size);
+    let reader = ExtentReader {
+        file: &file,
+        extents,
+        index: 0,
+        done: 0,
+    };
     let mut chunks = Vec::new();
     let mut upload = upload;
-    for chunk in StreamCDC::new(file, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK) {
+    for chunk in StreamCDC::new(reader, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK) {
+        budget.limits.check()?;
         let chunk = chunk.map_err(|error| SnapshotError::Io {
             path: shown.to_owned(),
             source: std::io::Error::other(error.to_string()),
@@ -141,7 +401,7 @@ fn chunk_file(
         }
         chunks.push(ChunkRef { hash, len: length });
     }
-    Ok(chunks)
+    Ok((chunks, holes))
 }
 
 /// Compresses and stores chunks until the channel closes; returns (chunks written,
@@ -191,7 +451,7 @@ fn unchanged_chunks(
     parent: &HashMap<String, ManifestEntry>,
     relative: &str,
     entry: &Entry,
-) -> Result<Option<Vec<ChunkRef>>, SnapshotError> {
+) -> Result<Option<ManifestEntry>, SnapshotError> {
     let Some(old) = parent.get(relative) else {
         return Ok(None);
     };
@@ -208,7 +468,7 @@ fn unchanged_chunks(
             return Ok(None);
         }
     }
-    Ok(Some(old.chunks.clone()))
+    Ok(Some(old.clone()))
 }
 
 /// Snapshots the tree `base` (relative to `root`; empty for the whole root) into `store`
@@ -218,18 +478,35 @@ fn unchanged_chunks(
 /// Chunks go first, the manifest last (after a sync): until it is written, nothing of this
 /// snapshot is visible. The walker reads, cuts and hashes while a second thread compresses
 /// and writes, through a bounded channel, so memory stays within a few chunks.
+///
+/// Holes of sparse files are recorded, not read. Bounded by the default
+/// [`SnapshotLimits`]; see [`snapshot_with`].
 pub fn snapshot(
     root: &WorkspaceRoot,
     base: &str,
     store: &dyn ObjectStore,
     parent: Option<&str>,
 ) -> Result<(String, SnapshotStats), SnapshotError> {
+    snapshot_with(root, base, store, parent, &SnapshotLimits::default())
+}
+
+/// [`snapshot`] within `limits`: more file data than `limits.max_bytes` fails with
+/// [`SnapshotError::TooLarge`] before it is read, and a cancel or passed deadline stops it
+/// within a chunk with [`SnapshotError::Cancelled`]. Either way no manifest is written.
+pub fn snapshot_with(
+    root: &WorkspaceRoot,
+    base: &str,
+    store: &dyn ObjectStore,
+    parent: Option<&str>,
+    limits: &SnapshotLimits,
+) -> Result<(String, SnapshotStats), SnapshotError> {
+    limits.check()?;
     let parent = parent_entries(store, parent);
     let entries = walk(root, base)?;
     let (sender, receiver) = std::sync::mpsc::sync_channel::<Upload>(8);
     let (walked, uploaded) = std::thread::scope(|scope| {
         let upload = scope.spawn(move || uploader(store, receiver));
-        let walked = record_entries(root, base, store, &parent, entries, sender);
+        let walked = record_entries(root, base, store, &parent, entries, sender, limits);
         let uploaded = upload.join().unwrap_or_else(|_| {
             Err(SnapshotError::store(
                 "write chunks",
@@ -259,12 +536,15 @@ fn record_entries(
     parent: &HashMap<String, ManifestEntry>,
     entries: Vec<(String, Entry)>,
     sender: std::sync::mpsc::SyncSender<Upload>,
+    limits: &SnapshotLimits,
 ) -> Result<(Vec<ManifestEntry>, SnapshotStats), SnapshotError> {
     let mut stats = SnapshotStats::default();
+    let mut budget = Budget { limits, used: 0 };
     let mut manifest_entries = Vec::with_capacity(entries.len());
     // inode → the first path of a file with several links (one device per root).
     let mut first_link: HashMap<u64, String> = HashMap::new();
     for (relative, entry) in entries {
+        limits.check()?;
         let kind = match entry.kind {
             Kind::Dir => EntryKind::Dir,
             Kind::File => EntryKind::File,
@@ -287,6 +567,7 @@ fn record_entries(
             target: None,
             link_to: None,
             chunks: Vec::new(),
+            holes: Vec::new(),
         };
         match kind {
             EntryKind::Dir => stats.dirs += 1,
@@ -304,19 +585,25 @@ fn record_entries(
                     first_link.insert(entry.inode, relative.clone());
                 }
                 stats.files += 1;
-                record.chunks = match unchanged_chunks(store, parent, &relative, &entry)? {
-                    Some(chunks) => {
-                        stats.files_unchanged += 1;
-                        stats.chunks += chunks.len() as u64;
-                        chunks
-                    }
-                    None => chunk_file(
-                        root,
-                        &join(base, &relative),
-                        &relative,
-                        Some((store, &sender, &mut stats)),
-                    )?,
-                };
+                (record.chunks, record.holes) =
+                    match unchanged_chunks(store, parent, &relative, &entry)? {
+                        Some(old) => {
+                            // Not read again, but still this tree's data: the limit is
+                            // the same whatever the parent.
+                            budget.spend(recorded_data_bytes(&old), &relative)?;
+                            stats.files_unchanged += 1;
+                            stats.chunks += old.chunks.len() as u64;
+                            (old.chunks, old.holes)
+                        }
+                        None => chunk_file(
+                            root,
+                            &join(base, &relative),
+                            &relative,
+                            entry.size,
+                            &mut budget,
+                            Some((store, &sender, &mut stats)),
+                        )?,
+                    };
             }
         }
         manifest_entries.push(record);
@@ -344,13 +631,27 @@ pub struct Diff {
 
 /// Compares the tree `base` with the snapshot `id`. A file whose size and time match is
 /// taken as unchanged; otherwise its content is chunked and compared, so a touched but
-/// identical file is not reported.
+/// identical file is not reported. Bounded by the default [`SnapshotLimits`].
 pub fn diff(
     root: &WorkspaceRoot,
     base: &str,
     store: &dyn ObjectStore,
     id: &str,
 ) -> Result<Diff, SnapshotError> {
+    diff_with(root, base, store, id, &SnapshotLimits::default())
+}
+
+/// [`diff`] within `limits`: the content it reads to compare counts against
+/// `limits.max_bytes`, and a cancel or passed deadline stops it.
+pub fn diff_with(
+    root: &WorkspaceRoot,
+    base: &str,
+    store: &dyn ObjectStore,
+    id: &str,
+    limits: &SnapshotLimits,
+) -> Result<Diff, SnapshotError> {
+    limits.check()?;
+    let mut budget = Budget { limits, used: 0 };
     let manifest = Manifest::load(store, id)?;
     let before: BTreeMap<&str, &ManifestEntry> = manifest
         .entries
@@ -382,18 +683,37 @@ pub fn diff(
                 EntryKind::Dir => old.mode != entry.mode,
                 EntryKind::Symlink => old.target != entry.symlink_target,
                 EntryKind::File => {
-                    let chunks = match &old.link_to {
-                        Some(first) => before.get(first.as_str()).map(|e| &e.chunks),
-                        None => Some(&old.chunks),
+                    let recorded = match &old.link_to {
+                        Some(first) => before.get(first.as_str()).copied(),
+                        None => Some(*old),
                     };
-                    old.mode != entry.mode
-                        || old.size != entry.size
-                        || (old.modified_unix_ms != entry.modified_unix_ms
-                            && chunks.is_none_or(|chunks| {
-                                chunk_file(root, &join(base, relative), relative, None)
-                                    .map(|now| &now != chunks)
-                                    .unwrap_or(true)
-                            }))
+                    if old.mode != entry.mode || old.size != entry.size {
+                        true
+                    } else if old.modified_unix_ms == entry.modified_unix_ms {
+                        false
+                    } else {
+                        match recorded {
+                            None => true,
+                            Some(recorded) => match chunk_file(
+                                root,
+                                &join(base, relative),
+                                relative,
+                                entry.size,
+                                &mut budget,
+                                None,
+                            ) {
+                                Ok((chunks, holes)) => {
+                                    chunks != recorded.chunks || holes != recorded.holes
+                                }
+                                // Too much to compare, or stopped: that is the answer.
+                                Err(
+                                    error @ (SnapshotError::TooLarge { .. }
+                                    | SnapshotError::Cancelled { .. }),
+                                ) => return Err(error),
+                                Err(_) => true,
+                            },
+                        }
+                    }
                 }
             }
         };
@@ -414,12 +734,26 @@ pub fn diff(
 /// Everything is built in a temporary directory next to `base` (every chunk's hash
 /// checked as it is written), then swapped in with one `RENAME_EXCHANGE`, and the old tree
 /// removed. On any error the temporary directory is removed and `base` is untouched.
+/// Sparse files come back sparse: their holes are skipped, not written.
 pub fn restore(
     root: &WorkspaceRoot,
     base: &str,
     store: &dyn ObjectStore,
     id: &str,
 ) -> Result<(), SnapshotError> {
+    restore_with(root, base, store, id, &SnapshotLimits::default())
+}
+
+/// [`restore`] that a cancel or passed deadline in `limits` stops (leaving `base` as it
+/// was).
+pub fn restore_with(
+    root: &WorkspaceRoot,
+    base: &str,
+    store: &dyn ObjectStore,
+    id: &str,
+    limits: &SnapshotLimits,
+) -> Result<(), SnapshotError> {
+    limits.check()?;
     let manifest = Manifest::load(store, id)?;
     let (parent, name) = base.rsplit_once('/').unwrap_or(("", base));
     let staging = join(
@@ -429,7 +763,8 @@ pub fn restore(
     root.mkdir_p(&staging)?;
     // Durable before it is swapped in: a crash after the swap must not leave a tree of
     // empty files.
-    let built = build(root, &staging, store, &manifest).and_then(|()| Ok(root.sync_filesystem()?));
+    let built =
+        build(root, &staging, store, &manifest, limits).and_then(|()| Ok(root.sync_filesystem()?));
     if let Err(error) = built {
         let _ = root.remove(&staging, true);
         return Err(error);
@@ -458,6 +793,7 @@ fn build(
     staging: &str,
     store: &dyn ObjectStore,
     manifest: &Manifest,
+    limits: &SnapshotLimits,
 ) -> Result<(), SnapshotError> {
     let by_path: HashMap<&str, &ManifestEntry> = manifest
         .entries
@@ -470,6 +806,7 @@ fn build(
         if entry.path.is_empty() {
             continue;
         }
+        limits.check()?;
         let path = join(staging, &entry.path);
         match entry.kind {
             EntryKind::Dir => {
@@ -482,7 +819,15 @@ fn build(
                 Some(first) if by_path.contains_key(first.as_str()) => {
                     root.create_hardlink(&join(staging, first), &path)?;
                 }
-                _ => write_file(root, &path, &entry.path, entry, store, &mut restorer)?,
+                _ => write_file(
+                    root,
+                    &path,
+                    &entry.path,
+                    entry,
+                    store,
+                    &mut restorer,
+                    limits,
+                )?,
             },
         }
     }
@@ -506,9 +851,27 @@ fn write_file(
     entry: &ManifestEntry,
     store: &dyn ObjectStore,
     scratch: &mut Restorer,
+    limits: &SnapshotLimits,
 ) -> Result<(), SnapshotError> {
-    let mut file = root.create_file(path, 0o600)?;
+    let io = |source| SnapshotError::Io {
+        path: shown.to_owned(),
+        source,
+    };
+    let file = root.create_file(path, 0o600)?;
+    // A dense file (every manifest of version 1) is one extent from 0, as long as its
+    // chunks; a sparse one's chunks fill the extents between its holes.
+    let mut extents = if entry.holes.is_empty() {
+        vec![(0, u64::MAX)]
+    } else {
+        extents_between(&entry.holes, entry.size).ok_or_else(|| SnapshotError::Corrupt {
+            what: "manifest entry",
+            hash: shown.to_owned(),
+        })?
+    }
+    .into_iter();
+    let mut extent = extents.next();
     for chunk in &entry.chunks {
+        limits.check()?;
         let compressed =
             store
                 .get(&chunk_key(&chunk.hash))?
@@ -516,11 +879,27 @@ fn write_file(
                     hash: chunk.hash.clone(),
                     path: shown.to_owned(),
                 })?;
-        let bytes = scratch.decompress(&compressed, chunk)?;
-        file.write_all(bytes).map_err(|source| SnapshotError::Io {
-            path: shown.to_owned(),
-            source,
-        })?;
+        let mut bytes = scratch.decompress(&compressed, chunk)?;
+        while !bytes.is_empty() {
+            let Some((offset, len)) = extent.as_mut() else {
+                return Err(SnapshotError::Corrupt {
+                    what: "manifest entry",
+                    hash: shown.to_owned(),
+                });
+            };
+            let take = usize::try_from(*len).unwrap_or(usize::MAX).min(bytes.len());
+            file.write_all_at(&bytes[..take], *offset).map_err(io)?;
+            *offset += take as u64;
+            *len -= take as u64;
+            bytes = &bytes[take..];
+            if *len == 0 {
+                extent = extents.next();
+            }
+        }
+    }
+    if !entry.holes.is_empty() {
+        // A trailing hole is only a length.
+        file.set_len(entry.size).map_err(io)?;
     }
     Ok(())
 }

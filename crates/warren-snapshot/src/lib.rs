@@ -23,9 +23,12 @@ mod s3;
 mod sql;
 mod store;
 
-pub use engine::{diff, restore, snapshot, Diff, SnapshotStats};
+pub use engine::{
+    diff, diff_with, restore, restore_with, snapshot, snapshot_with, CancelFlag, Diff,
+    SnapshotLimits, SnapshotStats, DEFAULT_MAX_BYTES,
+};
 pub use gc::{collect_garbage, GcStats};
-pub use manifest::{EntryKind, Manifest, ManifestEntry};
+pub use manifest::{EntryKind, Hole, Manifest, ManifestEntry};
 pub use redis_store::RedisStore;
 pub use s3::{S3Config, S3Store};
 pub use sql::SqlStore;
@@ -76,6 +79,20 @@ pub enum SnapshotError {
         what: &'static str,
         /// Its name.
         hash: String,
+    },
+    /// The tree holds more file data than one snapshot may read (holes not counted).
+    #[error("{path}: the tree holds more than {limit} bytes of file data, the most one snapshot may read ([snapshots] max_bytes); remove or shrink large files")]
+    TooLarge {
+        /// The entry that crossed the limit, relative to the tree.
+        path: String,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The work was stopped before it finished: nothing of it is visible.
+    #[error("the snapshot was stopped before it finished: {reason}")]
+    Cancelled {
+        /// Why (the server is shutting down, the deadline passed).
+        reason: &'static str,
     },
     /// A name that is not UTF-8 (shown lossily), which manifests cannot hold.
     #[error("{0}: file names that are not UTF-8 cannot be snapshotted; rename the file")]

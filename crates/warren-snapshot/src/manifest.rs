@@ -58,6 +58,21 @@ pub struct ManifestEntry {
     /// For a file that is not a hard link of an earlier one, its chunks in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chunks: Vec<ChunkRef>,
+    /// For a sparse file, its holes in order: ranges that read as zeros and were neither
+    /// read nor stored. The chunks hold the bytes outside them, in order, and a restore
+    /// recreates the holes, so a sparse file comes back sparse. Empty for a dense file
+    /// (and in manifests of version 1, which never recorded holes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holes: Vec<Hole>,
+}
+
+/// A range of a file that reads as zeros and occupies no space on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hole {
+    /// Its first byte's offset.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
 }
 
 /// A whole tree.
@@ -72,7 +87,8 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    pub(crate) const VERSION: u32 = 1;
+    /// 2 added holes; a manifest of version 1 reads as one whose files are all dense.
+    pub(crate) const VERSION: u32 = 2;
 
     pub(crate) fn key(id: &str) -> String {
         format!("manifests/{id}")

@@ -33,7 +33,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(cmd::run(cli)) {
+    let outcome = runtime.block_on(cmd::run(cli));
+    // Dropping the runtime would wait for every blocking thread; one still copying or
+    // snapshotting (it observes the provisioner's cancel flag, but a syscall may be slow)
+    // must not keep a stopping server alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match outcome {
         Ok(code) => code,
         Err(error) => {
             eprintln!("warren: {error:#}");

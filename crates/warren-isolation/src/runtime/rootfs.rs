@@ -599,7 +599,7 @@ fn copy_seed(from: &Path, to: &Path, skip: &[&str]) -> io::Result<()> {
             copy_seed(&source, &target, &[])?;
             std::fs::set_permissions(&target, PermissionsExt::from_mode(meta.mode() & 0o7777))?;
         } else if meta.is_file() {
-            std::fs::copy(&source, &target)?;
+            copy_sparse(&source, &target, meta.len())?;
             std::fs::set_permissions(&target, PermissionsExt::from_mode(meta.mode() & 0o777))?;
         } else {
             continue;
@@ -609,11 +609,86 @@ fn copy_seed(from: &Path, to: &Path, skip: &[&str]) -> io::Result<()> {
     Ok(())
 }
 
+/// Copies a regular file of `size` bytes extent by extent (`SEEK_DATA`/`SEEK_HOLE`), so a
+/// sparse file stays sparse: copied densely, a snapshot's 10 GiB sparse file would fill the
+/// size-capped tmpfs and the runtime could never start again.
+fn copy_sparse(from: &Path, to: &Path, size: u64) -> io::Result<()> {
+    use rustix::fs::{seek, SeekFrom};
+    use rustix::io::Errno;
+    use std::os::unix::fs::FileExt;
+    let source = std::fs::File::open(from)?;
+    let target = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)?;
+    let mut buffer = vec![0u8; 1024 * 1024];
+    let mut position = 0u64;
+    while position < size {
+        let start = match seek(&source, SeekFrom::Data(position)) {
+            Ok(start) => start,
+            Err(Errno::NXIO) => break,
+            Err(errno) => return Err(errno.into()),
+        };
+        let end = match seek(&source, SeekFrom::Hole(start)) {
+            Ok(end) => end.min(size),
+            Err(Errno::NXIO) => size,
+            Err(errno) => return Err(errno.into()),
+        };
+        let mut offset = start;
+        while offset < end {
+            let want = usize::try_from(end - offset)
+                .unwrap_or(usize::MAX)
+                .min(buffer.len());
+            let read = source.read_at(&mut buffer[..want], offset)?;
+            if read == 0 {
+                break;
+            }
+            target.write_all_at(&buffer[..read], offset)?;
+            offset += read as u64;
+        }
+        if end <= start {
+            break;
+        }
+        position = end;
+    }
+    target.set_len(size)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_seed_file_is_copied_with_its_holes() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        // From the data filesystem to a tmpfs, as init copies a seed: across filesystems
+        // the kernel's own copy reads holes as zeros.
+        let dir = tempfile::tempdir().unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let (from, to) = (dir.path().join("from"), shm.path().join("to"));
+        let file = std::fs::File::create(&from).unwrap();
+        let size = 256 * 1024 * 1024;
+        file.set_len(size).unwrap();
+        file.write_all_at(b"head", 0).unwrap();
+        file.write_all_at(b"tail", size - 4).unwrap();
+        file.write_all_at(b"middle", 100 << 20).unwrap();
+        copy_sparse(&from, &to, size).unwrap();
+        let meta = std::fs::metadata(&to).unwrap();
+        assert_eq!(meta.len(), size);
+        assert!(meta.blocks() * 512 < 1024 * 1024, "copied densely");
+        let copy = std::fs::File::open(&to).unwrap();
+        for (offset, want) in [
+            (0, &b"head"[..]),
+            (100 << 20, b"middle"),
+            (size - 4, b"tail"),
+        ] {
+            let mut got = vec![0u8; want.len()];
+            copy.read_exact_at(&mut got, offset).unwrap();
+            assert_eq!(got, want);
+        }
+    }
 
     #[test]
     fn mode_bits_of_created_dirs_are_as_asked() {

@@ -1,2 +1,3 @@
 mod engine;
+mod sparse;
 mod stores;

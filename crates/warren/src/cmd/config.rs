@@ -56,6 +56,12 @@ pub struct LifecycleSection {
     pub idle_timeout_s: Option<u64>,
     pub max_lifetime_s: Option<u64>,
     pub reap_interval_s: Option<u64>,
+    /// Sandboxes the reaper works on at once.
+    pub reap_concurrency: Option<usize>,
+    /// Seconds the reaper spends on one sandbox's snapshot before reaping without it.
+    pub reap_deadline_s: Option<u64>,
+    /// Seconds a stopping server waits for requests in flight before it exits anyway.
+    pub shutdown_grace_s: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -105,6 +111,8 @@ pub struct InitSection {
 pub struct SnapshotsSection {
     pub keep_checkpoints: Option<usize>,
     pub gc_grace_s: Option<u64>,
+    /// Most bytes of file data one snapshot or checkpoint reads (holes not counted).
+    pub max_bytes: Option<u64>,
     /// Snapshot a runtime before the reaper reclaims it (default true).
     pub before_reap: Option<bool>,
     /// Start a reaped sandbox's next runtime from its latest snapshot (default true).
@@ -412,6 +420,15 @@ mod tests {
             Some(defaults.keep_checkpoints)
         );
         assert_eq!(file.snapshots.gc_grace_s, Some(defaults.gc_grace.as_secs()));
+        assert_eq!(file.snapshots.max_bytes, Some(defaults.snapshot_max_bytes));
+        assert_eq!(
+            file.lifecycle.reap_concurrency,
+            Some(defaults.reap_concurrency)
+        );
+        assert_eq!(
+            file.lifecycle.reap_deadline_s,
+            Some(defaults.reap_deadline.as_secs())
+        );
     }
 
     #[test]
@@ -460,10 +477,7 @@ mod tests {
                 "[quotas]\nbytes = 67108864\ninodes = 3",
                 "inodes must be at least",
             ),
-            (
-                "[quotas.users.\"\"]\nbytes = 67108864",
-                "quotas.users.: ",
-            ),
+            ("[quotas.users.\"\"]\nbytes = 67108864", "quotas.users.: "),
         ] {
             let file = ConfigFile::parse(text).unwrap();
             let error = file.quotas.settings(|| None).unwrap_err().to_string();

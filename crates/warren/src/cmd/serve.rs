@@ -285,6 +285,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(resume) = file.snapshots.resume {
         config.resume_from_snapshots = resume;
     }
+    if let Some(max) = file.snapshots.max_bytes {
+        if max == 0 {
+            bail!("snapshots.max_bytes must be at least 1");
+        }
+        config.snapshot_max_bytes = max;
+    }
+    if let Some(concurrency) = file.lifecycle.reap_concurrency {
+        if concurrency == 0 {
+            bail!("lifecycle.reap_concurrency must be at least 1");
+        }
+        config.reap_concurrency = concurrency;
+    }
+    if let Some(deadline) = file.lifecycle.reap_deadline_s {
+        config.reap_deadline = seconds("lifecycle.reap_deadline_s", deadline)?;
+    }
+    let shutdown_grace = seconds(
+        "lifecycle.shutdown_grace_s",
+        file.lifecycle.shutdown_grace_s.unwrap_or(10),
+    )?;
     let skill_dir = |key: &str, dir: &Option<PathBuf>| -> anyhow::Result<Option<PathBuf>> {
         dir.as_ref()
             .map(|dir| {
@@ -353,29 +372,40 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cleanup_failures = recovered.cleanup_failures,
         "reconciled state with the backend"
     );
-    let reaper = provisioner.clone();
-    let interval = reap_interval;
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(interval).await;
-            if let Err(error) = reaper.reap().await {
-                tracing::warn!(error = %error, "a reaper pass failed");
-            }
-        }
-    });
+    provisioner.spawn_reaper(reap_interval);
     tracing::info!(%address, data_dir = %data_dir.display(), "warren is serving");
     // A machine-readable line for supervisors and tests that asked for port 0.
     println!("warren listening on http://{address}");
     // Viewer links outlive a restart: their key is kept (0600) next to the state store.
     let viewer_key = warren_api::ViewerKey::load_or_create(&data_dir)
         .context("cannot read or create the Viewer's signing key (<data-dir>/viewer.key)")?;
-    warren_api::serve(
-        listener,
-        ApiState::new(provisioner, token).with_viewer_key(viewer_key),
-        shutdown_signal(),
-    )
-    .await
-    .context("the HTTP server failed")?;
+    // On SIGTERM/SIGINT: no new connections, snapshots in flight cancelled (their blocking
+    // threads stop at the next chunk), and requests still running after the grace are
+    // left behind, so stopping takes bounded time whatever a sandbox holds.
+    let stopping = provisioner.clone();
+    let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown_signal().await;
+        tracing::info!("stopping: no new requests; snapshots in flight are cancelled");
+        stopping.shut_down();
+        let _ = signalled.send(());
+    };
+    let grace_over = async move {
+        match on_signal.await {
+            Ok(()) => tokio::time::sleep(shutdown_grace).await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = warren_api::serve(
+            listener,
+            ApiState::new(provisioner, token).with_viewer_key(viewer_key),
+            shutdown,
+        ) => served.context("the HTTP server failed")?,
+        () = grace_over => {
+            tracing::warn!(grace_s = shutdown_grace.as_secs(), "requests still in flight after the shutdown grace; stopping without them");
+        }
+    }
     // Held to the very end: nothing of this server touches the directory after this.
     drop(data_dir_lock);
     tracing::info!("warren stopped");

@@ -21,6 +21,7 @@ mod network;
 mod openapi;
 mod path_attacks;
 mod quotas;
+mod reaper;
 mod runtime;
 mod sandboxes;
 mod skills;
