@@ -235,13 +235,15 @@ impl Provisioner {
             return Ok(false);
         }
         // A process still running (a server, a build in the background) is activity,
-        // whatever the API saw.
+        // whatever the API saw; but not a runtime pinned at its pids limit with no command
+        // running: that is a fork bomb that outlived its command, which can start nothing
+        // and would otherwise hold the runtime for its whole lifetime.
         let processes = self
             .backend
             .processes(&record.id)
             .await
             .map_err(ProvisionerError::Backend)?;
-        if processes.is_some_and(|n| n > 0) {
+        if processes.is_some_and(|n| n > 0) && !self.pinned_at_pids_limit(&record.id).await? {
             self.store.touch_sandbox(&record.id).await?;
             return Ok(false);
         }
@@ -268,6 +270,35 @@ impl Provisioner {
         Ok(true)
     }
 }
+
+impl Provisioner {
+    /// Whether the runtime's tasks fill its pids limit. A bomb's processes die and are
+    /// replaced all the time, so the count may dip below the limit for an instant: a few
+    /// samples are taken, and one at the limit is enough.
+    async fn pinned_at_pids_limit(&self, id: &SandboxId) -> Result<bool, ProvisionerError> {
+        for sample in 0..PIDS_SAMPLES {
+            if sample > 0 {
+                tokio::time::sleep(PIDS_SAMPLE_GAP).await;
+            }
+            match self
+                .backend
+                .process_pressure(id)
+                .await
+                .map_err(ProvisionerError::Backend)?
+            {
+                Some(pressure) if pressure.at_limit() => return Ok(true),
+                Some(_) => {}
+                // The backend cannot tell: nothing to go on.
+                None => return Ok(false),
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// How many times, and how far apart, [`Provisioner::pinned_at_pids_limit`] looks.
+const PIDS_SAMPLES: usize = 5;
+const PIDS_SAMPLE_GAP: Duration = Duration::from_millis(20);
 
 /// See [`Provisioner::claim_for_reaping`]: releases the sandbox when dropped.
 struct ReapClaim<'a> {

@@ -5,7 +5,6 @@ mod config;
 mod data_dir_lock;
 mod doctor;
 mod image;
-pub mod output;
 mod serve;
 
 use std::process::ExitCode;
@@ -58,9 +57,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Openapi => {
-            output::line(serde_json::to_string_pretty(
-                &warren_api::openapi_document(),
-            )?)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&warren_api::openapi_document())?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor::run(),

@@ -1,6 +1,7 @@
 //! The reaper and shutdown under hostile sandboxes (issue 20, items 2 and 3): a sandbox
-//! holding a 1 PiB sparse file or more data than a snapshot may read never delays reaping another uid's idle
-//! sandbox, and SIGTERM stops the server in bounded time whatever is in flight.
+//! holding a 1 PiB sparse file or more data than a snapshot may read never delays
+//! reaping another uid's idle sandbox, SIGTERM stops the server in bounded time whatever
+//! is in flight, and a fork bomb pinning the pids limit does not keep a runtime alive.
 
 use std::time::{Duration, Instant};
 
@@ -195,4 +196,53 @@ async fn a_huge_sparse_file_never_delays_reaping_another_uid_and_sigterm_still_s
     eprintln!("the server stopped {:?} after SIGTERM", signalled.elapsed());
     in_flight.abort();
     server.kill();
+}
+
+#[tokio::test]
+async fn a_fork_bomb_pinning_the_pids_limit_with_no_command_running_is_reaped_and_files_survive() {
+    // A small pids limit, so the bomb fills it at once.
+    let config = write_config("[limits]\npids_max = 64\n");
+    let config_path = config.path().to_str().unwrap().to_owned();
+    let server = TestServer::start_with(
+        bin(),
+        &[
+            "--backend",
+            "local",
+            "--idle-timeout",
+            "3",
+            "--reap-interval",
+            "1",
+            "--config",
+            &config_path,
+        ],
+    );
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let started = server
+        .exec(
+            &id,
+            // Every bomb process forks forever (bash retries a failed fork), so the bomb
+            // never dies out: it holds the limit until something kills it.
+            "echo kept > kept.txt; (bomb() { while :; do bomb & done; }; bomb) >/dev/null 2>&1 & exit 0",
+        )
+        .await;
+    assert_eq!(started["exit_code"], 0, "{started}");
+    let bombed = Instant::now();
+    // The bomb's processes are processes, but no command runs and it can start nothing:
+    // idle_timeout 3 s, reap interval 1 s, and 4 s for the pass, the kill and this poll.
+    let bound = Duration::from_secs(3 + 1 + 4);
+    assert!(
+        server.reaches_state(&id, "stopped", bound).await,
+        "the bomb kept its runtime alive for {bound:?} (state {})",
+        server.sandbox_state(&id).await
+    );
+    eprintln!(
+        "the bombed runtime was reaped {:?} after the bomb",
+        bombed.elapsed()
+    );
+    // The workspace stays (I15), and the sandbox runs again in a fresh runtime.
+    let after = server.exec(&id, "cat kept.txt; ps -e | wc -l").await;
+    let stdout = after["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.starts_with("kept\n"), "{after}");
+    let count: usize = stdout.lines().nth(1).unwrap().trim().parse().unwrap();
+    assert!(count < 10, "the bomb survived the reap: {count} processes");
 }
