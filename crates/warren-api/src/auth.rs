@@ -14,6 +14,9 @@ use crate::{ApiError, ApiState};
 /// Its `Debug` form is redacted so it cannot reach a log by accident.
 pub struct ProvisionerToken {
     digest: [u8; 32],
+    /// Finds the token inside values bound for a sandbox (I13); the provisioner gets a
+    /// clone through [`ProvisionerToken::finder`].
+    finder: warren_core::TokenFinder,
 }
 
 /// Why a token was refused.
@@ -45,7 +48,14 @@ impl ProvisionerToken {
         }
         Ok(Self {
             digest: Sha256::digest(token.as_bytes()).into(),
+            finder: warren_core::TokenFinder::new(token),
         })
+    }
+
+    /// What the provisioner searches every value bound for a sandbox with, so the token
+    /// never enters one, whole or as part of a value (I13).
+    pub fn finder(&self) -> warren_core::TokenFinder {
+        self.finder.clone()
     }
 
     /// Whether `presented` is this token. Both sides are hashed first, so the comparison
@@ -53,26 +63,6 @@ impl ProvisionerToken {
     pub fn matches(&self, presented: &str) -> bool {
         let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         self.digest.ct_eq(&presented).into()
-    }
-}
-
-impl ProvisionerToken {
-    /// Whether `text` holds this token as a whole word: the whole text, a piece of it
-    /// between whitespace, quotes, `,` or `;`, or such a piece after its first `=` or `:`
-    /// (as in `Bearer <token>`, `TOKEN=<token>` or JSON). Used to keep the token out of every
-    /// environment a sandbox gets (I13). Only the token's digest is kept, so this cannot
-    /// search for it inside arbitrary text.
-    pub fn appears_in(&self, text: &str) -> bool {
-        let candidate = |piece: &str| piece.len() >= Self::MIN_LEN && self.matches(piece);
-        self.matches(text)
-            || text
-                .split(|c: char| c.is_whitespace() || "\"',;".contains(c))
-                .any(|piece| {
-                    candidate(piece)
-                        || piece
-                            .split_once(['=', ':'])
-                            .is_some_and(|(_, rest)| candidate(rest))
-                })
     }
 }
 
@@ -126,19 +116,10 @@ mod tests {
     }
 
     #[test]
-    fn the_token_is_found_as_a_word_in_the_usual_places() {
+    fn the_finder_finds_the_token_inside_text() {
         let raw = "tok-0123456789abcdef0123456789abcdef==";
-        let token = ProvisionerToken::new(raw).unwrap();
-        for text in [
-            raw.to_owned(),
-            format!("Bearer {raw}"),
-            format!("WARREN_TOKEN={raw}"),
-            format!("{{\"token\": \"{raw}\"}}"),
-            format!("authorization:{raw}; other"),
-        ] {
-            assert!(token.appears_in(&text), "{text}");
-        }
-        assert!(!token.appears_in("Bearer something-else-entirely-0123456789"));
-        assert!(!token.appears_in(""));
+        let finder = ProvisionerToken::new(raw).unwrap().finder();
+        assert!(finder.is_in(format!("x{raw}").as_bytes()));
+        assert!(!finder.is_in(b"Bearer something-else-entirely-0123456789"));
     }
 }

@@ -28,21 +28,8 @@ fn view(uid: &Uid, records: &[AgentEnvRecord]) -> AgentEnv {
     }
 }
 
-/// A checked variable, refusing the provisioner token as (part of) a value (I13).
-fn variable(
-    state: &ApiState,
-    name: String,
-    value: SetAgentEnvVar,
-) -> Result<AgentEnvVar, ApiError> {
-    if state.token.appears_in(&value.value) {
-        return Err(ApiError::bad_request(
-            "token_in_env",
-            format!(
-                "the value of {name:?} contains the provisioner token, which must never enter \
-                 a sandbox (I13); give the agent a credential of its own"
-            ),
-        ));
-    }
+/// A checked variable; the provisioner refuses the token in its value (I13).
+fn variable(name: String, value: SetAgentEnvVar) -> Result<AgentEnvVar, ApiError> {
     AgentEnvVar::new(name, value.value, value.secret.unwrap_or(true))
         .map_err(|e| ProvisionerError::from(e).into())
 }
@@ -93,7 +80,7 @@ pub(crate) async fn replace(
                 },
                 AgentEnvValue::Detailed(value) => value,
             };
-            variable(&state, name, value)
+            variable(name, value)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let records = state.provisioner.replace_agent_env(&uid, vars).await?;
@@ -142,7 +129,7 @@ pub(crate) async fn set(
     ApiJson(request): ApiJson<SetAgentEnvVar>,
 ) -> Result<(StatusCode, Json<AgentEnvEntry>), ApiError> {
     let uid = uid(raw_uid)?;
-    let var = variable(&state, name, request)?;
+    let var = variable(name, request)?;
     let entry_name = var.name.clone();
     let created = state.provisioner.set_agent_env_var(&uid, var).await?;
     let records = state.provisioner.agent_env(&uid).await?;

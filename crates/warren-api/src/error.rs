@@ -96,6 +96,8 @@ impl From<ProvisionerError> for ApiError {
         match &error {
             P::Invalid(core) => Self::bad_request(core_code(core), message),
             P::BadRequest(_) => Self::bad_request("invalid_request", message),
+            P::TokenInEnv { .. } => Self::bad_request("token_in_env", message),
+            P::TokenInCommand { .. } => Self::bad_request("token_in_command", message),
             P::WorkdirNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "workdir_not_found", message)
             }
@@ -163,6 +165,9 @@ impl From<ProvisionerError> for ApiError {
                 };
                 Self::new(StatusCode::CONFLICT, code, message)
             }
+            P::TerminatedWhileRunning { .. } => {
+                Self::new(StatusCode::CONFLICT, "sandbox_terminated", message)
+            }
             P::LeaseNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "lease_not_found", message),
             P::ExecUnsupported { .. } => {
                 Self::new(StatusCode::NOT_IMPLEMENTED, "exec_not_supported", message)
@@ -190,6 +195,7 @@ impl From<ProvisionerError> for ApiError {
 fn core_code(error: &CoreError) -> &'static str {
     match error {
         CoreError::InvalidUid { .. } => "invalid_uid",
+        CoreError::ReservedUid { .. } => "reserved_uid",
         CoreError::InvalidRuntimeScope { .. } => "invalid_runtime_scope",
         CoreError::InvalidSandboxId { .. } => "invalid_sandbox_id",
         CoreError::InvalidWorkdir { .. } => "invalid_workdir",

@@ -98,9 +98,11 @@ impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
     }
 }
 
-/// A uid from a path segment, refused in warren's error format (400 `invalid_uid`).
+/// A uid a client names (a path segment, a body field, a query), refused in warren's error
+/// format: 400 `invalid_uid`, or 400 `reserved_uid` for the prefixes of owners that
+/// isolation scopes derive (I29; see [`warren_core::Uid::plain`]).
 pub(crate) fn uid(raw: String) -> Result<warren_core::Uid, ApiError> {
-    warren_core::Uid::new(raw).map_err(|e| warren_provisioner::ProvisionerError::from(e).into())
+    warren_core::Uid::plain(raw).map_err(|e| warren_provisioner::ProvisionerError::from(e).into())
 }
 
 /// A sandbox id from a path segment of a route with more than one parameter, refused in

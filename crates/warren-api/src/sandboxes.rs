@@ -99,7 +99,7 @@ fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
                 ));
             };
             Ok((
-                Uid::new(uid.as_str()).map_err(invalid)?,
+                crate::extract::uid(uid.clone())?,
                 RuntimeScope::new(scope.as_str()).map_err(invalid)?,
             ))
         }
@@ -131,7 +131,9 @@ fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
         (status = 201, body = SandboxInfo, description = "Created"),
         (status = 200, body = SandboxInfo, description = "Exists with this identity"),
         (status = 404, body = warren_protocol::ErrorBody, description = "workdir_not_found"),
+        (status = 400, body = warren_protocol::ErrorBody, description = "invalid_request, invalid_uid, invalid_scope, invalid_network, invalid_image; reserved_uid: a uid named directly may not start with session:, agent: or global:"),
         (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict, network_conflict or env_policy_conflict: the live sandbox is bound otherwise"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "image_not_found: the image (named, or the server's default) is not on the Docker host; warren never pulls"),
     ),
     security(("bearer" = []))
 )]
@@ -185,7 +187,7 @@ pub(crate) async fn list(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<SandboxList>, ApiError> {
-    let uid = query.uid.map(Uid::new).transpose().map_err(invalid)?;
+    let uid = query.uid.map(crate::extract::uid).transpose()?;
     let records = state.provisioner.list_sandboxes(uid.as_ref()).await?;
     Ok(Json(SandboxList {
         sandboxes: records.iter().map(sandbox_info).collect(),
@@ -291,7 +293,8 @@ pub(crate) async fn kill(
     request_body = ExecCommand,
     responses(
         (status = 200, body = ExecResult, description = "The result (JSON), or a stream of ExecEvent (NDJSON / SSE)"),
-        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_terminated"),
+        (status = 400, body = warren_protocol::ErrorBody, description = "invalid_request, invalid_env, invalid_cwd; token_in_env or token_in_command: a value (env, command line, cwd, stdin) contains the provisioner token, raw, percent-encoded or base64 (I13)"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_terminated (also when the sandbox is terminated while the command runs), sandbox_terminating"),
         (status = 501, body = warren_protocol::ErrorBody, description = "exec_not_supported by this backend"),
     ),
     security(("bearer" = []))
@@ -319,19 +322,6 @@ pub(crate) async fn exec(
             "give exactly one of `command` (a shell line) and `argv` (a program and its arguments)",
         )),
     };
-    if let Some(name) = request
-        .env
-        .iter()
-        .find_map(|(name, value)| state.token.appears_in(value).then_some(name))
-    {
-        return Err(ApiError::bad_request(
-            "token_in_env",
-            format!(
-                "the value of {name:?} contains the provisioner token, which must never enter \
-                 a sandbox (I13)"
-            ),
-        ));
-    }
     let requested_by = headers
         .get("x-warren-requested-by")
         .and_then(|v| v.to_str().ok())

@@ -22,7 +22,9 @@ pub(crate) fn workdir_info(
     }
 }
 
-/// Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed.
+/// Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed, with
+/// the time it was first created either way. With `init`, a refused or failing source
+/// leaves no new workdir behind.
 #[utoipa::path(
     post, path = "/v1/users/{uid}/workdirs", tag = "workdirs",
     params(("uid" = String, Path, description = "The workspace owner")),
@@ -43,33 +45,24 @@ pub(crate) async fn create(
     OptionalJson(request): OptionalJson<CreateWorkdir>,
 ) -> Result<(StatusCode, Json<WorkdirInfo>), ApiError> {
     let uid = uid(raw_uid)?;
-    let (workdir, created) = state
+    let init = request.init.map(|init| WorkdirInit {
+        host_dir: init.host_dir,
+        git: init.git.map(|git| GitSource {
+            url: git.url,
+            rev: git.rev,
+        }),
+        files: init.files,
+    });
+    let made = state
         .provisioner
-        .create_workdir(&uid, request.path.as_deref())
+        .create_workdir_from(&uid, request.path.as_deref(), init)
         .await?;
-    let mut info = workdir_info(&workdir, chrono::Utc::now());
-    if let Some(init) = request.init {
-        let report = state
-            .provisioner
-            .init_workdir(
-                &uid,
-                &workdir,
-                WorkdirInit {
-                    host_dir: init.host_dir,
-                    git: init.git.map(|git| GitSource {
-                        url: git.url,
-                        rev: git.rev,
-                    }),
-                    files: init.files,
-                },
-            )
-            .await?;
-        info.initialized = Some(InitSummary {
-            files: report.files,
-            bytes: report.bytes,
-        });
-    }
-    let status = match created {
+    let mut info = workdir_info(&made.record.workdir, made.record.created_at);
+    info.initialized = made.initialized.map(|report| InitSummary {
+        files: report.files,
+        bytes: report.bytes,
+    });
+    let status = match made.created {
         Created::New => StatusCode::CREATED,
         Created::Existing => StatusCode::OK,
     };

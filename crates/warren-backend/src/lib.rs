@@ -162,6 +162,19 @@ pub trait Backend: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Checks, before a sandbox is bound to it, that the backend of `kind` can start a
+    /// runtime from `image`, so a sandbox is never created only to fail at its first exec:
+    /// the Docker backend never pulls, so the image must already be on its host
+    /// ([`BackendError::ImageNotFound`]). Backends without images accept any.
+    async fn check_image(
+        &self,
+        _sandbox: &SandboxId,
+        _kind: BackendKind,
+        _image: &str,
+    ) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Conditions an operator must know about (a limit that cannot be enforced, a missing
     /// kernel feature), reported once at start-up and in `/health`.
     fn warnings(&self) -> Vec<String> {

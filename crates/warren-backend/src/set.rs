@@ -92,6 +92,19 @@ impl Backend for BackendSet {
         Ok(created)
     }
 
+    async fn check_image(
+        &self,
+        sandbox: &SandboxId,
+        kind: BackendKind,
+        image: &str,
+    ) -> Result<(), BackendError> {
+        // A kind the set lacks is refused by the provisioner before it asks.
+        match self.member(kind) {
+            Some(backend) => backend.check_image(sandbox, kind, image).await,
+            None => Ok(()),
+        }
+    }
+
     async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError> {
         let mut found = Vec::new();
         for backend in &self.members {

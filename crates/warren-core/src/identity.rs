@@ -44,6 +44,24 @@ impl Uid {
         }
     }
 
+    /// Validates a uid a client names directly (a path segment, a request's `uid` field),
+    /// refusing the prefixes of owners that isolation scopes derive
+    /// ([`IsolationScope::RESERVED_OWNER_PREFIXES`](crate::IsolationScope)): otherwise
+    /// `{"uid":"session:s-9"}` would land in the workspace and sandbox that session `s-9`
+    /// derives (I29), and a platform passing its users' names as uids would let a user named
+    /// `agent:coder` into an agent's workspace. Derived owners are reached only through
+    /// their scope.
+    pub fn plain(uid: impl Into<String>) -> Result<Self, CoreError> {
+        let uid = Self::new(uid)?;
+        match crate::IsolationScope::reserved_prefix_of(uid.as_str()) {
+            Some(prefix) => Err(CoreError::ReservedUid {
+                uid: shorten(uid.as_str()),
+                prefix,
+            }),
+            None => Ok(uid),
+        }
+    }
+
     /// The uid as given.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -203,6 +221,22 @@ mod tests {
 
     fn scope(s: &str) -> RuntimeScope {
         RuntimeScope::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_plain_uid_may_not_use_the_prefixes_of_derived_owners() {
+        for reserved in ["session:s-9", "agent:coder", "global:shared", "global:"] {
+            assert!(
+                matches!(Uid::plain(reserved), Err(CoreError::ReservedUid { .. })),
+                "{reserved}"
+            );
+            // The owner itself is still a valid uid for what scopes derive.
+            assert!(Uid::new(reserved).is_ok());
+        }
+        for plain in ["alice", "Session:s-9", "sessions", "my-session:x", "agent"] {
+            assert_eq!(Uid::plain(plain).unwrap().as_str(), plain);
+        }
+        assert!(matches!(Uid::plain(""), Err(CoreError::InvalidUid { .. })));
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod identity;
 mod layout;
 mod network;
 mod scope;
+mod token;
 mod virtual_path;
 mod workdir;
 
@@ -23,6 +24,7 @@ pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
 pub use layout::DataLayout;
 pub use network::{embedded_ipv4, is_internal, NetworkPolicy};
 pub use scope::{IsolationScope, RunContext, ScopedIdentity};
+pub use token::TokenFinder;
 pub use virtual_path::{VirtualPath, VirtualRoot, SKILLS_MOUNT, USER_DATA_MOUNT};
 pub use workdir::Workdir;
 
@@ -39,6 +41,18 @@ pub enum CoreError {
         uid: String,
         /// Why it was refused.
         reason: &'static str,
+    },
+    /// A uid named directly by a client starts with a prefix reserved for owners that
+    /// isolation scopes derive (I29).
+    #[error(
+        "uid {uid:?} starts with {prefix:?}, which is reserved for owners that an isolation \
+         scope derives; choose another uid, or reach that owner through its scope"
+    )]
+    ReservedUid {
+        /// The refused uid (possibly shortened).
+        uid: String,
+        /// The reserved prefix it starts with.
+        prefix: &'static str,
     },
     /// The runtime scope id is empty, too long or contains control characters.
     #[error("invalid runtime scope id {scope:?}: {reason}")]

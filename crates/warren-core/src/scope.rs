@@ -47,6 +47,13 @@ impl IsolationScope {
     /// user id may not, or user `session:x` would share session `x`'s workspace.
     pub const RESERVED_OWNER_PREFIXES: [&'static str; 3] = ["session:", "agent:", "global:"];
 
+    /// The reserved prefix `owner` starts with, if any.
+    pub fn reserved_prefix_of(owner: &str) -> Option<&'static str> {
+        Self::RESERVED_OWNER_PREFIXES
+            .into_iter()
+            .find(|prefix| owner.starts_with(prefix))
+    }
+
     const ALL: [Self; 4] = [Self::User, Self::Session, Self::Agent, Self::Global];
 
     /// Parses `user`, `session`, `agent` or `global` (any case).
@@ -81,10 +88,7 @@ impl IsolationScope {
         let (scope, owner) = match self {
             Self::User => match given(run.user_id) {
                 Some(user) => {
-                    if let Some(prefix) = Self::RESERVED_OWNER_PREFIXES
-                        .iter()
-                        .find(|prefix| user.starts_with(*prefix))
-                    {
+                    if let Some(prefix) = Self::reserved_prefix_of(user) {
                         return Err(CoreError::InvalidIsolationScope {
                             reason: format!(
                                 "user_id may not start with {prefix:?}: that prefix names \

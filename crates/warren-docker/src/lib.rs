@@ -261,6 +261,15 @@ impl DockerBackend {
         &self.engine_version
     }
 
+    /// Whether `image` is on the Docker host (warren never pulls, I18).
+    pub async fn has_image(&self, image: &str) -> Result<bool, DockerError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(error) if is_not_found(&error) => Ok(false),
+            Err(error) => Err(engine("inspect the image")(error)),
+        }
+    }
+
     fn container_name(&self, sandbox: &SandboxId) -> String {
         format!("warren-{}-{}", self.instance, sandbox)
     }
@@ -613,6 +622,25 @@ impl Backend for DockerBackend {
         })?;
         self.adopt(identity);
         Ok(DiscoveredRuntime { spec: spec.clone() })
+    }
+
+    async fn check_image(
+        &self,
+        sandbox: &SandboxId,
+        _kind: BackendKind,
+        image: &str,
+    ) -> Result<(), BackendError> {
+        match self.has_image(image).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(BackendError::ImageNotFound {
+                sandbox: sandbox.clone(),
+                image: image.to_owned(),
+            }),
+            Err(error) => Err(BackendError::Create {
+                sandbox: sandbox.clone(),
+                source: std::io::Error::other(error.to_string()),
+            }),
+        }
     }
 
     /// Lists this instance's containers, adopting those whose labels, mounts and agent

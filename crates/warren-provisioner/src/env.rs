@@ -49,6 +49,9 @@ impl Provisioner {
                 "an agent environment names each variable once",
             ));
         }
+        for var in &vars {
+            self.refuse_token_in_env(&var.name, &var.value)?;
+        }
         self.store.replace_agent_env(uid, &vars).await?;
         tracing::info!(%uid, variables = vars.len(), "agent environment replaced");
         self.agent_env(uid).await
@@ -60,6 +63,7 @@ impl Provisioner {
         uid: &Uid,
         var: AgentEnvVar,
     ) -> Result<Created, ProvisionerError> {
+        self.refuse_token_in_env(&var.name, &var.value)?;
         let new = self
             .store
             .set_agent_env_var(uid, &var, MAX_AGENT_ENV_VARS)
@@ -82,6 +86,35 @@ impl Provisioner {
                 uid: uid.to_string(),
                 name: name.chars().take(256).collect(),
             })
+        }
+    }
+
+    /// Refuses an environment value that contains the provisioner token, in any spelling
+    /// [`TokenFinder`](warren_core::TokenFinder) knows (I13).
+    pub(crate) fn refuse_token_in_env(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<(), ProvisionerError> {
+        match &self.config.token_finder {
+            Some(finder) if finder.is_in(value.as_bytes()) => Err(ProvisionerError::TokenInEnv {
+                name: name.chars().take(256).collect(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a command whose `part` (its line, working directory or stdin) contains the
+    /// provisioner token (I13): the command would hand it to the sandbox as surely as an
+    /// environment variable would.
+    pub(crate) fn refuse_token_in_command(
+        &self,
+        part: &'static str,
+        bytes: &[u8],
+    ) -> Result<(), ProvisionerError> {
+        match &self.config.token_finder {
+            Some(finder) if finder.is_in(bytes) => Err(ProvisionerError::TokenInCommand { part }),
+            _ => Ok(()),
         }
     }
 

@@ -14,6 +14,24 @@ pub enum ProvisionerError {
     /// The request itself is malformed (both or neither of `command` and `argv`, ...).
     #[error("{0}")]
     BadRequest(&'static str),
+    /// An environment value bound for a sandbox contains the provisioner token (I13).
+    #[error(
+        "the value of {name:?} contains the provisioner token, which must never enter a \
+         sandbox (I13); give the agent a credential of its own"
+    )]
+    TokenInEnv {
+        /// The variable's name (possibly shortened); never its value.
+        name: String,
+    },
+    /// A command's line, working directory or stdin contains the provisioner token (I13).
+    #[error(
+        "the {part} contains the provisioner token, which must never enter a sandbox (I13); \
+         give the agent a credential of its own"
+    )]
+    TokenInCommand {
+        /// Which part: "command line", "working directory" or "stdin".
+        part: &'static str,
+    },
     /// The workdir does not exist in the uid's workspace (I4).
     #[error("workdir {workdir:?} does not exist in the workspace of uid {uid:?}; create it with POST /v1/users/{{uid}}/workdirs")]
     WorkdirNotFound {
@@ -192,6 +210,16 @@ pub enum ProvisionerError {
     /// The snapshot engine failed or found damage.
     #[error(transparent)]
     Snapshot(warren_snapshot::SnapshotError),
+    /// The sandbox was terminated while the command ran: its runtime, and the command
+    /// with it, were destroyed (I15), so there is no exit status to report.
+    #[error(
+        "sandbox {sandbox} was terminated while the command ran; the command was killed with \
+         its runtime. Create the sandbox again with POST /v1/sandboxes to run it anew"
+    )]
+    TerminatedWhileRunning {
+        /// The sandbox.
+        sandbox: SandboxId,
+    },
     /// The sandbox is behind its cleanup fence or gone (I15).
     #[error("sandbox {sandbox} is {state}; create it again with POST /v1/sandboxes to start a new generation")]
     SandboxTerminated {

@@ -91,7 +91,16 @@ impl Provisioner {
         for (name, value) in &input.env {
             warren_core::check_env_name(name)?;
             warren_core::check_env_value(name, value)?;
+            self.refuse_token_in_env(name, value)?;
         }
+        // Everything else a client sends toward the runtime is searched too (I13).
+        for arg in input.program.argv() {
+            self.refuse_token_in_command("command line", arg.as_bytes())?;
+        }
+        if let Some(cwd) = &input.cwd {
+            self.refuse_token_in_command("working directory", cwd.as_bytes())?;
+        }
+        self.refuse_token_in_command("stdin", &input.stdin)?;
         let timeout = match input.timeout {
             None => self.config.default_exec_timeout,
             Some(t) if t.is_zero() => {
@@ -193,6 +202,15 @@ impl Provisioner {
                     record = self.mark_runtime_lost(&record).await?;
                 }
                 Err(RunError::Backend(error)) => {
+                    // A termination destroys the runtime under a running command (after its
+                    // grace period): the connection to the runtime ends early. That is the
+                    // caller's news, not a server failure.
+                    if self.terminated_since(&record).await {
+                        tracing::info!(sandbox = %id, %error, "the sandbox was terminated while a command ran");
+                        return Err(ProvisionerError::TerminatedWhileRunning {
+                            sandbox: id.clone(),
+                        });
+                    }
                     self.metrics.failed(FailureCause::Exec);
                     return Err(ProvisionerError::Backend(error));
                 }
@@ -205,6 +223,22 @@ impl Provisioner {
         Err(ProvisionerError::Backend(BackendError::RuntimeNotFound {
             sandbox: id.clone(),
         }))
+    }
+
+    /// Whether the generation `seen` ran has been fenced or replaced since (or the sandbox
+    /// removed): the termination fence, not the runtime, ended whatever ran in it.
+    async fn terminated_since(&self, seen: &SandboxRecord) -> bool {
+        match self.sandbox(&seen.id).await {
+            Ok(current) => {
+                current.generation != seen.generation
+                    || matches!(
+                        current.state,
+                        SandboxState::Terminating | SandboxState::Terminated
+                    )
+            }
+            Err(ProvisionerError::SandboxNotFound(_)) => true,
+            Err(_) => false,
+        }
     }
 
     /// Records that the running runtime of `seen` is gone, under the lifecycle lock: only

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use warren_core::{Uid, Workdir};
 use warren_fs::{WorkspaceRoot, WriteOptions};
+use warren_store::WorkdirRecord;
 
-use crate::{Provisioner, ProvisionerError};
+use crate::{Created, Provisioner, ProvisionerError};
 
 /// How long a clone and checkout may take.
 const GIT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -49,7 +50,97 @@ pub struct InitReport {
     pub bytes: u64,
 }
 
+/// A workdir [`Provisioner::create_workdir_from`] made or found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedWorkdir {
+    /// The stored record: the workdir and when it was first created (the same time every
+    /// later call and the listing report).
+    pub record: WorkdirRecord,
+    /// Whether this call created it.
+    pub created: Created,
+    /// What the initialisation put in, when one was asked for.
+    pub initialized: Option<InitReport>,
+}
+
 impl Provisioner {
+    /// Creates (or confirms) a workdir of `uid` and fills it from `init` when given.
+    ///
+    /// A refused or failing source leaves nothing behind: the sources are checked before
+    /// anything is created, and a workdir this call created is removed again (its record
+    /// and its then empty directory) when filling it fails. A workdir that existed before
+    /// keeps every file: initialisation only ever fills an empty one, and empties only what
+    /// it put in.
+    pub async fn create_workdir_from(
+        &self,
+        uid: &Uid,
+        path: Option<&str>,
+        init: Option<WorkdirInit>,
+    ) -> Result<CreatedWorkdir, ProvisionerError> {
+        if let Some(init) = &init {
+            self.check_init_sources(init)?;
+        }
+        let (workdir, created) = self.create_workdir(uid, path).await?;
+        let initialized = match init {
+            None => None,
+            Some(init) => match self.init_workdir(uid, &workdir, init).await {
+                Ok(report) => Some(report),
+                Err(error) => {
+                    if created == Created::New {
+                        self.undo_workdir(uid, &workdir).await;
+                    }
+                    return Err(error);
+                }
+            },
+        };
+        let record = self.store.workdir(uid, &workdir).await?.ok_or_else(|| {
+            ProvisionerError::WorkdirNotFound {
+                uid: uid.to_string(),
+                workdir: workdir.to_string(),
+            }
+        })?;
+        Ok(CreatedWorkdir {
+            record,
+            created,
+            initialized,
+        })
+    }
+
+    /// Takes back a workdir this request created: the directory only if it is empty (a
+    /// command or a concurrent request may have put something in it since; that stays),
+    /// then its record. Best effort: the request's own error is what the caller needs.
+    async fn undo_workdir(&self, uid: &Uid, workdir: &Workdir) {
+        let workspace = self.layout.user_workspace(&uid.safe());
+        let relative = workdir.as_str().to_owned();
+        let removed = self
+            .blocking(move || {
+                WorkspaceRoot::open(&workspace)
+                    .and_then(|root| root.remove(&relative, false))
+                    .map_err(|source| init_error(&relative, source))
+            })
+            .await;
+        match removed {
+            Ok(()) => {
+                if let Err(error) = self.store.forget_workdir(uid, workdir).await {
+                    tracing::warn!(%uid, %workdir, %error, "could not forget a workdir whose initialisation failed");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%uid, %workdir, %error, "kept a workdir whose initialisation failed: it is not empty");
+            }
+        }
+    }
+
+    /// Refuses sources that cannot be used, before anything is created.
+    fn check_init_sources(&self, init: &WorkdirInit) -> Result<(), ProvisionerError> {
+        if let Some(name) = &init.host_dir {
+            self.allowed_host_dir(name)?;
+        }
+        if let Some(git) = &init.git {
+            self.check_git_source(git)?;
+        }
+        Ok(())
+    }
+
     /// Initialises the (empty) workdir of `uid` from `init`.
     pub async fn init_workdir(
         &self,

@@ -37,7 +37,7 @@ pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
 pub use error::{is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError};
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
-pub use init::{GitSource, InitReport, WorkdirInit};
+pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use quotas::{
     volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,
@@ -100,6 +100,10 @@ pub struct ProvisionerConfig {
     pub default_image: Option<String>,
     /// Storage quotas on UserWorkspaces (I23).
     pub quotas: QuotaSettings,
+    /// Finds the provisioner token in every value bound for a sandbox, which is then
+    /// refused (I13). `None` only where no token exists (a provisioner embedded without a
+    /// transport, as the library's own tests run it).
+    pub token_finder: Option<warren_core::TokenFinder>,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -145,6 +149,7 @@ impl ProvisionerConfig {
             reap_deadline: Duration::from_secs(60),
             default_image: None,
             quotas: QuotaSettings::default(),
+            token_finder: None,
         }
     }
 }

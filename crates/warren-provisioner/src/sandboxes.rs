@@ -188,6 +188,17 @@ impl Provisioner {
             .get_sandbox(&id)
             .await?
             .filter(|record| record.state != SandboxState::Terminated);
+        let (backend, image) = self.choose_backend(backend, image, live.as_ref())?;
+        // A new sandbox (or generation) whose image the backend cannot start is refused
+        // now, before anything is made, not at its first exec (I18: warren never pulls).
+        // A live sandbox keeps its binding; a different image for it is the claim's
+        // conflict to report.
+        if let (Some(image), None) = (&image, &live) {
+            self.backend
+                .check_image(&id, backend, image)
+                .await
+                .map_err(ProvisionerError::Backend)?;
+        }
         let workdir = match (workdir, &live) {
             (Some(path), _) => {
                 let workdir = Workdir::new(path)?;
@@ -200,7 +211,6 @@ impl Provisioner {
             (None, None) if ephemeral => Workdir::new_project(),
             (None, None) => self.create_workdir(&uid, None).await?.0,
         };
-        let (backend, image) = self.choose_backend(backend, image, live.as_ref())?;
         let claim = self
             .store
             .claim_sandbox(&NewSandbox {

@@ -120,6 +120,17 @@ pub trait StateStore: Send + Sync + 'static {
     /// The workdirs recorded for `uid`, oldest first (ties broken by path).
     async fn list_workdirs(&self, uid: &Uid) -> Result<Vec<WorkdirRecord>, StoreError>;
 
+    /// The record of one workdir of `uid`, if recorded.
+    async fn workdir(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+    ) -> Result<Option<WorkdirRecord>, StoreError>;
+
+    /// Forgets the record of a workdir (one whose creation was undone). Returns true when
+    /// a record was removed.
+    async fn forget_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError>;
+
     /// Atomically claims the sandbox of `(new.uid, new.runtime_scope)`; race-free under many
     /// concurrent callers and processes.
     ///

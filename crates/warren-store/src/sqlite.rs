@@ -475,6 +475,32 @@ impl StateStore for SqliteStore {
         Ok(result.rows_affected() == 1)
     }
 
+    async fn workdir(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+    ) -> Result<Option<WorkdirRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT uid, workdir, created_at FROM workdirs WHERE uid = ?1 AND workdir = ?2",
+        )
+        .bind(uid.as_str())
+        .bind(workdir.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read a workdir"))?;
+        row.as_ref().map(workdir_from_row).transpose()
+    }
+
+    async fn forget_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM workdirs WHERE uid = ?1 AND workdir = ?2")
+            .bind(uid.as_str())
+            .bind(workdir.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("forget a workdir"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
     async fn list_workdirs(&self, uid: &Uid) -> Result<Vec<WorkdirRecord>, StoreError> {
         let rows = sqlx::query(
             "SELECT uid, workdir, created_at FROM workdirs WHERE uid = ?1 \

@@ -40,6 +40,10 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     match outcome {
         Ok(code) => code,
+        // The reader of stdout has what it wanted (`warren openapi | head`).
+        Err(error) if cmd::output::closed_stdout(&error) => {
+            ExitCode::from(cmd::output::CLOSED_STDOUT_STATUS)
+        }
         Err(error) => {
             eprintln!("warren: {error:#}");
             ExitCode::from(1)

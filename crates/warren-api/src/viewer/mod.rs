@@ -130,7 +130,7 @@ pub(crate) async fn create_link(
     State(state): State<ApiState>,
     ApiJson(request): ApiJson<CreateViewerLink>,
 ) -> Result<(StatusCode, Json<ViewerLink>), ApiError> {
-    let uid = Uid::new(request.uid).map_err(ProvisionerError::from)?;
+    let uid = crate::extract::uid(request.uid)?;
     let workdir = Workdir::new(request.workdir).map_err(ProvisionerError::from)?;
     let ttl = request.ttl_s.map_or(DEFAULT_LINK_TTL, Duration::from_secs);
     if ttl.is_zero() || ttl > MAX_LINK_TTL {

@@ -895,6 +895,27 @@ pub async fn recording_a_workdir_twice_reports_it_new_only_once(backend: &dyn Ba
     assert_eq!(first[0].workdir, workdir("projects/a"));
 }
 
+pub async fn one_workdir_record_is_read_and_forgotten_by_uid_and_path(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let (alice, bob) = (uid("alice"), uid("bob"));
+    let path = workdir("projects/a");
+    assert_eq!(store.workdir(&alice, &path).await.unwrap(), None);
+    store.record_workdir(&alice, &path).await.unwrap();
+    store.record_workdir(&bob, &path).await.unwrap();
+    let listed = store.list_workdirs(&alice).await.unwrap();
+    assert_eq!(
+        store.workdir(&alice, &path).await.unwrap().as_ref(),
+        listed.first()
+    );
+
+    assert!(store.forget_workdir(&alice, &path).await.unwrap());
+    assert!(!store.forget_workdir(&alice, &path).await.unwrap());
+    assert_eq!(store.workdir(&alice, &path).await.unwrap(), None);
+    assert!(store.list_workdirs(&alice).await.unwrap().is_empty());
+    // Another uid's record of the same path stays.
+    assert!(store.workdir(&bob, &path).await.unwrap().is_some());
+}
+
 pub async fn workdirs_are_listed_per_uid_oldest_first(backend: &dyn Backend) {
     let store = backend.open().await;
     let alice = uid("alice");

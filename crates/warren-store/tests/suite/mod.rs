@@ -42,6 +42,7 @@ macro_rules! behaviour_suite {
                 runs_are_listed_newest_first_up_to_the_limit,
                 failing_running_runs_closes_only_the_runs_still_running,
                 recording_a_workdir_twice_reports_it_new_only_once,
+                one_workdir_record_is_read_and_forgotten_by_uid_and_path,
                 workdirs_are_listed_per_uid_oldest_first,
             );
         }

@@ -61,39 +61,9 @@ pub struct SandboxArgs {
 
 #[derive(Debug, Subcommand)]
 enum SandboxCommand {
-    /// Find or create the sandbox of a uid and runtime scope.
-    Create {
-        /// The workspace owner.
-        #[arg(long)]
-        uid: String,
-        /// The runtime scope (the root conversation's thread id).
-        #[arg(long)]
-        scope: String,
-        /// Relative workdir; default: a fresh projects/<uuid>.
-        #[arg(long)]
-        workdir: Option<String>,
-        /// Network: none (loopback only), open, or allowlist (with --allow).
-        #[arg(long, default_value = "none")]
-        network: String,
-        /// An allowed destination for `--network allowlist` (repeatable).
-        #[arg(long = "allow")]
-        allow: Vec<String>,
-        /// Give commands neither the global sandbox environment nor the uid's agent
-        /// environment.
-        #[arg(long)]
-        no_inherit_env: bool,
-        /// A temporary scope: scratch mounts instead of the uid's persistent workspace,
-        /// removed with the sandbox.
-        #[arg(long)]
-        ephemeral: bool,
-        /// The backend: local or docker (when the server enables it); default: the
-        /// server's.
-        #[arg(long)]
-        backend: Option<String>,
-        /// For the docker backend: the image (on the Docker host); default: the server's.
-        #[arg(long)]
-        image: Option<String>,
-    },
+    /// Find or create a sandbox: named by --uid and --runtime-scope, or derived from an
+    /// isolation scope (--isolation with the ids it needs).
+    Create(Box<SandboxCreateArgs>),
     /// List sandboxes.
     List {
         /// Only this user's.
@@ -111,6 +81,62 @@ enum SandboxCommand {
         /// Sandbox id.
         id: String,
     },
+}
+
+/// `warren sandbox create`: the sandbox's identity, in one of the API's two forms, and
+/// how it runs.
+#[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("identity")
+        .required(true)
+        .args(["runtime_scope", "isolation"])
+))]
+struct SandboxCreateArgs {
+    /// The workspace owner (with --runtime-scope).
+    #[arg(long, requires = "runtime_scope", conflicts_with = "isolation")]
+    uid: Option<String>,
+    /// The runtime scope, e.g. the root conversation's thread id (with --uid). The old
+    /// spelling `--scope` still works.
+    #[arg(long, alias = "scope", requires = "uid", conflicts_with = "isolation")]
+    runtime_scope: Option<String>,
+    /// Instead of --uid and --runtime-scope: who shares the sandbox. user (the
+    /// default scope of the API: every session of --user-id; without one, as session),
+    /// session (--session-id), agent (--agent-id) or global.
+    #[arg(long, value_parser = ["user", "session", "agent", "global"])]
+    isolation: Option<String>,
+    /// The end user's id, for --isolation user.
+    #[arg(long, requires = "isolation")]
+    user_id: Option<String>,
+    /// The conversation's id, for --isolation session (or user without --user-id).
+    #[arg(long, requires = "isolation")]
+    session_id: Option<String>,
+    /// The agent's id, for --isolation agent.
+    #[arg(long, requires = "isolation")]
+    agent_id: Option<String>,
+    /// Relative workdir; default: a fresh projects/<uuid>.
+    #[arg(long)]
+    workdir: Option<String>,
+    /// Network: none (loopback only), open, or allowlist (with --allow).
+    #[arg(long, default_value = "none")]
+    network: String,
+    /// An allowed destination for `--network allowlist` (repeatable).
+    #[arg(long = "allow")]
+    allow: Vec<String>,
+    /// Give commands neither the global sandbox environment nor the uid's agent
+    /// environment.
+    #[arg(long)]
+    no_inherit_env: bool,
+    /// A temporary scope: scratch mounts instead of the uid's persistent workspace,
+    /// removed with the sandbox.
+    #[arg(long)]
+    ephemeral: bool,
+    /// The backend: local or docker (when the server enables it); default: the
+    /// server's.
+    #[arg(long)]
+    backend: Option<String>,
+    /// For the docker backend: the image (on the Docker host); default: the server's.
+    #[arg(long)]
+    image: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -297,14 +323,40 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 }
 
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    super::output::line(serde_json::to_string_pretty(value)?)?;
     Ok(())
+}
+
+/// What the server's messages tell an API client to do, and the CLI command or flag that
+/// does it: a person at a terminal should be told what to type.
+const CLI_EQUIVALENTS: [(&str, &str); 3] = [
+    (
+        "send it with \"secret\": false",
+        "set it with `warren env set --plain`",
+    ),
+    (
+        "create it with POST /v1/users/{uid}/workdirs",
+        "create it with `warren workdir create --uid <uid> --path <workdir>`",
+    ),
+    (
+        "again with POST /v1/sandboxes",
+        "again with `warren sandbox create`",
+    ),
+];
+
+/// The server's message with its API advice turned into CLI advice.
+fn for_the_cli(message: &str) -> String {
+    CLI_EQUIVALENTS
+        .iter()
+        .fold(message.to_owned(), |text, (api, cli)| {
+            text.replace(api, cli)
+        })
 }
 
 /// Turns an API failure into a message a person can act on, and exit code 1 (2 for usage
 /// errors the server reported as 4xx).
 fn report(error: ClientError) -> anyhow::Result<ExitCode> {
-    eprintln!("warren: {error}");
+    eprintln!("warren: {}", for_the_cli(&error.to_string()));
     if let ClientError::Connect { .. } = error {
         eprintln!("hint: is `warren serve` running, and does WARREN_URL point at it?");
     }
@@ -333,33 +385,44 @@ pub async fn workdir(args: WorkdirArgs) -> anyhow::Result<ExitCode> {
 pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     let client = args.connection.client()?;
     let result = match args.command {
-        SandboxCommand::Create {
-            uid,
-            scope,
-            workdir,
-            network,
-            allow,
-            no_inherit_env,
-            ephemeral,
-            backend,
-            image,
-        } => client
-            .create_sandbox(&CreateSandbox {
-                uid: Some(uid),
-                runtime_scope_id: Some(scope),
+        SandboxCommand::Create(create) => {
+            let SandboxCreateArgs {
+                uid,
+                runtime_scope,
+                isolation,
+                user_id,
+                session_id,
+                agent_id,
                 workdir,
-                network: Some(NetworkSpec {
-                    mode: network,
-                    allow,
-                }),
-                inherit_env: no_inherit_env.then_some(false),
+                network,
+                allow,
+                no_inherit_env,
                 ephemeral,
                 backend,
                 image,
-                ..CreateSandbox::default()
-            })
-            .await
-            .map(|info| serde_json::to_value(info).unwrap_or_default()),
+            } = *create;
+            client
+                .create_sandbox(&CreateSandbox {
+                    uid,
+                    runtime_scope_id: runtime_scope,
+                    scope: isolation,
+                    user_id,
+                    session_id,
+                    agent_id,
+                    workdir,
+                    network: Some(NetworkSpec {
+                        mode: network,
+                        allow,
+                    }),
+                    inherit_env: no_inherit_env.then_some(false),
+                    ephemeral,
+                    backend,
+                    image,
+                    ..CreateSandbox::default()
+                })
+                .await
+                .map(|info| serde_json::to_value(info).unwrap_or_default())
+        }
         SandboxCommand::List { uid } => client
             .list_sandboxes(uid.as_deref())
             .await
@@ -564,7 +627,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     };
     match client.exec(&args.id, &command).await {
         Ok(result) => {
-            std::io::stdout().write_all(result.stdout.as_bytes())?;
+            super::output::bytes(result.stdout.as_bytes())?;
             std::io::stderr().write_all(result.stderr.as_bytes())?;
             if result.timed_out {
                 eprintln!("warren: the command timed out and was killed");
@@ -586,7 +649,7 @@ pub async fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     let client = args.connection.client()?;
     match client.read_file(&args.id, &args.path).await {
         Ok(bytes) => {
-            std::io::stdout().write_all(&bytes)?;
+            super::output::bytes(&bytes)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => report(e),
@@ -621,7 +684,7 @@ pub async fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
                     "symlink" => "@",
                     _ => "",
                 };
-                println!("{:>10}  {}{marker}", entry.size, entry.path);
+                super::output::line(format_args!("{:>10}  {}{marker}", entry.size, entry.path))?;
             }
             if list.truncated {
                 eprintln!("warren: listing truncated; narrow the path or lower --depth");

@@ -307,7 +307,7 @@ impl ConfigFile {
             .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
         Self::parse(&text).with_context(|| {
             format!(
-                "{} is not a valid warren configuration (README.md documents every key)",
+                "{} is not a valid warren configuration (warren.example.toml documents every key)",
                 path.display()
             )
         })

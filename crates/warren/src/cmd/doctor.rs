@@ -4,35 +4,37 @@ use std::process::ExitCode;
 
 use warren_isolation::HostReport;
 
+use super::output::outln;
+
 pub fn run() -> anyhow::Result<ExitCode> {
     let report = HostReport::probe();
     let yes_no = |b: bool| if b { "yes" } else { "NO" };
-    println!("kernel                 {}", report.kernel);
-    println!("running as root        {}", yes_no(report.root));
-    println!("overlayfs (CoW root)   {}", yes_no(report.overlayfs));
-    println!("seccomp filters        {}", yes_no(report.seccomp));
+    outln!("kernel                 {}", report.kernel);
+    outln!("running as root        {}", yes_no(report.root));
+    outln!("overlayfs (CoW root)   {}", yes_no(report.overlayfs));
+    outln!("seccomp filters        {}", yes_no(report.seccomp));
     match report.landlock_abi {
-        Some(abi) => println!("landlock               yes (ABI {abi})"),
-        None => println!("landlock               NO (file access confined by mounts alone)"),
+        Some(abi) => outln!("landlock               yes (ABI {abi})"),
+        None => outln!("landlock               NO (file access confined by mounts alone)"),
     }
-    println!("openat2 (file layer)   {}", yes_no(report.openat2));
-    println!(
+    outln!("openat2 (file layer)   {}", yes_no(report.openat2));
+    outln!(
         "unprivileged userns    {}",
         yes_no(report.unprivileged_userns)
     );
     match warren_provisioner::volumes_unsupported_reason() {
         None => {
-            println!("storage quotas         yes (a loop-mounted ext4 per uid: bytes and inodes)")
+            outln!("storage quotas         yes (a loop-mounted ext4 per uid: bytes and inodes)")
         }
         Some(reason) => {
-            println!("storage quotas         NO ({reason}); [quotas] needs unenforced = true here")
+            outln!("storage quotas         NO ({reason}); [quotas] needs unenforced = true here")
         }
     }
-    println!("cgroups:");
+    outln!("cgroups:");
     for line in &report.cgroups {
-        println!("  {line}");
+        outln!("  {line}");
     }
-    println!(
+    outln!(
         "seccomp denies         {}",
         warren_isolation::seccomp::SeccompProgram::denied_syscalls().join(" ")
     );
@@ -43,13 +45,18 @@ pub fn run() -> anyhow::Result<ExitCode> {
         } else {
             "unprivileged (user namespaces, no cgroups: no memory/process/CPU limits)"
         };
-        println!("\nthe local backend can run here, {mode}; warnings it will log at start-up:");
-        for warning in report.warnings() {
-            println!("  - {warning}");
+        let warnings = report.warnings();
+        if warnings.is_empty() {
+            outln!("\nthe local backend can run here, {mode}, with no warnings at start-up");
+        } else {
+            outln!("\nthe local backend can run here, {mode}; warnings it will log at start-up:");
+            for warning in warnings {
+                outln!("  - {warning}");
+            }
         }
         Ok(ExitCode::SUCCESS)
     } else {
-        println!(
+        outln!(
             "\nthe local backend cannot run here: it needs overlayfs, seccomp, and root or unprivileged user namespaces"
         );
         Ok(ExitCode::from(1))

@@ -72,10 +72,10 @@ pub fn run(args: ImageArgs) -> anyhow::Result<ExitCode> {
             let target = data_dir.join("images").join(&name).join("rootfs");
             let report = warren_image::import(&source, &target)
                 .with_context(|| format!("cannot import {} as {name:?}", source.display()))?;
-            println!(
+            super::output::line(format_args!(
                 "imported {name}: {} layers, {} entries, {} bytes ({} special files skipped)",
                 report.layers, report.entries, report.bytes, report.skipped
-            );
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -5,6 +5,7 @@ mod config;
 mod data_dir_lock;
 mod doctor;
 mod image;
+pub mod output;
 mod serve;
 
 use std::process::ExitCode;
@@ -57,10 +58,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Openapi => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&warren_api::openapi_document())?
-            );
+            output::line(serde_json::to_string_pretty(
+                &warren_api::openapi_document(),
+            )?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor::run(),

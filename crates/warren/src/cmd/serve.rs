@@ -24,7 +24,7 @@ use super::data_dir_lock::DataDirLock;
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// A warren.toml with any of the settings below and more (limits, exec timeouts,
-    /// sandbox environment); README.md documents every key.
+    /// sandbox environment); warren.example.toml documents every key.
     #[arg(long, env = "WARREN_CONFIG")]
     config: Option<PathBuf>,
     /// Data directory: workspaces, skill projections, state store, generated token.
@@ -206,6 +206,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("cannot start the Docker backend")?;
         tracing::info!(engine = backend.engine_version(), "Docker backend ready");
+        // Sandboxes that name no image get this one: say now if the host lacks it, rather
+        // than let every such sandbox be refused later with no hint at start-up.
+        if let Some(image) = &docker_image {
+            match backend.has_image(image).await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    image = %image,
+                    "the default Docker image is not on the Docker host, and warren never \
+                     pulls: Docker sandboxes that name no image are refused (422 \
+                     image_not_found) until it is built or pulled there"
+                ),
+                Err(error) => {
+                    tracing::warn!(image = %image, %error, "cannot check the default Docker image")
+                }
+            }
+        }
         Some(Arc::new(backend))
     } else {
         None
@@ -244,6 +260,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("cannot open the state store")?;
     let mut config = ProvisionerConfig::new(&data_dir);
+    config.token_finder = Some(token.finder());
     config.idle_timeout = idle_timeout;
     config.max_lifetime = max_lifetime;
     if let Some(default) = file.exec.default_timeout_s {
@@ -265,7 +282,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .sandbox_env
         .iter()
         .chain(&file.sandbox_secrets)
-        .find_map(|(name, value)| token.appears_in(value).then_some(name))
+        .find_map(|(name, value)| token.finder().is_in(value.as_bytes()).then_some(name))
     {
         bail!("the value of {name:?} in the configuration contains the provisioner token, which must never enter a sandbox (I13)");
     }

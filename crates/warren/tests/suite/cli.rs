@@ -237,3 +237,224 @@ async fn the_cli_records_diffs_and_restores_a_checkpoint() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpoint"));
 }
+
+/// Runs `warren <args>` with its stdout a pipe whose reader is already gone, as when
+/// `warren … | head -1` has what it wanted.
+fn run_into_a_closed_pipe(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = std::process::Command::new(bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("WARREN_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test]
+async fn output_piped_into_a_reader_that_stopped_ends_quietly_with_the_sigpipe_status() {
+    let server = server();
+    server.sandbox("alice", "t", "projects/a").await;
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    for args in [&["openapi"][..], &["sandbox", "list"], &["doctor"]] {
+        let out = run_into_a_closed_pipe(args, &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?} printed: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn sandbox_create_takes_a_runtime_scope_or_an_isolation_scope() {
+    let server = server();
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let create = |args: &[&str]| {
+        let mut all = vec!["sandbox", "create"];
+        all.extend_from_slice(args);
+        run_to_exit(bin(), &all, &env)
+    };
+    let info = |out: &std::process::Output| -> serde_json::Value {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let explicit = info(&create(&["--uid", "alice", "--runtime-scope", "t"]));
+    assert_eq!(
+        (&explicit["uid"], &explicit["runtime_scope_id"]),
+        (&"alice".into(), &"t".into())
+    );
+    // The old spelling still names the runtime scope.
+    let old = info(&create(&["--uid", "alice", "--scope", "t"]));
+    assert_eq!(old["sandbox_id"], explicit["sandbox_id"]);
+    for (args, uid, runtime_scope) in [
+        (
+            &["--isolation", "session", "--session-id", "s-1"][..],
+            "session:s-1",
+            "session",
+        ),
+        (
+            &[
+                "--isolation",
+                "user",
+                "--user-id",
+                "alice",
+                "--session-id",
+                "s-2",
+            ],
+            "alice",
+            "user",
+        ),
+        (
+            &["--isolation", "agent", "--agent-id", "coder"],
+            "agent:coder",
+            "agent",
+        ),
+        (&["--isolation", "global"], "global:shared", "global"),
+    ] {
+        let derived = info(&create(args));
+        assert_eq!(
+            (
+                derived["uid"].as_str(),
+                derived["runtime_scope_id"].as_str()
+            ),
+            (Some(uid), Some(runtime_scope)),
+            "{args:?}"
+        );
+    }
+    // Usage errors: no identity, both forms, an id without a scope, an unknown scope, a
+    // scope missing its id (the server's refusal).
+    for args in [
+        &["--workdir", "projects/a"][..],
+        &[
+            "--uid",
+            "alice",
+            "--runtime-scope",
+            "t",
+            "--isolation",
+            "global",
+        ],
+        &[
+            "--uid",
+            "alice",
+            "--runtime-scope",
+            "t",
+            "--session-id",
+            "s",
+        ],
+        &["--isolation", "team"],
+        &["--isolation", "session"],
+    ] {
+        let out = create(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let help = run_to_exit(bin(), &["sandbox", "create", "--help"], &[]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--runtime-scope") && help.contains("--isolation"),
+        "{help}"
+    );
+    assert!(
+        !help.contains("--scope "),
+        "the old spelling is not advertised: {help}"
+    );
+}
+
+#[tokio::test]
+async fn cli_errors_name_the_cli_command_or_flag_that_fixes_them() {
+    use std::io::Write;
+    let server = server();
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let out = run_to_exit(
+        bin(),
+        &[
+            "sandbox",
+            "create",
+            "--uid",
+            "alice",
+            "--runtime-scope",
+            "t",
+            "--workdir",
+            "projects/missing",
+        ],
+        &env,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("warren workdir create") && !stderr.contains("POST /v1"),
+        "{stderr}"
+    );
+
+    let mut child = std::process::Command::new(bin())
+        .args(["env", "set", "--uid", "alice", "PIN"])
+        .envs(env)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"1234\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--plain") && !stderr.contains("\"secret\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn doctor_never_ends_on_an_empty_list_and_config_errors_point_to_the_example_file() {
+    let out = run_to_exit(bin(), &["doctor"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        !last.trim_end().ends_with(':'),
+        "doctor ends with {last:?}:\n{text}"
+    );
+
+    let help = run_to_exit(bin(), &["serve", "--help"], &[]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("warren.example.toml"), "{help}");
+    let data = tempfile::tempdir().unwrap();
+    let config = super::write_config("no_such_key = 1\n");
+    let out = run_to_exit(
+        bin(),
+        &[
+            "serve",
+            "--config",
+            config.path().to_str().unwrap(),
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("warren.example.toml"),
+        "{stderr}"
+    );
+}

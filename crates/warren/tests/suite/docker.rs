@@ -513,16 +513,9 @@ async fn backend_and_image_are_part_of_the_binding_and_checked() {
         (200, Some("docker")),
         "{joined}"
     );
-    // An image the Docker host does not have: a clear error, nothing pulled, nothing left.
-    let (_, missing) = create(json!({"uid": "alice", "runtime_scope_id": "m", "backend": "docker", "image": "warren-test:no-such-tag"})).await;
-    let missing_id = missing["sandbox_id"].as_str().unwrap();
-    let (status, failed) = server
-        .send_json(
-            server
-                .request(Method::POST, &format!("/v1/sandboxes/{missing_id}/exec"))
-                .json(&json!({"command": "true"})),
-        )
-        .await;
+    // An image the Docker host does not have: refused when the sandbox is created, with a
+    // clear error; nothing pulled, nothing left.
+    let (status, failed) = create(json!({"uid": "alice", "runtime_scope_id": "m", "backend": "docker", "image": "warren-test:no-such-tag"})).await;
     assert_eq!(
         (status, failed["error"]["code"].as_str()),
         (422, Some("image_not_found")),
@@ -620,4 +613,47 @@ async fn an_image_whose_home_is_a_symlink_never_makes_warren_touch_the_host() {
     );
     // The server (and its containers) go before the image.
     drop(server);
+}
+
+#[tokio::test]
+async fn a_default_docker_image_the_host_lacks_is_warned_about_and_refused_at_creation() {
+    require_docker();
+    let missing = "warren-test:no-such-default";
+    let server =
+        TestServer::start_logging(bin(), &["--backend", "local", "--docker-image", missing]);
+    let warned = server.log_lines().join("\n");
+    assert!(
+        warned.contains("not on the Docker host") && warned.contains(missing),
+        "no start-up warning: {warned}"
+    );
+    let (status, answer) = server
+        .send_json(
+            server
+                .request(Method::POST, "/v1/sandboxes")
+                .json(&json!({"uid": "alice", "runtime_scope_id": "d", "backend": "docker"})),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (422, Some("image_not_found")),
+        "{answer}"
+    );
+    let (_, list) = server
+        .send_json(server.request(Method::GET, "/v1/sandboxes"))
+        .await;
+    assert_eq!(
+        list["sandboxes"],
+        json!([]),
+        "a refused sandbox was recorded"
+    );
+    assert!(docker_containers(&server.data_dir()).is_empty());
+    // The local default is untouched.
+    let (status, local) = server
+        .send_json(
+            server
+                .request(Method::POST, "/v1/sandboxes")
+                .json(&json!({"uid": "alice", "runtime_scope_id": "l"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{local}");
 }

@@ -586,3 +586,128 @@ async fn json_logs_carry_the_request_id_and_sandbox_id_on_every_request_line() {
     // At least: "sandbox created", two answers, "sandbox terminated".
     assert!(request_lines >= 4, "{lines:#?}");
 }
+
+/// Spellings of the provisioner token that used to slip past a whole-word check, plus the
+/// accidental encodings warren also looks for (I13).
+fn values_holding_the_token() -> Vec<String> {
+    use base64::Engine as _;
+    let percent_encoded: String = TEST_TOKEN.bytes().map(|b| format!("%{b:02X}")).collect();
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("x:{TEST_TOKEN}"));
+    vec![
+        format!("x{TEST_TOKEN}"),
+        format!("http://h/?access_token={TEST_TOKEN}"),
+        format!("Bearer%20{TEST_TOKEN}"),
+        format!("u={percent_encoded}"),
+        format!("Basic {basic}"),
+    ]
+}
+
+#[tokio::test]
+async fn the_token_is_refused_wherever_it_hides_in_a_value_bound_for_a_sandbox() {
+    let server = TestServer::start_local(bin());
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    for value in values_holding_the_token() {
+        // The agent environment, whole and one variable at a time.
+        let (status, text) = put_env(&server, "alice", json!({ "LEAK": value })).await;
+        assert!(
+            status == 400 && text.contains("\"token_in_env\""),
+            "{value}: {status} {text}"
+        );
+        let (status, body) = server
+            .send_json(
+                server
+                    .request(Method::PUT, "/v1/users/alice/env/LEAK")
+                    .json(&json!({ "value": value, "secret": false })),
+            )
+            .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("token_in_env")),
+            "{value}: {body}"
+        );
+        // A call's env, its command line (shell or argv), its cwd and its stdin.
+        for (exec, code) in [
+            (
+                json!({ "command": "printenv LEAK", "env": { "LEAK": value } }),
+                "token_in_env",
+            ),
+            (
+                json!({ "command": format!("echo '{value}'") }),
+                "token_in_command",
+            ),
+            (json!({ "argv": ["echo", value] }), "token_in_command"),
+            (
+                json!({ "command": "true", "cwd": format!("d/{value}") }),
+                "token_in_command",
+            ),
+            (
+                json!({ "command": "cat", "stdin": value }),
+                "token_in_command",
+            ),
+        ] {
+            let (status, body) = server
+                .send_json(
+                    server
+                        .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+                        .json(&exec),
+                )
+                .await;
+            assert_eq!(
+                (status, body["error"]["code"].as_str()),
+                (400, Some(code)),
+                "{exec}: {body}"
+            );
+            assert!(!body.to_string().contains(TEST_TOKEN), "echoed: {body}");
+        }
+    }
+    // Nothing was stored and nothing ran: the environment is empty, and a command that
+    // prints everything it was given shows no trace of the token.
+    let (_, body) = server
+        .send_json(server.request(Method::GET, "/v1/users/alice/env"))
+        .await;
+    assert_eq!(body["variables"], json!([]), "{body}");
+    let result = server.exec(&id, "printenv").await;
+    assert!(!output(&result).contains(TEST_TOKEN), "{result}");
+
+    // The MCP bash tool goes through the same rule.
+    let mut mcp = warren_test_support::McpSession::open(&server, &id).await;
+    let answer = mcp
+        .call_tool("bash", json!({ "command": format!("echo x{TEST_TOKEN}") }))
+        .await;
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    let text = answer["result"]["content"].to_string();
+    assert!(
+        text.contains("provisioner token") && !text.contains(TEST_TOKEN),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_configuration_that_holds_the_token_inside_a_value_does_not_start() {
+    let data = tempfile::tempdir().unwrap();
+    for (table, value) in [
+        ("sandbox_env", format!("https://x/?t={TEST_TOKEN}")),
+        ("sandbox_secrets", format!("Bearer%20{TEST_TOKEN}")),
+    ] {
+        let config = write_config(&format!("[{table}]\nURL = \"{value}\"\n"));
+        let out = warren_test_support::run_to_exit(
+            bin(),
+            &[
+                "serve",
+                "--config",
+                config.path().to_str().unwrap(),
+                "--data-dir",
+                data.path().to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            &[("WARREN_TOKEN", TEST_TOKEN)],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{table}: started anyway");
+        assert!(
+            stderr.contains("contains the provisioner token") && !stderr.contains(TEST_TOKEN),
+            "{table}: {stderr}"
+        );
+    }
+}

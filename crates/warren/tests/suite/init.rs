@@ -163,7 +163,7 @@ async fn a_workdir_is_filled_from_a_host_dir_a_git_revision_and_inline_files() {
 }
 
 #[tokio::test]
-async fn sources_that_are_not_allowed_are_refused_and_a_failure_leaves_the_workdir_empty() {
+async fn refused_or_failing_sources_leave_no_new_workdir_and_an_existing_one_untouched() {
     let sources = sources();
     let (server, _config) = server_with(&sources);
     for (init, code) in [
@@ -200,6 +200,10 @@ async fn sources_that_are_not_allowed_are_refused_and_a_failure_leaves_the_workd
             (4, Some(code)),
             "{init}: {body}"
         );
+        assert!(
+            !server.workspace_of("alice").join("projects/x").exists(),
+            "{init}: a refused init left the workdir created"
+        );
     }
     assert!(!Path::new("/tmp/pwned").exists());
 
@@ -224,11 +228,7 @@ async fn sources_that_are_not_allowed_are_refused_and_a_failure_leaves_the_workd
         "{message}"
     );
     let wd = server.workspace_of("alice").join("projects/y");
-    assert_eq!(
-        std::fs::read_dir(&wd).unwrap().count(),
-        0,
-        "a failed init left files"
-    );
+    assert!(!wd.exists(), "a failed init left the workdir created");
     // An inline file that would collide with the host template is refused whole.
     let (status, _) = create(
         &server,
@@ -236,10 +236,36 @@ async fn sources_that_are_not_allowed_are_refused_and_a_failure_leaves_the_workd
     )
     .await;
     assert_eq!(status, 412);
+    assert!(!server.workspace_of("alice").join("projects/z").exists());
+    let (_, listing) = server
+        .send_json(server.request(Method::GET, "/v1/users/alice/workdirs"))
+        .await;
+    assert_eq!(listing["workdirs"], json!([]), "failed workdirs are listed");
+
+    // A workdir that existed before this call stays, with its files, whatever init does.
+    let (status, _) = create(&server, json!({ "path": "projects/kept" })).await;
+    assert_eq!(status, 201);
+    let kept = server.workspace_of("alice").join("projects/kept");
+    let (status, body) = create(
+        &server,
+        json!({ "path": "projects/kept", "init": { "git": { "url": repo_url, "rev": "no-such-branch" } } }),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(kept.is_dir(), "a failed init removed an existing workdir");
+    std::fs::write(kept.join("mine.txt"), "mine\n").unwrap();
+    let (status, body) = create(
+        &server,
+        json!({ "path": "projects/kept", "init": { "files": { "a.txt": "a" } } }),
+    )
+    .await;
     assert_eq!(
-        std::fs::read_dir(server.workspace_of("alice").join("projects/z"))
-            .unwrap()
-            .count(),
-        0
+        (status, body["error"]["code"].as_str()),
+        (409, Some("workdir_not_empty")),
+        "{body}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(kept.join("mine.txt")).unwrap(),
+        "mine\n"
     );
 }

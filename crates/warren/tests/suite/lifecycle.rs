@@ -303,12 +303,54 @@ async fn terminate_kills_a_command_that_outlives_its_grace() {
 }
 
 #[tokio::test]
+async fn a_command_running_when_its_sandbox_is_terminated_answers_sandbox_terminated() {
+    let server = TestServer::start_local(bin());
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let started_marker = server.workspace_of("alice").join("projects/a/started.txt");
+    let running = server.send_json(
+        server
+            .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+            .json(&json!({"command": "touch started.txt; sleep 30"})),
+    );
+    let ending = async {
+        // Terminate only once the command is really running.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !started_marker.exists() {
+            assert!(Instant::now() < deadline, "the command never started");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        terminate(&server, &id, json!({"grace_s": 0})).await
+    };
+    let started = Instant::now();
+    let ((status, result), (terminated, body)) = tokio::join!(running, ending);
+    assert_eq!(
+        (terminated, body["state"].as_str()),
+        (200, Some("terminated")),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the command was not ended by the termination: {result}"
+    );
+    // Either init reported the kill (a result with its signal) or the runtime went first:
+    // never a server error.
+    match status {
+        200 => assert_eq!(result["signal"], 9, "{result}"),
+        _ => assert_eq!(
+            (status, result["error"]["code"].as_str()),
+            (409, Some("sandbox_terminated")),
+            "{result}"
+        ),
+    }
+}
+
+#[tokio::test]
 async fn terminate_refuses_a_grace_out_of_range_and_unknown_fields() {
     let server = TestServer::start_with(bin(), &["--backend", "memory"]);
     let id = server.sandbox("alice", "t", "projects/a").await;
     for (body, wanted) in [
         (json!({"grace_s": 301}), (400, "invalid_request")),
-        (json!({"grace": 1}), (422, "invalid_json")),
+        (json!({"grace": 1}), (400, "invalid_json")),
     ] {
         let (status, answer) = terminate(&server, &id, body.clone()).await;
         assert_eq!(

@@ -381,6 +381,75 @@ async fn bad_isolation_scope_requests_are_refused_with_stable_codes() {
 }
 
 #[tokio::test]
+async fn a_plain_uid_with_a_reserved_prefix_is_refused_everywhere_a_client_names_a_uid() {
+    let server = server();
+    // The derived owner exists: session s-9 has its sandbox.
+    let (status, derived) =
+        create_scoped(&server, json!({"scope":"session","session_id":"s-9"})).await;
+    assert_eq!(status, 201, "{derived}");
+    assert_eq!(derived["uid"], "session:s-9");
+    // The explicit form may not name it, nor any other derived owner.
+    for uid in ["session:s-9", "agent:coder", "global:shared"] {
+        let (status, answer) = create(&server, uid, "session", None).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("reserved_uid")),
+            "{uid}: {answer}"
+        );
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("reserved")),
+            "{answer}"
+        );
+    }
+    // Every other place a client names a uid.
+    let uid = "session:s-9";
+    let requests = [
+        server.request(Method::GET, "/v1/sandboxes?uid=session:s-9"),
+        server
+            .request(Method::POST, &format!("/v1/users/{uid}/workdirs"))
+            .json(&json!({"path": "projects/x"})),
+        server.request(Method::GET, &format!("/v1/users/{uid}/workdirs")),
+        server.request(Method::GET, &format!("/v1/users/{uid}/env")),
+        server
+            .request(Method::PUT, &format!("/v1/users/{uid}/env"))
+            .json(&json!({"env": {}})),
+        server.request(Method::DELETE, &format!("/v1/users/{uid}/env")),
+        server
+            .request(Method::PUT, &format!("/v1/users/{uid}/env/A"))
+            .json(&json!({"value": "x", "secret": false})),
+        server.request(Method::DELETE, &format!("/v1/users/{uid}/env/A")),
+        server.request(Method::GET, &format!("/v1/users/{uid}/skills")),
+        server.request(Method::POST, &format!("/v1/users/{uid}/skills/sync")),
+        server.request(Method::PUT, &format!("/v1/users/{uid}/skills/s")),
+        server.request(Method::DELETE, &format!("/v1/users/{uid}/skills/s")),
+        server.request(Method::POST, &format!("/v1/users/{uid}/snapshots/gc")),
+        server
+            .request(Method::POST, "/v1/viewer-links")
+            .json(&json!({"uid": uid, "workdir": "projects/x"})),
+    ];
+    for request in requests {
+        let described = format!("{request:?}");
+        let (status, answer) = server.send_json(request).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("reserved_uid")),
+            "{described}: {answer}"
+        );
+    }
+    // The derived sandbox is untouched, and a uid merely resembling a prefix is fine.
+    let (status, again) =
+        create_scoped(&server, json!({"scope":"session","session_id":"s-9"})).await;
+    assert_eq!(
+        (status, &again["sandbox_id"]),
+        (200, &derived["sandbox_id"])
+    );
+    let (status, answer) = create(&server, "sessions-of-bob", "session", None).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+#[tokio::test]
 async fn a_session_scoped_sandbox_runs_in_the_derived_owners_workspace() {
     let server = warren_test_support::TestServer::start_with(super::bin(), &[]);
     let (status, info) = create_scoped(

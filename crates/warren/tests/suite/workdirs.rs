@@ -48,14 +48,18 @@ async fn an_explicit_workdir_is_created_once_then_confirmed() {
         (status, body["workdir"].as_str()),
         (201, Some("projects/x/deep"))
     );
-    let (status, _) = server.send_json(request()).await;
+    // Later calls confirm it with the time it was first created, as the listing says.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let (status, again) = server.send_json(request()).await;
     assert_eq!(status, 200);
+    assert_eq!(again["created_at"], body["created_at"], "{again} vs {body}");
     let (status, list) = server
         .send_json(server.request(Method::GET, "/v1/users/alice/workdirs"))
         .await;
     assert_eq!(status, 200);
     assert_eq!(list["workdirs"].as_array().unwrap().len(), 1);
     assert_eq!(list["workdirs"][0]["workdir"], "projects/x/deep");
+    assert_eq!(list["workdirs"][0]["created_at"], body["created_at"]);
 }
 
 #[tokio::test]
