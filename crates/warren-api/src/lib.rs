@@ -271,5 +271,6 @@ async fn health(axum::extract::State(state): axum::extract::State<ApiState>) -> 
         isolation: capabilities.isolation,
         exec: capabilities.exec,
         warnings: backend.warnings(),
+        quotas: state.provisioner.quotas().enforcement.as_str().into(),
     })
 }

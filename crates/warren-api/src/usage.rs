@@ -1,10 +1,10 @@
 //! `/v1/users/{uid}/usage`: a uid's workspace storage against its quota (I23).
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::Json;
 use warren_protocol::{UsageFigure, WorkspaceUsage};
 
-use crate::extract::{uid, ApiPath};
+use crate::extract::uid;
 use crate::{ApiError, ApiState};
 
 /// Bytes and inodes used by a uid's workspace and its limits, from the kernel's accounting
@@ -20,7 +20,7 @@ use crate::{ApiError, ApiState};
 )]
 pub(crate) async fn get(
     State(state): State<ApiState>,
-    ApiPath(raw_uid): ApiPath<String>,
+    Path(raw_uid): Path<String>,
 ) -> Result<Json<WorkspaceUsage>, ApiError> {
     let uid = uid(raw_uid)?;
     let usage = state.provisioner.workspace_usage(&uid).await?;
