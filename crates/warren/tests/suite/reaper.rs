@@ -246,3 +246,49 @@ async fn a_fork_bomb_pinning_the_pids_limit_with_no_command_running_is_reaped_an
     let count: usize = stdout.lines().nth(1).unwrap().trim().parse().unwrap();
     assert!(count < 10, "the bomb survived the reap: {count} processes");
 }
+
+#[tokio::test]
+async fn a_checkpoint_over_the_data_limit_is_refused_with_snapshot_too_large_and_a_sparse_one_is_not(
+) {
+    let config = write_config("[snapshots]\nmax_bytes = 1000000\n");
+    let config_path = config.path().to_str().unwrap().to_owned();
+    let server = TestServer::start_with(bin(), &["--backend", "local", "--config", &config_path]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let checkpoint = || {
+        server.send_json(server.request(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/checkpoints"),
+        ))
+    };
+    // 100 GiB of holes and a few bytes: far over the limit in size, not in data.
+    server
+        .exec(
+            &id,
+            "truncate -s 100G sparse.img && echo data >> sparse.img",
+        )
+        .await;
+    let (status, body) = checkpoint().await;
+    assert_eq!(status, 201, "{body}");
+    server
+        .exec(&id, "head -c 2000000 /dev/urandom > dense.bin")
+        .await;
+    let (status, body) = checkpoint().await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "snapshot_too_large", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("dense.bin") && message.contains("max_bytes"),
+        "{message}"
+    );
+    let (_, list) = server
+        .send_json(server.request(
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{id}/checkpoints"),
+        ))
+        .await;
+    assert_eq!(
+        list["checkpoints"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+}
