@@ -315,6 +315,9 @@ struct Controllers {
     cpu: bool,
     /// v1 `cpuacct.usage`, only read when no v2 hierarchy reports CPU usage.
     cpuacct: bool,
+    /// v1 `freezer.state`, used to freeze a tree before killing it when no v2 hierarchy
+    /// offers `cgroup.freeze`.
+    freezer: bool,
 }
 
 impl Controllers {
@@ -556,6 +559,8 @@ impl CgroupSupport {
             }
             // v2's cpu.stat already reports usage; only pure v1 hosts need cpuacct.
             controllers.cpuacct = self.unified.is_none() && mount.has("cpuacct");
+            // Likewise v2's cgroup.freeze; only pure v1 hosts need the v1 freezer.
+            controllers.freezer = self.unified.is_none() && mount.has("freezer");
             if controllers == Controllers::default() {
                 continue;
             }
@@ -568,7 +573,10 @@ impl CgroupSupport {
                 // straight into them, see `ExecCgroup::spawn_target`); v1 then only holds
                 // the sandbox-wide limits, which commands inherit from init without the
                 // costly migration a write to a v1 `cgroup.procs` takes.
-                leafy: controllers.pids && self.unified.is_none(),
+                // The v1 freezer holds the commands in leafs too, so that one command's
+                // tree can be frozen before it is killed (one more migration per command,
+                // only on hosts without v2).
+                leafy: (controllers.pids || controllers.freezer) && self.unified.is_none(),
             });
         }
         // Without v2 and v1 pids, some other v1 hierarchy has to carry the leafs, or a
@@ -695,6 +703,7 @@ impl Place {
         Target {
             dir: self.dir.as_fd(),
             unified: self.unified,
+            freezer: self.controllers.freezer,
             path: self.path(name, None),
         }
     }
@@ -1125,6 +1134,7 @@ impl Leaf {
         Target {
             dir: self.dir.as_fd(),
             unified: self.unified,
+            freezer: self.controllers.freezer,
             path: self.path.clone(),
         }
     }
@@ -1185,6 +1195,8 @@ pub fn remove_stale(
 struct Target<'a> {
     dir: BorrowedFd<'a>,
     unified: bool,
+    /// A v1 freezer hierarchy (`freezer.state`).
+    freezer: bool,
     /// `hierarchy:warren/...`, for messages.
     path: String,
 }
@@ -1192,19 +1204,31 @@ struct Target<'a> {
 /// Kills everything in `targets` and waits until they are empty; returns how many
 /// processes were killed (each counted once, however many rounds it took).
 ///
-/// The v2 targets are frozen first (`cgroup.freeze`, Linux 5.2+): a frozen process cannot
-/// fork, so a fork bomb cannot refill what is being killed and a listed pid cannot exit and
-/// be reused by an unrelated process before its signal arrives (I24). Frozen processes
-/// still die of SIGKILL, from `cgroup.kill` or one by one. The targets are thawed once
-/// empty, so a failed kill never leaves processes frozen forever.
+/// The targets are frozen first (v2 `cgroup.freeze`, Linux 5.2+; on hosts without v2, the
+/// v1 freezer): a frozen process cannot fork, so a fork bomb cannot refill what is being
+/// killed and a listed pid cannot exit and be reused by an unrelated process before its
+/// signal arrives (I24). Frozen v2 processes still die of SIGKILL, from `cgroup.kill` or one
+/// by one; frozen v1 processes die only once thawed, so v1 targets are thawed right after
+/// the first round of signals (with SIGKILL pending, a thawed process dies before it runs
+/// again). Every target is thawed in the end, so a failed kill never leaves processes
+/// frozen forever.
 fn kill_tree(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<u64, CgroupError> {
     let frozen = freeze(targets);
-    let result = kill_frozen(targets, use_cgroup_kill);
-    for target in &frozen {
-        // Best effort: a target removed meanwhile has nothing left to thaw.
-        let _ = write_file(target.dir, "cgroup.freeze", b"0");
-    }
+    let result = kill_frozen(targets, use_cgroup_kill, &frozen);
+    thaw(&frozen);
     result
+}
+
+/// Thaws what [`freeze`] froze. Best effort: a target removed meanwhile has nothing left to
+/// thaw.
+fn thaw(frozen: &[&Target<'_>]) {
+    for target in frozen {
+        let _ = if target.unified {
+            write_file(target.dir, "cgroup.freeze", b"0")
+        } else {
+            write_file(target.dir, "freezer.state", b"THAWED")
+        };
+    }
 }
 
 /// Freezes every v2 target that offers `cgroup.freeze` and waits (bounded) until the
@@ -1212,12 +1236,20 @@ fn kill_tree(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<u64, Cgrou
 fn freeze<'t, 'a>(targets: &'t [Target<'a>]) -> Vec<&'t Target<'a>> {
     let frozen: Vec<&Target<'_>> = targets
         .iter()
-        .filter(|t| t.unified)
-        .filter(|t| write_file(t.dir, "cgroup.freeze", b"1").is_ok())
+        .filter(|t| {
+            if t.unified {
+                write_file(t.dir, "cgroup.freeze", b"1").is_ok()
+            } else {
+                t.freezer && write_file(t.dir, "freezer.state", b"FROZEN").is_ok()
+            }
+        })
         .collect();
     let deadline = Instant::now() + FREEZE_TIMEOUT;
     while Instant::now() < deadline {
         let settled = frozen.iter().all(|t| {
+            if !t.unified {
+                return read_file(t.dir, "freezer.state").map_or(true, |s| s.trim() == "FROZEN");
+            }
             read_file(t.dir, "cgroup.events").map_or(true, |events| {
                 stat_field(&events, "frozen") == Some(1)
                     || stat_field(&events, "populated") == Some(0)
@@ -1231,7 +1263,13 @@ fn freeze<'t, 'a>(targets: &'t [Target<'a>]) -> Vec<&'t Target<'a>> {
     frozen
 }
 
-fn kill_frozen(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<u64, CgroupError> {
+fn kill_frozen(
+    targets: &[Target<'_>],
+    use_cgroup_kill: bool,
+    frozen: &[&Target<'_>],
+) -> Result<u64, CgroupError> {
+    let frozen_v1: Vec<&Target<'_>> = frozen.iter().copied().filter(|t| !t.unified).collect();
+    let mut thawed_v1 = frozen_v1.is_empty();
     let mut seen = BTreeSet::new();
     seen.extend(list_pids(targets)?);
     let mut killed_by_kernel = false;
@@ -1282,6 +1320,11 @@ fn kill_frozen(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result<u64, Cgr
                 // ESRCH just means it exited meanwhile; anything else shows up as a
                 // process that stays, which the timeout reports.
                 let _ = rustix::process::kill_process(pid, Signal::KILL);
+            }
+            if !thawed_v1 {
+                // Every listed process has SIGKILL pending: thawed, it dies at once.
+                thaw(&frozen_v1);
+                thawed_v1 = true;
             }
         }
         std::thread::sleep(KILL_POLL);
@@ -1844,6 +1887,7 @@ mod tests {
             pids: true,
             cpu: true,
             cpuacct: false,
+            freezer: false,
         };
         assert_eq!(
             plan_summary(&support),
@@ -1895,6 +1939,40 @@ mod tests {
         assert!(description.contains(&"pids limit: not enforceable (no controller)".to_owned()));
         assert!(description
             .contains(&"process tree kill: unavailable (no cgroup hierarchy)".to_owned()));
+    }
+
+    #[test]
+    fn pure_v1_with_a_freezer_keeps_the_leafs_there_too_and_hybrid_hosts_do_not() {
+        let v1 = "35 31 0:32 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n\
+                  37 31 0:34 / /sys/fs/cgroup/freezer rw - cgroup cgroup rw,freezer\n";
+        let support = CgroupSupport::from_mountinfo(v1, "");
+        assert_eq!(
+            plan_summary(&support),
+            vec![
+                (
+                    "pids".to_owned(),
+                    Controllers {
+                        pids: true,
+                        ..Controllers::default()
+                    },
+                    true
+                ),
+                (
+                    "freezer".to_owned(),
+                    Controllers {
+                        freezer: true,
+                        ..Controllers::default()
+                    },
+                    true
+                ),
+            ]
+        );
+        // With v2 mounted, cgroup.freeze does it: the v1 freezer is not used.
+        let hybrid = format!("{v1}30 25 0:26 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+        let support = CgroupSupport::from_mountinfo(&hybrid, "");
+        assert!(plan_summary(&support)
+            .iter()
+            .all(|(hierarchy, controllers, _)| hierarchy != "freezer" && !controllers.freezer));
     }
 
     #[test]
@@ -2005,6 +2083,7 @@ mod tests {
             pids: true,
             cpu: true,
             cpuacct: false,
+            freezer: false,
         };
         let got = wanted.intersect_listed("cpuset memory pids\n");
         assert!(got.memory && got.pids && !got.cpu);

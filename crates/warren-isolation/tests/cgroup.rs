@@ -580,23 +580,33 @@ fn a_fork_bomb_in_an_exec_leaf_is_killed_whole_counted_and_left_thawed() {
     open_gate(&mut init);
 
     let exec = cgroup.exec_leaf(1).unwrap();
-    let mut bomb = gated("bomb() { bomb | bomb & }; bomb; exec sleep 100");
+    // Thirty sleepers that cannot die out on their own (a bomb alone under 64 pids may
+    // collapse), and a bomb churning beside them.
+    let mut bomb = gated(
+        "for i in $(seq 30); do sleep 100 & done; bomb() { bomb | bomb & }; bomb; exec sleep 100",
+    );
     exec.add_pid(pid_of(&bomb)).unwrap();
     open_gate(&mut bomb);
     let leaf = leaf_dir(&support, &name, "exec-1");
     wait_until("the bomb fills the leaf", Duration::from_secs(10), || {
-        pids_in(&leaf).len() >= 30
+        pids_in(&leaf).len() >= 31
     });
 
     let killed = exec.kill().unwrap();
-    assert!(killed >= 30, "only {killed} processes counted");
+    assert!(killed >= 31, "only {killed} processes counted");
     assert!(pids_in(&leaf).is_empty());
     // Nothing forked back in after the kill returned.
     std::thread::sleep(Duration::from_millis(100));
     assert!(pids_in(&leaf).is_empty());
+    // Frozen for the kill, thawed after: a leaf is never left frozen.
     if support.unified_mount().is_some() {
-        // Frozen for the kill, thawed after: a leaf is never left frozen.
         assert_eq!(read(&leaf.join("cgroup.freeze")), "0");
+    } else if let Some(freezer) = support.v1_mount("freezer") {
+        let state = freezer
+            .join(ROOT_DIR)
+            .join(&name)
+            .join("exec-1/freezer.state");
+        assert_eq!(read(&state), "THAWED");
     }
     assert!(!is_dead(pid_of(&init)), "the init survives");
     let _ = bomb.wait();

@@ -235,6 +235,8 @@ pub(crate) struct Init {
     running: HashMap<i32, RunningExec>,
     /// Exec cgroups whose command ended while background processes still ran in them.
     lingering: Vec<(ExecCgroup, bool)>,
+    /// Children reaped while a kill settled, handled by the next [`Init::reap`].
+    deferred: Vec<sys::Reaped>,
     /// Empty exec cgroups kept for the next commands: creating and removing a cgroup per
     /// command costs more than the command itself often does.
     spare: Vec<ExecCgroup>,
@@ -348,6 +350,7 @@ impl Init {
             seccomp,
             running: HashMap::new(),
             lingering: Vec::new(),
+            deferred: Vec::new(),
             spare: Vec::new(),
             proxy,
             egress: None,
@@ -626,6 +629,12 @@ impl Init {
         match &exec.cgroup {
             Some(cgroup) => {
                 let _ = cgroup.kill();
+                let leaf = cgroup.name().to_owned();
+                // The command ends only when its whole tree has: not merely gone from the
+                // leaf's listing, but exited and reaped (a dying process still holds its
+                // pids charge, and `ps` shows it). Its `Exited` goes out after that.
+                self.settle(&leaf);
+                self.reap();
             }
             // Closing the pipe tells the command's supervisor to kill its tree.
             None if exec.kill.is_some() => exec.kill = None,
@@ -646,15 +655,21 @@ impl Init {
     /// processes were killed.
     fn kill_all_commands(&mut self) -> u64 {
         let mut killed = 0;
+        let mut leaves = Vec::new();
         for exec in self.running.values_mut() {
             exec.killed = true;
             if let Some(cgroup) = &exec.cgroup {
                 killed += cgroup.kill().unwrap_or(0);
+                leaves.push(cgroup.name().to_owned());
             }
         }
         for (cgroup, reusable) in &mut self.lingering {
             *reusable = false;
             killed += cgroup.kill().unwrap_or(0);
+            leaves.push(cgroup.name().to_owned());
+        }
+        for leaf in &leaves {
+            self.settle(leaf);
         }
         let me = rustix::process::getpid().as_raw_nonzero().get();
         killed += crate::runtime::sweep::stop_and_kill(
@@ -673,8 +688,36 @@ impl Init {
         killed
     }
 
+    /// Waits (up to 10 s) until no process of the exec leaf `leaf` exists any more, not even
+    /// one still exiting or a zombie, reaping init's children meanwhile (handled by the next
+    /// [`Init::reap`], so no `Exited` goes out before the tree is gone). The cgroup listing
+    /// drops a process when it starts exiting; its `/proc/<pid>/cgroup` keeps naming the
+    /// leaf until it is reaped.
+    fn settle(&mut self, leaf: &str) {
+        let suffix = format!("/{leaf}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            while let Ok(Some(reaped)) = sys::wait4_nohang(-1) {
+                self.deferred.push(reaped);
+            }
+            let remaining = crate::runtime::sweep::processes().into_iter().any(|p| {
+                p.pid != 1
+                    && std::fs::read_to_string(format!("/proc/{}/cgroup", p.pid))
+                        .is_ok_and(|text| text.lines().any(|line| line.ends_with(&suffix)))
+            });
+            if !remaining || std::time::Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     fn reap(&mut self) {
+        let mut reaped_now = std::mem::take(&mut self.deferred);
         while let Ok(Some(reaped)) = sys::wait4_nohang(-1) {
+            reaped_now.push(reaped);
+        }
+        for reaped in reaped_now {
             let Some(exec) = self.running.remove(&reaped.pid) else {
                 continue; // an orphan re-parented to PID 1
             };
