@@ -2,7 +2,7 @@
 //! active content inline: HTML, XHTML, SVG and XML are attachments, everything carries
 //! `nosniff` and a sandboxing Content-Security-Policy.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::Json;
@@ -11,7 +11,7 @@ use warren_protocol::{ArtifactInfo, ArtifactList, PresentFiles};
 use warren_provisioner::is_active_content;
 use warren_store::Artifact;
 
-use crate::extract::{sandbox_id, ApiJson, SandboxPath};
+use crate::extract::{sandbox_id, ApiJson, ApiPath, SandboxPath};
 use crate::files::{byte_range, bytes_response};
 use crate::{ApiError, ApiState};
 
@@ -88,7 +88,7 @@ pub(crate) async fn list(
 )]
 pub(crate) async fn download(
     State(state): State<ApiState>,
-    Path((raw_id, artifact_id)): Path<(String, String)>,
+    ApiPath((raw_id, artifact_id)): ApiPath<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = sandbox_id(&raw_id)?;

@@ -4,7 +4,7 @@
 //! command did outside the workdir: messages sent, commits pushed, packages installed
 //! elsewhere stay as they are.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use warren_protocol::{
@@ -12,7 +12,7 @@ use warren_protocol::{
 };
 use warren_store::Checkpoint;
 
-use crate::extract::{sandbox_id, SandboxPath};
+use crate::extract::{sandbox_id, ApiPath, SandboxPath};
 use crate::{ApiError, ApiState};
 
 fn info(checkpoint: &Checkpoint) -> CheckpointInfo {
@@ -96,7 +96,7 @@ pub(crate) async fn list(
 )]
 pub(crate) async fn diff(
     State(state): State<ApiState>,
-    Path((raw_id, checkpoint)): Path<(String, String)>,
+    ApiPath((raw_id, checkpoint)): ApiPath<(String, String)>,
 ) -> Result<Json<CheckpointDiff>, ApiError> {
     let id = sandbox_id(&raw_id)?;
     let diff = state.provisioner.checkpoint_diff(&id, &checkpoint).await?;
@@ -125,7 +125,7 @@ pub(crate) async fn diff(
 )]
 pub(crate) async fn restore(
     State(state): State<ApiState>,
-    Path((raw_id, checkpoint)): Path<(String, String)>,
+    ApiPath((raw_id, checkpoint)): ApiPath<(String, String)>,
 ) -> Result<Json<CheckpointInfo>, ApiError> {
     let id = sandbox_id(&raw_id)?;
     let restored = state
@@ -145,7 +145,7 @@ pub(crate) async fn restore(
 )]
 pub(crate) async fn gc(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let uid = crate::extract::uid(raw_uid)?;
     let stats = state.provisioner.collect_snapshot_garbage(&uid).await?;

@@ -1,7 +1,7 @@
 //! `/v1/users/{uid}/env`: a uid's agent environment (I13, I14). Values go in and never come
 //! back out: reads show names, lengths and at most a four-character hint.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use warren_core::{AgentEnvVar, Uid};
@@ -9,7 +9,7 @@ use warren_protocol::{AgentEnv, AgentEnvEntry, AgentEnvValue, ReplaceAgentEnv, S
 use warren_provisioner::{Created, ProvisionerError};
 use warren_store::AgentEnvRecord;
 
-use crate::extract::{uid, ApiJson};
+use crate::extract::{uid, ApiJson, ApiPath};
 use crate::{ApiError, ApiState};
 
 fn view(uid: &Uid, records: &[AgentEnvRecord]) -> AgentEnv {
@@ -43,7 +43,7 @@ fn variable(name: String, value: SetAgentEnvVar) -> Result<AgentEnvVar, ApiError
 )]
 pub(crate) async fn get(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
 ) -> Result<Json<AgentEnv>, ApiError> {
     let uid = uid(raw_uid)?;
     let records = state.provisioner.agent_env(&uid).await?;
@@ -65,7 +65,7 @@ pub(crate) async fn get(
 )]
 pub(crate) async fn replace(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
     ApiJson(request): ApiJson<ReplaceAgentEnv>,
 ) -> Result<Json<AgentEnv>, ApiError> {
     let uid = uid(raw_uid)?;
@@ -96,7 +96,7 @@ pub(crate) async fn replace(
 )]
 pub(crate) async fn clear(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let uid = uid(raw_uid)?;
     state
@@ -125,7 +125,7 @@ pub(crate) async fn clear(
 )]
 pub(crate) async fn set(
     State(state): State<ApiState>,
-    Path((raw_uid, name)): Path<(String, String)>,
+    ApiPath((raw_uid, name)): ApiPath<(String, String)>,
     ApiJson(request): ApiJson<SetAgentEnvVar>,
 ) -> Result<(StatusCode, Json<AgentEnvEntry>), ApiError> {
     let uid = uid(raw_uid)?;
@@ -164,7 +164,7 @@ pub(crate) async fn set(
 )]
 pub(crate) async fn remove(
     State(state): State<ApiState>,
-    Path((raw_uid, name)): Path<(String, String)>,
+    ApiPath((raw_uid, name)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let uid = uid(raw_uid)?;
     state.provisioner.remove_agent_env_var(&uid, &name).await?;

@@ -2,15 +2,19 @@
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
+use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use warren_core::SandboxId;
 use warren_provisioner::ProvisionerError;
 
 use crate::ApiError;
 
-/// A JSON body; a malformed one answers 400 (syntax) or 422 (shape) `invalid_json`
-/// naming the problem. The body is read as JSON whatever its `Content-Type` says: `curl -d`
-/// and many agent frameworks send JSON labelled as a form.
+/// A JSON body; a malformed one answers 400 `invalid_json` naming the problem, whether its
+/// syntax or its shape is wrong (one code, one status: the OpenAPI document says 400). The
+/// body is read as JSON whatever its `Content-Type` says: `curl -d` and many agent
+/// frameworks send JSON labelled as a form. Every body warren takes is an object, and
+/// anything else is refused here, centrally: serde would otherwise read a JSON array into a
+/// struct field by field (`["projects/x"]` as `{"path":"projects/x"}`).
 pub(crate) struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
@@ -36,6 +40,18 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJ
     }
 }
 
+/// A raw request body (`application/octet-stream` uploads). One larger than the server's
+/// body limit answers 413 `body_too_large` in warren's format, not axum's plain text.
+pub(crate) struct ApiBytes(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        read_body(request, state).await.map(Self)
+    }
+}
+
 async fn read_body<S: Send + Sync>(
     request: Request,
     state: &S,
@@ -43,23 +59,30 @@ async fn read_body<S: Send + Sync>(
     axum::body::Bytes::from_request(request, state)
         .await
         .map_err(|rejection| {
-            ApiError::new(rejection.status(), "invalid_body", rejection.body_text())
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    "the request body is larger than this server accepts (the read cap plus \
+                     64 KiB); send large files in appended parts",
+                )
+            } else {
+                ApiError::new(rejection.status(), "invalid_body", rejection.body_text())
+            }
         })
 }
 
 fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|error| {
-        let status = if error.is_data() {
-            axum::http::StatusCode::UNPROCESSABLE_ENTITY
-        } else {
-            axum::http::StatusCode::BAD_REQUEST
-        };
-        ApiError::new(
-            status,
-            "invalid_json",
-            format!("invalid request body: {error}"),
-        )
-    })
+    let invalid = |message: String| ApiError::bad_request("invalid_json", message);
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Ok(_) => invalid("invalid request body: expected a JSON object".to_owned()),
+                Err(error) => invalid(format!("invalid request body: {error}")),
+            },
+        );
+    }
+    serde_json::from_slice(body).map_err(|error| invalid(format!("invalid request body: {error}")))
 }
 
 /// Query parameters; malformed ones answer 400 `invalid_query`.
@@ -79,6 +102,24 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
+/// Path parameters; a segment that is not UTF-8 once percent-decoded (or otherwise does not
+/// fit `T`) answers 400 `invalid_path_parameter` in warren's format, not axum's plain text.
+pub(crate) struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::bad_request(
+                "invalid_path_parameter",
+                rejection.body_text(),
+            )),
+        }
+    }
+}
+
 /// The `{id}` path segment as a [`SandboxId`]; a malformed one answers 400.
 pub(crate) struct SandboxPath(pub SandboxId);
 
@@ -86,12 +127,7 @@ impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::extract::Path(id) =
-            axum::extract::Path::<String>::from_request_parts(parts, state)
-                .await
-                .map_err(|rejection| {
-                    ApiError::bad_request("invalid_path_parameter", rejection.body_text())
-                })?;
+        let ApiPath(id) = ApiPath::<String>::from_request_parts(parts, state).await?;
         SandboxId::parse(&id)
             .map(Self)
             .map_err(|e| ProvisionerError::from(e).into())

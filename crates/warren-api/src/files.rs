@@ -4,7 +4,7 @@
 //! create-only) and answer 412 on a mismatch, so concurrent writers never lose an update
 //! silently.
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,13 +17,14 @@ use warren_protocol::{
     MakeDirectory, MakeDirectoryResult, MoveFile, MoveResult, WriteResult,
 };
 
-use crate::extract::{ApiJson, ApiQuery, SandboxPath};
+use crate::extract::{ApiBytes, ApiJson, ApiQuery, SandboxPath};
 use crate::{ApiError, ApiState};
 
 const MAX_LIST_LIMIT: usize = 10_000;
 const MAX_DEPTH: u32 = 64;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct PathQuery {
     /// Virtual path: absolute under /home/gem/user-data or /home/gem/skills, or relative to
     /// the workdir.
@@ -31,6 +32,7 @@ pub(crate) struct PathQuery {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct WriteQuery {
     /// Virtual path of the file.
     path: String,
@@ -40,6 +42,7 @@ pub(crate) struct WriteQuery {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct RemoveQuery {
     /// Virtual path to delete.
     path: String,
@@ -49,6 +52,7 @@ pub(crate) struct RemoveQuery {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
     /// Directory to list; default: the workdir.
     path: Option<String>,
@@ -81,13 +85,44 @@ fn etag_header(etag: &Etag) -> HeaderValue {
     HeaderValue::from_str(&etag.quoted()).expect("etags are ascii")
 }
 
+/// The one strong ETag an `If-Match` value (or an edit's `if_match`) names.
+///
+/// A value that is not entity-tag syntax at all is 400 `invalid_etag`. Well-formed tags
+/// warren never issued (another server's, a weak `W/"…"` one, which strong comparison never
+/// matches, or an empty list) cannot match the file's current content: they compare as
+/// [`Etag::unmatchable`], so the precondition fails with 412 once the file is looked at,
+/// as RFC 9110 §13.1.1 says, rather than as a malformed request.
 fn parse_etag(value: &str) -> Result<Etag, ApiError> {
-    value.trim().parse::<Etag>().map_err(|_| {
-        ApiError::bad_request(
-            "invalid_etag",
-            format!("{value:?} is not an ETag warren issued"),
-        )
-    })
+    let mut issued = Vec::new();
+    for member in value.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        if let Ok(etag) = member.parse::<Etag>() {
+            issued.push(etag);
+        } else if !is_entity_tag(member) {
+            return Err(ApiError::bad_request(
+                "invalid_etag",
+                format!("{value:?} is not an entity tag (a quoted ETag, as warren issues them)"),
+            ));
+        }
+    }
+    match issued.len() {
+        0 => Ok(Etag::unmatchable()),
+        1 => Ok(issued.remove(0)),
+        _ => Err(ApiError::bad_request(
+            "invalid_precondition",
+            "name one ETag: a write or an edit checks against exactly one version",
+        )),
+    }
+}
+
+/// `entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE` (RFC 9110 §8.8.3).
+fn is_entity_tag(value: &str) -> bool {
+    let opaque = value.strip_prefix("W/").unwrap_or(value);
+    opaque.len() >= 2
+        && opaque.starts_with('"')
+        && opaque.ends_with('"')
+        && opaque[1..opaque.len() - 1]
+            .bytes()
+            .all(|b| b == 0x21 || (0x23..=0x7e).contains(&b) || b >= 0x80)
 }
 
 /// `If-Match` (one strong ETag) and `If-None-Match: *` as write preconditions.
@@ -233,7 +268,7 @@ pub(crate) async fn write(
     SandboxPath(id): SandboxPath,
     ApiQuery(query): ApiQuery<WriteQuery>,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Result<Response, ApiError> {
     let (if_match, if_none_match_any) = preconditions(&headers)?;
     let options = WriteOptions {
@@ -308,8 +343,15 @@ pub(crate) async fn list(
     SandboxPath(id): SandboxPath,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<FileList>, ApiError> {
-    let depth = query.depth.unwrap_or(1).clamp(1, MAX_DEPTH);
-    let limit = query.limit.unwrap_or(1000).clamp(1, MAX_LIST_LIMIT);
+    // Refused rather than clamped, as the document says (1..=64, 1..=10000).
+    let depth = query.depth.unwrap_or(1);
+    let limit = query.limit.unwrap_or(1000);
+    if !(1..=MAX_DEPTH).contains(&depth) || !(1..=MAX_LIST_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("depth is 1 to {MAX_DEPTH} and limit 1 to {MAX_LIST_LIMIT}"),
+        ));
+    }
     let path = query.path.as_deref().unwrap_or(".");
     let listing = state.provisioner.list(&id, path, depth, limit).await?;
     Ok(Json(FileList {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use warren_core::SandboxId;
@@ -10,7 +10,7 @@ use warren_protocol::{CreateLease, LeaseInfo, RenewLease};
 use warren_provisioner::ProvisionerError;
 use warren_store::Lease;
 
-use crate::extract::{ApiJson, OptionalJson};
+use crate::extract::{ApiJson, ApiPath, OptionalJson};
 use crate::{ApiError, ApiState};
 
 fn info(lease: &Lease) -> LeaseInfo {
@@ -39,7 +39,7 @@ fn sandbox(raw: &str) -> Result<SandboxId, ApiError> {
 )]
 pub(crate) async fn create(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<CreateLease>,
 ) -> Result<(StatusCode, Json<LeaseInfo>), ApiError> {
     let lease = state
@@ -63,7 +63,7 @@ pub(crate) async fn create(
 )]
 pub(crate) async fn renew(
     State(state): State<ApiState>,
-    Path((id, lease_id)): Path<(String, String)>,
+    ApiPath((id, lease_id)): ApiPath<(String, String)>,
     OptionalJson(request): OptionalJson<RenewLease>,
 ) -> Result<Json<LeaseInfo>, ApiError> {
     let ttl = Duration::from_secs(request.ttl_s.unwrap_or(60));
@@ -84,7 +84,7 @@ pub(crate) async fn renew(
 )]
 pub(crate) async fn release(
     State(state): State<ApiState>,
-    Path((id, lease_id)): Path<(String, String)>,
+    ApiPath((id, lease_id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     state
         .provisioner

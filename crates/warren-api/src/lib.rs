@@ -12,11 +12,13 @@
 mod artifacts;
 mod auth;
 mod checkpoints;
+mod contract;
 mod env;
 mod error;
 mod extract;
 mod files;
 mod leases;
+mod mcp;
 mod openapi;
 mod sandboxes;
 mod skills;
@@ -75,6 +77,8 @@ pub fn app(state: ApiState) -> Router {
     let body_limit = usize::try_from(state.provisioner.config().read_cap)
         .unwrap_or(usize::MAX)
         .saturating_add(64 * 1024);
+    let (mcp_service, mcp_sessions) =
+        warren_mcp::streamable_http_service(state.provisioner.clone());
     let v1 = Router::new()
         .route(
             "/users/{uid}/workdirs",
@@ -127,9 +131,11 @@ pub fn app(state: ApiState) -> Router {
                     state.clone(),
                     require_sandbox,
                 ))
-                .service(warren_mcp::streamable_http_service(
-                    state.provisioner.clone(),
-                )),
+                .layer(axum::middleware::from_fn_with_state(
+                    mcp_sessions,
+                    mcp::answers_in_warren_format,
+                ))
+                .service(mcp_service),
         )
         .route(
             "/sandboxes/{id}/artifacts",

@@ -70,12 +70,178 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The OpenAPI document of this server.
-pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    WarrenApi::openapi()
+/// The OpenAPI document of this server: generated from the handlers' annotations, then
+/// completed with the answers every operation shares and the rules the server enforces on
+/// each value ([`crate::contract`]).
+pub fn openapi_document() -> serde_json::Value {
+    let mut document =
+        serde_json::to_value(WarrenApi::openapi()).expect("the generated document serialises");
+    crate::contract::complete(&mut document);
+    document
 }
 
-/// `GET /v1/openapi.json`.
-pub(crate) async fn serve() -> Json<utoipa::openapi::OpenApi> {
-    Json(openapi_document())
+/// `GET /v1/openapi.json`: the document, narrowed to what this server is configured to
+/// accept (its backends, its host directories).
+pub(crate) async fn serve(
+    axum::extract::State(state): axum::extract::State<crate::ApiState>,
+) -> Json<serde_json::Value> {
+    let mut document = openapi_document();
+    let backends = state.provisioner.backends();
+    let facts = crate::contract::ServerFacts {
+        docker: backends.contains(&warren_backend::BackendKind::Docker),
+        backends: backends.iter().map(|k| k.as_str().to_owned()).collect(),
+        host_dirs: state
+            .provisioner
+            .config()
+            .init_host_dirs
+            .keys()
+            .cloned()
+            .collect(),
+    };
+    crate::contract::describe_server(&mut document, &facts);
+    Json(document)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The document's promises that `cargo test` alone can hold it to; scripts/openapi-check
+    //! holds the live server to the whole document.
+
+    use serde_json::Value;
+
+    use super::openapi_document;
+
+    fn operations(doc: &Value) -> Vec<(String, String, &Value)> {
+        let mut found = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                found.push((method.to_uppercase(), path.clone(), operation));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_secured_operation_documents_401_as_an_error_body() {
+        let doc = openapi_document();
+        let mut secured = 0;
+        for (method, path, operation) in operations(&doc) {
+            if operation["security"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty())
+            {
+                secured += 1;
+                assert_eq!(
+                    operation["responses"]["401"]["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path}"
+                );
+            }
+        }
+        assert!(secured >= 42, "only {secured} secured operations");
+    }
+
+    #[test]
+    fn every_path_parameter_is_in_the_path_and_every_other_parameter_is_not() {
+        let doc = openapi_document();
+        for (method, path, operation) in operations(&doc) {
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                let name = parameter["name"].as_str().unwrap();
+                let in_template = path.contains(&format!("{{{name}}}"));
+                let location = parameter["in"].as_str().unwrap();
+                assert_eq!(
+                    location == "path",
+                    in_template,
+                    "{method} {path}: {name} is declared in {location}"
+                );
+                if location == "path" {
+                    assert!(
+                        parameter["schema"]["pattern"].is_string() || name.ends_with("_id"),
+                        "{method} {path}: {name} has no pattern"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_error_answer_is_documented_as_an_error_body() {
+        let doc = openapi_document();
+        for (method, path, operation) in operations(&doc) {
+            for (status, response) in operation["responses"].as_object().unwrap() {
+                if status.starts_with('4') || status.starts_with('5') {
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/ErrorBody",
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+            if operation.get("requestBody").is_some() {
+                for status in ["400", "413"] {
+                    assert!(
+                        operation["responses"][status].is_object(),
+                        "{method} {path} takes a body but does not document {status}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bodies_are_objects_or_bytes_and_an_optional_one_is_never_null() {
+        let doc = openapi_document();
+        for (method, path, operation) in operations(&doc) {
+            let Some(body) = operation.get("requestBody") else {
+                continue;
+            };
+            for (media_type, entry) in body["content"].as_object().unwrap() {
+                let schema = &entry["schema"];
+                let text = schema.to_string();
+                assert!(!text.contains("\"null\""), "{method} {path}: {text}");
+                match media_type.as_str() {
+                    "application/octet-stream" => assert_eq!(
+                        schema,
+                        &serde_json::json!({"type": "string", "format": "binary"}),
+                        "{method} {path}"
+                    ),
+                    "application/json" => {
+                        assert!(schema["$ref"].is_string(), "{method} {path}: {text}")
+                    }
+                    other => panic!("{method} {path}: unexpected body type {other}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_contract_rule_names_a_property_that_exists() {
+        let doc = openapi_document();
+        for (schema, property, _) in crate::contract::property_rules() {
+            assert!(
+                doc["components"]["schemas"][schema]["properties"][property].is_object(),
+                "the rule for {schema}.{property} names nothing"
+            );
+        }
+    }
+
+    #[test]
+    fn bounded_integers_say_their_bounds() {
+        let doc = openapi_document();
+        let schemas = &doc["components"]["schemas"];
+        for (schema, property, minimum, maximum) in [
+            ("CreateLease", "ttl_s", 1, Some(3600)),
+            ("RenewLease", "ttl_s", 1, Some(3600)),
+            ("TerminateSandbox", "grace_s", 0, Some(300)),
+            ("ExecCommand", "timeout_s", 1, None),
+        ] {
+            let field = &schemas[schema]["properties"][property];
+            assert_eq!(field["minimum"], minimum, "{schema}.{property}");
+            assert_eq!(
+                field.get("maximum").and_then(Value::as_i64),
+                maximum,
+                "{schema}.{property}"
+            );
+        }
+    }
 }

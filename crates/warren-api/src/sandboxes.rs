@@ -172,6 +172,7 @@ pub(crate) async fn create(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
     /// Only this user's sandboxes.
     uid: Option<String>,

@@ -1,9 +1,9 @@
 //! `/v1/users/{uid}/skills`: what a uid's read-only `/home/gem/skills` holds (I7, I32).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 
-use crate::extract::uid;
+use crate::extract::{uid, ApiPath};
 use crate::{ApiError, ApiState};
 
 /// The skills granted to the uid.
@@ -15,7 +15,7 @@ use crate::{ApiError, ApiState};
 )]
 pub(crate) async fn list(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let uid = uid(raw_uid)?;
     let granted = state.provisioner.granted_skills(&uid).await?;
@@ -32,7 +32,7 @@ pub(crate) async fn list(
 )]
 pub(crate) async fn grant(
     State(state): State<ApiState>,
-    Path((raw_uid, skill)): Path<(String, String)>,
+    ApiPath((raw_uid, skill)): ApiPath<(String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let uid = uid(raw_uid)?;
     let report = state.provisioner.grant_skill(&uid, &skill).await?;
@@ -48,7 +48,7 @@ pub(crate) async fn grant(
 )]
 pub(crate) async fn revoke(
     State(state): State<ApiState>,
-    Path((raw_uid, skill)): Path<(String, String)>,
+    ApiPath((raw_uid, skill)): ApiPath<(String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let uid = uid(raw_uid)?;
     let report = state.provisioner.revoke_skill(&uid, &skill).await?;
@@ -64,7 +64,7 @@ pub(crate) async fn revoke(
 )]
 pub(crate) async fn sync(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let uid = uid(raw_uid)?;
     let report = state.provisioner.sync_skills(&uid).await?;

@@ -1,13 +1,13 @@
 //! `/v1/users/{uid}/workdirs`: a user's workdirs (I4, I8).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use warren_core::{VirtualPath, VirtualRoot, Workdir};
 use warren_protocol::{CreateWorkdir, InitSummary, WorkdirInfo, WorkdirList};
 use warren_provisioner::{Created, GitSource, WorkdirInit};
 
-use crate::extract::{uid, OptionalJson};
+use crate::extract::{uid, ApiPath, OptionalJson};
 use crate::{ApiError, ApiState};
 
 pub(crate) fn workdir_info(
@@ -40,7 +40,7 @@ pub(crate) fn workdir_info(
 )]
 pub(crate) async fn create(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
     // The body is optional: an empty one means "a fresh default workdir".
     OptionalJson(request): OptionalJson<CreateWorkdir>,
 ) -> Result<(StatusCode, Json<WorkdirInfo>), ApiError> {
@@ -78,7 +78,7 @@ pub(crate) async fn create(
 )]
 pub(crate) async fn list(
     State(state): State<ApiState>,
-    Path(raw_uid): Path<String>,
+    ApiPath(raw_uid): ApiPath<String>,
 ) -> Result<Json<WorkdirList>, ApiError> {
     let uid = uid(raw_uid)?;
     let records = state.provisioner.list_workdirs(&uid).await?;

@@ -29,6 +29,13 @@ impl Etag {
         hasher.finish()
     }
 
+    /// A tag no content has. An `If-Match` that names only tags warren never issued
+    /// compares as this one, so its precondition fails where preconditions are evaluated,
+    /// once the target is found (412, RFC 9110 §13.1.1), not as a malformed request.
+    pub fn unmatchable() -> Self {
+        Self("unmatchable".to_owned())
+    }
+
     /// The bare value, e.g. `b3-0123…`.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -26,6 +26,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use warren_core::SandboxId;
@@ -98,19 +99,40 @@ impl ServerHandler for WarrenMcp {
     }
 }
 
+/// The open MCP sessions of a [`streamable_http_service`], so the HTTP layer can tell an
+/// unknown session (404) from a known one before rmcp, which treats closing an unknown
+/// session as a success, sees the request.
+#[derive(Clone)]
+pub struct McpSessions(Arc<LocalSessionManager>);
+
+impl McpSessions {
+    /// Whether `id` names a session that is open now.
+    pub async fn is_open(&self, id: &str) -> bool {
+        self.0
+            .has_session(&id.to_owned().into())
+            .await
+            .unwrap_or(false)
+    }
+}
+
 /// The streamable HTTP service of [`WarrenMcp`], to mount at `/v1/sandboxes/{id}/mcp`
-/// behind the Bearer check.
+/// behind the Bearer check, and a handle on its sessions.
 ///
 /// Host validation (rmcp's DNS-rebinding guard, loopback only by default) is off: warren may
 /// listen on any address, and every request must carry the provisioner token, which a
 /// rebinding page cannot present.
 pub fn streamable_http_service(
     provisioner: Arc<Provisioner>,
-) -> StreamableHttpService<WarrenMcp, LocalSessionManager> {
+) -> (
+    StreamableHttpService<WarrenMcp, LocalSessionManager>,
+    McpSessions,
+) {
     let server = WarrenMcp::new(provisioner);
-    StreamableHttpService::new(
+    let sessions = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(
         move || Ok(server.clone()),
-        LocalSessionManager::default().into(),
+        sessions.clone(),
         StreamableHttpServerConfig::default().disable_allowed_hosts(),
-    )
+    );
+    (service, McpSessions(sessions))
 }

@@ -6,6 +6,8 @@
 
 #![deny(missing_docs)]
 
+pub mod strict;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -86,7 +88,11 @@ pub struct CreateWorkdir {
     pub path: Option<String>,
     /// Fill the (new or empty) workdir from these sources (I32); 409 `workdir_not_empty`
     /// otherwise, so no file is ever overwritten.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::object"
+    )]
     pub init: Option<InitSpec>,
 }
 
@@ -99,7 +105,11 @@ pub struct InitSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_dir: Option<String>,
     /// A git repository cloned whole and checked out at `rev`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::object"
+    )]
     pub git: Option<GitSpec>,
     /// Files by workdir-relative path, with their text.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -171,7 +181,7 @@ pub struct CreateSandbox {
     pub workdir: Option<String>,
     /// Network policy; default `{"mode":"none"}` (loopback only). Part of the binding: a
     /// live sandbox cannot change it (409 `network_conflict`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::object")]
     pub network: Option<NetworkSpec>,
     /// Whether commands get the global sandbox environment and the uid's agent environment
     /// (default true). `false` gives them only the clean base and each call's own `env`
@@ -276,7 +286,7 @@ pub struct ExecCommand {
     #[serde(default)]
     pub shell: Option<String>,
     /// Wall-clock limit in seconds (default 60, at most 3600).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::whole_number")]
     pub timeout_s: Option<u64>,
     /// Text written to the command's stdin.
     #[serde(default)]
@@ -339,6 +349,7 @@ pub struct CreateLease {
     /// Who holds it: the run id of a root run or one of its child runs.
     pub holder: String,
     /// Seconds until it lapses unless renewed (1 to 3600).
+    #[serde(deserialize_with = "strict::required_whole_number")]
     pub ttl_s: u64,
 }
 
@@ -348,7 +359,7 @@ pub struct CreateLease {
 pub struct TerminateSandbox {
     /// Seconds commands already running get to finish before they are killed (0 to
     /// 300); default 10. New commands and leases are refused from the start.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::whole_number")]
     pub grace_s: Option<u64>,
 }
 
@@ -366,7 +377,7 @@ pub struct KilledProcesses {
 #[serde(deny_unknown_fields)]
 pub struct RenewLease {
     /// New lifetime in seconds from now (1 to 3600); default 60.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::whole_number")]
     pub ttl_s: Option<u64>,
 }
 
@@ -461,7 +472,7 @@ pub struct GlobFiles {
     #[serde(default)]
     pub path: Option<String>,
     /// Most entries returned (default 1000, at most 10000).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::whole_count")]
     pub limit: Option<usize>,
 }
 
@@ -481,7 +492,7 @@ pub struct GrepFiles {
     #[serde(default)]
     pub case_insensitive: bool,
     /// Most matches returned (default 200, at most 10000).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::whole_count")]
     pub max_matches: Option<usize>,
 }
 
@@ -547,13 +558,30 @@ pub struct MoveResult {
 }
 
 /// One value in `PUT /v1/users/{uid}/env`: a bare string is a secret; the object form says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum AgentEnvValue {
     /// A secret value: masked in command output.
     Secret(String),
     /// A value with its secrecy stated.
     Detailed(SetAgentEnvVar),
+}
+
+/// A string or an object, as documented: serde's untagged derive would also read the
+/// object form from an array.
+impl<'de> Deserialize<'de> for AgentEnvValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(value) => Ok(Self::Secret(value)),
+            value @ serde_json::Value::Object(_) => serde_json::from_value(value)
+                .map(Self::Detailed)
+                .map_err(D::Error::custom),
+            _ => Err(D::Error::custom(
+                "expected a string (a secret) or an object {\"value\", \"secret\"}",
+            )),
+        }
+    }
 }
 
 /// `PUT /v1/users/{uid}/env/{name}`, and the object form of [`AgentEnvValue`].
@@ -645,7 +673,11 @@ pub struct CreateViewerLink {
     /// The workdir the link opens (it must exist); nothing outside it is reachable.
     pub workdir: String,
     /// Seconds the link (and the session it opens) lives: 1 to 604800, default 3600.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "strict::whole_number"
+    )]
     pub ttl_s: Option<u64>,
 }
 

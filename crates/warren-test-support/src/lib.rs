@@ -435,6 +435,11 @@ impl<'a> McpSession<'a> {
         session
     }
 
+    /// The `Mcp-Session-Id` the server gave at `initialize`.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
     /// Calls a tool and returns the JSON-RPC answer (`result` or `error`).
     pub async fn call_tool(
         &mut self,

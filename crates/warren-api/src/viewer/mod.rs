@@ -20,13 +20,12 @@ mod preview;
 
 use std::time::Duration;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use warren_core::{Uid, VirtualPath, VirtualRoot, Workdir};
 use warren_fs::{ByteRange, FsError, Kind, WorkspaceRoot, WriteOptions};
@@ -38,7 +37,7 @@ use grant::{Grant, GrantError, GrantKind};
 use preview::{kind_of, text_preview, Preview, PreviewKind, PREVIEW_BYTES};
 
 use crate::artifacts::content_disposition;
-use crate::extract::{ApiJson, ApiQuery};
+use crate::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
 use crate::files::bytes_response;
 use crate::{ApiError, ApiState};
 
@@ -235,21 +234,21 @@ async fn page() -> Html<&'static str> {
     Html(INDEX_HTML)
 }
 
-async fn asset(Path(name): Path<String>) -> Response {
+async fn asset(ApiPath(name): ApiPath<String>) -> Result<Response, ApiError> {
     let (body, kind) = match name.as_str() {
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
         "app.css" => (APP_CSS, "text/css; charset=utf-8"),
         "icon.svg" => (ICON_SVG, "image/svg+xml"),
-        _ => return StatusCode::NOT_FOUND.into_response(),
+        _ => return Err(crate::error::not_found().await),
     };
-    (
+    Ok((
         [
             (header::CONTENT_TYPE, kind),
             (header::CACHE_CONTROL, "no-cache"),
         ],
         body,
     )
-        .into_response()
+        .into_response())
 }
 
 /// The grant of the request's session cookie.
@@ -608,7 +607,7 @@ async fn upload(
     session: ViewerSession,
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<UploadQuery>,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> Result<(StatusCode, Json<Uploaded>), ApiError> {
     // A form on another site cannot set this header without a CORS preflight, which the
     // Viewer never grants: defence in depth behind SameSite=Strict.
@@ -713,7 +712,7 @@ async fn artifacts(
 async fn artifact(
     State(state): State<ApiState>,
     session: ViewerSession,
-    Path(artifact_id): Path<String>,
+    ApiPath(artifact_id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let (artifact, read) = state
         .provisioner

@@ -9,6 +9,7 @@ mod conformance;
 mod data_dir;
 mod docker;
 mod env;
+mod errors;
 mod etag;
 mod files;
 mod image;

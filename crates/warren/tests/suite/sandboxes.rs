@@ -128,7 +128,7 @@ async fn invalid_identities_and_bodies_are_refused_with_stable_codes() {
                 .json(&json!({"uid":"a","runtime_scope_id":"b","surprise":1})),
         )
         .await;
-    assert_eq!(status, 422, "{body}");
+    assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "invalid_json");
     let (status, body) = server
         .send_json(server.request(Method::GET, "/v1/sandboxes/not-an-id"))

@@ -1,0 +1,403 @@
+//! What the OpenAPI document must say that the handlers' annotations cannot: the answers
+//! every operation shares, and the rules the server enforces on each value.
+//!
+//! The document is a contract clients are generated from and that `scripts/openapi-check`
+//! holds the live server to (schemathesis, every default check), so it must describe the
+//! server exactly: a value the document calls valid is accepted, one it calls invalid is
+//! refused. The rules are kept here as data, next to one another, so a review sees them
+//! whole; `crate::openapi::tests` checks every rule still names a real schema property.
+//!
+//! Strings are limited in characters here and in bytes by the server (identifiers and path
+//! components are file names, whose limits are bytes): the two agree for ASCII, and the
+//! check runs with ASCII strings for that reason.
+
+use serde_json::{json, Map, Value};
+
+/// A sandbox id: `sbx-` and 24 lowercase hex digits (I5).
+const SANDBOX_ID: &str = "^sbx-[0-9a-f]{24}$";
+/// A uid a client names (`Uid::plain`): 1 to 256 bytes without control characters, not
+/// one of the prefixes of owners that isolation scopes derive (I29).
+const UID: &str = "^(?!session:|agent:|global:)[^\\u0000-\\u001f\\u007f-\\u009f]{1,256}$";
+/// A runtime scope id, or a lease holder.
+const IDENTIFIER: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,256}$";
+/// The ids an isolation scope derives an owner from (`IsolationScope::derive`): empty means
+/// absent, and the derived owner (`session:<id>`, `agent:<id>`, or the user id itself) is a
+/// uid of at most 256 bytes.
+const USER_ID: &str = "^(?!session:|agent:|global:)[^\\u0000-\\u001f\\u007f-\\u009f]{0,256}$";
+const SESSION_ID: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]{0,248}$";
+const AGENT_ID: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]{0,250}$";
+/// A git URL (`check_git_source`): a remote scheme, no whitespace or control character, not
+/// an option. (`file://` inside an allowed host directory is accepted too, and left out.)
+const GIT_URL: &str = "^(https?|ssh|git)://[^\\u0000-\\u0020\\u007f-\\u00a0]*$";
+/// A git revision: a branch, tag or commit name.
+const GIT_REV: &str = "^(?!-)[A-Za-z0-9._/-]{1,256}$";
+/// A file an initialisation writes: relative to the workdir, no `..`, no NUL, naming
+/// something below the workdir rather than the workdir itself.
+const INIT_FILE: &str = "^(?!/)(?!(.*/)?\\.\\.(/|$))(?=.*[^/.])[^\\u0000]{1,4096}$";
+/// An image reference (`check_image_reference`).
+const IMAGE: &str = "^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$";
+/// A workdir (I4): relative, no empty, `.` or `..` component, not under `agents/`, no NUL.
+const WORKDIR: &str =
+    "^(?!agents(/|$))(?!/)(?!.*//)(?!.*/$)(?!(.*/)?\\.\\.?(/|$))[^\\u0000]{1,4096}$";
+/// A virtual path (I1): absolute under one of the two mounts, or relative to the workdir;
+/// no `..` component, no NUL.
+const VIRTUAL_PATH: &str =
+    "^(?!/(?!home/gem/(user-data|skills)(/|$)))(?!(.*/)?\\.\\.(/|$))[^\\u0000]{1,4096}$";
+/// An environment variable name (`check_env_name`).
+const ENV_NAME: &str = "^(?!USER_UID$|USER_GID$)[A-Za-z_][A-Za-z0-9_]{0,255}$";
+/// A catalog skill's name.
+const SKILL: &str = "^[a-z0-9][a-z0-9._-]{0,63}$";
+/// `If-Match` (RFC 9110 entity tags, a list allowed) naming at most one of warren's
+/// ETags (`b3-` and 32 hex digits), which a bare value may name without quotes.
+const IF_MATCH: &str = "^(?!(.*b3-[0-9a-f]{32}.*){2})[\\t ]*((W/)?\"[\\x21\\x23-\\x7e]*\"|b3-[0-9a-f]{32})([\\t ]*,[\\t ]*((W/)?\"[\\x21\\x23-\\x7e]*\"|b3-[0-9a-f]{32}))*[\\t ]*$";
+/// One allowlist destination (`Destination::parse`): a host name or `*.suffix` (labels of
+/// letters, digits and inner hyphens), an IPv4 address or range. The server also takes
+/// IPv6 addresses and ranges, which this pattern leaves out rather than describe loosely.
+const DESTINATION: &str = concat!(
+    "^[\\t\\n\\v\\f\\r ]*(",
+    "(\\*\\.)?(?=.{1,253}[\\t\\n\\v\\f\\r ]*$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+    "|(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}(/(3[0-2]|[12]?[0-9]))?",
+    ")[\\t\\n\\v\\f\\r ]*$"
+);
+
+fn string(pattern: &str) -> Value {
+    json!({"type": "string", "pattern": pattern})
+}
+
+/// Path and query parameters by name: the schema the server holds them to.
+fn parameter_schema(location: &str, name: &str) -> Option<Value> {
+    Some(match (location, name) {
+        ("path", "id") => string(SANDBOX_ID),
+        ("path" | "query", "uid") => string(UID),
+        ("path", "name") => string(ENV_NAME),
+        ("path", "skill") => string(SKILL),
+        ("query", "path") => string(VIRTUAL_PATH),
+        ("query", "depth") => json!({"type": "integer", "minimum": 1, "maximum": 64}),
+        ("query", "limit") => json!({"type": "integer", "minimum": 1, "maximum": 10000}),
+        ("query", "append" | "recursive") => json!({"type": "boolean"}),
+        ("header", "If-Match") => string(IF_MATCH),
+        ("header", "If-None-Match") => json!({"type": "string", "enum": ["*"]}),
+        _ => return None,
+    })
+}
+
+/// Properties of request schemas: what the server enforces beyond their type. Each entry
+/// is merged into the generated property (a `null` the type allows stays allowed: these
+/// keywords constrain strings and numbers only).
+pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
+    vec![
+        ("CreateWorkdir", "path", string(WORKDIR)),
+        (
+            "InitSpec",
+            "files",
+            json!({"propertyNames": string(INIT_FILE)}),
+        ),
+        ("GitSpec", "url", string(GIT_URL)),
+        ("GitSpec", "rev", string(GIT_REV)),
+        ("CreateSandbox", "uid", string(UID)),
+        ("CreateSandbox", "runtime_scope_id", string(IDENTIFIER)),
+        (
+            "CreateSandbox",
+            "scope",
+            json!({"enum": ["user", "session", "agent", "global", null]}),
+        ),
+        ("CreateSandbox", "user_id", string(USER_ID)),
+        ("CreateSandbox", "session_id", string(SESSION_ID)),
+        ("CreateSandbox", "agent_id", string(AGENT_ID)),
+        ("CreateSandbox", "image", string(IMAGE)),
+        ("CreateSandbox", "workdir", string(WORKDIR)),
+        ("ExecCommand", "cwd", string(VIRTUAL_PATH)),
+        (
+            "ExecCommand",
+            "shell",
+            json!({"enum": ["sh", "bash", null]}),
+        ),
+        ("ExecCommand", "timeout_s", json!({"minimum": 1})),
+        ("ExecCommand", "argv", json!({"minItems": 1})),
+        (
+            "ExecCommand",
+            "env",
+            json!({"propertyNames": string(ENV_NAME),
+                   "additionalProperties": string("^[^\\u0000]{0,32768}$")}),
+        ),
+        ("CreateLease", "holder", string(IDENTIFIER)),
+        (
+            "CreateLease",
+            "ttl_s",
+            json!({"minimum": 1, "maximum": 3600}),
+        ),
+        (
+            "RenewLease",
+            "ttl_s",
+            json!({"minimum": 1, "maximum": 3600}),
+        ),
+        (
+            "TerminateSandbox",
+            "grace_s",
+            json!({"minimum": 0, "maximum": 300}),
+        ),
+        ("CreateViewerLink", "uid", string(UID)),
+        ("CreateViewerLink", "workdir", string(WORKDIR)),
+        (
+            "CreateViewerLink",
+            "ttl_s",
+            json!({"minimum": 1, "maximum": 604800}),
+        ),
+        ("EditFile", "path", string(VIRTUAL_PATH)),
+        ("EditFile", "old", json!({"minLength": 1})),
+        ("EditFile", "if_match", string(IF_MATCH)),
+        ("GlobFiles", "path", string(VIRTUAL_PATH)),
+        ("GrepFiles", "path", string(VIRTUAL_PATH)),
+        ("MakeDirectory", "path", string(VIRTUAL_PATH)),
+        ("MoveFile", "from", string(VIRTUAL_PATH)),
+        ("MoveFile", "to", string(VIRTUAL_PATH)),
+        (
+            "PresentFiles",
+            "paths",
+            json!({"items": string(VIRTUAL_PATH), "minItems": 1, "maxItems": 100}),
+        ),
+        (
+            "NetworkSpec",
+            "mode",
+            json!({"enum": ["none", "open", "allowlist"]}),
+        ),
+        (
+            "ReplaceAgentEnv",
+            "env",
+            json!({"propertyNames": string(ENV_NAME), "maxProperties": 256}),
+        ),
+        ("SetAgentEnvVar", "value", string("^[^\\u0000]{0,32768}$")),
+    ]
+}
+
+/// Whole schemas the generator cannot express: alternatives between fields.
+fn schema_rules(schemas: &mut Map<String, Value>) {
+    // A present, non-null field.
+    let given = |field: &str| json!({"required": [field], "properties": {field: {"not": {"type": "null"}}}});
+    if let Some(exec) = schemas.get_mut("ExecCommand") {
+        // Exactly one of `command` (a shell line) and `argv`.
+        exec["oneOf"] = json!([given("command"), given("argv")]);
+    }
+    if let Some(create) = schemas.get_mut("CreateSandbox") {
+        // The explicit identity, or an isolation scope with its ids: never both.
+        let scope_fields = ["scope", "user_id", "session_id", "agent_id"].map(given);
+        // A scope needs the ids it derives the owner from; an empty id is an absent one.
+        let id = |field: &str| json!({"required": [field], "properties": {field: {"type": "string", "minLength": 1}}});
+        let when = |scope: &str, then: Value| json!({"if": {"properties": {"scope": {"const": scope}}}, "then": then});
+        create["oneOf"] = json!([
+            {"allOf": [given("uid"), given("runtime_scope_id")],
+             "not": {"anyOf": scope_fields}},
+            {"allOf": [given("scope"),
+                       when("user", json!({"anyOf": [id("user_id"), id("session_id")]})),
+                       when("session", id("session_id")),
+                       when("agent", id("agent_id"))],
+             "not": {"anyOf": [given("uid"), given("runtime_scope_id")]}},
+        ]);
+    }
+    if let Some(network) = schemas.get_mut("NetworkSpec") {
+        // `allow` lists 1 to 256 destinations with `allowlist`, and nothing otherwise.
+        network["oneOf"] = json!([
+            {"properties": {"mode": {"enum": ["none", "open"]}, "allow": {"maxItems": 0}}},
+            {"properties": {"mode": {"const": "allowlist"},
+                            "allow": {"minItems": 1, "maxItems": 256,
+                                      "items": string(DESTINATION)}},
+             "required": ["allow"]},
+        ]);
+    }
+    if let Some(secret) = schemas.get_mut("AgentEnvValue") {
+        // A bare string is a secret, and a secret is at least 6 bytes.
+        secret["oneOf"][0] = json!({"type": "string", "pattern": "^[^\\u0000]{6,32768}$",
+                                     "description": "A secret value: masked in command output."});
+    }
+    if let Some(set) = schemas.get_mut("SetAgentEnvVar") {
+        set["if"] =
+            json!({"not": {"properties": {"secret": {"const": false}}, "required": ["secret"]}});
+        set["then"] = json!({"properties": {"value": {"minLength": 6}}});
+    }
+}
+
+/// What the served document says about this server's own configuration: the backends a
+/// sandbox may name, and the host directories a workdir may be filled from.
+pub(crate) struct ServerFacts {
+    pub(crate) backends: Vec<String>,
+    pub(crate) host_dirs: Vec<String>,
+    pub(crate) docker: bool,
+}
+
+/// Narrows the document to one server's configuration ([`ServerFacts`]).
+pub(crate) fn describe_server(doc: &mut Value, facts: &ServerFacts) {
+    let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let with_null = |names: &[String]| {
+        let mut values: Vec<Value> = names.iter().map(|n| json!(n)).collect();
+        values.push(Value::Null);
+        Value::Array(values)
+    };
+    if let Some(backend) = schemas
+        .get_mut("CreateSandbox")
+        .and_then(|s| s.pointer_mut("/properties/backend"))
+    {
+        backend["enum"] = with_null(&facts.backends);
+    }
+    if !facts.docker {
+        // Only the Docker backend takes an image.
+        if let Some(image) = schemas
+            .get_mut("CreateSandbox")
+            .and_then(|s| s.pointer_mut("/properties/image"))
+        {
+            *image = json!({"type": "null", "description": "Only for the Docker backend, which this server does not enable."});
+        }
+    }
+    if let Some(host_dir) = schemas
+        .get_mut("InitSpec")
+        .and_then(|s| s.pointer_mut("/properties/host_dir"))
+    {
+        host_dir["enum"] = with_null(&facts.host_dirs);
+    }
+}
+
+/// Completes the generated document; see the module documentation.
+pub(crate) fn complete(doc: &mut Value) {
+    if let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    {
+        for (schema, property, rule) in property_rules() {
+            if let Some(target) = schemas
+                .get_mut(schema)
+                .and_then(|s| s.pointer_mut(&format!("/properties/{property}")))
+            {
+                merge(target, rule);
+            }
+        }
+        schema_rules(schemas);
+    }
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for (method, operation) in item.iter_mut() {
+            if ["get", "put", "post", "delete", "patch"].contains(&method.as_str()) {
+                complete_operation(path, operation);
+            }
+        }
+    }
+}
+
+fn complete_operation(path: &str, operation: &mut Value) {
+    let mut shared = Vec::new();
+    let secured = operation
+        .get("security")
+        .and_then(Value::as_array)
+        .is_some_and(|s| !s.is_empty());
+    if secured {
+        shared.push(("401", "unauthorized: no Bearer token, or not this server's"));
+    }
+    if let Some(parameters) = operation
+        .get_mut("parameters")
+        .and_then(Value::as_array_mut)
+    {
+        let mut checked = false;
+        for parameter in parameters.iter_mut() {
+            let location = parameter["in"].as_str().unwrap_or("").to_owned();
+            let name = parameter["name"].as_str().unwrap_or("").to_owned();
+            if let Some(schema) = parameter_schema(&location, &name) {
+                parameter["schema"] = schema;
+                checked = true;
+            }
+        }
+        if checked {
+            shared.push((
+                "400",
+                "a path or query parameter is malformed (invalid_sandbox_id, invalid_uid, \
+                 invalid_path, invalid_query, invalid_path_parameter, ...)",
+            ));
+        }
+    }
+    if path.contains("{id}") {
+        shared.push(("404", "sandbox_not_found"));
+    }
+    if let Some(body) = operation.get_mut("requestBody") {
+        complete_body(body);
+        shared.push(("413", "body_too_large"));
+        if body.pointer("/content/application~1json").is_some() {
+            shared.push((
+                "400",
+                "invalid_json: the body is not the documented JSON object",
+            ));
+        }
+    }
+    let responses = operation
+        .as_object_mut()
+        .map(|o| o.entry("responses").or_insert_with(|| json!({})));
+    let Some(responses) = responses.and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (status, description) in shared {
+        let response = responses
+            .entry(status)
+            .or_insert_with(|| json!({"description": description}));
+        // Every error answer is warren's error JSON.
+        response["content"] = json!({"application/json": {"schema":
+            {"$ref": "#/components/schemas/ErrorBody"}}});
+    }
+    for (status, response) in responses.iter_mut() {
+        if status.starts_with('4') || status.starts_with('5') {
+            response["content"] = json!({"application/json": {"schema":
+                {"$ref": "#/components/schemas/ErrorBody"}}});
+        }
+    }
+}
+
+/// An optional body is absent or the object, never `null` (the server refuses `null`); raw
+/// bytes are a binary string, not an array of numbers.
+fn complete_body(body: &mut Value) {
+    let mut optional = false;
+    let Some(content) = body.get_mut("content").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (media_type, entry) in content.iter_mut() {
+        if media_type == "application/octet-stream" {
+            entry["schema"] = json!({"type": "string", "format": "binary"});
+            continue;
+        }
+        let object: Option<Value> = entry
+            .pointer("/schema/oneOf")
+            .and_then(Value::as_array)
+            .and_then(|alternatives| {
+                let mut objects = alternatives
+                    .iter()
+                    .filter(|a| a.get("type") != Some(&json!("null")));
+                match (objects.next(), objects.next()) {
+                    (Some(object), None) if alternatives.len() == 2 => Some(object.clone()),
+                    _ => None,
+                }
+            });
+        if let Some(object) = object {
+            entry["schema"] = object;
+            optional = true;
+        }
+    }
+    if optional {
+        body["required"] = json!(false);
+    }
+}
+
+fn merge(target: &mut Value, rule: Value) {
+    let (Some(target), Value::Object(rule)) = (target.as_object_mut(), rule) else {
+        return;
+    };
+    for (key, value) in rule {
+        if key == "type" {
+            continue;
+        }
+        target.insert(key, value);
+    }
+}
