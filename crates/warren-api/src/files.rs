@@ -93,15 +93,18 @@ fn etag_header(etag: &Etag) -> HeaderValue {
 /// [`Etag::unmatchable`], so the precondition fails with 412 once the file is looked at,
 /// as RFC 9110 §13.1.1 says, rather than as a malformed request.
 fn parse_etag(value: &str) -> Result<Etag, ApiError> {
+    let invalid = || {
+        ApiError::bad_request(
+            "invalid_etag",
+            format!("{value:?} is not an entity tag (a quoted ETag, as warren issues them)"),
+        )
+    };
     let mut issued = Vec::new();
-    for member in value.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+    for member in list_members(value).ok_or_else(invalid)? {
         if let Ok(etag) = member.parse::<Etag>() {
             issued.push(etag);
         } else if !is_entity_tag(member) {
-            return Err(ApiError::bad_request(
-                "invalid_etag",
-                format!("{value:?} is not an entity tag (a quoted ETag, as warren issues them)"),
-            ));
+            return Err(invalid());
         }
     }
     match issued.len() {
@@ -111,6 +114,27 @@ fn parse_etag(value: &str) -> Result<Etag, ApiError> {
             "invalid_precondition",
             "name one ETag: a write or an edit checks against exactly one version",
         )),
+    }
+}
+
+/// The members of a `#entity-tag` list: quoted tags may hold commas, empty members are
+/// skipped (RFC 9110 §5.6.1). `None` when a quote is never closed.
+fn list_members(value: &str) -> Option<Vec<&str>> {
+    let mut members = Vec::new();
+    let mut rest = value;
+    loop {
+        rest = rest.trim_start_matches([' ', '\t', ',']);
+        if rest.is_empty() {
+            return Some(members);
+        }
+        let opaque_start = if rest.starts_with("W/\"") { 2 } else { 0 };
+        let end = if rest[opaque_start..].starts_with('"') {
+            opaque_start + 1 + rest[opaque_start + 1..].find('"')? + 1
+        } else {
+            rest.find(',').unwrap_or(rest.len())
+        };
+        members.push(rest[..end].trim_end_matches([' ', '\t']));
+        rest = &rest[end..];
     }
 }
 
@@ -534,4 +558,35 @@ pub(crate) async fn rename(
         from: from.to_string(),
         to: to.to_string(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_match_lists_split_between_tags_not_inside_them() {
+        let warren = format!("b3-{}", "0".repeat(32));
+        assert_eq!(
+            list_members(&format!(" \"a,b\" ,, W/\"c\", {warren} ,\t\"{warren}\"")),
+            Some(vec![
+                "\"a,b\"",
+                "W/\"c\"",
+                warren.as_str(),
+                &format!("\"{warren}\""),
+            ])
+        );
+        assert_eq!(list_members(""), Some(vec![]));
+        assert_eq!(list_members("\"open"), None);
+        // Tags warren never issued cannot match; one of warren's is the precondition.
+        assert_eq!(parse_etag("\"a,b\", W/\"c\"").unwrap(), Etag::unmatchable());
+        assert_eq!(
+            parse_etag(&format!("W/\"x,\", {warren}"))
+                .unwrap()
+                .to_string(),
+            warren
+        );
+        assert_eq!(parse_etag("garbage").unwrap_err().code(), "invalid_etag");
+        assert_eq!(parse_etag("\"a").unwrap_err().code(), "invalid_etag");
+    }
 }
