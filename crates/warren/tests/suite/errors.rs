@@ -221,6 +221,14 @@ async fn a_json_array_is_refused_where_an_object_is_documented() {
     for (path, body) in [
         ("/v1/users/erin/workdirs".to_owned(), r#"["projects/arr2"]"#),
         ("/v1/users/erin/workdirs".to_owned(), r#""projects/arr2""#),
+        (
+            "/v1/users/erin/workdirs".to_owned(),
+            r#"{"path": "projects/arr3", "init": [null, null]}"#,
+        ),
+        (
+            "/v1/users/erin/env".to_owned(),
+            r#"{"env": {"A": ["value", false]}}"#,
+        ),
         ("/v1/sandboxes".to_owned(), r#"["erin", "t2"]"#),
         (format!("/v1/sandboxes/{id}/exec"), r#"["echo hi"]"#),
         (format!("/v1/sandboxes/{id}/files/mkdir"), r#"["d"]"#),
@@ -228,7 +236,14 @@ async fn a_json_array_is_refused_where_an_object_is_documented() {
         (format!("/v1/sandboxes/{id}/terminate"), "null"),
     ] {
         let response = server
-            .request(Method::POST, &path)
+            .request(
+                if path.ends_with("/env") {
+                    Method::PUT
+                } else {
+                    Method::POST
+                },
+                &path,
+            )
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -349,4 +364,34 @@ async fn the_mcp_endpoint_refuses_a_missing_accept_in_json() {
         .unwrap();
     let (status, _) = error_of(response).await;
     assert!(status == 406 || status == 400, "{status}");
+}
+
+#[tokio::test]
+async fn a_listing_depth_or_limit_out_of_range_is_refused_not_clamped() {
+    let server = server();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    for query in ["depth=0", "depth=65", "limit=0", "limit=10001"] {
+        let response = server
+            .request(
+                Method::GET,
+                &format!("/v1/sandboxes/{id}/files/list?{query}"),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            error_of(response).await,
+            (400, "invalid_query".to_owned()),
+            "{query}"
+        );
+    }
+    for query in ["depth=1", "depth=64", "limit=1", "limit=10000"] {
+        let (status, body) = server
+            .send_json(server.request(
+                Method::GET,
+                &format!("/v1/sandboxes/{id}/files/list?{query}"),
+            ))
+            .await;
+        assert_eq!(status, 200, "{query}: {body}");
+    }
 }
