@@ -368,8 +368,14 @@ pub async fn run(
     Ok(outcome)
 }
 
-/// Reads a stream to its end (or until aborted), keeping at most `cap` bytes and sending
-/// every chunk to the sink.
+/// Most bytes taken from a pipe once `stop` is signalled: the most a pipe can hold
+/// (`/proc/sys/fs/pipe-max-size`'s default), so a background process that keeps writing
+/// cannot hold the answer.
+const DRAIN_LIMIT: usize = 1 << 20;
+
+/// Reads a stream to its end, keeping at most `cap` bytes and sending every chunk to the
+/// sink. On `stop` (the command exited and the grace passed, but something still holds the
+/// pipe open) it takes what is already in the pipe, then returns without waiting for more.
 async fn collect(
     fd: OwnedFd,
     stream: OutputStream,
@@ -377,39 +383,80 @@ async fn collect(
     sink: Option<OutputSink>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
+    let mut output = Collected {
+        kept: Vec::new(),
+        truncated: false,
+        cap,
+        stream,
+        sink,
+    };
     let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return (kept, truncated);
+        return (output.kept, output.truncated);
     };
     let mut buffer = vec![0u8; 64 * 1024];
-    loop {
+    let stopped = loop {
         let n = tokio::select! {
+            // Data first: under load, the stop signal may arrive before this task got to
+            // read bytes the command wrote long before it exited.
+            biased;
             read = pipe.read(&mut buffer) => match read {
-                Ok(0) | Err(_) => break,
+                Ok(0) | Err(_) => break false,
                 Ok(n) => n,
             },
-            _ = stop.changed() => break,
+            _ = stop.changed() => break true,
         };
-        let room = cap.saturating_sub(kept.len());
-        if n > room {
-            truncated = true;
+        if !output.take(&buffer[..n]).await {
+            return (output.kept, output.truncated);
         }
-        kept.extend_from_slice(&buffer[..n.min(room)]);
-        if let Some(sink) = &sink {
-            if sink
-                .send(OutputChunk {
-                    stream,
-                    bytes: buffer[..n].to_vec(),
-                })
-                .await
-                .is_err()
-            {
-                break;
+    };
+    if stopped {
+        // Whatever the command wrote before it exited is in the pipe now: take it all,
+        // reading the descriptor itself (non-blocking), since the reactor may not have
+        // seen the pipe become readable yet (tokio's own try_read would then say "empty").
+        let mut drained = 0;
+        while drained < DRAIN_LIMIT {
+            match rustix::io::read(&pipe, &mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    drained += n;
+                    if !output.take(&buffer[..n]).await {
+                        break;
+                    }
+                }
             }
         }
     }
-    (kept, truncated)
+    (output.kept, output.truncated)
+}
+
+/// One stream's output as it is collected.
+struct Collected {
+    kept: Vec<u8>,
+    truncated: bool,
+    cap: usize,
+    stream: OutputStream,
+    sink: Option<OutputSink>,
+}
+
+impl Collected {
+    /// Keeps `bytes` under the cap and streams them; false once the sink is gone.
+    async fn take(&mut self, bytes: &[u8]) -> bool {
+        let room = self.cap.saturating_sub(self.kept.len());
+        if bytes.len() > room {
+            self.truncated = true;
+        }
+        self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        match &self.sink {
+            Some(sink) => sink
+                .send(OutputChunk {
+                    stream: self.stream,
+                    bytes: bytes.to_vec(),
+                })
+                .await
+                .is_ok(),
+            None => true,
+        }
+    }
 }
 
 async fn read_reply(control: &mut tokio::net::UnixStream) -> std::io::Result<Reply> {
@@ -429,4 +476,50 @@ async fn send_kill(control: &mut tokio::net::UnixStream) -> std::io::Result<()> 
     let mut frame = (body.len() as u32).to_le_bytes().to_vec();
     frame.extend_from_slice(&body);
     control.write_all(&frame).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under load the collector may first run after the grace has passed and `stop` was
+    /// sent: the output already in the pipe must still be returned whole, also while a
+    /// background process keeps the pipe open.
+    #[tokio::test]
+    async fn output_written_before_the_stop_is_never_lost() {
+        for round in 0..64 {
+            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+            rustix::io::write(&write, b"x711\n").unwrap();
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            stop.send(true).unwrap();
+            let (kept, truncated) = collect(read, OutputStream::Stdout, 1024, None, stopped).await;
+            assert_eq!(kept, b"x711\n", "round {round}: output lost");
+            assert!(!truncated);
+            // The writer (a background process) is still there and must not be waited for.
+            drop(write);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_never_stops_does_not_hold_the_drain() {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let chunk = vec![b'y'; 4096];
+        // Something is in the pipe before the stop, and more keeps coming after it.
+        rustix::io::write(&write, &chunk).unwrap();
+        let writer = std::thread::spawn(move || {
+            while rustix::io::write(&write, &chunk).is_ok() {}
+        });
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        stop.send(true).unwrap();
+        let (kept, truncated) = tokio::time::timeout(
+            Duration::from_secs(10),
+            collect(read, OutputStream::Stdout, 100, None, stopped),
+        )
+        .await
+        .expect("the drain is bounded");
+        assert_eq!(kept.len(), 100);
+        assert!(truncated);
+        // The read end is closed: the writer gets EPIPE and ends.
+        writer.join().unwrap();
+    }
 }
