@@ -764,24 +764,11 @@ impl Backend for DockerBackend {
         if self.find(sandbox).await.is_none() {
             return Ok(None);
         }
-        let dir = self.socket_dir(sandbox);
-        let killed = tokio::task::spawn_blocking(move || client::kill_all(&dir))
-            .await
-            .map_err(|e| BackendError::Kill {
-                sandbox: sandbox.clone(),
-                source: std::io::Error::other(e),
-            })?;
-        match killed {
-            Ok(processes) => Ok(Some(processes)),
-            Err(RunError::Gone(_)) => {
-                self.lock().remove(sandbox);
-                Ok(None)
-            }
-            Err(RunError::Io(source)) => Err(BackendError::Kill {
-                sandbox: sandbox.clone(),
-                source,
-            }),
+        let killed = client::kill_all_processes(self.socket_dir(sandbox), sandbox).await?;
+        if killed.is_none() {
+            self.lock().remove(sandbox);
         }
+        Ok(killed)
     }
 
     /// The container's `pids_stats` from the engine (one sample, no streaming).

@@ -649,25 +649,12 @@ impl Backend for LocalBackend {
         if self.find(sandbox).await.is_none() {
             return Ok(None);
         }
-        let dir = self.runtime_dir(sandbox);
-        let killed = tokio::task::spawn_blocking(move || crate::client::kill_all(&dir))
-            .await
-            .map_err(|e| BackendError::Kill {
-                sandbox: sandbox.clone(),
-                source: std::io::Error::other(e),
-            })?;
-        match killed {
-            Ok(processes) => Ok(Some(processes)),
+        let killed = crate::client::kill_all_processes(self.runtime_dir(sandbox), sandbox).await?;
+        if killed.is_none() {
             // Init died meanwhile: nothing of the runtime runs any more.
-            Err(RunError::Gone(_)) => {
-                self.lock().remove(sandbox);
-                Ok(None)
-            }
-            Err(RunError::Io(source)) => Err(BackendError::Kill {
-                sandbox: sandbox.clone(),
-                source,
-            }),
+            self.lock().remove(sandbox);
         }
+        Ok(killed)
     }
 
     /// `pids.current` against `pids.max` of the sandbox's cgroup (init and every command).

@@ -164,6 +164,27 @@ pub fn kill_all(dir: &Path) -> Result<u64, RunError> {
 /// How long [`kill_all`] waits for the runtime's answer.
 const KILL_ALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// [`kill_all`] for a backend, off the async threads: how many processes were killed, or
+/// `None` when the runtime is gone (nothing of it runs any more), the other failures as
+/// the backend's.
+pub async fn kill_all_processes(
+    dir: std::path::PathBuf,
+    sandbox: &warren_core::SandboxId,
+) -> Result<Option<u64>, warren_backend::BackendError> {
+    let failed = |source| warren_backend::BackendError::Kill {
+        sandbox: sandbox.clone(),
+        source,
+    };
+    match tokio::task::spawn_blocking(move || kill_all(&dir))
+        .await
+        .map_err(|e| failed(std::io::Error::other(e)))?
+    {
+        Ok(processes) => Ok(Some(processes)),
+        Err(RunError::Gone(_)) => Ok(None),
+        Err(RunError::Io(source)) => Err(failed(source)),
+    }
+}
+
 /// `<boot id>:<start time in clock ticks>` of a live process: unique across reboots and
 /// pid reuse.
 pub fn process_birth(pid: i32) -> Option<String> {
@@ -506,9 +527,7 @@ mod tests {
         let chunk = vec![b'y'; 4096];
         // Something is in the pipe before the stop, and more keeps coming after it.
         rustix::io::write(&write, &chunk).unwrap();
-        let writer = std::thread::spawn(move || {
-            while rustix::io::write(&write, &chunk).is_ok() {}
-        });
+        let writer = std::thread::spawn(move || while rustix::io::write(&write, &chunk).is_ok() {});
         let (stop, stopped) = tokio::sync::watch::channel(false);
         stop.send(true).unwrap();
         let (kept, truncated) = tokio::time::timeout(

@@ -486,20 +486,26 @@ impl<'a> McpSession<'a> {
             self.session = Some(session.to_str().expect("ascii").to_owned());
         }
         let text = response.text().await.expect("a readable body");
-        let payloads: Vec<&str> = if text.trim_start().starts_with('{') {
-            vec![text.as_str()]
-        } else {
-            text.lines()
-                .filter_map(|line| line.strip_prefix("data:"))
-                .map(str::trim)
-                .filter(|data| !data.is_empty())
-                .collect()
-        };
-        payloads
-            .into_iter()
-            .filter_map(|data| serde_json::from_str(data).ok())
-            .collect()
+        mcp_messages(&text)
     }
+}
+
+/// The JSON-RPC messages of an MCP streamable-HTTP answer: one JSON body, or the `data:`
+/// lines of an SSE stream.
+pub fn mcp_messages(text: &str) -> Vec<serde_json::Value> {
+    let payloads: Vec<&str> = if text.trim_start().starts_with('{') {
+        vec![text]
+    } else {
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .filter(|data| !data.is_empty())
+            .collect()
+    };
+    payloads
+        .into_iter()
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect()
 }
 
 /// A real S3-compatible server (`s3s-fs`, from crates.io; scripts/test installs it) on a

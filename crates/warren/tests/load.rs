@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_test_support::{docker_instance, latency::percentile, TestServer};
+use warren_test_support::{docker_instance, latency::percentile, mcp_messages, TestServer};
 
 /// The shape of one run.
 #[derive(Debug, Clone, Copy)]
@@ -490,17 +490,8 @@ async fn mcp_post(
     let Some(id) = message.get("id") else {
         return Ok(Value::Null);
     };
-    let payloads: Vec<&str> = if text.trim_start().starts_with('{') {
-        vec![text.as_str()]
-    } else {
-        text.lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(str::trim)
-            .collect()
-    };
-    payloads
+    mcp_messages(&text)
         .into_iter()
-        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
         .find(|m| &m["id"] == id)
         .ok_or_else(|| (Some(status), format!("no answer with id {id}: {text}")))
 }

@@ -5,41 +5,11 @@
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use warren_fs::WorkspaceRoot;
 use warren_snapshot::{
     collect_garbage, diff, restore, snapshot, LocalStore, Manifest, ObjectStore, SnapshotError,
 };
 
-struct Tree {
-    _dir: tempfile::TempDir,
-    root: std::path::PathBuf,
-    store_dir: tempfile::TempDir,
-}
-
-impl Tree {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("ws");
-        std::fs::create_dir_all(root.join("projects/a")).unwrap();
-        Self {
-            _dir: dir,
-            root,
-            store_dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn wd(&self) -> std::path::PathBuf {
-        self.root.join("projects/a")
-    }
-
-    fn ws(&self) -> WorkspaceRoot {
-        WorkspaceRoot::open(&self.root).unwrap()
-    }
-
-    fn store(&self) -> LocalStore {
-        LocalStore::open(self.store_dir.path()).unwrap()
-    }
-}
+use super::Tree;
 
 /// A tree with one of everything a workdir can hold.
 fn plant(wd: &Path) {

@@ -6,45 +6,15 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use warren_fs::WorkspaceRoot;
 use warren_snapshot::{
-    restore, snapshot, snapshot_with, CancelFlag, LocalStore, Manifest, ObjectStore, SnapshotError,
+    restore, snapshot, snapshot_with, CancelFlag, Manifest, ObjectStore, SnapshotError,
     SnapshotLimits,
 };
 
 const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 
-struct Tree {
-    _dir: tempfile::TempDir,
-    root: std::path::PathBuf,
-    store_dir: tempfile::TempDir,
-}
-
-impl Tree {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("ws");
-        std::fs::create_dir_all(root.join("projects/a")).unwrap();
-        Self {
-            _dir: dir,
-            root,
-            store_dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn wd(&self) -> std::path::PathBuf {
-        self.root.join("projects/a")
-    }
-
-    fn ws(&self) -> WorkspaceRoot {
-        WorkspaceRoot::open(&self.root).unwrap()
-    }
-
-    fn store(&self) -> LocalStore {
-        LocalStore::open(self.store_dir.path()).unwrap()
-    }
-}
+use super::Tree;
 
 /// Bytes that do not repeat (so no chunk deduplicates against another).
 fn noise(len: usize, seed: u32) -> Vec<u8> {
