@@ -285,13 +285,13 @@ pub(crate) fn complete(doc: &mut Value) {
         };
         for (method, operation) in item.iter_mut() {
             if ["get", "put", "post", "delete", "patch"].contains(&method.as_str()) {
-                complete_operation(path, operation);
+                complete_operation(path, method, operation);
             }
         }
     }
 }
 
-fn complete_operation(path: &str, operation: &mut Value) {
+fn complete_operation(path: &str, method: &str, operation: &mut Value) {
     let mut shared = Vec::new();
     let secured = operation
         .get("security")
@@ -324,6 +324,13 @@ fn complete_operation(path: &str, operation: &mut Value) {
     if path.contains("{id}") {
         shared.push(("404", "sandbox_not_found"));
     }
+    if writes_to_a_workspace(path, method) {
+        shared.push((
+            "507",
+            "quota_exceeded: the uid's storage quota is full (I23), or insufficient_storage: \
+             the server's data disk is",
+        ));
+    }
     if let Some(body) = operation.get_mut("requestBody") {
         complete_body(body);
         shared.push(("413", "body_too_large"));
@@ -354,6 +361,16 @@ fn complete_operation(path: &str, operation: &mut Value) {
                 {"$ref": "#/components/schemas/ErrorBody"}}});
         }
     }
+}
+
+/// Operations that write into a uid's UserWorkspace, so a full quota or disk fails them:
+/// file writes, creating a workdir (also through a sandbox's creation) and its
+/// initialisation, and restoring a checkpoint.
+pub(crate) fn writes_to_a_workspace(path: &str, method: &str) -> bool {
+    let file_write = path.contains("/files") && method != "get";
+    let workdir_create = method == "post"
+        && (path.ends_with("/workdirs") || path == "/v1/sandboxes" || path.ends_with("/restore"));
+    file_write || workdir_create
 }
 
 /// An optional body is absent or the object, never `null` (the server refuses `null`); raw

@@ -178,6 +178,12 @@ impl From<ProvisionerError> for ApiError {
             P::QuotaExceeded { .. } => {
                 Self::new(StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded", message)
             }
+            // The server's disk, not the uid's quota: 507 as well, with its own code.
+            P::NoRoomForVolume { .. } => Self::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                message,
+            ),
             P::Volume { .. } | P::WorkspacesWithoutVolumes { .. } => {
                 Self::internal("the workspace volume failed", &error)
             }

@@ -142,6 +142,33 @@ mod tests {
     }
 
     #[test]
+    fn every_operation_that_writes_a_workspace_documents_507() {
+        let doc = openapi_document();
+        let mut writes = Vec::new();
+        for (method, path, operation) in operations(&doc) {
+            let method = method.to_lowercase();
+            if crate::contract::writes_to_a_workspace(&path, &method) {
+                writes.push(format!("{method} {path}"));
+                assert_eq!(
+                    operation["responses"]["507"]["content"]["application/json"]["schema"]["$ref"],
+                    "#/components/schemas/ErrorBody",
+                    "{method} {path}"
+                );
+            }
+        }
+        for expected in [
+            "put /v1/sandboxes/{id}/files",
+            "post /v1/users/{uid}/workdirs",
+            "post /v1/sandboxes",
+        ] {
+            assert!(
+                writes.iter().any(|w| w == expected),
+                "{expected} not among {writes:?}"
+            );
+        }
+    }
+
+    #[test]
     fn every_path_parameter_is_in_the_path_and_every_other_parameter_is_not() {
         let doc = openapi_document();
         for (method, path, operation) in operations(&doc) {

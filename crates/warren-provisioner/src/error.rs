@@ -258,6 +258,15 @@ pub enum ProvisionerError {
         /// The virtual path that could not be written.
         path: String,
     },
+    /// The data filesystem has no room to allocate a new uid's workspace volume: the
+    /// server's disk is full, which no delete by this uid can fix.
+    #[error("the server's data disk has no room for the {bytes}-byte workspace volume of uid {uid:?}; the operator must free space or lower [quotas] bytes")]
+    NoRoomForVolume {
+        /// The uid's directory name.
+        uid: String,
+        /// The volume's size.
+        bytes: u64,
+    },
     /// A uid's workspace volume could not be made, mounted or read (warren's side).
     #[error("the workspace volume of {uid}: {step}: {detail}")]
     Volume {

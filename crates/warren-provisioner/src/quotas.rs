@@ -198,7 +198,13 @@ fn ensure_volume(
                 "the workspace was made before quotas were configured and is not on a volume",
             ));
         }
-        make_image(&image, limits).map_err(|e| volume_error(uid, "mkfs", e))?;
+        make_image(&image, limits).map_err(|failure| match failure {
+            ImageFailure::NoRoom => ProvisionerError::NoRoomForVolume {
+                uid: uid.to_owned(),
+                bytes: limits.bytes,
+            },
+            ImageFailure::Other(detail) => volume_error(uid, "mkfs", detail),
+        })?;
     }
     std::fs::create_dir_all(&workspace).map_err(|e| volume_error(uid, "mkdir", e))?;
     mount_image(&image, &workspace).map_err(|e| volume_error(uid, "mount", e))?;
@@ -222,9 +228,24 @@ fn dir_has_entries(dir: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// Why a volume image could not be made.
+enum ImageFailure {
+    /// The data filesystem has no room for the image's full allocation: the operator's
+    /// disk is full (or over-promised), not the uid's quota.
+    NoRoom,
+    /// Anything else, said in words.
+    Other(String),
+}
+
+impl From<String> for ImageFailure {
+    fn from(detail: String) -> Self {
+        Self::Other(detail)
+    }
+}
+
 /// A sparse image of `limits.bytes` made into ext4 under a temporary name, then renamed into
 /// place: an image under its final name is always a whole filesystem.
-fn make_image(image: &Path, limits: QuotaLimits) -> Result<(), String> {
+fn make_image(image: &Path, limits: QuotaLimits) -> Result<(), ImageFailure> {
     let dir = image
         .parent()
         .expect("a volume image has a parent directory");
@@ -245,10 +266,13 @@ fn make_image(image: &Path, limits: QuotaLimits) -> Result<(), String> {
     {
         drop(file);
         let _ = std::fs::remove_file(&temp);
-        return Err(format!(
+        if errno == rustix::io::Errno::NOSPC {
+            return Err(ImageFailure::NoRoom);
+        }
+        return Err(ImageFailure::Other(format!(
             "cannot allocate {} bytes for the volume: {errno}",
             limits.bytes
-        ));
+        )));
     }
     drop(file);
     let mut mkfs = Command::new("mkfs.ext4");
@@ -274,12 +298,12 @@ fn make_image(image: &Path, limits: QuotaLimits) -> Result<(), String> {
         .map_err(|e| format!("mkfs.ext4: {e}"))?;
     if !output.status.success() {
         let _ = std::fs::remove_file(&temp);
-        return Err(format!(
+        return Err(ImageFailure::Other(format!(
             "mkfs.ext4 failed: {}",
             String::from_utf8_lossy(&output.stderr).trim()
-        ));
+        )));
     }
-    std::fs::rename(&temp, image).map_err(|e| e.to_string())
+    Ok(std::fs::rename(&temp, image).map_err(|e| e.to_string())?)
 }
 
 /// Loop-mounts `image` on `target`. `mount -o loop` attaches the image with autoclear (the

@@ -345,3 +345,41 @@ fn quotas_refuse_to_start_over_workspaces_made_without_them() {
     assert!(workspace.join("old.txt").exists());
     assert!(!data_dir.path().join("volumes").exists());
 }
+
+#[tokio::test]
+async fn a_volume_the_data_disk_has_no_room_for_is_507_insufficient_storage_and_leaves_nothing() {
+    let filesystem = LoopFilesystem::new(96 * MIB);
+    let server = start(&filesystem, &format!("[quotas]\nbytes = {}\n", 48 * MIB));
+    // The first uid's volume takes half the disk; a second one of the same size cannot fit.
+    let alice = server.sandbox("alice", "t", "projects/a").await;
+    let (status, body) = server
+        .send_json(
+            server
+                .request(Method::POST, "/v1/users/bob/workdirs")
+                .json(&json!({"path": "projects/b"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (507, Some("insufficient_storage")),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("data disk") && !message.contains(&*server.data_dir().to_string_lossy()),
+        "{message}"
+    );
+    // No half-made image is left to take the space, and the first uid is untouched.
+    let volumes: Vec<String> = std::fs::read_dir(server.data_dir().join("volumes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        volumes
+            .iter()
+            .all(|name| !name.starts_with("bob") && !name.ends_with(".new")),
+        "{volumes:?}"
+    );
+    let (status, body) = put_file(&server, &alice, "still.txt", b"fine".to_vec()).await;
+    assert_eq!(status, 201, "{body}");
+}
