@@ -37,6 +37,8 @@ pub struct Holder {
 pub struct DataDirLock {
     file: File,
     path: PathBuf,
+    /// When the lock was taken, for every record of the holder.
+    since: String,
 }
 
 impl DataDirLock {
@@ -77,7 +79,11 @@ impl DataDirLock {
                 })
             }
         }
-        let mut lock = Self { file, path };
+        let mut lock = Self {
+            file,
+            path,
+            since: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        };
         lock.record(listen)?;
         Ok(lock)
     }
@@ -86,7 +92,7 @@ impl DataDirLock {
     pub fn record(&mut self, listen: &str) -> anyhow::Result<()> {
         let holder = Holder {
             pid: std::process::id(),
-            since: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            since: self.since.clone(),
             listen: listen.to_owned(),
         };
         let text = serde_json::to_string(&holder).expect("a holder serialises");
