@@ -34,6 +34,19 @@ pub enum StoreError {
     #[error("could not migrate the state store schema")]
     Migrate(#[source] sqlx::migrate::MigrateError),
 
+    /// The database cannot be reached: the connection broke, the server is restarting or
+    /// refuses connections, or no pooled connection came free in time. Nothing was
+    /// written that the caller must undo: each operation is one transaction. Retrying
+    /// after a while may succeed; the API answers 503 `state_store_unavailable`.
+    #[error("the state store is unavailable: could not {operation}")]
+    Unavailable {
+        /// What the store was doing.
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
     /// A statement failed.
     #[error("could not {operation} in the state store")]
     Query {
@@ -108,8 +121,50 @@ pub enum StoreError {
 impl StoreError {
     /// A closure turning a driver error into [`StoreError::Query`] for `operation`, for use
     /// with `map_err`.
+    ///
+    /// A driver error that means the database is out of reach (see [`is_unavailable`])
+    /// becomes [`StoreError::Unavailable`] instead, so every operation reports a lost
+    /// connection the same way.
     pub(crate) fn query(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Self {
-        move |source| Self::Query { operation, source }
+        move |source| {
+            if is_unavailable(&source) {
+                Self::Unavailable { operation, source }
+            } else {
+                Self::Query { operation, source }
+            }
+        }
+    }
+
+    /// Whether the database was out of reach, as opposed to refusing the operation: the
+    /// caller may retry later.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Unavailable { .. } => true,
+            Self::Open(source) => is_unavailable(source),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a driver error means the database could not be reached or dropped the
+/// connection, rather than refusing a statement.
+///
+/// PostgreSQL reports a server going away with SQLSTATE class 08 (connection exception)
+/// and 57P01..57P03 (shut down by the administrator, crash shutdown, cannot connect now);
+/// the driver reports a broken socket as an I/O or protocol error and an exhausted pool as
+/// a time-out.
+pub(crate) fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(database) => database.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
     }
 }
 
@@ -130,5 +185,18 @@ mod tests {
         let message = err.to_string();
         assert!(message.starts_with("the state store has schema version 7"));
         assert!(message.contains("upgrade warren"));
+    }
+
+    #[test]
+    fn a_broken_connection_is_reported_as_unavailable_and_a_refusal_is_not() {
+        let broken = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let err = StoreError::query("start a run")(sqlx::Error::Io(broken));
+        assert!(err.is_unavailable(), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "the state store is unavailable: could not start a run"
+        );
+        assert!(StoreError::query("start a run")(sqlx::Error::PoolTimedOut).is_unavailable());
+        assert!(!StoreError::query("start a run")(sqlx::Error::RowNotFound).is_unavailable());
     }
 }

@@ -6,10 +6,12 @@
 //! be added next to [`SqliteStore`] without touching them.
 
 mod error;
+mod guard;
 mod model;
 mod sqlite;
 
 pub use error::StoreError;
+pub use guard::{FenceCheck, Guard, GuardAcquire, ManualClock};
 pub use model::{
     NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, WorkdirRecord,
@@ -312,6 +314,37 @@ pub trait StateStore: Send + Sync + 'static {
         sandbox: &SandboxId,
         id: &str,
     ) -> Result<Option<Artifact>, StoreError>;
+
+    /// Takes the sandbox's execution guard for `holder`, live for `ttl` by the store's
+    /// clock, unless another holder's guard is live ([`GuardAcquire::Held`], nothing
+    /// changes). A new guard's token is the previous one plus one (1 for the first): tokens
+    /// only ever grow per sandbox, across generations. Fails with
+    /// [`StoreError::UnknownSandbox`] for a sandbox never claimed.
+    async fn acquire_guard(
+        &self,
+        sandbox: &SandboxId,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<GuardAcquire, StoreError>;
+
+    /// Extends the guard `token` to `ttl` from now; `None` unless it is the newest and
+    /// still live (a lapsed holder must acquire again and gets a new token).
+    async fn renew_guard(
+        &self,
+        sandbox: &SandboxId,
+        token: i64,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Guard>, StoreError>;
+
+    /// Lets the live guard `token` lapse now, so the next holder need not wait out its TTL;
+    /// `false` when it was not live. The token counter keeps its value.
+    async fn release_guard(&self, sandbox: &SandboxId, token: i64) -> Result<bool, StoreError>;
+
+    /// The live guard of a sandbox, if any.
+    async fn current_guard(&self, sandbox: &SandboxId) -> Result<Option<Guard>, StoreError>;
+
+    /// How `token` compares with the newest token issued for the sandbox.
+    async fn check_fence(&self, sandbox: &SandboxId, token: i64) -> Result<FenceCheck, StoreError>;
 }
 
 #[cfg(test)]

@@ -5,11 +5,12 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
-    AgentEnvRecord, Artifact, Checkpoint, NewSandbox, RunOutcome, RunStatus, SandboxClaim,
-    SandboxState, StateStore, StoreError,
+    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewSandbox, RunOutcome,
+    RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
 };
 
 use super::backends::Backend;
@@ -978,4 +979,180 @@ pub async fn a_reopened_store_keeps_its_data(backend: &dyn Backend) {
     );
     assert_eq!(store.list_runs(&sandbox.id, 10).await.unwrap(), runs);
     assert_eq!(store.list_workdirs(&uid("alice")).await.unwrap(), workdirs);
+}
+
+/// Claims a sandbox for guard checks and returns its id.
+async fn guarded_sandbox(store: &dyn StateStore) -> SandboxId {
+    let new = claim("alice", "guarded", "projects/g");
+    store.claim_sandbox(&new).await.unwrap();
+    new.id
+}
+
+fn acquired(answer: GuardAcquire) -> Guard {
+    match answer {
+        GuardAcquire::Acquired(guard) => guard,
+        GuardAcquire::Held(guard) => panic!("the guard should be free, {guard:?} holds it"),
+    }
+}
+
+pub async fn a_guard_is_exclusive_until_released_and_each_new_holder_gets_a_larger_token(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let id = guarded_sandbox(store.as_ref()).await;
+    let ttl = Duration::from_secs(60);
+
+    let first = acquired(store.acquire_guard(&id, "run-1", ttl).await.unwrap());
+    assert_eq!(first.token, 1);
+    assert_eq!(first.holder, "run-1");
+    assert!(first.expires_at > first.acquired_at);
+
+    let GuardAcquire::Held(held) = store.acquire_guard(&id, "run-2", ttl).await.unwrap() else {
+        panic!("a live guard must not be taken by another holder");
+    };
+    assert_eq!(held, first, "a refused acquisition changes nothing");
+    assert_eq!(store.current_guard(&id).await.unwrap(), Some(first.clone()));
+
+    assert!(store.release_guard(&id, first.token).await.unwrap());
+    assert!(!store.release_guard(&id, first.token).await.unwrap());
+    assert_eq!(store.current_guard(&id).await.unwrap(), None);
+
+    let second = acquired(store.acquire_guard(&id, "run-2", ttl).await.unwrap());
+    assert_eq!(second.token, 2);
+    assert_eq!(second.holder, "run-2");
+}
+
+pub async fn a_lapsed_guard_is_free_and_cannot_be_renewed(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let id = guarded_sandbox(store.as_ref()).await;
+    let first = acquired(
+        store
+            .acquire_guard(&id, "run-1", Duration::from_millis(200))
+            .await
+            .unwrap(),
+    );
+    // Renewing a live guard moves its expiry, never its token.
+    let renewed = store
+        .renew_guard(&id, first.token, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .expect("a live guard renews");
+    assert_eq!(renewed.token, first.token);
+    assert!(renewed.expires_at >= first.expires_at);
+
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(store.current_guard(&id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .renew_guard(&id, first.token, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        None,
+        "a lapsed holder must acquire again"
+    );
+    let second = acquired(
+        store
+            .acquire_guard(&id, "run-2", Duration::from_secs(60))
+            .await
+            .unwrap(),
+    );
+    assert!(second.token > first.token);
+    // The old token no longer renews or releases the new holder's guard.
+    assert_eq!(
+        store
+            .renew_guard(&id, first.token, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(!store.release_guard(&id, first.token).await.unwrap());
+    assert_eq!(store.current_guard(&id).await.unwrap(), Some(second));
+}
+
+pub async fn only_the_newest_token_passes_the_fence(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let id = guarded_sandbox(store.as_ref()).await;
+    assert_eq!(
+        store.check_fence(&id, 1).await.unwrap(),
+        FenceCheck::Unknown { newest: None }
+    );
+    let ttl = Duration::from_secs(60);
+    let first = acquired(store.acquire_guard(&id, "run-1", ttl).await.unwrap());
+    assert_eq!(
+        store.check_fence(&id, first.token).await.unwrap(),
+        FenceCheck::Current
+    );
+    store.release_guard(&id, first.token).await.unwrap();
+    // Released but not superseded: still the newest token.
+    assert_eq!(
+        store.check_fence(&id, first.token).await.unwrap(),
+        FenceCheck::Current
+    );
+    let second = acquired(store.acquire_guard(&id, "run-2", ttl).await.unwrap());
+    assert_eq!(
+        store.check_fence(&id, first.token).await.unwrap(),
+        FenceCheck::Stale {
+            newest: second.token
+        }
+    );
+    assert_eq!(
+        store.check_fence(&id, second.token + 1).await.unwrap(),
+        FenceCheck::Unknown {
+            newest: Some(second.token)
+        }
+    );
+}
+
+pub async fn guard_tokens_keep_growing_across_generations(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let new = claim("alice", "guarded", "projects/g");
+    let record = store.claim_sandbox(&new).await.unwrap().into_record();
+    let ttl = Duration::from_secs(60);
+    let first = acquired(store.acquire_guard(&new.id, "run-1", ttl).await.unwrap());
+    store.release_guard(&new.id, first.token).await.unwrap();
+    store
+        .set_sandbox_state(&new.id, record.generation, SandboxState::Terminated)
+        .await
+        .unwrap();
+    store.claim_sandbox(&new).await.unwrap();
+    let second = acquired(store.acquire_guard(&new.id, "run-2", ttl).await.unwrap());
+    assert!(second.token > first.token);
+}
+
+pub async fn a_guard_on_a_sandbox_never_claimed_is_refused(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let id = claim("nobody", "t", "projects/a").id;
+    let err = store
+        .acquire_guard(&id, "run-1", Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::UnknownSandbox { .. }), "{err:?}");
+}
+
+pub async fn concurrent_acquisitions_of_a_free_guard_grant_it_exactly_once(backend: &dyn Backend) {
+    let stores: Vec<Arc<dyn StateStore>> = if backend.is_shared() {
+        vec![backend.open().await, backend.open().await]
+    } else {
+        vec![backend.open().await]
+    };
+    let id = guarded_sandbox(stores[0].as_ref()).await;
+    let handles: Vec<_> = (0..40)
+        .map(|task| {
+            let store = Arc::clone(&stores[task % stores.len()]);
+            let id = id.clone();
+            tokio::spawn(async move {
+                store
+                    .acquire_guard(&id, &format!("run-{task}"), Duration::from_secs(60))
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for handle in handles {
+        if let GuardAcquire::Acquired(guard) = handle.await.unwrap().unwrap() {
+            winners.push(guard);
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(winners[0].token, 1);
 }

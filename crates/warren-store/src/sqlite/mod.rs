@@ -22,10 +22,12 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row, Sqlite};
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
+mod guard;
+
 use crate::{
-    AgentEnvRecord, Artifact, Checkpoint, NewRun, NewSandbox, RunOutcome, RunRecord, RunStatus,
-    RuntimeSnapshot, SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError,
-    WorkdirRecord,
+    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, ManualClock, NewRun,
+    NewSandbox, RunOutcome, RunRecord, RunStatus, RuntimeSnapshot, SandboxClaim, SandboxRecord,
+    SandboxState, StateStore, StoreError, WorkdirRecord,
 };
 
 /// The schema, embedded at build time so the binary and its schema cannot drift apart.
@@ -63,6 +65,8 @@ macro_rules! artifact_columns {
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The clock guard expiry is judged by: the process clock unless a test set one.
+    clock: Option<ManualClock>,
 }
 
 impl SqliteStore {
@@ -96,9 +100,24 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(StoreError::Open)?;
-        let store = Self { pool };
+        let store = Self { pool, clock: None };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Opens a private in-memory database whose guards expire by `clock`, for tests that
+    /// move time by hand.
+    pub async fn open_in_memory_with_clock(clock: ManualClock) -> Result<Self, StoreError> {
+        let mut store = Self::open_in_memory().await?;
+        store.clock = Some(clock);
+        Ok(store)
+    }
+
+    /// Now, by the clock guards expire by.
+    fn guard_now(&self) -> i64 {
+        self.clock
+            .as_ref()
+            .map_or_else(now_millis, ManualClock::now_millis)
     }
 
     /// Opens a private in-memory database, for tests.
@@ -118,7 +137,7 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(StoreError::Open)?;
-        let store = Self { pool };
+        let store = Self { pool, clock: None };
         store.migrate().await?;
         Ok(store)
     }
@@ -279,7 +298,7 @@ fn now_millis() -> i64 {
 
 /// Reads typed, validated values out of one row, reporting any failure as
 /// [`StoreError::Corrupt`] at the offending column.
-struct Columns<'r> {
+pub(crate) struct Columns<'r> {
     row: &'r SqliteRow,
     table: &'static str,
 }
@@ -1315,6 +1334,36 @@ impl StateStore for SqliteStore {
             .await
             .map_err(StoreError::query("remove an agent environment variable"))?;
         Ok(result.rows_affected() == 1)
+    }
+
+    async fn acquire_guard(
+        &self,
+        sandbox: &SandboxId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<GuardAcquire, StoreError> {
+        guard::acquire(&self.pool, self.guard_now(), sandbox, holder, ttl).await
+    }
+
+    async fn renew_guard(
+        &self,
+        sandbox: &SandboxId,
+        token: i64,
+        ttl: Duration,
+    ) -> Result<Option<Guard>, StoreError> {
+        guard::renew(&self.pool, self.guard_now(), sandbox, token, ttl).await
+    }
+
+    async fn release_guard(&self, sandbox: &SandboxId, token: i64) -> Result<bool, StoreError> {
+        guard::release(&self.pool, self.guard_now(), sandbox, token).await
+    }
+
+    async fn current_guard(&self, sandbox: &SandboxId) -> Result<Option<Guard>, StoreError> {
+        guard::current(&self.pool, self.guard_now(), sandbox).await
+    }
+
+    async fn check_fence(&self, sandbox: &SandboxId, token: i64) -> Result<FenceCheck, StoreError> {
+        guard::check_fence(&self.pool, sandbox, token).await
     }
 }
 

@@ -1,0 +1,137 @@
+//! The execution guard's records: a lease row per sandbox with a fencing token.
+//!
+//! An execution guard gives one *executor* (an agent framework's run) the exclusive right to
+//! change a sandbox for a while. Unlike an advisory lock it carries a fencing token that only
+//! ever grows per sandbox, and warren itself — the resource — refuses a write fenced with an
+//! older token than the newest issued. A holder that paused or lost its network past its TTL
+//! therefore cannot write after another took over (the argument of Kleppmann's "How to do
+//! distributed locking"; AgentScope's guards have no tokens). Expiry is judged by the
+//! store's clock, never extended by the server: renewing is the holder's job.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use warren_core::SandboxId;
+
+/// One issued guard.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Guard {
+    /// The sandbox it guards.
+    pub sandbox_id: SandboxId,
+    /// Its fencing token: larger than every token issued before for this sandbox.
+    pub token: i64,
+    /// Who holds it, as the holder named itself.
+    pub holder: String,
+    /// When it was issued.
+    pub acquired_at: DateTime<Utc>,
+    /// When it lapses unless renewed.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The answer to an acquisition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardAcquire {
+    /// The guard was free (never issued, released or lapsed): this one is new.
+    Acquired(Guard),
+    /// Another holder's guard is live; nothing changed.
+    Held(Guard),
+}
+
+/// How a fencing token compares with the newest issued for its sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceCheck {
+    /// The newest token: a write carrying it is accepted, even after the guard lapsed, as
+    /// long as no newer one was issued (only a newer holder makes a token stale).
+    Current,
+    /// A newer token was issued: a write carrying this one must be refused.
+    Stale {
+        /// The newest token.
+        newest: i64,
+    },
+    /// No such token was ever issued for this sandbox.
+    Unknown {
+        /// The newest token, if any was issued.
+        newest: Option<i64>,
+    },
+}
+
+impl FenceCheck {
+    /// Compares `token` with `newest`, the newest token issued for the sandbox, if any.
+    pub fn of(token: i64, newest: Option<i64>) -> Self {
+        match newest {
+            Some(newest) if token == newest => Self::Current,
+            Some(newest) if (1..newest).contains(&token) => Self::Stale { newest },
+            newest => Self::Unknown { newest },
+        }
+    }
+}
+
+/// A clock a test moves by hand, for stores whose guard expiry runs on the process clock
+/// (SQLite). Clones share one time.
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    millis: Arc<AtomicI64>,
+}
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self {
+            millis: Arc::new(AtomicI64::new(start.timestamp_millis())),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.millis.fetch_add(by, Ordering::SeqCst);
+    }
+
+    /// The time it shows, in unix milliseconds.
+    pub fn now_millis(&self) -> i64 {
+        self.millis.load(Ordering::SeqCst)
+    }
+}
+
+/// A TTL as stored: whole milliseconds, saturating.
+pub(crate) fn ttl_millis(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_newest_token_is_current_and_older_ones_are_stale() {
+        assert_eq!(FenceCheck::of(3, Some(3)), FenceCheck::Current);
+        assert_eq!(FenceCheck::of(2, Some(3)), FenceCheck::Stale { newest: 3 });
+        assert_eq!(FenceCheck::of(1, Some(3)), FenceCheck::Stale { newest: 3 });
+    }
+
+    #[test]
+    fn a_token_never_issued_is_unknown() {
+        assert_eq!(
+            FenceCheck::of(4, Some(3)),
+            FenceCheck::Unknown { newest: Some(3) }
+        );
+        assert_eq!(
+            FenceCheck::of(0, Some(3)),
+            FenceCheck::Unknown { newest: Some(3) }
+        );
+        assert_eq!(
+            FenceCheck::of(1, None),
+            FenceCheck::Unknown { newest: None }
+        );
+    }
+
+    #[test]
+    fn a_manual_clock_moves_only_when_told_and_its_clones_share_it() {
+        let clock = ManualClock::new(DateTime::from_timestamp_millis(1_000).unwrap());
+        let other = clock.clone();
+        clock.advance(Duration::from_millis(250));
+        assert_eq!(other.now_millis(), 1_250);
+    }
+}
