@@ -2,12 +2,15 @@
 //!
 //! Every command's result, exit status and resource use is recorded here (I22), and the
 //! sandbox table is the single arbiter of which runtime belongs to which (uid, runtime scope)
-//! (I5). Callers talk to the object-safe [`StateStore`] trait so that a PostgreSQL store can
-//! be added next to [`SqliteStore`] without touching them.
+//! (I5). Callers talk to the object-safe [`StateStore`] trait, implemented by
+//! [`SqliteStore`] (the embedded default, one file) and [`PostgresStore`] (one database
+//! shared by many warren processes); one behaviour suite holds both to the same rules.
 
 mod error;
 mod guard;
 mod model;
+mod postgres;
+mod rows;
 mod sqlite;
 
 pub use error::StoreError;
@@ -16,6 +19,7 @@ pub use model::{
     NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, WorkdirRecord,
 };
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use sqlite::SqliteStore;
 
 /// A lease on one sandbox generation (I25).

@@ -91,6 +91,25 @@ pub enum SandboxClaim {
 }
 
 impl SandboxClaim {
+    /// The answer to a claim of `new` that found the live (not terminated) `record`: it
+    /// joins the runtime when the binding is the same, and names the first difference
+    /// otherwise (a live runtime's binding never changes, I5, I16).
+    pub(crate) fn join_or_conflict(record: SandboxRecord, new: &NewSandbox) -> Self {
+        if record.workdir != new.workdir {
+            Self::WorkdirConflict(record)
+        } else if record.network != new.network {
+            Self::NetworkConflict(record)
+        } else if (record.inherit_env, record.ephemeral) != (new.inherit_env, new.ephemeral) {
+            Self::EnvPolicyConflict(record)
+        } else if (&record.backend, &record.image) != (&new.backend, &new.image) {
+            Self::BackendConflict(record)
+        } else {
+            Self::Existing(record)
+        }
+    }
+}
+
+impl SandboxClaim {
     /// The sandbox record, whichever way the claim went.
     pub fn record(&self) -> &SandboxRecord {
         match self {

@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use reqwest::{Client, Method, RequestBuilder};
 
+mod postgres;
+pub use postgres::PostgresServer;
+
 /// A token long enough for `warren serve` (I13).
 pub const TEST_TOKEN: &str = "test-token-0123456789abcdef0123456789abcdef";
 

@@ -1,9 +1,10 @@
 //! The store backends the behaviour suite runs against.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use warren_store::{SqliteStore, StateStore};
+use warren_store::{PostgresOptions, PostgresStore, SqliteStore, StateStore};
+use warren_test_support::PostgresServer;
 
 /// A way to open stores of one kind.
 #[async_trait::async_trait]
@@ -53,6 +54,45 @@ impl Backend for SqliteFile {
             SqliteStore::open(&self.path)
                 .await
                 .expect("open file store"),
+        )
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+}
+
+/// The PostgreSQL server this test binary shares: one cluster, started on first use and
+/// stopped when the process exits (see [`PostgresServer`]).
+pub fn postgres_server() -> &'static PostgresServer {
+    static SERVER: OnceLock<PostgresServer> = OnceLock::new();
+    SERVER.get_or_init(PostgresServer::start)
+}
+
+/// A fresh database on the shared PostgreSQL server; every handle connects to it.
+pub struct Postgres {
+    url: String,
+}
+
+impl Postgres {
+    pub fn new() -> Self {
+        Self {
+            url: postgres_server().fresh_database(),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Postgres {
+    async fn open(&self) -> Arc<dyn StateStore> {
+        Arc::new(
+            PostgresStore::connect(&self.url, &PostgresOptions::default())
+                .await
+                .expect("connect to the PostgreSQL store"),
         )
     }
 

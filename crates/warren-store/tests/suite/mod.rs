@@ -7,6 +7,7 @@
 mod backends;
 mod behaviour;
 mod fixtures;
+mod postgres;
 mod sqlite;
 
 /// Declares one test module per backend, with one test per behaviour check.
@@ -66,3 +67,4 @@ macro_rules! behaviour_suite {
 
 behaviour_suite!(sqlite_in_memory => crate::suite::backends::SqliteInMemory);
 behaviour_suite!(sqlite_file => crate::suite::backends::SqliteFile::new());
+behaviour_suite!(postgresql => crate::suite::backends::Postgres::new());

@@ -1,0 +1,153 @@
+//! The execution guard on PostgreSQL: a lease row judged by the database's clock
+//! (`clock_timestamp()`), so every replica agrees when a guard lapsed.
+//!
+//! Not an advisory lock: those belong to a session, carry no token, and a holder that
+//! stopped without closing its connection would keep one forever.
+
+use std::time::Duration;
+
+use sqlx::error::ErrorKind;
+use sqlx::postgres::{PgPool, PgRow};
+use warren_core::SandboxId;
+
+use super::violation;
+use crate::guard::ttl_millis;
+use crate::rows::Columns;
+use crate::{FenceCheck, Guard, GuardAcquire, StoreError};
+
+const COLUMNS: &str = "sandbox_id, token, holder, acquired_at, expires_at";
+
+/// The database's current time in unix milliseconds, as SQL. `clock_timestamp()` moves
+/// within a transaction, unlike `now()`, so a long transaction never judges by a stale time.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+fn guard_from_row(row: &PgRow) -> Result<Guard, StoreError> {
+    let columns = Columns {
+        row,
+        table: "guards",
+    };
+    Ok(Guard {
+        sandbox_id: columns.parse("sandbox_id", |id| SandboxId::parse(&id))?,
+        token: columns.get("token")?,
+        holder: columns.get("holder")?,
+        acquired_at: columns.time("acquired_at")?,
+        expires_at: columns.time("expires_at")?,
+    })
+}
+
+pub(super) async fn acquire(
+    pool: &PgPool,
+    sandbox: &SandboxId,
+    holder: &str,
+    ttl: Duration,
+) -> Result<GuardAcquire, StoreError> {
+    const OPERATION: &str = "acquire a guard";
+    // The upsert takes a free or lapsed row with token + 1 and leaves a live holder's row
+    // alone; PostgreSQL locks the conflicting row and judges the WHERE on its newest
+    // version, so two acquirers can never both take it.
+    let take = format!(
+        "INSERT INTO guards ({COLUMNS}) SELECT $1, 1, $2, now_ms, now_ms + $3 \
+         FROM (SELECT {NOW_MS} AS now_ms) AS clock \
+         ON CONFLICT (sandbox_id) DO UPDATE SET token = guards.token + 1, \
+         holder = excluded.holder, acquired_at = excluded.acquired_at, \
+         expires_at = excluded.expires_at WHERE guards.expires_at <= excluded.acquired_at \
+         RETURNING {COLUMNS}"
+    );
+    let live =
+        format!("SELECT {COLUMNS} FROM guards WHERE sandbox_id = $1 AND expires_at > {NOW_MS}");
+    // A holder that was live at the upsert may lapse or release before the read that
+    // reports it; then the guard is free and the upsert is tried again.
+    for _ in 0..8 {
+        let taken = sqlx::query(&take)
+            .bind(sandbox.as_str())
+            .bind(holder)
+            .bind(ttl_millis(ttl))
+            .fetch_optional(pool)
+            .await
+            .map_err(|error| match violation(&error) {
+                Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
+                    id: sandbox.clone(),
+                },
+                _ => StoreError::query(OPERATION)(error),
+            })?;
+        if let Some(row) = taken {
+            return Ok(GuardAcquire::Acquired(guard_from_row(&row)?));
+        }
+        let held = sqlx::query(&live)
+            .bind(sandbox.as_str())
+            .fetch_optional(pool)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        if let Some(row) = held {
+            return Ok(GuardAcquire::Held(guard_from_row(&row)?));
+        }
+    }
+    Err(StoreError::Corrupt {
+        table: "guards",
+        column: "expires_at",
+        detail: format!("the guard of {sandbox} is neither free nor held"),
+    })
+}
+
+pub(super) async fn renew(
+    pool: &PgPool,
+    sandbox: &SandboxId,
+    token: i64,
+    ttl: Duration,
+) -> Result<Option<Guard>, StoreError> {
+    let row = sqlx::query(&format!(
+        "UPDATE guards SET expires_at = {NOW_MS} + $3 WHERE sandbox_id = $1 AND token = $2 \
+         AND expires_at > {NOW_MS} RETURNING {COLUMNS}"
+    ))
+    .bind(sandbox.as_str())
+    .bind(token)
+    .bind(ttl_millis(ttl))
+    .fetch_optional(pool)
+    .await
+    .map_err(StoreError::query("renew a guard"))?;
+    row.as_ref().map(guard_from_row).transpose()
+}
+
+pub(super) async fn release(
+    pool: &PgPool,
+    sandbox: &SandboxId,
+    token: i64,
+) -> Result<bool, StoreError> {
+    let result = sqlx::query(&format!(
+        "UPDATE guards SET expires_at = {NOW_MS} WHERE sandbox_id = $1 AND token = $2 \
+         AND expires_at > {NOW_MS}"
+    ))
+    .bind(sandbox.as_str())
+    .bind(token)
+    .execute(pool)
+    .await
+    .map_err(StoreError::query("release a guard"))?;
+    Ok(result.rows_affected() == 1)
+}
+
+pub(super) async fn current(
+    pool: &PgPool,
+    sandbox: &SandboxId,
+) -> Result<Option<Guard>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM guards WHERE sandbox_id = $1 AND expires_at > {NOW_MS}"
+    ))
+    .bind(sandbox.as_str())
+    .fetch_optional(pool)
+    .await
+    .map_err(StoreError::query("read a guard"))?;
+    row.as_ref().map(guard_from_row).transpose()
+}
+
+pub(super) async fn check_fence(
+    pool: &PgPool,
+    sandbox: &SandboxId,
+    token: i64,
+) -> Result<FenceCheck, StoreError> {
+    let newest: Option<i64> = sqlx::query_scalar("SELECT token FROM guards WHERE sandbox_id = $1")
+        .bind(sandbox.as_str())
+        .fetch_optional(pool)
+        .await
+        .map_err(StoreError::query("check a fencing token"))?;
+    Ok(FenceCheck::of(token, newest))
+}

@@ -1,0 +1,1061 @@
+//! The PostgreSQL implementation of [`StateStore`], for warren servers that share one
+//! database (issue 13, the seeds' "任意节点都能 resume").
+//!
+//! The schema and the rules are those of the SQLite store (one behaviour suite runs
+//! against both); what differs is how atomicity is had under *several processes*:
+//!
+//! - a claim inserts with `ON CONFLICT DO NOTHING`, then locks the row (`FOR UPDATE`) to
+//!   decide, so two claimers of one identity serialise on the row and only one creates or
+//!   reclaims it;
+//! - a write that first counts (the agent environment's limit) takes a transaction-scoped
+//!   advisory lock on its uid, released at commit or rollback, never held by a session;
+//! - guards judge expiry by the database's clock (see [`guard`]).
+//!
+//! A database that cannot be reached is [`StoreError::Unavailable`]; the pool hands out
+//! only connections that answer, so service resumes by itself when the server is back.
+
+mod guard;
+
+use std::time::Duration;
+
+use sqlx::error::ErrorKind;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+
+use crate::rows::{millis_to_time, Columns};
+use crate::{
+    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewRun, NewSandbox,
+    RunOutcome, RunRecord, RunStatus, RuntimeSnapshot, SandboxClaim, SandboxRecord, SandboxState,
+    StateStore, StoreError, WorkdirRecord,
+};
+
+/// The schema, embedded at build time.
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// How long a request waits for a pooled connection before the store reports itself
+/// unavailable: short, so a database that is down answers 503 quickly instead of holding
+/// every request.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The columns of a sandbox row.
+const SANDBOX_COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend, state, \
+     generation, created_at, last_active_at, updated_at, inherit_env, ephemeral, \
+     seed_snapshot, image";
+
+/// The columns of a run row.
+const RUN_COLUMNS: &str = "id, sandbox_id, generation, command, cwd, requested_by, status, \
+     started_at, finished_at, exit_code, signal, timed_out, duration_ms, cpu_user_ms, \
+     cpu_system_ms, peak_memory_bytes, failure_reason";
+
+/// The columns of an artifact row.
+const ARTIFACT_COLUMNS: &str = "id, sandbox_id, uid, path, size, sha256, media_type, created_at";
+
+const CHECKPOINT_COLUMNS: &str = "id, sandbox_id, workdir, manifest, files, bytes, created_at";
+
+const SNAPSHOT_COLUMNS: &str =
+    "id, sandbox_id, generation, cow_manifest, home_manifest, bytes, reason, created_at";
+
+/// How the store connects.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// Connections the pool may hold.
+    pub max_connections: u32,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+        }
+    }
+}
+
+/// A [`StateStore`] on a PostgreSQL database, shareable by many warren processes.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`),
+    /// then brings its schema up to date.
+    ///
+    /// Migrations run under sqlx's migration lock, so several warren processes may start
+    /// against one fresh database at once. A database whose schema is newer than this
+    /// binary knows is refused with [`StoreError::SchemaTooNew`] and left untouched.
+    pub async fn connect(url: &str, options: &PostgresOptions) -> Result<Self, StoreError> {
+        let connect: PgConnectOptions = url.parse().map_err(StoreError::Open)?;
+        let connect = connect.application_name("warren");
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            // Every connection handed out has just answered: one broken while the server
+            // restarted is dropped here instead of failing a request.
+            .test_before_acquire(true)
+            .connect_with(connect)
+            .await
+            .map_err(StoreError::Open)?;
+        let store = Self { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Closes every connection, waiting for statements in flight. Later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The newest schema version this binary knows.
+    pub fn schema_version() -> i64 {
+        MIGRATOR
+            .iter()
+            .map(|migration| migration.version)
+            .max()
+            .unwrap_or(0)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let has_history: bool =
+            sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(StoreError::query("read the schema version"))?;
+        if has_history {
+            let found: Option<i64> =
+                sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(StoreError::query("read the schema version"))?;
+            let known = Self::schema_version();
+            if let Some(found) = found.filter(|found| *found > known) {
+                return Err(StoreError::SchemaTooNew { found, known });
+            }
+        }
+        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
+    }
+
+    async fn fetch_run(
+        &self,
+        run_id: &str,
+        operation: &'static str,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query(operation))?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+}
+
+crate::rows::row_decoders!(PgRow);
+
+/// The current time as stored: unix milliseconds, UTC.
+fn now_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The kind of constraint a failed statement broke, if that is why it failed.
+fn violation(error: &sqlx::Error) -> Option<ErrorKind> {
+    match error {
+        sqlx::Error::Database(database) => Some(database.kind()),
+        _ => None,
+    }
+}
+
+fn to_i64(value: u64, table: &'static str, column: &'static str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Corrupt {
+        table,
+        column,
+        detail: format!("{value} is out of range"),
+    })
+}
+
+/// A lock key for the transaction-scoped advisory lock of one uid's agent environment.
+const AGENT_ENV_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('agent_env:' || $1, 0))";
+
+#[async_trait::async_trait]
+impl StateStore for PostgresStore {
+    async fn record_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO workdirs (uid, workdir, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (uid, workdir) DO NOTHING",
+        )
+        .bind(uid.as_str())
+        .bind(workdir.as_str())
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("record a workdir"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn list_workdirs(&self, uid: &Uid) -> Result<Vec<WorkdirRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT uid, workdir, created_at FROM workdirs WHERE uid = $1 \
+             ORDER BY created_at, workdir",
+        )
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list workdirs"))?;
+        rows.iter().map(workdir_from_row).collect()
+    }
+
+    async fn workdir(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+    ) -> Result<Option<WorkdirRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT uid, workdir, created_at FROM workdirs WHERE uid = $1 AND workdir = $2",
+        )
+        .bind(uid.as_str())
+        .bind(workdir.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read a workdir"))?;
+        row.as_ref().map(workdir_from_row).transpose()
+    }
+
+    async fn forget_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM workdirs WHERE uid = $1 AND workdir = $2")
+            .bind(uid.as_str())
+            .bind(workdir.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("forget a workdir"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn claim_sandbox(&self, new: &NewSandbox) -> Result<SandboxClaim, StoreError> {
+        const OPERATION: &str = "claim a sandbox";
+        if SandboxId::derive(&new.uid, &new.runtime_scope) != new.id {
+            return Err(StoreError::SandboxIdMismatch {
+                id: new.id.clone(),
+                uid: new.uid.clone(),
+                scope: new.runtime_scope.clone(),
+            });
+        }
+        let network = serde_json::to_string(&new.network).map_err(|e| StoreError::Corrupt {
+            table: "sandboxes",
+            column: "network",
+            detail: e.to_string(),
+        })?;
+        let now = now_millis();
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        // A new identity: the insert wins or waits for the claimer that is inserting it,
+        // then does nothing.
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
+             generation, created_at, last_active_at, updated_at, network, inherit_env, \
+             ephemeral, seed_snapshot, image) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (id) DO NOTHING RETURNING {SANDBOX_COLUMNS}"
+        ))
+        .bind(new.id.as_str())
+        .bind(new.uid.as_str())
+        .bind(new.runtime_scope.as_str())
+        .bind(new.workdir.as_str())
+        .bind(&new.backend)
+        .bind(SandboxState::Created.as_str())
+        .bind(now)
+        .bind(&network)
+        .bind(new.inherit_env)
+        .bind(new.ephemeral)
+        .bind(&new.seed_snapshot)
+        .bind(&new.image)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        if let Some(row) = inserted {
+            let record = sandbox_from_row(&row)?;
+            tx.commit().await.map_err(StoreError::query(OPERATION))?;
+            return Ok(SandboxClaim::Created(record));
+        }
+        // The row exists: lock it, so the decision below and the reclaim are one step that
+        // no other claimer can interleave with.
+        let row = sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = $1 FOR UPDATE"
+        ))
+        .bind(new.id.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        let record = sandbox_from_row(&row)?;
+        if record.state != SandboxState::Terminated {
+            tx.rollback().await.map_err(StoreError::query(OPERATION))?;
+            return Ok(SandboxClaim::join_or_conflict(record, new));
+        }
+        let row = sqlx::query(&format!(
+            "UPDATE sandboxes SET workdir = $2, backend = $3, state = $4, \
+             generation = generation + 1, created_at = $5, last_active_at = $5, \
+             updated_at = $5, network = $6, inherit_env = $7, ephemeral = $8, \
+             seed_snapshot = $9, image = $10 WHERE id = $1 RETURNING {SANDBOX_COLUMNS}"
+        ))
+        .bind(new.id.as_str())
+        .bind(new.workdir.as_str())
+        .bind(&new.backend)
+        .bind(SandboxState::Created.as_str())
+        .bind(now)
+        .bind(&network)
+        .bind(new.inherit_env)
+        .bind(new.ephemeral)
+        .bind(&new.seed_snapshot)
+        .bind(&new.image)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        let record = sandbox_from_row(&row)?;
+        tx.commit().await.map_err(StoreError::query(OPERATION))?;
+        Ok(SandboxClaim::Created(record))
+    }
+
+    async fn get_sandbox(&self, id: &SandboxId) -> Result<Option<SandboxRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = $1"
+        ))
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read a sandbox"))?;
+        row.as_ref().map(sandbox_from_row).transpose()
+    }
+
+    async fn list_sandboxes(&self, uid: Option<&Uid>) -> Result<Vec<SandboxRecord>, StoreError> {
+        let rows = match uid {
+            Some(uid) => {
+                sqlx::query(&format!(
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE uid = $1 \
+                     ORDER BY created_at, id"
+                ))
+                .bind(uid.as_str())
+                .fetch_all(&self.pool)
+                .await
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes ORDER BY created_at, id"
+                ))
+                .fetch_all(&self.pool)
+                .await
+            }
+        }
+        .map_err(StoreError::query("list sandboxes"))?;
+        rows.iter().map(sandbox_from_row).collect()
+    }
+
+    async fn set_sandbox_state(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        state: SandboxState,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        // The generation test is part of the UPDATE itself, so it cannot be raced.
+        let row = sqlx::query(&format!(
+            "UPDATE sandboxes SET state = $3, updated_at = $4 \
+             WHERE id = $1 AND generation = $2 RETURNING {SANDBOX_COLUMNS}"
+        ))
+        .bind(id.as_str())
+        .bind(generation)
+        .bind(state.as_str())
+        .bind(now_millis())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("set a sandbox state"))?;
+        row.as_ref().map(sandbox_from_row).transpose()
+    }
+
+    async fn touch_sandbox(&self, id: &SandboxId) -> Result<(), StoreError> {
+        // GREATEST: a touch from a replica whose clock runs behind never moves activity back.
+        let result = sqlx::query(
+            "UPDATE sandboxes SET last_active_at = GREATEST(last_active_at, $2) WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("touch a sandbox"))?;
+        if result.rows_affected() == 0 {
+            return Err(StoreError::UnknownSandbox { id: id.clone() });
+        }
+        Ok(())
+    }
+
+    async fn start_run(&self, new: &NewRun) -> Result<RunRecord, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO runs (id, sandbox_id, generation, command, cwd, requested_by, status, \
+             started_at, timed_out) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, FALSE) \
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(&new.id)
+        .bind(new.sandbox_id.as_str())
+        .bind(new.generation)
+        .bind(&new.command)
+        .bind(&new.cwd)
+        .bind(&new.requested_by)
+        .bind(RunStatus::Running.as_str())
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|error| match violation(&error) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
+                id: new.sandbox_id.clone(),
+            },
+            Some(ErrorKind::UniqueViolation) => StoreError::DuplicateRun {
+                run_id: new.id.clone(),
+            },
+            _ => StoreError::query("start a run")(error),
+        })?;
+        run_from_row(&row)
+    }
+
+    async fn finish_run(
+        &self,
+        run_id: &str,
+        outcome: &RunOutcome,
+    ) -> Result<RunRecord, StoreError> {
+        const OPERATION: &str = "finish a run";
+        let status = if outcome.failure.is_some() {
+            RunStatus::Failed
+        } else {
+            RunStatus::Finished
+        };
+        // Only a running run can finish: an outcome already recorded is never overwritten.
+        let row = sqlx::query(&format!(
+            "UPDATE runs SET status = $2, finished_at = $3, exit_code = $4, signal = $5, \
+             timed_out = $6, duration_ms = $7, cpu_user_ms = $8, cpu_system_ms = $9, \
+             peak_memory_bytes = $10, failure_reason = $11 \
+             WHERE id = $1 AND status = 'running' RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(run_id)
+        .bind(status.as_str())
+        .bind(now_millis())
+        .bind(outcome.exit_code)
+        .bind(outcome.signal)
+        .bind(outcome.timed_out)
+        .bind(outcome.duration_ms)
+        .bind(outcome.cpu_user_ms)
+        .bind(outcome.cpu_system_ms)
+        .bind(outcome.peak_memory_bytes)
+        .bind(outcome.failure.as_deref())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        match row {
+            Some(row) => run_from_row(&row),
+            None => match self.fetch_run(run_id, OPERATION).await? {
+                Some(_) => Err(StoreError::RunAlreadyFinished {
+                    run_id: run_id.to_owned(),
+                }),
+                None => Err(StoreError::UnknownRun {
+                    run_id: run_id.to_owned(),
+                }),
+            },
+        }
+    }
+
+    async fn list_runs(
+        &self,
+        sandbox: &SandboxId,
+        limit: u32,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        // seq breaks ties between runs started in the same millisecond.
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE sandbox_id = $1 \
+             ORDER BY started_at DESC, seq DESC LIMIT $2"
+        ))
+        .bind(sandbox.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list runs"))?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "UPDATE runs SET status = 'failed', finished_at = $1, failure_reason = $2 \
+             WHERE status = 'running'",
+        )
+        .bind(now_millis())
+        .bind(reason)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("fail running runs"))?;
+        Ok(result.rows_affected())
+    }
+
+    async fn create_lease(
+        &self,
+        sandbox: &SandboxId,
+        generation: i64,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<crate::Lease, StoreError> {
+        let now = now_millis();
+        let expires = now.saturating_add(crate::guard::ttl_millis(ttl));
+        let id = format!("lease-{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(
+            "INSERT INTO leases (id, sandbox_id, generation, holder, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&id)
+        .bind(sandbox.as_str())
+        .bind(generation)
+        .bind(holder)
+        .bind(now)
+        .bind(expires)
+        .execute(&self.pool)
+        .await
+        .map_err(|error| match violation(&error) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
+                id: sandbox.clone(),
+            },
+            _ => StoreError::query("create a lease")(error),
+        })?;
+        Ok(crate::Lease {
+            id,
+            sandbox_id: sandbox.clone(),
+            generation,
+            holder: holder.to_owned(),
+            created_at: millis_to_time(now),
+            expires_at: millis_to_time(expires),
+        })
+    }
+
+    async fn renew_lease(
+        &self,
+        sandbox: &SandboxId,
+        lease: &str,
+        ttl: Duration,
+    ) -> Result<Option<crate::Lease>, StoreError> {
+        let now = now_millis();
+        let expires = now.saturating_add(crate::guard::ttl_millis(ttl));
+        let row = sqlx::query(
+            "UPDATE leases SET expires_at = $3 WHERE id = $1 AND sandbox_id = $2 \
+             AND expires_at > $4 RETURNING generation, holder, created_at",
+        )
+        .bind(lease)
+        .bind(sandbox.as_str())
+        .bind(expires)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("renew a lease"))?;
+        row.map(|row| {
+            let columns = Columns {
+                row: &row,
+                table: "leases",
+            };
+            Ok(crate::Lease {
+                id: lease.to_owned(),
+                sandbox_id: sandbox.clone(),
+                generation: columns.get("generation")?,
+                holder: columns.get("holder")?,
+                created_at: columns.time("created_at")?,
+                expires_at: millis_to_time(expires),
+            })
+        })
+        .transpose()
+    }
+
+    async fn release_lease(&self, sandbox: &SandboxId, lease: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM leases WHERE id = $1 AND sandbox_id = $2")
+            .bind(lease)
+            .bind(sandbox.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("release a lease"))?;
+        Ok(result.rows_affected() > 0)
+    }
+
+    async fn live_leases(&self, sandbox: &SandboxId, generation: i64) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM leases WHERE sandbox_id = $1 AND generation = $2 \
+             AND expires_at > $3",
+        )
+        .bind(sandbox.as_str())
+        .bind(generation)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::query("count live leases"))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    async fn agent_env(&self, uid: &Uid) -> Result<Vec<AgentEnvRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, value, secret, updated_at FROM agent_env WHERE uid = $1 ORDER BY name",
+        )
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("read an agent environment"))?;
+        rows.iter()
+            .map(|row| {
+                let columns = Columns {
+                    row,
+                    table: "agent_env",
+                };
+                let name: String = columns.get("name")?;
+                let var = AgentEnvVar::new(
+                    name,
+                    columns.get::<String>("value")?,
+                    columns.get("secret")?,
+                )
+                .map_err(|error| columns.corrupt("name", error))?;
+                Ok(AgentEnvRecord {
+                    var,
+                    updated_at: columns.time("updated_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn replace_agent_env(&self, uid: &Uid, vars: &[AgentEnvVar]) -> Result<(), StoreError> {
+        const OPERATION: &str = "replace an agent environment";
+        let now = now_millis();
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        sqlx::query(AGENT_ENV_LOCK)
+            .bind(uid.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        sqlx::query("DELETE FROM agent_env WHERE uid = $1")
+            .bind(uid.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        for var in vars {
+            sqlx::query(
+                "INSERT INTO agent_env (uid, name, value, secret, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(uid.as_str())
+            .bind(&var.name)
+            .bind(&var.value)
+            .bind(var.secret)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        }
+        tx.commit().await.map_err(StoreError::query(OPERATION))
+    }
+
+    async fn set_agent_env_var(
+        &self,
+        uid: &Uid,
+        var: &AgentEnvVar,
+        max: usize,
+    ) -> Result<bool, StoreError> {
+        const OPERATION: &str = "set an agent environment variable";
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        // Serialises writers of this uid's environment so two setters cannot both pass
+        // the limit; the lock ends with the transaction.
+        sqlx::query(AGENT_ENV_LOCK)
+            .bind(uid.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM agent_env WHERE uid = $1 AND name = $2)",
+        )
+        .bind(uid.as_str())
+        .bind(&var.name)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        if !exists {
+            let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM agent_env WHERE uid = $1")
+                .bind(uid.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StoreError::query(OPERATION))?;
+            if usize::try_from(count).unwrap_or(usize::MAX) >= max {
+                return Err(StoreError::AgentEnvFull {
+                    uid: uid.clone(),
+                    max,
+                });
+            }
+        }
+        sqlx::query(
+            "INSERT INTO agent_env (uid, name, value, secret, updated_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (uid, name) DO UPDATE SET \
+             value = excluded.value, secret = excluded.secret, updated_at = excluded.updated_at",
+        )
+        .bind(uid.as_str())
+        .bind(&var.name)
+        .bind(&var.value)
+        .bind(var.secret)
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query(OPERATION))?;
+        tx.commit().await.map_err(StoreError::query(OPERATION))?;
+        Ok(!exists)
+    }
+
+    async fn remove_agent_env_var(&self, uid: &Uid, name: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM agent_env WHERE uid = $1 AND name = $2")
+            .bind(uid.as_str())
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("remove an agent environment variable"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn record_artifact(&self, artifact: &Artifact) -> Result<Artifact, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO artifacts (id, sandbox_id, uid, path, size, sha256, media_type, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {ARTIFACT_COLUMNS}"
+        ))
+        .bind(&artifact.id)
+        .bind(artifact.sandbox_id.as_str())
+        .bind(artifact.uid.as_str())
+        .bind(&artifact.path)
+        .bind(to_i64(artifact.size, "artifacts", "size")?)
+        .bind(&artifact.sha256)
+        .bind(&artifact.media_type)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await;
+        match row {
+            Ok(row) => artifact_from_row(&row),
+            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
+                Err(StoreError::UnknownSandbox {
+                    id: artifact.sandbox_id.clone(),
+                })
+            }
+            Err(error) => Err(StoreError::query("record an artifact")(error)),
+        }
+    }
+
+    async fn list_artifacts(&self, sandbox: &SandboxId) -> Result<Vec<Artifact>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE sandbox_id = $1 \
+             ORDER BY created_at, id"
+        ))
+        .bind(sandbox.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list artifacts"))?;
+        rows.iter().map(artifact_from_row).collect()
+    }
+
+    async fn record_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             RETURNING {CHECKPOINT_COLUMNS}"
+        ))
+        .bind(&checkpoint.id)
+        .bind(checkpoint.sandbox_id.as_str())
+        .bind(checkpoint.workdir.as_str())
+        .bind(&checkpoint.manifest)
+        .bind(to_i64(checkpoint.files, "checkpoints", "files")?)
+        .bind(to_i64(checkpoint.bytes, "checkpoints", "bytes")?)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await;
+        match row {
+            Ok(row) => checkpoint_from_row(&row),
+            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
+                Err(StoreError::UnknownSandbox {
+                    id: checkpoint.sandbox_id.clone(),
+                })
+            }
+            Err(error) => Err(StoreError::query("record a checkpoint")(error)),
+        }
+    }
+
+    async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE sandbox_id = $1 \
+             ORDER BY created_at, id"
+        ))
+        .bind(sandbox.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list checkpoints"))?;
+        rows.iter().map(checkpoint_from_row).collect()
+    }
+
+    async fn record_runtime_snapshot(
+        &self,
+        snapshot: &RuntimeSnapshot,
+    ) -> Result<RuntimeSnapshot, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO runtime_snapshots ({SNAPSHOT_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {SNAPSHOT_COLUMNS}"
+        ))
+        .bind(&snapshot.id)
+        .bind(snapshot.sandbox_id.as_str())
+        .bind(snapshot.generation)
+        .bind(&snapshot.cow_manifest)
+        .bind(&snapshot.home_manifest)
+        .bind(i64::try_from(snapshot.bytes).unwrap_or(i64::MAX))
+        .bind(&snapshot.reason)
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await;
+        match row {
+            Ok(row) => runtime_snapshot_from_row(&row),
+            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
+                Err(StoreError::UnknownSandbox {
+                    id: snapshot.sandbox_id.clone(),
+                })
+            }
+            Err(error) => Err(StoreError::query("record a runtime snapshot")(error)),
+        }
+    }
+
+    async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SNAPSHOT_COLUMNS} FROM runtime_snapshots WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read a runtime snapshot"))?;
+        row.as_ref().map(runtime_snapshot_from_row).transpose()
+    }
+
+    async fn delete_runtime_snapshot(&self, id: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM runtime_snapshots WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("delete a runtime snapshot"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn list_runtime_snapshots(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Vec<RuntimeSnapshot>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SNAPSHOT_COLUMNS} FROM runtime_snapshots WHERE sandbox_id = $1 \
+             ORDER BY created_at, id"
+        ))
+        .bind(sandbox.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list runtime snapshots"))?;
+        rows.iter().map(runtime_snapshot_from_row).collect()
+    }
+
+    async fn checkpoint_manifests_of_uid(&self, uid: &Uid) -> Result<Vec<String>, StoreError> {
+        // Runtime snapshots' manifests are live too: one garbage collector serves both.
+        sqlx::query_scalar(
+            "SELECT c.manifest COLLATE \"C\" FROM checkpoints c \
+             JOIN sandboxes s ON s.id = c.sandbox_id WHERE s.uid = $1 \
+             UNION SELECT r.cow_manifest FROM runtime_snapshots r \
+             JOIN sandboxes s ON s.id = r.sandbox_id WHERE s.uid = $1 \
+             UNION SELECT r.home_manifest FROM runtime_snapshots r \
+             JOIN sandboxes s ON s.id = r.sandbox_id WHERE s.uid = $1 ORDER BY 1",
+        )
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list live manifests"))
+    }
+
+    async fn delete_checkpoint(&self, id: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM checkpoints WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("delete a checkpoint"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn put_object(&self, owner: &str, key: &str, bytes: &[u8]) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO snapshot_objects (owner, key, bytes, created_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (owner, key) DO NOTHING",
+        )
+        .bind(owner)
+        .bind(key)
+        .bind(bytes)
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("write a snapshot object"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn get_object(&self, owner: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        sqlx::query_scalar("SELECT bytes FROM snapshot_objects WHERE owner = $1 AND key = $2")
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("read a snapshot object"))
+    }
+
+    async fn object_created_at(
+        &self,
+        owner: &str,
+        key: &str,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let millis: Option<i64> = sqlx::query_scalar(
+            "SELECT created_at FROM snapshot_objects WHERE owner = $1 AND key = $2",
+        )
+        .bind(owner)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read a snapshot object's age"))?;
+        Ok(millis.map(millis_to_time))
+    }
+
+    async fn list_objects(&self, owner: &str, prefix: &str) -> Result<Vec<String>, StoreError> {
+        // A range on the primary key (bytewise: COLLATE "C") instead of LIKE: keys never
+        // need escaping.
+        let mut upper = prefix.to_owned();
+        upper.push(char::MAX);
+        sqlx::query_scalar(
+            "SELECT key FROM snapshot_objects WHERE owner = $1 AND key >= $2 AND key < $3 \
+             ORDER BY key",
+        )
+        .bind(owner)
+        .bind(prefix)
+        .bind(upper)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list snapshot objects"))
+    }
+
+    async fn delete_object(&self, owner: &str, key: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM snapshot_objects WHERE owner = $1 AND key = $2")
+            .bind(owner)
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("delete a snapshot object"))?;
+        Ok(())
+    }
+
+    async fn grant_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO skill_grants (uid, slug, granted_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (uid, slug) DO NOTHING",
+        )
+        .bind(uid.as_str())
+        .bind(slug)
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("grant a skill"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn revoke_skill(&self, uid: &Uid, slug: &str) -> Result<bool, StoreError> {
+        let result = sqlx::query("DELETE FROM skill_grants WHERE uid = $1 AND slug = $2")
+            .bind(uid.as_str())
+            .bind(slug)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("revoke a skill"))?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn granted_skills(&self, uid: &Uid) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar("SELECT slug FROM skill_grants WHERE uid = $1 ORDER BY slug")
+            .bind(uid.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query("list granted skills"))
+    }
+
+    async fn list_artifacts_of_uid(&self, uid: &Uid) -> Result<Vec<Artifact>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE uid = $1 ORDER BY created_at, id"
+        ))
+        .bind(uid.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list artifacts"))?;
+        rows.iter().map(artifact_from_row).collect()
+    }
+
+    async fn get_artifact(
+        &self,
+        sandbox: &SandboxId,
+        id: &str,
+    ) -> Result<Option<Artifact>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE sandbox_id = $1 AND id = $2"
+        ))
+        .bind(sandbox.as_str())
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("read an artifact"))?;
+        row.as_ref().map(artifact_from_row).transpose()
+    }
+
+    async fn acquire_guard(
+        &self,
+        sandbox: &SandboxId,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<GuardAcquire, StoreError> {
+        guard::acquire(&self.pool, sandbox, holder, ttl).await
+    }
+
+    async fn renew_guard(
+        &self,
+        sandbox: &SandboxId,
+        token: i64,
+        ttl: Duration,
+    ) -> Result<Option<Guard>, StoreError> {
+        guard::renew(&self.pool, sandbox, token, ttl).await
+    }
+
+    async fn release_guard(&self, sandbox: &SandboxId, token: i64) -> Result<bool, StoreError> {
+        guard::release(&self.pool, sandbox, token).await
+    }
+
+    async fn current_guard(&self, sandbox: &SandboxId) -> Result<Option<Guard>, StoreError> {
+        guard::current(&self.pool, sandbox).await
+    }
+
+    async fn check_fence(&self, sandbox: &SandboxId, token: i64) -> Result<FenceCheck, StoreError> {
+        guard::check_fence(&self.pool, sandbox, token).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_schema_has_a_version() {
+        assert!(PostgresStore::schema_version() >= 1);
+    }
+
+    #[tokio::test]
+    async fn a_url_that_is_not_a_postgres_url_is_refused_when_opening() {
+        let err = PostgresStore::connect("postgres://[::1", &PostgresOptions::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Open(_)), "{err:?}");
+    }
+}

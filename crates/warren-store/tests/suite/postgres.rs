@@ -1,0 +1,168 @@
+//! What only the PostgreSQL store can be asked: its migrations under concurrent openers,
+//! a schema from the future, and a server that goes away and comes back.
+
+use std::time::Duration;
+
+use warren_store::{PostgresOptions, PostgresStore, StateStore, StoreError};
+use warren_test_support::PostgresServer;
+
+use super::backends::{postgres_server, Postgres};
+use super::fixtures::{claim, run};
+
+async fn connect(url: &str) -> PostgresStore {
+    PostgresStore::connect(url, &PostgresOptions::default())
+        .await
+        .expect("connect to the PostgreSQL store")
+}
+
+/// One number out of `psql`.
+fn scalar(server: &PostgresServer, url: &str, sql: &str) -> i64 {
+    server
+        .psql_in(url, sql)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_stores_migrating_a_fresh_database_at_once_apply_each_migration_once() {
+    let backend = Postgres::new();
+    let opens: Vec<_> = (0..8)
+        .map(|_| {
+            let url = backend.url().to_owned();
+            tokio::spawn(
+                async move { PostgresStore::connect(&url, &PostgresOptions::default()).await },
+            )
+        })
+        .collect();
+    for open in opens {
+        open.await.unwrap().expect("every opener succeeds");
+    }
+    let applied = scalar(
+        postgres_server(),
+        backend.url(),
+        "SELECT COUNT(*) FROM _sqlx_migrations WHERE success",
+    );
+    let shipped = std::fs::read_dir(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres"),
+    )
+    .unwrap()
+    .count() as i64;
+    assert_eq!(applied, shipped);
+    assert_eq!(
+        scalar(
+            postgres_server(),
+            backend.url(),
+            "SELECT MAX(version) FROM _sqlx_migrations"
+        ),
+        PostgresStore::schema_version()
+    );
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_warren_is_refused_and_left_untouched() {
+    let backend = Postgres::new();
+    let store = connect(backend.url()).await;
+    store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap();
+    store.close().await;
+    let future = PostgresStore::schema_version() + 1000;
+    postgres_server().psql_in(
+        backend.url(),
+        &format!(
+            "INSERT INTO _sqlx_migrations \
+             (version, description, success, checksum, execution_time) \
+             VALUES ({future}, 'from the future', TRUE, '\\x00', 0)"
+        ),
+    );
+
+    let err = PostgresStore::connect(backend.url(), &PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found, .. } if found == future),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("upgrade warren"), "{err}");
+    assert_eq!(
+        scalar(
+            postgres_server(),
+            backend.url(),
+            "SELECT COUNT(*) FROM sandboxes"
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_be_reached_is_reported_unavailable() {
+    // A port nothing listens on: connecting fails at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = PostgresStore::connect(
+        &format!("postgres://postgres@127.0.0.1:{port}/none"),
+        &PostgresOptions::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+}
+
+/// A server of its own, since this test stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_server_fails_requests_as_unavailable_and_then_serves_again() {
+    let mut server = PostgresServer::start();
+    let url = server.fresh_database();
+    let store = connect(&url).await;
+    let new = claim("alice", "thread-1", "projects/a");
+    store.claim_sandbox(&new).await.unwrap();
+    store.start_run(&run("run-1", &new.id, 1)).await.unwrap();
+
+    server.stop();
+    let err = store
+        .start_run(&run("run-2", &new.id, 1))
+        .await
+        .expect_err("no database, no run");
+    assert!(err.is_unavailable(), "{err:?}");
+    let err = store.get_sandbox(&new.id).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+
+    server.resume();
+    // The pool reconnects by itself: no new store, no restart of warren.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        match store.get_sandbox(&new.id).await {
+            Ok(record) => break record,
+            Err(err) if err.is_unavailable() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => panic!("the store did not recover: {err:?}"),
+        }
+    };
+    assert!(record.is_some());
+    // The refused run was not half-written; the accepted one is there.
+    let runs = store.list_runs(&new.id, 10).await.unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["run-1"]
+    );
+    store.start_run(&run("run-2", &new.id, 1)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reconnected_store_keeps_its_data() {
+    crate::suite::behaviour::a_reopened_store_keeps_its_data(&Postgres::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_store_handles_racing_to_claim_create_exactly_one_sandbox() {
+    crate::suite::behaviour::two_store_handles_racing_to_claim_create_exactly_one_sandbox(
+        &Postgres::new(),
+    )
+    .await;
+}
