@@ -331,6 +331,14 @@ fn complete_operation(path: &str, method: &str, operation: &mut Value) {
              the server's data disk is",
         ));
     }
+    if path.starts_with("/v1/") {
+        // Every /v1 operation reads or writes the state store.
+        shared.push((
+            "503",
+            "state_store_unavailable: the state store cannot be reached (a PostgreSQL server \
+             restarting, a broken network); nothing was half-done, try again shortly",
+        ));
+    }
     if let Some(body) = operation.get_mut("requestBody") {
         complete_body(body);
         shared.push(("413", "body_too_large"));

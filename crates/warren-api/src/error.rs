@@ -191,6 +191,13 @@ impl From<ProvisionerError> for ApiError {
             P::Store(e @ warren_store::StoreError::AgentEnvFull { .. }) => {
                 Self::new(StatusCode::CONFLICT, "agent_env_full", e.to_string())
             }
+            // The database is out of reach (restarting, network): nothing was half-done,
+            // and the same request may succeed shortly.
+            P::Store(e) if e.is_unavailable() => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "state_store_unavailable",
+                format!("{e}; try again shortly"),
+            ),
             P::Store(e) => Self::internal("the state store failed", e),
             P::Backend(e) => backend_error(e),
             P::Interrupted(e) => Self::internal("a file operation was interrupted", e),
