@@ -380,10 +380,7 @@ async fn run_and_record(
         Some(Err(error)) => failed(format!("backend_error: {error}")),
         None => failed("client_disconnected".to_owned()),
     };
-    store
-        .finish_run(&run_id, &outcome)
-        .await
-        .map_err(RunError::Store)?;
+    record_outcome(store.as_ref(), &run_id, &outcome).await?;
     match result {
         Some(Ok(outcome)) => Ok(outcome),
         Some(Err(error)) => Err(RunError::Backend(error)),
@@ -391,6 +388,37 @@ async fn run_and_record(
             sandbox,
             source: std::io::Error::other("the caller went away"),
         })),
+    }
+}
+
+/// How long a finished command's outcome waits for a state store that is out of reach.
+const RECORD_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Records a finished command's outcome (I22). The command has run, so its outcome is
+/// worth waiting for: while the store is unavailable (a PostgreSQL server restarting) the
+/// write is retried, with backoff, for [`RECORD_RETRY_FOR`]. Past that the run stays open
+/// in the store and restart recovery closes it as failed; the caller gets 503.
+async fn record_outcome(
+    store: &dyn StateStore,
+    run_id: &str,
+    outcome: &RunOutcome,
+) -> Result<(), RunError> {
+    let deadline = tokio::time::Instant::now() + RECORD_RETRY_FOR;
+    let mut pause = Duration::from_millis(50);
+    let mut retried = false;
+    loop {
+        match store.finish_run(run_id, outcome).await {
+            Ok(_) => return Ok(()),
+            // The connection broke after an earlier attempt committed: recorded already.
+            Err(warren_store::StoreError::RunAlreadyFinished { .. }) if retried => return Ok(()),
+            Err(error) if error.is_unavailable() && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(run = run_id, %error, "the state store is out of reach; retrying the run's outcome");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+                retried = true;
+            }
+            Err(error) => return Err(RunError::Store(error)),
+        }
     }
 }
 

@@ -39,6 +39,8 @@ pub struct ConfigFile {
     pub docker: DockerSection,
     #[serde(default)]
     pub quotas: QuotasSection,
+    #[serde(default)]
+    pub state: StateSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -200,6 +202,72 @@ impl SnapshotsSection {
                 bail!("snapshots.store = {other:?}: use \"local\", \"s3\", \"sql\" or \"redis\"")
             }
         }
+    }
+}
+
+/// Where the state store lives: SQLite in the data directory unless a URL says otherwise.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateSection {
+    /// `postgres://user:password@host:port/database`, or `sqlite:<path>`.
+    pub url: Option<String>,
+    /// PostgreSQL: connections warren's pool may hold [default: 16].
+    pub max_connections: Option<u32>,
+}
+
+/// Which state store `warren serve` opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateChoice {
+    /// A SQLite file (default: `<data-dir>/state.db`).
+    Sqlite(Option<PathBuf>),
+    /// A PostgreSQL database, by URL.
+    Postgres(String),
+}
+
+impl StateChoice {
+    /// Parses `--state`/`WARREN_STATE`/`[state] url`.
+    pub fn parse(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres(url.to_owned()))
+        } else if let Some(path) = url.strip_prefix("sqlite:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            if path.is_empty() {
+                bail!(
+                    "state url {url:?}: name the SQLite file, e.g. sqlite:/var/lib/warren/state.db"
+                );
+            }
+            Ok(Self::Sqlite(Some(PathBuf::from(path))))
+        } else {
+            bail!(
+                "state url {:?}: use postgres://user:password@host:port/database or \
+                 sqlite:<path> (or leave it out for <data-dir>/state.db)",
+                redact_password(url)
+            )
+        }
+    }
+
+    /// What to log: the URL with any password replaced.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Sqlite(None) => "sqlite (data directory)".to_owned(),
+            Self::Sqlite(Some(path)) => format!("sqlite:{}", path.display()),
+            Self::Postgres(url) => redact_password(url),
+        }
+    }
+}
+
+/// `scheme://user:password@host/...` with the password replaced by `***`.
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
     }
 }
 
@@ -369,6 +437,45 @@ pub fn seconds(name: &str, value: u64) -> anyhow::Result<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_url_names_postgres_or_a_sqlite_file() {
+        assert_eq!(
+            StateChoice::parse("postgres://warren:pw@db:5432/warren").unwrap(),
+            StateChoice::Postgres("postgres://warren:pw@db:5432/warren".to_owned())
+        );
+        assert!(matches!(
+            StateChoice::parse("postgresql://db/warren").unwrap(),
+            StateChoice::Postgres(_)
+        ));
+        assert_eq!(
+            StateChoice::parse("sqlite:/srv/state.db").unwrap(),
+            StateChoice::Sqlite(Some(PathBuf::from("/srv/state.db")))
+        );
+        assert_eq!(
+            StateChoice::parse("sqlite:///srv/state.db").unwrap(),
+            StateChoice::Sqlite(Some(PathBuf::from("/srv/state.db")))
+        );
+    }
+
+    #[test]
+    fn an_unknown_state_url_is_refused_without_echoing_its_password() {
+        let err = StateChoice::parse("mysql://root:hunter2@db/warren")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("postgres://"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(err.contains("root:***@db"), "{err}");
+        assert!(StateChoice::parse("sqlite:").is_err());
+    }
+
+    #[test]
+    fn a_logged_postgres_url_hides_its_password() {
+        let choice = StateChoice::Postgres("postgres://warren:s3cret@db:5432/w".to_owned());
+        assert_eq!(choice.describe(), "postgres://warren:***@db:5432/w");
+        let choice = StateChoice::Postgres("postgres://db/w".to_owned());
+        assert_eq!(choice.describe(), "postgres://db/w");
+    }
 
     #[test]
     fn a_documented_file_parses() {

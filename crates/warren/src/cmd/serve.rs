@@ -14,9 +14,9 @@ use warren_backend::{Backend, BackendSet, MemoryBackend};
 use warren_docker::{DockerBackend, DockerBackendConfig};
 use warren_isolation::{LocalBackend, LocalBackendConfig};
 use warren_provisioner::{Provisioner, ProvisionerConfig};
-use warren_store::SqliteStore;
+use warren_store::{PostgresOptions, PostgresStore, SqliteStore, StateStore};
 
-use super::config::{seconds, ConfigFile};
+use super::config::{seconds, ConfigFile, StateChoice};
 use super::data_dir_lock::DataDirLock;
 
 /// Every flag also reads a `WARREN_*` variable and a key of `warren.toml` (`--config`); the
@@ -71,6 +71,10 @@ pub struct ServeArgs {
     /// Seconds between two passes of the reaper [default: 10].
     #[arg(long, env = "WARREN_REAP_INTERVAL")]
     reap_interval: Option<u64>,
+    /// The state store: `postgres://user:password@host:port/database` to keep it in a
+    /// PostgreSQL database, or `sqlite:<path>` [default: <data-dir>/state.db].
+    #[arg(long, env = "WARREN_STATE")]
+    state: Option<String>,
     /// Log lines as `text` [default] or `json` (one object per line, with the request id and
     /// sandbox id of the request each line belongs to).
     #[arg(long, value_enum, env = "WARREN_LOG_FORMAT")]
@@ -256,9 +260,41 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::warn!(backend = backend.kind().as_str(), "{warning}");
     }
     let layout = warren_core::DataLayout::new(&data_dir);
-    let store = SqliteStore::open(&layout.state_db())
-        .await
-        .context("cannot open the state store")?;
+    let state = match args.state.as_deref().or(file.state.url.as_deref()) {
+        Some(url) => StateChoice::parse(url)?,
+        None => StateChoice::Sqlite(None),
+    };
+    let store: Arc<dyn StateStore> = match &state {
+        StateChoice::Sqlite(path) => {
+            let path = path.clone().unwrap_or_else(|| layout.state_db());
+            Arc::new(
+                SqliteStore::open(&path)
+                    .await
+                    .with_context(|| format!("cannot open the state store {}", path.display()))?,
+            )
+        }
+        StateChoice::Postgres(url) => {
+            let mut options = PostgresOptions::default();
+            if let Some(max) = file.state.max_connections {
+                if max == 0 {
+                    bail!("state.max_connections must be at least 1");
+                }
+                options.max_connections = max;
+            }
+            Arc::new(
+                PostgresStore::connect(url, &options)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "cannot open the state store {} (is the PostgreSQL server \
+                             running and the database created?)",
+                            state.describe()
+                        )
+                    })?,
+            )
+        }
+    };
+    tracing::info!(state = %state.describe(), "state store opened");
     let mut config = ProvisionerConfig::new(&data_dir);
     config.token_finder = Some(token.finder());
     config.idle_timeout = idle_timeout;
@@ -354,7 +390,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .quotas
         .settings(warren_provisioner::volumes_unsupported_reason)?;
     let quota_enforcement = config.quotas.enforcement;
-    let provisioner = Arc::new(Provisioner::new(config, Arc::new(store), backend));
+    let provisioner = Arc::new(Provisioner::new(config, store, backend));
     // Before reconciling: a runtime adopted below must find its uid's volume mounted.
     let volumes = provisioner
         .prepare_volumes()
