@@ -228,11 +228,6 @@ fn snapshot_error(error: &warren_snapshot::SnapshotError, message: &str) -> ApiE
             "checkpoint_unusable",
             message.to_owned(),
         ),
-        S::NonUtf8Name(_) => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "non_utf8_name",
-            message.to_owned(),
-        ),
         // The data limit is the operator's ([snapshots] max_bytes): the tree must shrink.
         S::TooLarge { .. } => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -933,32 +933,25 @@ fn seed_home(seed: &Path, agent: i32) -> std::io::Result<()> {
     let target = WorkspaceRoot::open(&home).map_err(io)?;
     let top = source.list("", 1, 100_000).map_err(io)?;
     for entry in top.entries {
-        if matches!(entry.path.as_str(), "user-data" | "skills") {
+        // By the exact bytes: a snapshot keeps names that are not UTF-8, so a resume must.
+        let name = entry.os_path.as_os_str();
+        if name == "user-data" || name == "skills" {
             continue;
         }
         match entry.kind {
             Kind::Dir => {
-                target
-                    .copy_tree_from(&source, &entry.path, &entry.path)
-                    .map_err(io)?;
+                target.copy_tree_from(&source, name, name).map_err(io)?;
             }
             Kind::File => {
-                let mut input = source.open_file(&entry.path).map_err(io)?;
-                let mut output = target.create_file(&entry.path, 0o600).map_err(io)?;
+                let mut input = source.open_file(name).map_err(io)?;
+                let mut output = target.create_file(name, 0o600).map_err(io)?;
                 std::io::copy(&mut input, &mut output)?;
                 target
-                    .set_attributes(
-                        &entry.path,
-                        Some(entry.mode & 0o777),
-                        entry.modified_unix_ms,
-                    )
+                    .set_attributes(name, Some(entry.mode & 0o777), entry.modified_unix_ms)
                     .map_err(io)?;
             }
             Kind::Symlink => target
-                .create_symlink(
-                    &entry.path,
-                    entry.symlink_target.as_deref().unwrap_or_default(),
-                )
+                .create_symlink(name, entry.os_symlink_target.as_deref().unwrap_or_default())
                 .map_err(io)?,
             Kind::Other => {}
         }

@@ -1,7 +1,10 @@
 //! Trusted host-side access to the bytes of one UserWorkspace.
 //!
 //! A [`WorkspaceRoot`] is opened on a trusted host directory; every operation afterwards takes
-//! a *relative* path string beneath it. Paths are first checked textually (no absolute paths,
+//! a *relative* path beneath it: a `&str`, or for the tree operations that copies and
+//! snapshots use (stat, list, open, create, link, attributes, mkdir, remove, rename,
+//! exchange) any `OsStr`, so names that are not UTF-8 are handled as their exact bytes by the
+//! very same checks. Paths are first checked textually (no absolute paths,
 //! no `..`, no NUL, bounded lengths) and then resolved by the kernel one
 //! file descriptor at a time, root to leaf, so that `..`, symlinks in any component (the last
 //! one included), magic links and mount crossings are refused without a check-then-use race

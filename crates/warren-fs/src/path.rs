@@ -4,6 +4,9 @@
 //! well means a bug or a missing kernel feature in one layer is not enough to escape, and it
 //! gives agents precise messages.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+
 use crate::error::{shorten, FsError, InvalidPathReason};
 
 /// The longest accepted component, in bytes (`NAME_MAX`).
@@ -14,59 +17,94 @@ pub const MAX_PATH_LEN: usize = 4096;
 /// A checked relative path: its components, none of them empty, `.` or `..`.
 ///
 /// No component contains `/` or NUL, so each one names exactly one directory entry.
+/// Components are raw bytes: a name need not be UTF-8 (Linux names are bytes, and a
+/// checkpoint must bring back exactly the names it found). `&str` paths are parsed by the
+/// very same rules, as the bytes they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RelPath<'a> {
-    comps: Vec<&'a str>,
+    comps: Vec<&'a OsStr>,
     display: String,
 }
 
 impl<'a> RelPath<'a> {
     /// Checks `raw` and splits it into components. Empty and `.` components are dropped, so
     /// `a//b/./c` is `a/b/c` and both `""` and `"."` name the root.
-    pub(crate) fn parse(raw: &'a str) -> Result<Self, FsError> {
+    pub(crate) fn parse(raw: &'a (impl AsRef<OsStr> + ?Sized)) -> Result<Self, FsError> {
+        let raw = raw.as_ref();
+        let bytes = raw.as_bytes();
         let refuse = |reason| FsError::InvalidPath {
-            path: shorten(raw),
+            path: shorten(&raw.to_string_lossy()),
             reason,
         };
-        if raw.len() > MAX_PATH_LEN {
+        if bytes.len() > MAX_PATH_LEN {
             return Err(refuse(InvalidPathReason::PathTooLong));
         }
-        if raw.contains('\0') {
+        if bytes.contains(&0) {
             return Err(refuse(InvalidPathReason::NulByte));
         }
-        if raw.starts_with('/') {
+        if bytes.first() == Some(&b'/') {
             return Err(refuse(InvalidPathReason::Absolute));
         }
         let mut comps = Vec::new();
-        for comp in raw.split('/') {
+        for comp in bytes.split(|b| *b == b'/') {
             match comp {
-                "" | "." => {}
-                ".." => return Err(refuse(InvalidPathReason::ParentComponent)),
+                b"" | b"." => {}
+                b".." => return Err(refuse(InvalidPathReason::ParentComponent)),
                 c if c.len() > MAX_COMPONENT_LEN => {
                     return Err(refuse(InvalidPathReason::ComponentTooLong))
                 }
-                c => comps.push(c),
+                c => comps.push(OsStr::from_bytes(c)),
             }
         }
-        let display = comps.join("/");
+        let display = comps
+            .iter()
+            .map(|c| c.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
         Ok(Self { comps, display })
     }
 
     /// The components, root to leaf.
-    pub(crate) fn comps(&self) -> &[&'a str] {
+    pub(crate) fn comps(&self) -> &[&'a OsStr] {
         &self.comps
     }
 
-    /// The normalised form (`a/b/c`, empty for the root), used in results and messages.
+    /// The normalised form (`a/b/c`, empty for the root), used in results and messages;
+    /// names that are not UTF-8 are shown lossily.
     pub(crate) fn as_str(&self) -> &str {
         &self.display
     }
 
+    /// The normalised form as the exact bytes.
+    pub(crate) fn to_os_string(&self) -> OsString {
+        join_all(&self.comps)
+    }
+
     /// The parent components and the last one; `None` for the root.
-    pub(crate) fn split_leaf(&self) -> Option<(&[&'a str], &'a str)> {
+    pub(crate) fn split_leaf(&self) -> Option<(&[&'a OsStr], &'a OsStr)> {
         self.comps
             .split_last()
             .map(|(leaf, parents)| (parents, *leaf))
+    }
+}
+
+fn join_all(comps: &[&OsStr]) -> OsString {
+    let mut out = OsString::new();
+    for (i, comp) in comps.iter().enumerate() {
+        if i > 0 {
+            out.push("/");
+        }
+        out.push(comp);
+    }
+    out
+}
+
+/// Joins a root-relative directory path and an entry name, as exact bytes.
+pub(crate) fn join_os(dir: &OsStr, name: &OsStr) -> OsString {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        join_all(&[dir, name])
     }
 }
 
@@ -88,7 +126,7 @@ mod tests {
             .unwrap()
             .comps()
             .iter()
-            .map(|c| (*c).to_owned())
+            .map(|c| c.to_str().unwrap().to_owned())
             .collect()
     }
 
@@ -161,6 +199,31 @@ mod tests {
     }
 
     #[test]
+    fn names_that_are_not_utf8_keep_their_bytes_under_the_same_rules() {
+        let raw = OsStr::from_bytes(b"caf\xe9//./d\xff");
+        let p = RelPath::parse(raw).unwrap();
+        assert_eq!(
+            p.comps(),
+            [OsStr::from_bytes(b"caf\xe9"), OsStr::from_bytes(b"d\xff")]
+        );
+        assert_eq!(p.as_str(), "caf\u{FFFD}/d\u{FFFD}");
+        assert_eq!(p.to_os_string().as_bytes(), b"caf\xe9/d\xff");
+        let table: &[(&[u8], InvalidPathReason)] = &[
+            (b"\xff/..", InvalidPathReason::ParentComponent),
+            (b"../\xff", InvalidPathReason::ParentComponent),
+            (b"/\xff", InvalidPathReason::Absolute),
+            (b"\xff\0x", InvalidPathReason::NulByte),
+            (&[0xff; 256], InvalidPathReason::ComponentTooLong),
+        ];
+        for (raw, want) in table {
+            match RelPath::parse(OsStr::from_bytes(raw)) {
+                Err(FsError::InvalidPath { reason, .. }) => assert_eq!(reason, *want, "{raw:?}"),
+                other => panic!("{raw:?} should be refused, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn dots_inside_names_are_ordinary_names() {
         assert_eq!(comps("..."), ["..."]);
         assert_eq!(comps("..a/b.."), ["..a", "b.."]);
@@ -172,6 +235,8 @@ mod tests {
         let (parents, leaf) = p.split_leaf().unwrap();
         assert_eq!(parents, ["a", "b"]);
         assert_eq!(leaf, "c");
+        assert_eq!(join_os(OsStr::new(""), OsStr::new("x")), "x");
+        assert_eq!(join_os(OsStr::new("a/b"), OsStr::new("x")), "a/b/x");
         assert_eq!(join("", "x"), "x");
         assert_eq!(join("a/b", "x"), "a/b/x");
     }

@@ -22,7 +22,12 @@ impl WorkspaceRoot {
     /// Renames `from` to `to`; refuses to replace an existing `to` unless `overwrite`
     /// (`RENAME_NOREPLACE`). Both parents are resolved safely; the names themselves are not
     /// followed, so a symlink is moved as a link.
-    pub fn rename(&self, from: &str, to: &str, overwrite: bool) -> Result<(), FsError> {
+    pub fn rename(
+        &self,
+        from: &(impl AsRef<OsStr> + ?Sized),
+        to: &(impl AsRef<OsStr> + ?Sized),
+        overwrite: bool,
+    ) -> Result<(), FsError> {
         self.ensure_writable(from)?;
         let from_path = RelPath::parse(from)?;
         let to_path = RelPath::parse(to)?;
@@ -63,7 +68,11 @@ impl WorkspaceRoot {
 
     /// Removes the file, symlink (the link itself) or directory at `rel`. A non-empty
     /// directory needs `recursive`; the root itself is never removed.
-    pub fn remove(&self, rel: &str, recursive: bool) -> Result<(), FsError> {
+    pub fn remove(
+        &self,
+        rel: &(impl AsRef<OsStr> + ?Sized),
+        recursive: bool,
+    ) -> Result<(), FsError> {
         self.ensure_writable(rel)?;
         let path = RelPath::parse(rel)?;
         let p = path.as_str();
@@ -79,7 +88,7 @@ impl WorkspaceRoot {
                     .anchor
                     .open_beneath(
                         dir.as_fd(),
-                        &[OsStr::new(leaf)],
+                        &[leaf],
                         OFlags::RDONLY | OFlags::DIRECTORY,
                         Mode::empty(),
                     )

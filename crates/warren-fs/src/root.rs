@@ -3,7 +3,7 @@
 //! Every method resolves its relative path beneath the root descriptor with the chosen
 //! [`Resolver`] (I2); nothing here ever opens a host path other than the root itself.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
@@ -111,12 +111,20 @@ impl WorkspaceRoot {
 
     /// Metadata of the object at `rel`; a symlink anywhere in the path (the last component
     /// included) is refused. Does not hash: see [`WorkspaceRoot::etag`].
-    pub fn stat(&self, rel: &str) -> Result<Entry, FsError> {
+    ///
+    /// `rel` is a `&str` or, for names that are not UTF-8, any `OsStr` (its exact bytes);
+    /// both are checked and resolved the same way. So are the other tree operations'.
+    pub fn stat(&self, rel: &(impl AsRef<OsStr> + ?Sized)) -> Result<Entry, FsError> {
         let path = RelPath::parse(rel)?;
         let fd = self.resolve(&path, OFlags::PATH)?;
         let meta =
             Meta::of(fd.as_fd()).map_err(|e| FsError::from_errno(e, path.as_str(), Op::Stat))?;
-        Ok(entry_from_meta(path.as_str().to_owned(), &meta, None))
+        Ok(entry_from_meta(
+            path.as_str().to_owned(),
+            path.to_os_string(),
+            &meta,
+            None,
+        ))
     }
 
     /// The ETag of the regular file at `rel`, hashed while streaming it.
@@ -206,10 +214,13 @@ impl WorkspaceRoot {
         self.fd.as_fd()
     }
 
-    pub(crate) fn ensure_writable(&self, rel: &str) -> Result<(), FsError> {
+    pub(crate) fn ensure_writable(
+        &self,
+        rel: &(impl AsRef<OsStr> + ?Sized),
+    ) -> Result<(), FsError> {
         if self.read_only {
             return Err(FsError::ReadOnly {
-                path: crate::error::shorten(rel),
+                path: crate::error::shorten(&rel.as_ref().to_string_lossy()),
             });
         }
         Ok(())
@@ -220,7 +231,7 @@ impl WorkspaceRoot {
     /// crossing), and every later operation stays beneath the descriptor it got: renaming
     /// or swapping `rel`'s components for links afterwards cannot widen it. This is how a
     /// view narrowed to one workdir (the Viewer) is made.
-    pub fn subroot(&self, rel: &str) -> Result<Self, FsError> {
+    pub fn subroot(&self, rel: &(impl AsRef<OsStr> + ?Sized)) -> Result<Self, FsError> {
         let path = RelPath::parse(rel)?;
         let fd = self.resolve_dir(path.comps(), path.as_str())?;
         Ok(Self {
@@ -238,14 +249,18 @@ impl WorkspaceRoot {
 
     /// Opens the directory made of `comps` (the parents of some path) for `*at` calls and
     /// `flock`. Not `O_PATH`: `flock` and `getdents` need a real open file description.
-    pub(crate) fn resolve_dir(&self, comps: &[&str], path: &str) -> Result<OwnedFd, FsError> {
+    pub(crate) fn resolve_dir(&self, comps: &[&OsStr], path: &str) -> Result<OwnedFd, FsError> {
         self.resolve_comps(comps, path, OFlags::RDONLY | OFlags::DIRECTORY)
     }
 
-    fn resolve_comps(&self, comps: &[&str], path: &str, flags: OFlags) -> Result<OwnedFd, FsError> {
-        let comps: Vec<&OsStr> = comps.iter().map(OsStr::new).collect();
+    fn resolve_comps(
+        &self,
+        comps: &[&OsStr],
+        path: &str,
+        flags: OFlags,
+    ) -> Result<OwnedFd, FsError> {
         self.anchor
-            .open_beneath(self.root_fd(), &comps, flags, Mode::empty())
+            .open_beneath(self.root_fd(), comps, flags, Mode::empty())
             .map_err(|e| FsError::from_errno(e, path, Op::Open))
     }
 
@@ -389,16 +404,25 @@ pub(crate) fn kind_of(meta: &Meta) -> Kind {
     }
 }
 
-pub(crate) fn entry_from_meta(path: String, meta: &Meta, symlink_target: Option<String>) -> Entry {
+pub(crate) fn entry_from_meta(
+    path: String,
+    os_path: OsString,
+    meta: &Meta,
+    os_symlink_target: Option<OsString>,
+) -> Entry {
     Entry {
         path,
+        os_path,
         kind: kind_of(meta),
         size: meta.size,
         mode: meta.mode,
         modified_unix_ms: meta.modified_unix_ms,
         uid: meta.uid,
         gid: meta.gid,
-        symlink_target,
+        symlink_target: os_symlink_target
+            .as_ref()
+            .map(|target| target.to_string_lossy().into_owned()),
+        os_symlink_target,
         inode: meta.inode,
         links: meta.links,
         changed_unix_ns: meta.changed_unix_ns,

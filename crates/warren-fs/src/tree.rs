@@ -6,9 +6,10 @@
 //! the last component only through `*at` calls, so a link planted anywhere is refused or
 //! acted on as a link, never followed.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{
     fchmod, linkat, renameat_with, symlinkat, utimensat, AtFlags, Mode, OFlags, RenameFlags,
@@ -16,20 +17,20 @@ use rustix::fs::{
 };
 
 use crate::error::{FsError, Op};
-use crate::path::RelPath;
+use crate::path::{join_os, RelPath};
 use crate::resolve::Meta;
 use crate::root::WorkspaceRoot;
 
 impl WorkspaceRoot {
     /// Opens the regular file at `rel` for reading as a stream (for files too large to read
     /// whole). A link, a directory or a device is refused.
-    pub fn open_file(&self, rel: &str) -> Result<File, FsError> {
+    pub fn open_file(&self, rel: &(impl AsRef<OsStr> + ?Sized)) -> Result<File, FsError> {
         let path = RelPath::parse(rel)?;
         Ok(self.open_regular(&path)?.0)
     }
 
     /// The parent of `path` as a descriptor, and its last component.
-    fn parent_of<'p>(&self, path: &'p RelPath<'p>) -> Result<(OwnedFd, &'p str), FsError> {
+    fn parent_of<'p>(&self, path: &'p RelPath<'p>) -> Result<(OwnedFd, &'p OsStr), FsError> {
         let (parents, leaf) = path
             .split_leaf()
             .ok_or(FsError::RootRefused { action: "replace" })?;
@@ -38,7 +39,11 @@ impl WorkspaceRoot {
 
     /// Creates the regular file `rel`, which must not exist (`O_EXCL`), in an existing
     /// parent, and returns it open for writing. Owned by the workspace owner (I11).
-    pub fn create_file(&self, rel: &str, mode: u32) -> Result<File, FsError> {
+    pub fn create_file(
+        &self,
+        rel: &(impl AsRef<OsStr> + ?Sized),
+        mode: u32,
+    ) -> Result<File, FsError> {
         self.ensure_writable(rel)?;
         let path = RelPath::parse(rel)?;
         let (parent, leaf) = self.parent_of(&path)?;
@@ -46,7 +51,7 @@ impl WorkspaceRoot {
             .anchor
             .open_beneath(
                 parent.as_fd(),
-                &[OsStr::new(leaf)],
+                &[leaf],
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
                 Mode::from_raw_mode(mode & 0o777),
             )
@@ -57,12 +62,17 @@ impl WorkspaceRoot {
         Ok(File::from(fd))
     }
 
-    /// Creates the symbolic link `rel` with `target` stored as is (never resolved).
-    pub fn create_symlink(&self, rel: &str, target: &str) -> Result<(), FsError> {
+    /// Creates the symbolic link `rel` with `target` stored as is, byte for byte (never
+    /// resolved; only a NUL, which no target can hold, is refused).
+    pub fn create_symlink(
+        &self,
+        rel: &(impl AsRef<OsStr> + ?Sized),
+        target: &(impl AsRef<OsStr> + ?Sized),
+    ) -> Result<(), FsError> {
         self.ensure_writable(rel)?;
         let path = RelPath::parse(rel)?;
         let (parent, leaf) = self.parent_of(&path)?;
-        symlinkat(target, parent.as_fd(), leaf)
+        symlinkat(target.as_ref(), parent.as_fd(), leaf)
             .map_err(|e| FsError::from_errno(e, path.as_str(), Op::Create))?;
         if let Some(owner) = self.owner() {
             rustix::fs::chownat(
@@ -79,7 +89,11 @@ impl WorkspaceRoot {
 
     /// Makes `new` a hard link to the existing regular file `existing` (both beneath the
     /// root; a link is never followed, so only a file the root holds can be linked).
-    pub fn create_hardlink(&self, existing: &str, new: &str) -> Result<(), FsError> {
+    pub fn create_hardlink(
+        &self,
+        existing: &(impl AsRef<OsStr> + ?Sized),
+        new: &(impl AsRef<OsStr> + ?Sized),
+    ) -> Result<(), FsError> {
         self.ensure_writable(new)?;
         let from = RelPath::parse(existing)?;
         let to = RelPath::parse(new)?;
@@ -107,7 +121,7 @@ impl WorkspaceRoot {
     /// time (milliseconds since the epoch) of `rel`, without following it.
     pub fn set_attributes(
         &self,
-        rel: &str,
+        rel: &(impl AsRef<OsStr> + ?Sized),
         mode: Option<u32>,
         modified_unix_ms: i64,
     ) -> Result<(), FsError> {
@@ -118,12 +132,7 @@ impl WorkspaceRoot {
             // Through a descriptor of the entry itself: fchmodat cannot refuse links.
             let fd = self
                 .anchor
-                .open_beneath(
-                    parent.as_fd(),
-                    &[OsStr::new(leaf)],
-                    OFlags::PATH,
-                    Mode::empty(),
-                )
+                .open_beneath(parent.as_fd(), &[leaf], OFlags::PATH, Mode::empty())
                 .map_err(|e| FsError::from_errno(e, path.as_str(), Op::Open))?;
             let meta = Meta::of(fd.as_fd())
                 .map_err(|e| FsError::from_errno(e, path.as_str(), Op::Stat))?;
@@ -158,7 +167,11 @@ impl WorkspaceRoot {
 
     /// Swaps the directories (or files) `a` and `b` in one atomic step
     /// (`renameat2(RENAME_EXCHANGE)`): a reader sees one or the other, never a mix.
-    pub fn exchange(&self, a: &str, b: &str) -> Result<(), FsError> {
+    pub fn exchange(
+        &self,
+        a: &(impl AsRef<OsStr> + ?Sized),
+        b: &(impl AsRef<OsStr> + ?Sized),
+    ) -> Result<(), FsError> {
         self.ensure_writable(a)?;
         let first = RelPath::parse(a)?;
         let second = RelPath::parse(b)?;
@@ -199,10 +212,11 @@ impl WorkspaceRoot {
     pub fn copy_tree_from(
         &self,
         source: &WorkspaceRoot,
-        from: &str,
-        to: &str,
+        from: &(impl AsRef<OsStr> + ?Sized),
+        to: &(impl AsRef<OsStr> + ?Sized),
     ) -> Result<CopyStats, FsError> {
         self.ensure_writable(to)?;
+        let (from, to) = (from.as_ref(), to.as_ref());
         let mut stats = CopyStats::default();
         self.mkdir_p(to)?;
         const MAX_COPY_ENTRIES: usize = 5_000_000;
@@ -210,26 +224,25 @@ impl WorkspaceRoot {
         // Copy all or nothing: a cut listing would be a silently partial copy.
         if listing.truncated {
             return Err(FsError::TooManyEntries {
-                path: from.to_owned(),
+                path: from.to_string_lossy().into_owned(),
                 limit: MAX_COPY_ENTRIES,
             });
         }
-        let prefix = if from.is_empty() {
-            String::new()
-        } else {
-            format!("{from}/")
-        };
-        let target = |path: &str| -> String {
-            let relative = path.strip_prefix(&prefix).unwrap_or(path);
-            if to.is_empty() {
-                relative.to_owned()
-            } else {
-                format!("{to}/{relative}")
-            }
+        // Listed paths are the normalised form of `from` and the names beneath it, as
+        // bytes: names that are not UTF-8 are copied as they are.
+        let from = RelPath::parse(from)?.to_os_string();
+        let to = RelPath::parse(to)?.to_os_string();
+        let target = |path: &OsStr| -> OsString {
+            let relative = path
+                .as_bytes()
+                .strip_prefix(from.as_bytes())
+                .map(|rest| rest.strip_prefix(b"/").unwrap_or(rest))
+                .unwrap_or(path.as_bytes());
+            join_os(&to, OsStr::from_bytes(relative))
         };
         let mut attributes = Vec::new();
         for entry in &listing.entries {
-            let dest = target(&entry.path);
+            let dest = target(&entry.os_path);
             match entry.kind {
                 crate::Kind::Dir => {
                     self.mkdir_p(&dest)?;
@@ -239,18 +252,18 @@ impl WorkspaceRoot {
                 crate::Kind::Symlink => {
                     self.create_symlink(
                         &dest,
-                        entry.symlink_target.as_deref().unwrap_or_default(),
+                        entry.os_symlink_target.as_deref().unwrap_or_default(),
                     )?;
                     stats.symlinks += 1;
                     attributes.push((dest, None, entry.modified_unix_ms));
                 }
                 crate::Kind::File => {
-                    let mut input = source.open_file(&entry.path)?;
+                    let mut input = source.open_file(&entry.os_path)?;
                     let mut output = self.create_file(&dest, 0o600)?;
                     let copied = std::io::copy(&mut input, &mut output).map_err(|e| {
                         FsError::from_errno(
                             rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
-                            &dest,
+                            &dest.to_string_lossy(),
                             Op::Write,
                         )
                     })?;

@@ -3,6 +3,8 @@
 //! They carry no serde derives on purpose: the protocol crate owns the wire format and maps
 //! these types to it.
 
+use std::ffi::OsString;
+
 use crate::etag::Etag;
 
 /// Recursive walks (listing, glob, grep, recursive removal) stop descending at this depth;
@@ -30,8 +32,11 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// Path relative to the workspace root, `/`-joined, no leading slash; empty for the root.
-    /// Names that are not UTF-8 are converted lossily.
+    /// Names that are not UTF-8 are converted lossily: this is the form shown to clients.
     pub path: String,
+    /// The same path as the exact bytes of its names: what copies, checkpoints and
+    /// snapshots use, so a name that is not UTF-8 comes back as it was.
+    pub os_path: OsString,
     /// What the object is.
     pub kind: Kind,
     /// Size in bytes (for a symlink: the length of its target).
@@ -44,8 +49,11 @@ pub struct Entry {
     pub uid: u32,
     /// Owning group id.
     pub gid: u32,
-    /// For symlinks, the link's target as stored (never resolved).
+    /// For symlinks, the link's target as stored (never resolved), lossily if it is not
+    /// UTF-8.
     pub symlink_target: Option<String>,
+    /// For symlinks, the link's target as the exact bytes stored.
+    pub os_symlink_target: Option<OsString>,
     /// The inode number: with `links > 1`, entries sharing it are hard links of one file.
     pub inode: u64,
     /// How many hard links the object has.

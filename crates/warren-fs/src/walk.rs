@@ -9,6 +9,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 
 use globset::{GlobBuilder, GlobMatcher};
 use regex::bytes::{Regex, RegexBuilder};
@@ -16,7 +17,7 @@ use rustix::fs::{readlinkat, statat, AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::error::{FsError, Op};
-use crate::path::{join, RelPath};
+use crate::path::{join, join_os, RelPath};
 use crate::remove::read_names;
 use crate::resolve::Meta;
 use crate::root::{check_regular, entry_from_meta, read_all_capped, read_flags, WorkspaceRoot};
@@ -48,23 +49,25 @@ struct Visit<'a> {
 impl WorkspaceRoot {
     /// Lists the directory `rel` down to `depth` levels (1 = direct children; 0 is treated as
     /// 1), at most `limit` entries, sorted by path.
-    pub fn list(&self, rel: &str, depth: u32, limit: usize) -> Result<Listing, FsError> {
+    /// Each entry carries its path both lossily (`path`, what clients see) and as the exact
+    /// bytes of its names (`os_path`).
+    pub fn list(
+        &self,
+        rel: &(impl AsRef<OsStr> + ?Sized),
+        depth: u32,
+        limit: usize,
+    ) -> Result<Listing, FsError> {
         let path = RelPath::parse(rel)?;
         let dir = self.resolve(&path, OFlags::RDONLY | OFlags::DIRECTORY)?;
         let mut listing = Listing::default();
-        self.walk(
-            dir,
-            path.as_str(),
-            depth.clamp(1, MAX_WALK_DEPTH),
-            &mut |visit| {
-                if listing.entries.len() >= limit {
-                    listing.truncated = true;
-                    return Ok(Flow::Stop);
-                }
-                listing.entries.push(visit.entry);
-                Ok(Flow::Continue)
-            },
-        )?;
+        self.walk(dir, &path, depth.clamp(1, MAX_WALK_DEPTH), &mut |visit| {
+            if listing.entries.len() >= limit {
+                listing.truncated = true;
+                return Ok(Flow::Stop);
+            }
+            listing.entries.push(visit.entry);
+            Ok(Flow::Continue)
+        })?;
         Ok(listing)
     }
 
@@ -76,7 +79,7 @@ impl WorkspaceRoot {
         let matcher = compile_glob(pattern)?;
         let dir = self.resolve(&path, OFlags::RDONLY | OFlags::DIRECTORY)?;
         let mut listing = Listing::default();
-        self.walk(dir, path.as_str(), MAX_WALK_DEPTH, &mut |visit| {
+        self.walk(dir, &path, MAX_WALK_DEPTH, &mut |visit| {
             if !matcher.is_match(visit.rel_to_base) {
                 return Ok(Flow::Continue);
             }
@@ -118,15 +121,19 @@ impl WorkspaceRoot {
             Meta::of(fd.as_fd()).map_err(|e| FsError::from_errno(e, path.as_str(), Op::Stat))?;
         if !meta.is_dir() {
             check_regular(&meta, path.as_str())?;
-            let name = path.comps().last().copied().unwrap_or_default();
-            if filter.as_ref().is_none_or(|f| f.matches(name, name))
+            let name = path
+                .comps()
+                .last()
+                .map(|name| name.to_string_lossy())
+                .unwrap_or_default();
+            if filter.as_ref().is_none_or(|f| f.matches(&name, &name))
                 && meta.size <= opts.max_file_size
             {
                 search.file(File::from(fd), path.as_str())?;
             }
             return Ok(search.result);
         }
-        self.walk(fd, path.as_str(), MAX_WALK_DEPTH, &mut |visit| {
+        self.walk(fd, &path, MAX_WALK_DEPTH, &mut |visit| {
             if visit.entry.kind != Kind::File || visit.entry.size > opts.max_file_size {
                 return Ok(Flow::Continue);
             }
@@ -163,36 +170,40 @@ impl WorkspaceRoot {
     fn walk(
         &self,
         dir: OwnedFd,
-        path: &str,
+        path: &RelPath<'_>,
         max_depth: u32,
         visit: &mut dyn FnMut(Visit<'_>) -> Result<Flow, FsError>,
     ) -> Result<(), FsError> {
-        self.walk_dir(dir, path, "", 1, max_depth, visit)
-            .map(|_| ())
+        let at = Place {
+            shown: path.as_str(),
+            exact: &path.to_os_string(),
+        };
+        self.walk_dir(dir, at, "", 1, max_depth, visit).map(|_| ())
     }
 
     fn walk_dir(
         &self,
         dir: OwnedFd,
-        path: &str,
+        at: Place<'_>,
         rel_to_base: &str,
         depth: u32,
         max_depth: u32,
         visit: &mut dyn FnMut(Visit<'_>) -> Result<Flow, FsError>,
     ) -> Result<Flow, FsError> {
-        let (stream, names) = read_names(dir, path)?;
+        let (stream, names) = read_names(dir, at.shown)?;
         let dir_fd = stream
             .fd()
-            .map_err(|e| FsError::from_errno(e, path, Op::List))?;
+            .map_err(|e| FsError::from_errno(e, at.shown, Op::List))?;
         for name in &names {
             let lossy = name.to_string_lossy();
-            let child_path = join(path, &lossy);
+            let child_path = join(at.shown, &lossy);
             let child_rel = join(rel_to_base, &lossy);
-            let Some(entry) = stat_entry(dir_fd, name, child_path)? else {
+            let child_os_path = join_os(at.exact, name);
+            let Some(entry) = stat_entry(dir_fd, name, child_path, child_os_path)? else {
                 continue; // removed since the directory was read
             };
             let is_dir = entry.kind == Kind::Dir;
-            let entry_path = entry.path.clone();
+            let (entry_path, entry_os_path) = (entry.path.clone(), entry.os_path.clone());
             let flow = visit(Visit {
                 dir: dir_fd,
                 name,
@@ -219,7 +230,11 @@ impl WorkspaceRoot {
                 }
                 Err(e) => return Err(FsError::from_errno(e, &entry_path, Op::Open)),
             };
-            if self.walk_dir(child, &entry_path, &child_rel, depth + 1, max_depth, visit)?
+            let child_at = Place {
+                shown: &entry_path,
+                exact: &entry_os_path,
+            };
+            if self.walk_dir(child, child_at, &child_rel, depth + 1, max_depth, visit)?
                 == Flow::Stop
             {
                 return Ok(Flow::Stop);
@@ -229,11 +244,19 @@ impl WorkspaceRoot {
     }
 }
 
+/// Where a walk is: a directory's root-relative path as shown and as exact bytes.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    shown: &'a str,
+    exact: &'a OsStr,
+}
+
 /// `lstat`s one directory entry; `None` if it vanished.
 fn stat_entry(
     dir: BorrowedFd<'_>,
     name: &OsString,
     path: String,
+    os_path: OsString,
 ) -> Result<Option<Entry>, FsError> {
     let st = match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
@@ -243,14 +266,14 @@ fn stat_entry(
     let meta = Meta::from_stat(&st);
     let target = if meta.is_symlink() {
         match readlinkat(dir, name, Vec::new()) {
-            Ok(target) => Some(target.to_string_lossy().into_owned()),
+            Ok(target) => Some(OsString::from_vec(target.into_bytes())),
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(FsError::from_errno(e, &path, Op::Stat)),
         }
     } else {
         None
     };
-    Ok(Some(entry_from_meta(path, &meta, target)))
+    Ok(Some(entry_from_meta(path, os_path, &meta, target)))
 }
 
 fn compile_glob(pattern: &str) -> Result<GlobMatcher, FsError> {

@@ -42,7 +42,7 @@ const DIR_MODE: u32 = 0o755;
 /// The lock is released when `dir` is closed, i.e. when this value is dropped.
 struct LockedParent<'a> {
     dir: OwnedFd,
-    leaf: &'a str,
+    leaf: &'a OsStr,
 }
 
 impl WorkspaceRoot {
@@ -96,7 +96,7 @@ impl WorkspaceRoot {
         check_mode(opts.mode, path.as_str())?;
         let parent = self.lock_parent(&path, opts.create_parents)?;
         let p = path.as_str();
-        let leaf = [OsStr::new(parent.leaf)];
+        let leaf = [parent.leaf];
         let append_flags = OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK | OFlags::NOCTTY;
         let (file, created) =
             match self
@@ -210,7 +210,7 @@ impl WorkspaceRoot {
     /// Creates the directory `rel` and any missing parents (mode `0o755`, owned by the
     /// workspace owner, I11). Returns whether anything was created. An existing component
     /// that is a symlink is refused, one that is a file gives [`FsError::NotADirectory`].
-    pub fn mkdir_p(&self, rel: &str) -> Result<bool, FsError> {
+    pub fn mkdir_p(&self, rel: &(impl AsRef<OsStr> + ?Sized)) -> Result<bool, FsError> {
         self.ensure_writable(rel)?;
         let path = RelPath::parse(rel)?;
         let (_, created) = self.mkdir_all(path.comps(), path.as_str())?;
@@ -221,7 +221,11 @@ impl WorkspaceRoot {
 
     /// Creates (if needed) and opens each of `comps` in turn, one component at a time relative
     /// to the previous one, so a link planted anywhere is refused by the resolver (I2).
-    pub(crate) fn mkdir_all(&self, comps: &[&str], path: &str) -> Result<(OwnedFd, bool), FsError> {
+    pub(crate) fn mkdir_all(
+        &self,
+        comps: &[&OsStr],
+        path: &str,
+    ) -> Result<(OwnedFd, bool), FsError> {
         let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY;
         let mut current = self
             .anchor
@@ -230,8 +234,8 @@ impl WorkspaceRoot {
         let mut created_any = false;
         let mut done = String::new();
         for comp in comps {
-            done = join(&done, comp);
-            let name = [OsStr::new(comp)];
+            done = join(&done, &comp.to_string_lossy());
+            let name = [*comp];
             let open = |dir: BorrowedFd<'_>| {
                 self.anchor
                     .open_beneath(dir, &name, dir_flags, Mode::empty())
@@ -292,7 +296,7 @@ impl WorkspaceRoot {
         parent: &LockedParent<'_>,
         path: &str,
     ) -> Result<Option<(File, Meta)>, FsError> {
-        let leaf = [OsStr::new(parent.leaf)];
+        let leaf = [parent.leaf];
         match self
             .anchor
             .open_beneath(parent.dir.as_fd(), &leaf, read_flags(), Mode::empty())

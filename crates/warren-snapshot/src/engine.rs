@@ -1,8 +1,10 @@
 //! Taking, comparing and restoring snapshots of a tree beneath a [`WorkspaceRoot`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -131,9 +133,9 @@ fn chunk_key(hash: &str) -> String {
     format!("chunks/{hash}")
 }
 
-/// The entries under `base` with paths relative to it, parents first; the base itself
-/// comes first with the empty path.
-fn walk(root: &WorkspaceRoot, base: &str) -> Result<Vec<(String, Entry)>, SnapshotError> {
+/// The entries under `base` with paths relative to it (the exact bytes of their names),
+/// parents first; the base itself comes first with the empty path.
+fn walk(root: &WorkspaceRoot, base: &str) -> Result<Vec<(OsString, Entry)>, SnapshotError> {
     let top = root.stat(base)?;
     let listing = root.list(base, MAX_WALK_DEPTH, MAX_ENTRIES)?;
     if listing.truncated {
@@ -142,22 +144,16 @@ fn walk(root: &WorkspaceRoot, base: &str) -> Result<Vec<(String, Entry)>, Snapsh
             limit: MAX_ENTRIES,
         }));
     }
-    let prefix = if base.is_empty() {
-        String::new()
-    } else {
-        format!("{base}/")
-    };
-    let mut entries = vec![(String::new(), top)];
+    // Listed paths start with the base as the file layer normalises it (`top.os_path`).
+    let mut prefix = top.os_path.as_bytes().to_vec();
+    if !prefix.is_empty() {
+        prefix.push(b'/');
+    }
+    let mut entries = vec![(OsString::new(), top)];
     for entry in listing.entries {
-        if entry.path.contains('\u{FFFD}') {
-            return Err(SnapshotError::NonUtf8Name(entry.path));
-        }
-        let relative = entry
-            .path
-            .strip_prefix(&prefix)
-            .unwrap_or(&entry.path)
-            .to_owned();
-        entries.push((relative, entry));
+        let bytes = entry.os_path.as_bytes();
+        let relative = OsStr::from_bytes(bytes.strip_prefix(prefix.as_slice()).unwrap_or(bytes));
+        entries.push((relative.to_owned(), entry));
     }
     Ok(entries)
 }
@@ -168,6 +164,21 @@ fn join(base: &str, relative: &str) -> String {
         (false, true) => base.to_owned(),
         (false, false) => format!("{base}/{relative}"),
     }
+}
+
+/// [`join`] for a relative path that need not be UTF-8.
+fn join_os(base: &str, relative: &OsStr) -> OsString {
+    let mut out = OsString::from(base);
+    if !base.is_empty() && !relative.is_empty() {
+        out.push("/");
+    }
+    out.push(relative);
+    out
+}
+
+/// A relative path as messages and diffs show it.
+fn shown(relative: &OsStr) -> String {
+    relative.to_string_lossy().into_owned()
 }
 
 /// A chunk on its way to the store: compressed and written by the uploader thread while
@@ -348,7 +359,7 @@ impl Budget<'_> {
 /// `upload`, chunks the store lacks are sent to the uploader.
 fn chunk_file(
     root: &WorkspaceRoot,
-    path: &str,
+    path: &OsStr,
     shown: &str,
     size: u64,
     budget: &mut Budget<'_>,
@@ -426,7 +437,10 @@ fn uploader(
 }
 
 /// The parent snapshot's entries by path, for reusing unchanged files' chunk lists.
-fn parent_entries(store: &dyn ObjectStore, parent: Option<&str>) -> HashMap<String, ManifestEntry> {
+fn parent_entries(
+    store: &dyn ObjectStore,
+    parent: Option<&str>,
+) -> HashMap<OsString, ManifestEntry> {
     let Some(id) = parent else {
         return HashMap::new();
     };
@@ -448,8 +462,8 @@ fn parent_entries(store: &dyn ObjectStore, parent: Option<&str>) -> HashMap<Stri
 /// still in the store.
 fn unchanged_chunks(
     store: &dyn ObjectStore,
-    parent: &HashMap<String, ManifestEntry>,
-    relative: &str,
+    parent: &HashMap<OsString, ManifestEntry>,
+    relative: &OsStr,
     entry: &Entry,
 ) -> Result<Option<ManifestEntry>, SnapshotError> {
     let Some(old) = parent.get(relative) else {
@@ -533,8 +547,8 @@ fn record_entries(
     root: &WorkspaceRoot,
     base: &str,
     store: &dyn ObjectStore,
-    parent: &HashMap<String, ManifestEntry>,
-    entries: Vec<(String, Entry)>,
+    parent: &HashMap<OsString, ManifestEntry>,
+    entries: Vec<(OsString, Entry)>,
     sender: std::sync::mpsc::SyncSender<Upload>,
     limits: &SnapshotLimits,
 ) -> Result<(Vec<ManifestEntry>, SnapshotStats), SnapshotError> {
@@ -542,7 +556,7 @@ fn record_entries(
     let mut budget = Budget { limits, used: 0 };
     let mut manifest_entries = Vec::with_capacity(entries.len());
     // inode → the first path of a file with several links (one device per root).
-    let mut first_link: HashMap<u64, String> = HashMap::new();
+    let mut first_link: HashMap<u64, OsString> = HashMap::new();
     for (relative, entry) in entries {
         limits.check()?;
         let kind = match entry.kind {
@@ -573,7 +587,7 @@ fn record_entries(
             EntryKind::Dir => stats.dirs += 1,
             EntryKind::Symlink => {
                 stats.symlinks += 1;
-                record.target = entry.symlink_target.clone();
+                record.target = entry.os_symlink_target.clone();
             }
             EntryKind::File => {
                 if entry.links > 1 {
@@ -590,15 +604,15 @@ fn record_entries(
                         Some(old) => {
                             // Not read again, but still this tree's data: the limit is
                             // the same whatever the parent.
-                            budget.spend(recorded_data_bytes(&old), &relative)?;
+                            budget.spend(recorded_data_bytes(&old), &shown(&relative))?;
                             stats.files_unchanged += 1;
                             stats.chunks += old.chunks.len() as u64;
                             (old.chunks, old.holes)
                         }
                         None => chunk_file(
                             root,
-                            &join(base, &relative),
-                            &relative,
+                            &join_os(base, &relative),
+                            &shown(&relative),
                             entry.size,
                             &mut budget,
                             Some((store, &sender, &mut stats)),
@@ -653,10 +667,10 @@ pub fn diff_with(
     limits.check()?;
     let mut budget = Budget { limits, used: 0 };
     let manifest = Manifest::load(store, id)?;
-    let before: BTreeMap<&str, &ManifestEntry> = manifest
+    let before: BTreeMap<&OsStr, &ManifestEntry> = manifest
         .entries
         .iter()
-        .map(|entry| (entry.path.as_str(), entry))
+        .map(|entry| (entry.path.as_os_str(), entry))
         .collect();
     let now = walk(root, base)?;
     let mut result = Diff::default();
@@ -665,9 +679,9 @@ pub fn diff_with(
         if relative.is_empty() || entry.kind == Kind::Other {
             continue;
         }
-        seen.insert(relative.as_str());
-        let Some(old) = before.get(relative.as_str()) else {
-            result.added.push(relative.clone());
+        seen.insert(relative.as_os_str());
+        let Some(old) = before.get(relative.as_os_str()) else {
+            result.added.push(shown(relative));
             continue;
         };
         let same_kind = matches!(
@@ -681,10 +695,10 @@ pub fn diff_with(
         } else {
             match old.kind {
                 EntryKind::Dir => old.mode != entry.mode,
-                EntryKind::Symlink => old.target != entry.symlink_target,
+                EntryKind::Symlink => old.target != entry.os_symlink_target,
                 EntryKind::File => {
                     let recorded = match &old.link_to {
-                        Some(first) => before.get(first.as_str()).copied(),
+                        Some(first) => before.get(first.as_os_str()).copied(),
                         None => Some(*old),
                     };
                     if old.mode != entry.mode || old.size != entry.size {
@@ -696,8 +710,8 @@ pub fn diff_with(
                             None => true,
                             Some(recorded) => match chunk_file(
                                 root,
-                                &join(base, relative),
-                                relative,
+                                &join_os(base, relative),
+                                &shown(relative),
                                 entry.size,
                                 &mut budget,
                                 None,
@@ -718,12 +732,12 @@ pub fn diff_with(
             }
         };
         if changed {
-            result.changed.push(relative.clone());
+            result.changed.push(shown(relative));
         }
     }
     for entry in &manifest.entries {
-        if !entry.path.is_empty() && !seen.contains(entry.path.as_str()) {
-            result.removed.push(entry.path.clone());
+        if !entry.path.is_empty() && !seen.contains(entry.path.as_os_str()) {
+            result.removed.push(shown(&entry.path));
         }
     }
     Ok(result)
@@ -795,10 +809,10 @@ fn build(
     manifest: &Manifest,
     limits: &SnapshotLimits,
 ) -> Result<(), SnapshotError> {
-    let by_path: HashMap<&str, &ManifestEntry> = manifest
+    let by_path: HashMap<&OsStr, &ManifestEntry> = manifest
         .entries
         .iter()
-        .map(|entry| (entry.path.as_str(), entry))
+        .map(|entry| (entry.path.as_os_str(), entry))
         .collect();
     let mut restorer = Restorer::new()?;
     // Parents come before children in a manifest, so one pass creates everything.
@@ -807,7 +821,7 @@ fn build(
             continue;
         }
         limits.check()?;
-        let path = join(staging, &entry.path);
+        let path = join_os(staging, &entry.path);
         match entry.kind {
             EntryKind::Dir => {
                 root.mkdir_p(&path)?;
@@ -816,13 +830,13 @@ fn build(
                 root.create_symlink(&path, entry.target.as_deref().unwrap_or_default())?;
             }
             EntryKind::File => match &entry.link_to {
-                Some(first) if by_path.contains_key(first.as_str()) => {
-                    root.create_hardlink(&join(staging, first), &path)?;
+                Some(first) if by_path.contains_key(first.as_os_str()) => {
+                    root.create_hardlink(&join_os(staging, first), &path)?;
                 }
                 _ => write_file(
                     root,
                     &path,
-                    &entry.path,
+                    &shown(&entry.path),
                     entry,
                     store,
                     &mut restorer,
@@ -834,7 +848,7 @@ fn build(
     // Attributes last, children before parents: a read-only directory is made read-only
     // only once nothing more is written into it, and no write disturbs a parent's time.
     for entry in manifest.entries.iter().rev() {
-        let path = join(staging, &entry.path);
+        let path = join_os(staging, &entry.path);
         let mode = (entry.kind != EntryKind::Symlink).then_some(entry.mode);
         if entry.link_to.is_some() {
             continue;
@@ -846,7 +860,7 @@ fn build(
 
 fn write_file(
     root: &WorkspaceRoot,
-    path: &str,
+    path: &OsStr,
     shown: &str,
     entry: &ManifestEntry,
     store: &dyn ObjectStore,

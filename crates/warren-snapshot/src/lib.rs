@@ -94,9 +94,6 @@ pub enum SnapshotError {
         /// Why (the server is shutting down, the deadline passed).
         reason: &'static str,
     },
-    /// A name that is not UTF-8 (shown lossily), which manifests cannot hold.
-    #[error("{0}: file names that are not UTF-8 cannot be snapshotted; rename the file")]
-    NonUtf8Name(String),
 }
 
 impl SnapshotError {

@@ -23,6 +23,7 @@ macro_rules! for_both_resolvers {
 }
 
 mod attacks;
+mod bytes;
 mod concurrency;
 mod edit;
 mod listing;

@@ -1,4 +1,5 @@
 mod engine;
+mod names;
 mod sparse;
 mod stores;
 

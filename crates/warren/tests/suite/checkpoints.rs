@@ -318,3 +318,71 @@ async fn checkpoints_can_live_in_redis() {
     let server = checkpoint_round_trip(&config, "kept in Redis\n").await;
     assert!(!server.data_dir().join("snapshots").exists());
 }
+
+/// Makes, in the current directory: `caf\xe9` (a file), `d\xff\xfe/` holding `in\xe9` and
+/// `h\xe9` (a hard link of `caf\xe9`), and `l\xe9`, a symlink to `/nowhere/\xff`. None of
+/// these names or the target is UTF-8.
+pub(crate) const PLANT_NON_UTF8: &str = r#"c=$(printf 'caf\351'); d=$(printf 'd\377\376'); \
+    echo latin > "$c" && mkdir "$d" && echo inside > "$d/$(printf 'in\351')" \
+    && ln "$c" "$d/$(printf 'h\351')" && ln -s "$(printf '/nowhere/\377')" "$(printf 'l\351')" \
+    && echo planted"#;
+
+/// Prints what [`PLANT_NON_UTF8`] made, read back by the exact names: the three contents,
+/// the link's target in hex, and how many names the directory holds.
+pub(crate) const CHECK_NON_UTF8: &str = r#"c=$(printf 'caf\351'); d=$(printf 'd\377\376'); \
+    cat "$c" "$d/$(printf 'in\351')" "$d/$(printf 'h\351')"; \
+    readlink "$(printf 'l\351')" | od -An -tx1; ls -A | wc -l"#;
+
+/// What [`CHECK_NON_UTF8`] prints when every name came back.
+pub(crate) const NON_UTF8_PLANTED: &str =
+    "latin\ninside\nlatin\n 2f 6e 6f 77 68 65 72 65 2f ff 0a\n3\n";
+
+#[tokio::test]
+async fn names_that_are_not_utf8_come_back_byte_for_byte_after_a_restore() {
+    let server = local();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let setup = server.exec(&id, PLANT_NON_UTF8).await;
+    assert_eq!(setup["stdout"], "planted\n", "{setup}");
+    let first = checkpoint(&server, &id).await;
+    let cid = first["checkpoint"]["checkpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(first["summary"]["files"], 2, "{first}");
+    assert_eq!(first["summary"]["symlinks"], 1, "{first}");
+
+    let wiped = server.exec(&id, "rm -rf ./* && ls -A | wc -l").await;
+    assert_eq!(wiped["stdout"], "0\n", "{wiped}");
+    // The API shows such names lossily, as it always did.
+    let (status, diff) = server
+        .send_json(server.request(
+            Method::GET,
+            &format!("/v1/sandboxes/{id}/checkpoints/{cid}/diff"),
+        ))
+        .await;
+    assert_eq!(status, 200, "{diff}");
+    let mut removed: Vec<String> = serde_json::from_value(diff["removed"].clone()).unwrap();
+    removed.sort();
+    assert_eq!(
+        removed,
+        [
+            "caf\u{FFFD}",
+            "d\u{FFFD}\u{FFFD}",
+            "d\u{FFFD}\u{FFFD}/h\u{FFFD}",
+            "d\u{FFFD}\u{FFFD}/in\u{FFFD}",
+            "l\u{FFFD}"
+        ]
+    );
+
+    let (status, body) = restore(&server, &id, &cid).await;
+    assert_eq!(status, 200, "{body}");
+    let result = server.exec(&id, CHECK_NON_UTF8).await;
+    assert_eq!(result["stdout"], NON_UTF8_PLANTED, "{result}");
+    let links = server
+        .exec(&id, r#"stat -c %h "$(printf 'd\377\376/h\351')""#)
+        .await;
+    assert_eq!(
+        links["stdout"], "2\n",
+        "the hard link came back as one: {links}"
+    );
+}

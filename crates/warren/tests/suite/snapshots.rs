@@ -183,3 +183,44 @@ async fn only_the_latest_runtime_snapshots_are_kept() {
     let newest: Vec<&str> = taken[2..].iter().map(String::as_str).collect();
     assert_eq!(kept, newest, "the oldest two go");
 }
+
+#[tokio::test]
+async fn names_that_are_not_utf8_in_home_and_the_layers_survive_a_reap() {
+    use super::checkpoints::{CHECK_NON_UTF8, NON_UTF8_PLANTED, PLANT_NON_UTF8};
+    let server = TestServer::start_with(bin(), &["--idle-timeout", "1", "--reap-interval", "1"]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let setup = server
+        .exec(
+            &id,
+            &format!(
+                "mkdir -p /home/gem/odd /usr/local/odd && cd /home/gem/odd && {PLANT_NON_UTF8} \
+                 && cd /usr/local/odd && {PLANT_NON_UTF8}"
+            ),
+        )
+        .await;
+    assert_eq!(setup["stdout"], "planted\nplanted\n", "{setup}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.sandbox_state(&id).await != "stopped" {
+        assert!(Instant::now() < deadline, "the runtime was not reaped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, list) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/snapshots")))
+        .await;
+    assert_eq!(list["snapshots"].as_array().unwrap().len(), 1, "{list}");
+
+    // A resumed runtime's seed is copied in file by file, so hard links come back as
+    // copies whatever their names: only names, contents and targets are compared.
+    let resumed = server
+        .exec(
+            &id,
+            &format!("cd /home/gem/odd && {CHECK_NON_UTF8}; cd /usr/local/odd && {CHECK_NON_UTF8}"),
+        )
+        .await;
+    assert_eq!(
+        resumed["stdout"],
+        format!("{NON_UTF8_PLANTED}{NON_UTF8_PLANTED}"),
+        "{resumed}"
+    );
+}
