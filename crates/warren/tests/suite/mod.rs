@@ -27,6 +27,7 @@ mod runtime;
 mod sandboxes;
 mod skills;
 mod snapshots;
+mod state_postgres;
 mod unprivileged;
 mod viewer;
 mod viewer_browser;
