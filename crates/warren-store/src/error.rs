@@ -30,6 +30,14 @@ pub enum StoreError {
         known: i64,
     },
 
+    /// Another warren server uses this PostgreSQL database; until cluster mode, one
+    /// database serves one server.
+    #[error(
+        "another warren server is using this PostgreSQL database; one database serves one \
+         server (stop the other, or give this one its own database)"
+    )]
+    DatabaseInUse,
+
     /// Applying the schema migrations failed.
     #[error("could not migrate the state store schema")]
     Migrate(#[source] sqlx::migrate::MigrateError),

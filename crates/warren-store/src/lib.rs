@@ -19,7 +19,7 @@ pub use model::{
     NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, WorkdirRecord,
 };
-pub use postgres::{PostgresOptions, PostgresStore};
+pub use postgres::{PostgresOptions, PostgresStore, ServerLock};
 pub use sqlite::SqliteStore;
 
 /// A lease on one sandbox generation (I25).

@@ -15,6 +15,9 @@
 //! only connections that answer, so service resumes by itself when the server is back.
 
 mod guard;
+mod server_lock;
+
+pub use server_lock::ServerLock;
 
 use std::time::Duration;
 
@@ -99,6 +102,12 @@ impl PostgresStore {
         let store = Self { pool };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Takes the database's one-server lock for a `warren serve` (see [`ServerLock`]);
+    /// [`StoreError::DatabaseInUse`] when another server holds it.
+    pub async fn hold_server_lock(url: &str) -> Result<ServerLock, StoreError> {
+        server_lock::hold(url).await
     }
 
     /// Closes every connection, waiting for statements in flight. Later calls fail.

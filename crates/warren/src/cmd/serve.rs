@@ -264,6 +264,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(url) => StateChoice::parse(url)?,
         None => StateChoice::Sqlite(None),
     };
+    // Held until the server ends: one PostgreSQL database serves one server.
+    let mut server_lock = None;
     let store: Arc<dyn StateStore> = match &state {
         StateChoice::Sqlite(path) => {
             let path = path.clone().unwrap_or_else(|| layout.state_db());
@@ -281,17 +283,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 }
                 options.max_connections = max;
             }
-            Arc::new(
-                PostgresStore::connect(url, &options)
+            let store = PostgresStore::connect(url, &options)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot open the state store {} (is the PostgreSQL server running \
+                         and the database created?)",
+                        state.describe()
+                    )
+                })?;
+            server_lock = Some(
+                PostgresStore::hold_server_lock(url)
                     .await
-                    .with_context(|| {
-                        format!(
-                            "cannot open the state store {} (is the PostgreSQL server \
-                             running and the database created?)",
-                            state.describe()
-                        )
-                    })?,
-            )
+                    .with_context(|| format!("cannot serve on {}", state.describe()))?,
+            );
+            Arc::new(store)
         }
     };
     tracing::info!(state = %state.describe(), "state store opened");
@@ -459,7 +465,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tracing::warn!(grace_s = shutdown_grace.as_secs(), "requests still in flight after the shutdown grace; stopping without them");
         }
     }
-    // Held to the very end: nothing of this server touches the directory after this.
+    // Held to the very end: nothing of this server touches the directory (or the
+    // database) after this.
+    drop(server_lock);
     drop(data_dir_lock);
     tracing::info!("warren stopped");
     Ok(ExitCode::SUCCESS)

@@ -128,6 +128,46 @@ async fn a_state_url_warren_cannot_reach_stops_it_with_a_message_naming_the_stor
     );
 }
 
+#[tokio::test]
+async fn a_second_server_on_the_same_database_is_refused_until_the_first_stops() {
+    let postgres = shared_postgres();
+    let url = postgres.fresh_database();
+    let mut first = serve_on(&url, "memory", None);
+    let data = tempfile::tempdir().unwrap();
+    let second = |data: &std::path::Path| {
+        warren_test_support::run_to_exit(
+            super::bin(),
+            &[
+                "serve",
+                "--backend",
+                "memory",
+                "--state",
+                &url,
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
+        )
+    };
+    let out = second(data.path());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("another warren server is using this PostgreSQL database"),
+        "{stderr}"
+    );
+
+    // A server that dies, however it dies, frees the database.
+    first.kill();
+    let third = serve_on(&url, "memory", None);
+    let (status, _) = third
+        .send_json(third.request(Method::GET, "/v1/sandboxes"))
+        .await;
+    assert_eq!(status, 200);
+}
+
 /// One request of the load: what it was and how it was answered.
 struct Answer {
     what: &'static str,
