@@ -11,7 +11,7 @@ use warren_protocol::{ArtifactInfo, ArtifactList, PresentFiles};
 use warren_provisioner::is_active_content;
 use warren_store::Artifact;
 
-use crate::extract::{sandbox_id, ApiJson, ApiPath, SandboxPath};
+use crate::extract::{sandbox_id, ApiJson, ApiPath, Fence, SandboxPath};
 use crate::files::{byte_range, bytes_response};
 use crate::{ApiError, ApiState};
 
@@ -44,8 +44,11 @@ pub(crate) fn artifact_info(artifact: &Artifact) -> ArtifactInfo {
 pub(crate) async fn present(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     ApiJson(request): ApiJson<PresentFiles>,
 ) -> Result<(StatusCode, Json<ArtifactList>), ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let artifacts = state.provisioner.present_files(&id, &request.paths).await?;
     Ok((
         StatusCode::CREATED,

@@ -12,7 +12,7 @@ use warren_protocol::{
 };
 use warren_store::Checkpoint;
 
-use crate::extract::{sandbox_id, ApiPath, SandboxPath};
+use crate::extract::{sandbox_id, ApiPath, Fence, SandboxPath};
 use crate::{ApiError, ApiState};
 
 fn info(checkpoint: &Checkpoint) -> CheckpointInfo {
@@ -39,7 +39,10 @@ fn info(checkpoint: &Checkpoint) -> CheckpointInfo {
 pub(crate) async fn create(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
 ) -> Result<(StatusCode, Json<CheckpointCreated>), ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let started = std::time::Instant::now();
     let (checkpoint, stats) = state.provisioner.create_checkpoint(&id).await?;
     let ratio = if stats.bytes_stored == 0 {
@@ -126,8 +129,11 @@ pub(crate) async fn diff(
 pub(crate) async fn restore(
     State(state): State<ApiState>,
     ApiPath((raw_id, checkpoint)): ApiPath<(String, String)>,
+    Fence(fence): Fence,
 ) -> Result<Json<CheckpointInfo>, ApiError> {
     let id = sandbox_id(&raw_id)?;
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let restored = state
         .provisioner
         .restore_checkpoint(&id, &checkpoint)
@@ -180,7 +186,10 @@ fn snapshot_info(snapshot: &warren_store::RuntimeSnapshot) -> serde_json::Value 
 pub(crate) async fn snapshot(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let snapshot = state.provisioner.snapshot_runtime(&id, "api").await?;
     Ok((StatusCode::CREATED, Json(snapshot_info(&snapshot))))
 }

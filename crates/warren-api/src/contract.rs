@@ -60,6 +60,40 @@ const DESTINATION: &str = concat!(
     ")[\\t\\n\\v\\f\\r ]*$"
 );
 
+/// A fencing token (`X-Warren-Fence`, I33): a positive whole number without a leading
+/// zero. The server reads up to 2^63-1; the pattern stops at 18 digits so that every value
+/// it calls valid is one the server can read.
+const FENCE_TOKEN: &str = "^[1-9][0-9]{0,17}$";
+
+/// The header a fenced mutation carries its execution guard token in.
+const FENCE_HEADER: &str = "X-Warren-Fence";
+
+/// Every operation that changes a sandbox, its files or its records, and so takes
+/// `X-Warren-Fence` (the handlers take the `Fence` extractor; the API suite sends each a
+/// stale token and checks it is refused).
+pub(crate) const FENCED_OPERATIONS: [(&str, &str); 13] = [
+    ("post", "/v1/sandboxes/{id}/exec"),
+    ("post", "/v1/sandboxes/{id}/kill"),
+    ("delete", "/v1/sandboxes/{id}"),
+    ("post", "/v1/sandboxes/{id}/terminate"),
+    ("put", "/v1/sandboxes/{id}/files"),
+    ("delete", "/v1/sandboxes/{id}/files"),
+    ("post", "/v1/sandboxes/{id}/files/edit"),
+    ("post", "/v1/sandboxes/{id}/files/mkdir"),
+    ("post", "/v1/sandboxes/{id}/files/move"),
+    ("post", "/v1/sandboxes/{id}/checkpoints"),
+    (
+        "post",
+        "/v1/sandboxes/{id}/checkpoints/{checkpoint_id}/restore",
+    ),
+    ("post", "/v1/sandboxes/{id}/snapshots"),
+    ("post", "/v1/sandboxes/{id}/artifacts"),
+];
+
+fn is_fenced(path: &str, method: &str) -> bool {
+    FENCED_OPERATIONS.contains(&(method, path))
+}
+
 fn string(pattern: &str) -> Value {
     json!({"type": "string", "pattern": pattern})
 }
@@ -77,6 +111,8 @@ fn parameter_schema(location: &str, name: &str) -> Option<Value> {
         ("query", "append" | "recursive") => json!({"type": "boolean"}),
         ("header", "If-Match") => string(IF_MATCH),
         ("header", "If-None-Match") => json!({"type": "string", "enum": ["*"]}),
+        ("header", FENCE_HEADER) => string(FENCE_TOKEN),
+        ("query", "token") => json!({"type": "integer", "minimum": 1, "maximum": i64::MAX}),
         _ => return None,
     })
 }
@@ -119,6 +155,22 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
             "env",
             json!({"propertyNames": string(ENV_NAME),
                    "additionalProperties": string("^[^\\u0000]{0,32768}$")}),
+        ),
+        ("CreateGuard", "holder", string(IDENTIFIER)),
+        (
+            "CreateGuard",
+            "ttl_s",
+            json!({"minimum": 1, "maximum": 3600}),
+        ),
+        (
+            "RenewGuard",
+            "token",
+            json!({"minimum": 1, "maximum": i64::MAX}),
+        ),
+        (
+            "RenewGuard",
+            "ttl_s",
+            json!({"minimum": 1, "maximum": 3600}),
         ),
         ("CreateLease", "holder", string(IDENTIFIER)),
         (
@@ -300,6 +352,10 @@ fn complete_operation(path: &str, method: &str, operation: &mut Value) {
     if secured {
         shared.push(("401", "unauthorized: no Bearer token, or not this server's"));
     }
+    let fenced = is_fenced(path, method);
+    if fenced {
+        fence_operation(operation);
+    }
     if let Some(parameters) = operation
         .get_mut("parameters")
         .and_then(Value::as_array_mut)
@@ -355,6 +411,29 @@ fn complete_operation(path: &str, method: &str, operation: &mut Value) {
     let Some(responses) = responses.and_then(Value::as_object_mut) else {
         return;
     };
+    if fenced {
+        // Added to what the operation documents already under these statuses.
+        for (status, what) in [
+            (
+                "409",
+                "fence_stale: X-Warren-Fence is older than the newest execution guard token; nothing was changed",
+            ),
+            (
+                "400",
+                "fence_invalid: X-Warren-Fence is malformed or was never issued for this sandbox",
+            ),
+        ] {
+            let response = responses
+                .entry(status)
+                .or_insert_with(|| json!({"description": ""}));
+            let before = response["description"].as_str().unwrap_or("").to_owned();
+            response["description"] = json!(if before.is_empty() {
+                what.to_owned()
+            } else {
+                format!("{before}; {what}")
+            });
+        }
+    }
     for (status, description) in shared {
         let response = responses
             .entry(status)
@@ -368,6 +447,23 @@ fn complete_operation(path: &str, method: &str, operation: &mut Value) {
             response["content"] = json!({"application/json": {"schema":
                 {"$ref": "#/components/schemas/ErrorBody"}}});
         }
+    }
+}
+
+/// Declares `X-Warren-Fence` on a fenced operation.
+fn fence_operation(operation: &mut Value) {
+    let Some(object) = operation.as_object_mut() else {
+        return;
+    };
+    let parameters = object.entry("parameters").or_insert_with(|| json!([]));
+    if let Some(parameters) = parameters.as_array_mut() {
+        parameters.push(json!({
+            "name": FENCE_HEADER,
+            "in": "header",
+            "required": false,
+            "description": "The token of the execution guard the caller holds (POST /v1/sandboxes/{id}/guard). Refused with 409 fence_stale once a newer token was issued; without it the request is not fenced.",
+            "schema": string(FENCE_TOKEN),
+        }));
     }
 }
 

@@ -21,6 +21,8 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// `guard_held`: the holder and the expiry of the live guard, for the body.
+    holder: Option<(String, String)>,
 }
 
 impl ApiError {
@@ -30,6 +32,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            holder: None,
         }
     }
 
@@ -73,8 +76,9 @@ impl IntoResponse for ApiError {
             self.status,
             Json(ErrorBody {
                 error: ErrorDetail {
-                    code: self.code.to_owned(),
-                    message: self.message,
+                    holder: self.holder.as_ref().map(|(holder, _)| holder.clone()),
+                    expires_at: self.holder.map(|(_, expires_at)| expires_at),
+                    ..ErrorDetail::new(self.code, self.message)
                 },
             }),
         )
@@ -169,6 +173,20 @@ impl From<ProvisionerError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "sandbox_terminated", message)
             }
             P::LeaseNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "lease_not_found", message),
+            // The execution guard (I33): a holder learns who has it and until when, so it
+            // can wait for the lapse instead of polling blindly.
+            P::GuardHeld {
+                holder, expires_at, ..
+            } => Self {
+                holder: Some((
+                    holder.clone(),
+                    expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                )),
+                ..Self::new(StatusCode::CONFLICT, "guard_held", message)
+            },
+            P::FenceStale { .. } => Self::new(StatusCode::CONFLICT, "fence_stale", message),
+            P::FenceInvalid { .. } => Self::bad_request("fence_invalid", message),
+            P::GuardNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "guard_not_found", message),
             P::ExecUnsupported { .. } => {
                 Self::new(StatusCode::NOT_IMPLEMENTED, "exec_not_supported", message)
             }

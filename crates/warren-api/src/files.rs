@@ -17,7 +17,7 @@ use warren_protocol::{
     MakeDirectory, MakeDirectoryResult, MoveFile, MoveResult, WriteResult,
 };
 
-use crate::extract::{ApiBytes, ApiJson, ApiQuery, SandboxPath};
+use crate::extract::{ApiBytes, ApiJson, ApiQuery, Fence, SandboxPath};
 use crate::{ApiError, ApiState};
 
 const MAX_LIST_LIMIT: usize = 10_000;
@@ -290,10 +290,13 @@ pub(crate) fn bytes_response(
 pub(crate) async fn write(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     ApiQuery(query): ApiQuery<WriteQuery>,
     headers: HeaderMap,
     ApiBytes(body): ApiBytes,
 ) -> Result<Response, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let (if_match, if_none_match_any) = preconditions(&headers)?;
     let options = WriteOptions {
         if_match,
@@ -330,8 +333,11 @@ pub(crate) async fn write(
 pub(crate) async fn remove(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     ApiQuery(query): ApiQuery<RemoveQuery>,
 ) -> Result<StatusCode, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     state
         .provisioner
         .remove(&id, &query.path, query.recursive)
@@ -406,9 +412,12 @@ pub(crate) async fn list(
 pub(crate) async fn edit(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     headers: HeaderMap,
     ApiJson(request): ApiJson<EditFile>,
 ) -> Result<Response, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let (header_match, _) = preconditions(&headers)?;
     let if_match = match (header_match, request.if_match.as_deref()) {
         (Some(etag), None) => Some(etag),
@@ -528,8 +537,11 @@ pub(crate) async fn grep(
 pub(crate) async fn mkdir(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     ApiJson(request): ApiJson<MakeDirectory>,
 ) -> Result<Json<MakeDirectoryResult>, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let made = state.provisioner.mkdir(&id, &request.path).await?;
     Ok(Json(MakeDirectoryResult {
         path: made.path.to_string(),
@@ -548,8 +560,11 @@ pub(crate) async fn mkdir(
 pub(crate) async fn rename(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     ApiJson(request): ApiJson<MoveFile>,
 ) -> Result<Json<MoveResult>, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let (from, to) = state
         .provisioner
         .rename(&id, &request.from, &request.to, request.overwrite)

@@ -17,6 +17,7 @@ mod env;
 mod error;
 mod extract;
 mod files;
+mod guard;
 mod leases;
 mod mcp;
 mod openapi;
@@ -145,6 +146,11 @@ pub fn app(state: ApiState) -> Router {
             "/sandboxes/{id}/artifacts/{artifact_id}",
             get(artifacts::download),
         )
+        .route(
+            "/sandboxes/{id}/guard",
+            post(guard::acquire).get(guard::get).delete(guard::release),
+        )
+        .route("/sandboxes/{id}/guard/renew", post(guard::renew))
         .route("/sandboxes/{id}/leases", post(leases::create))
         .route("/sandboxes/{id}/leases/{lease_id}", delete(leases::release))
         .route(

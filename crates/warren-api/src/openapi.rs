@@ -40,6 +40,10 @@ use utoipa::{Modify, OpenApi};
         crate::artifacts::present,
         crate::artifacts::list,
         crate::artifacts::download,
+        crate::guard::acquire,
+        crate::guard::get,
+        crate::guard::renew,
+        crate::guard::release,
         crate::leases::create,
         crate::leases::renew,
         crate::leases::release,
@@ -253,11 +257,40 @@ mod tests {
     }
 
     #[test]
+    fn every_fenced_operation_exists_and_documents_the_fence_header_and_its_refusals() {
+        let doc = openapi_document();
+        for (method, path) in crate::contract::FENCED_OPERATIONS {
+            let operation = &doc["paths"][path][method];
+            assert!(operation.is_object(), "{method} {path} is not an operation");
+            let header = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"] == "X-Warren-Fence")
+                .unwrap_or_else(|| panic!("{method} {path}: no X-Warren-Fence"));
+            assert_eq!(header["in"], "header", "{method} {path}");
+            assert_eq!(header["required"], false, "{method} {path}");
+            assert!(header["schema"]["pattern"].is_string(), "{method} {path}");
+            for (status, code) in [("409", "fence_stale"), ("400", "fence_invalid")] {
+                let description = operation["responses"][status]["description"]
+                    .as_str()
+                    .unwrap_or("");
+                assert!(description.contains(code), "{method} {path} {status}");
+            }
+        }
+        // Reads are never fenced.
+        let read = &doc["paths"]["/v1/sandboxes/{id}/files"]["get"];
+        assert!(!read["parameters"].to_string().contains("X-Warren-Fence"));
+    }
+
+    #[test]
     fn bounded_integers_say_their_bounds() {
         let doc = openapi_document();
         let schemas = &doc["components"]["schemas"];
         for (schema, property, minimum, maximum) in [
             ("CreateLease", "ttl_s", 1, Some(3600)),
+            ("CreateGuard", "ttl_s", 1, Some(3600)),
+            ("RenewGuard", "ttl_s", 1, Some(3600)),
             ("RenewLease", "ttl_s", 1, Some(3600)),
             ("TerminateSandbox", "grace_s", 0, Some(300)),
             ("ExecCommand", "timeout_s", 1, None),

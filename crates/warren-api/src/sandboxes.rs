@@ -19,7 +19,7 @@ use warren_provisioner::{
 };
 use warren_store::SandboxRecord;
 
-use crate::extract::{ApiJson, ApiQuery, OptionalJson, SandboxPath};
+use crate::extract::{ApiJson, ApiQuery, Fence, OptionalJson, SandboxPath};
 use crate::{ApiError, ApiState};
 
 pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
@@ -220,7 +220,10 @@ pub(crate) async fn get(
 pub(crate) async fn delete(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
 ) -> Result<Json<SandboxInfo>, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     Ok(Json(sandbox_info(
         &state
             .provisioner
@@ -247,8 +250,11 @@ pub(crate) async fn delete(
 pub(crate) async fn terminate(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     OptionalJson(request): OptionalJson<TerminateSandbox>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let grace = request
         .grace_s
         .map_or(DEFAULT_TERMINATE_GRACE, Duration::from_secs);
@@ -276,7 +282,10 @@ pub(crate) async fn terminate(
 pub(crate) async fn kill(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
 ) -> Result<Json<warren_protocol::KilledProcesses>, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
     let killed = state.provisioner.kill_processes(&id).await?;
     Ok(Json(warren_protocol::KilledProcesses {
         sandbox_id: id.to_string(),
@@ -303,6 +312,7 @@ pub(crate) async fn kill(
 pub(crate) async fn exec(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
     headers: HeaderMap,
     ApiJson(request): ApiJson<ExecCommand>,
 ) -> Result<Response, ApiError> {
@@ -335,10 +345,16 @@ pub(crate) async fn exec(
         stdin: request.stdin.unwrap_or_default().into_bytes(),
         requested_by,
     };
+    // Checked before any answer starts, so a stale token is a 409 even for a stream; the
+    // start of the command is the acceptance point (`Provisioner::exec_fenced`).
+    let permit = state.provisioner.fence(&id, fence).await?;
     match crate::stream::StreamFormat::from_accept(&headers) {
-        Some(format) => Ok(crate::stream::exec_stream(state, id, input, format)),
+        Some(format) => Ok(crate::stream::exec_stream(state, id, input, format, permit)),
         None => {
-            let report = state.provisioner.exec(&id, input, None).await?;
+            let report = state
+                .provisioner
+                .exec_fenced(&id, input, None, permit)
+                .await?;
             Ok(Json(exec_result(report)).into_response())
         }
     }

@@ -9,7 +9,7 @@ use base64::Engine;
 use warren_backend::{OutputChunk, OutputStream};
 use warren_core::SandboxId;
 use warren_protocol::{ErrorDetail, ExecEvent};
-use warren_provisioner::ExecInput;
+use warren_provisioner::{ExecInput, FencePermit};
 
 use crate::sandboxes::exec_result;
 use crate::{ApiError, ApiState};
@@ -67,11 +67,14 @@ pub(crate) fn exec_stream(
     id: SandboxId,
     input: ExecInput,
     format: StreamFormat,
+    permit: FencePermit,
 ) -> Response {
     let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let (chunk_tx, mut chunk_rx) = tokio::sync::mpsc::channel::<OutputChunk>(64);
     tokio::spawn(async move {
-        let exec = state.provisioner.exec(&id, input, Some(chunk_tx));
+        let exec = state
+            .provisioner
+            .exec_fenced(&id, input, Some(chunk_tx), permit);
         tokio::pin!(exec);
         let engine = base64::engine::general_purpose::STANDARD;
         let mut client_gone = false;
@@ -114,10 +117,7 @@ pub(crate) fn exec_stream(
             Err(error) => {
                 let error = ApiError::from(error);
                 ExecEvent::Error {
-                    error: ErrorDetail {
-                        code: error.code().to_owned(),
-                        message: error.message().to_owned(),
-                    },
+                    error: ErrorDetail::new(error.code(), error.message()),
                 }
             }
         };

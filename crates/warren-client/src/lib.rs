@@ -9,8 +9,8 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use warren_protocol::{
     AgentEnv, AgentEnvEntry, CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList,
-    CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult, FileList, SandboxInfo,
-    SandboxList, SetAgentEnvVar, WorkdirInfo, WriteResult,
+    CreateGuard, CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult, FileList,
+    GuardInfo, RenewGuard, SandboxInfo, SandboxList, SetAgentEnvVar, WorkdirInfo, WriteResult,
 };
 
 mod mcp_bridge;
@@ -64,7 +64,13 @@ pub struct WarrenClient {
     base: String,
     token: String,
     http: reqwest::Client,
+    /// The execution guard token sent as `X-Warren-Fence` with every mutating call: a
+    /// number's digits, so always a valid header value.
+    fence: Option<String>,
 }
+
+/// The header a mutating call carries its execution guard token in (I33).
+pub const FENCE_HEADER: &str = "x-warren-fence";
 
 impl WarrenClient {
     /// A client for the server at `base_url` (e.g. `http://127.0.0.1:7878`) using `token`.
@@ -86,7 +92,25 @@ impl WarrenClient {
             base,
             token: token.to_owned(),
             http,
+            fence: None,
         })
+    }
+
+    /// Sends `token` as `X-Warren-Fence` with every call that changes a sandbox (exec,
+    /// kill, file writes, checkpoints, snapshots, termination, MCP): the server refuses
+    /// each with 409 `fence_stale` once a newer guard holder took over.
+    pub fn with_fence(mut self, token: Option<u64>) -> Self {
+        self.fence = token.map(|token| token.to_string());
+        self
+    }
+
+    /// A request that changes a sandbox: fenced when a token was given.
+    fn mutating(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.request(method, path);
+        match &self.fence {
+            Some(token) => request.header(FENCE_HEADER, token),
+            None => request,
+        }
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
@@ -167,7 +191,7 @@ impl WarrenClient {
 
     /// `DELETE /v1/sandboxes/{id}`.
     pub async fn remove_sandbox(&self, id: &str) -> Result<SandboxInfo, ClientError> {
-        self.json(self.request(Method::DELETE, &format!("/v1/sandboxes/{}", encode(id))))
+        self.json(self.mutating(Method::DELETE, &format!("/v1/sandboxes/{}", encode(id))))
             .await
     }
 
@@ -176,13 +200,13 @@ impl WarrenClient {
         &self,
         id: &str,
     ) -> Result<warren_protocol::KilledProcesses, ClientError> {
-        self.json(self.request(Method::POST, &format!("/v1/sandboxes/{}/kill", encode(id))))
+        self.json(self.mutating(Method::POST, &format!("/v1/sandboxes/{}/kill", encode(id))))
             .await
     }
 
     /// `POST /v1/sandboxes/{id}/checkpoints`.
     pub async fn create_checkpoint(&self, id: &str) -> Result<CheckpointCreated, ClientError> {
-        self.json(self.request(
+        self.json(self.mutating(
             Method::POST,
             &format!("/v1/sandboxes/{}/checkpoints", encode(id)),
         ))
@@ -221,7 +245,7 @@ impl WarrenClient {
         id: &str,
         checkpoint: &str,
     ) -> Result<CheckpointInfo, ClientError> {
-        self.json(self.request(
+        self.json(self.mutating(
             Method::POST,
             &format!(
                 "/v1/sandboxes/{}/checkpoints/{}/restore",
@@ -234,7 +258,7 @@ impl WarrenClient {
 
     /// `POST /v1/sandboxes/{id}/snapshots`: a runtime snapshot.
     pub async fn create_snapshot(&self, id: &str) -> Result<serde_json::Value, ClientError> {
-        self.json(self.request(
+        self.json(self.mutating(
             Method::POST,
             &format!("/v1/sandboxes/{}/snapshots", encode(id)),
         ))
@@ -298,7 +322,7 @@ impl WarrenClient {
     /// `POST /v1/sandboxes/{id}/exec`.
     pub async fn exec(&self, id: &str, command: &ExecCommand) -> Result<ExecResult, ClientError> {
         self.json(
-            self.request(Method::POST, &format!("/v1/sandboxes/{}/exec", encode(id)))
+            self.mutating(Method::POST, &format!("/v1/sandboxes/{}/exec", encode(id)))
                 .json(command),
         )
         .await
@@ -328,7 +352,7 @@ impl WarrenClient {
         bytes: Vec<u8>,
     ) -> Result<WriteResult, ClientError> {
         self.json(
-            self.request(Method::PUT, &format!("/v1/sandboxes/{}/files", encode(id)))
+            self.mutating(Method::PUT, &format!("/v1/sandboxes/{}/files", encode(id)))
                 .query(&[("path", path)])
                 .body(bytes),
         )
@@ -350,6 +374,62 @@ impl WarrenClient {
             .query(&[("path", path), ("depth", &depth.to_string())]),
         )
         .await
+    }
+}
+
+/// The execution guard (I33).
+impl WarrenClient {
+    /// `POST /v1/sandboxes/{id}/guard`: 409 `guard_held` while another holder has it.
+    pub async fn acquire_guard(
+        &self,
+        id: &str,
+        holder: &str,
+        ttl_s: u64,
+    ) -> Result<GuardInfo, ClientError> {
+        self.json(
+            self.request(Method::POST, &format!("/v1/sandboxes/{}/guard", encode(id)))
+                .json(&CreateGuard {
+                    holder: holder.to_owned(),
+                    ttl_s,
+                }),
+        )
+        .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/guard/renew`: 404 `guard_not_found` once it lapsed.
+    pub async fn renew_guard(
+        &self,
+        id: &str,
+        token: u64,
+        ttl_s: u64,
+    ) -> Result<GuardInfo, ClientError> {
+        self.json(
+            self.request(
+                Method::POST,
+                &format!("/v1/sandboxes/{}/guard/renew", encode(id)),
+            )
+            .json(&RenewGuard { token, ttl_s }),
+        )
+        .await
+    }
+
+    /// `DELETE /v1/sandboxes/{id}/guard?token=`.
+    pub async fn release_guard(&self, id: &str, token: u64) -> Result<(), ClientError> {
+        self.send(
+            self.request(
+                Method::DELETE,
+                &format!("/v1/sandboxes/{}/guard", encode(id)),
+            )
+            .query(&[("token", token)]),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `GET /v1/sandboxes/{id}/guard`: 404 `guard_not_found` when nobody holds it.
+    pub async fn current_guard(&self, id: &str) -> Result<GuardInfo, ClientError> {
+        self.json(self.request(Method::GET, &format!("/v1/sandboxes/{}/guard", encode(id))))
+            .await
     }
 }
 

@@ -102,9 +102,19 @@ impl WarrenClient {
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let http = self.http.clone();
         let token = self.token.clone();
+        // The guard token (`--fence`) fences the tools that change the sandbox, as on
+        // every other mutating route.
+        // Digits only (`with_fence` takes a number), so the conversion cannot fail.
+        let fence = self
+            .fence
+            .as_deref()
+            .and_then(|fence| HeaderValue::from_str(fence).ok());
         async move {
             let mut headers = HeaderMap::new();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(fence) = fence {
+                headers.insert(crate::FENCE_HEADER, fence);
+            }
             headers.insert(
                 ACCEPT,
                 HeaderValue::from_static("application/json, text/event-stream"),

@@ -7,7 +7,9 @@
 //! fd-based resolution (I2), the read-only skills mount (I7), run records (I22), masking of
 //! injected secrets (I13). [`streamable_http_service`] serves it at
 //! `/v1/sandboxes/{id}/mcp`; the sandbox is read from the request path, so one service
-//! serves every sandbox.
+//! serves every sandbox. The tools that change the sandbox (`bash`, `write_file`,
+//! `edit_file`, `present_files`) are fenced by the `X-Warren-Fence` header of the HTTP
+//! request, like the HTTP routes (I33).
 //!
 //! **Architecture invariant:** a tool never fails as a protocol error. Bad arguments, bad
 //! paths, refused escapes and failed commands are tool results with `isError: true` and a
@@ -30,7 +32,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use warren_core::SandboxId;
-use warren_provisioner::Provisioner;
+use warren_provisioner::{FenceToken, Provisioner, ProvisionerError};
 
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "These tools act on one warren sandbox: a Linux runtime with a \
@@ -72,6 +74,35 @@ fn sandbox_of(context: &RequestContext<RoleServer>) -> Result<SandboxId, ErrorDa
         })
 }
 
+/// The execution guard token of a call: the `X-Warren-Fence` header of the HTTP request
+/// that carried it, as on every other mutating route (I33). The header, not a tool
+/// argument, because the guard belongs to the agent framework that runs the model, not to
+/// the model: the framework sets it on its MCP connection and a model never handles tokens.
+fn fence_of(context: &RequestContext<RoleServer>) -> Result<Option<FenceToken>, ProvisionerError> {
+    let Some(parts) = context.extensions.get::<http::request::Parts>() else {
+        return Ok(None);
+    };
+    let mut values = parts.headers.get_all(FENCE_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let invalid = |reason: &str| ProvisionerError::FenceInvalid {
+        reason: reason.to_owned(),
+    };
+    if values.next().is_some() {
+        return Err(invalid(
+            "send one X-Warren-Fence header: the token of the guard you hold",
+        ));
+    }
+    let raw = value
+        .to_str()
+        .map_err(|_| invalid("the X-Warren-Fence header is not a positive whole number"))?;
+    FenceToken::parse(raw).map(Some)
+}
+
+/// The header carrying an execution guard's fencing token.
+const FENCE_HEADER: &str = "x-warren-fence";
+
 impl ServerHandler for WarrenMcp {
     fn get_info(&self) -> InitializeResult {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
@@ -93,8 +124,10 @@ impl ServerHandler for WarrenMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let sandbox = sandbox_of(&context)?;
+        let fence = fence_of(&context);
         let arguments = request.arguments.unwrap_or_default();
-        let result = tools::call(&self.provisioner, &sandbox, &request.name, arguments).await?;
+        let result =
+            tools::call(&self.provisioner, &sandbox, &request.name, arguments, fence).await?;
         Ok(result.into())
     }
 }

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use warren_core::{SandboxId, SecretMasker, VirtualPath};
 use warren_fs::{ByteRange, FsError, GrepOptions, Kind, WriteOptions};
-use warren_provisioner::{ExecInput, ProgramSpec, Provisioner, ProvisionerError};
+use warren_provisioner::{
+    ExecInput, FencePermit, FenceToken, ProgramSpec, Provisioner, ProvisionerError,
+};
 
 /// The longest text a tool returns; longer output is cut with a note saying how to get the
 /// rest. About 8,000 tokens: enough to be useful, small enough not to drown a context.
@@ -330,6 +332,7 @@ pub(crate) async fn call(
     sandbox: &SandboxId,
     name: &str,
     arguments: JsonObject,
+    fence: Result<Option<FenceToken>, ProvisionerError>,
 ) -> Result<CallToolResult, ErrorData> {
     if !DEFINITIONS.iter().any(|(known, _, _)| *known == name) {
         return Err(ErrorData::invalid_params(
@@ -337,7 +340,7 @@ pub(crate) async fn call(
             None,
         ));
     }
-    let outcome = run(provisioner, sandbox, name, Value::Object(arguments)).await;
+    let outcome = run(provisioner, sandbox, name, Value::Object(arguments), fence).await;
     // Whatever a tool returns passes the secret masker (I13): a file or a listing can hold
     // an injected value as well as a command's output can.
     let masker = match provisioner.secret_masker(sandbox).await {
@@ -373,14 +376,37 @@ fn parse<T: serde::de::DeserializeOwned>(name: &str, arguments: Value) -> Result
     })
 }
 
+/// The tools that change the sandbox, and so are fenced by `X-Warren-Fence` (I33).
+const FENCED_TOOLS: [&str; 4] = ["bash", "write_file", "edit_file", "present_files"];
+
 async fn run(
     provisioner: &Provisioner,
     sandbox: &SandboxId,
     name: &str,
     arguments: Value,
+    fence: Result<Option<FenceToken>, ProvisionerError>,
 ) -> Outcome {
+    // A fenced tool runs under the permit, as the HTTP routes do; a stale token is a tool
+    // error saying so, and nothing is changed. Reading tools ignore the header.
+    let mut permit = Some(if FENCED_TOOLS.contains(&name) {
+        let admitted = match fence {
+            Ok(token) => provisioner.fence(sandbox, token).await,
+            Err(error) => Err(error),
+        };
+        match admitted {
+            Ok(permit) => permit,
+            Err(error) => return Outcome::from(error),
+        }
+    } else {
+        FencePermit::unfenced()
+    });
     let result = match name {
-        "bash" => bash(provisioner, sandbox, parse(name, arguments)).await,
+        // An exec lets its permit go once the command started (`exec_fenced`); the other
+        // tools hold it until this function returns.
+        "bash" => {
+            let permit = permit.take().unwrap_or_else(FencePermit::unfenced);
+            bash(provisioner, sandbox, parse(name, arguments), permit).await
+        }
         "ls" => ls(provisioner, sandbox, parse(name, arguments)).await,
         "read_file" => read_file(provisioner, sandbox, parse(name, arguments)).await,
         "write_file" => write_file(provisioner, sandbox, parse(name, arguments)).await,
@@ -391,6 +417,7 @@ async fn run(
         "view_image" => view_image(provisioner, sandbox, parse(name, arguments)).await,
         _ => Err(Outcome::error(format!("unknown tool {name:?}"))),
     };
+    drop(permit);
     result.unwrap_or_else(|outcome| outcome)
 }
 
@@ -400,6 +427,7 @@ async fn bash(
     provisioner: &Provisioner,
     sandbox: &SandboxId,
     args: Result<BashArgs, Outcome>,
+    permit: FencePermit,
 ) -> ToolResult {
     let args = args?;
     let max = provisioner.config().max_exec_timeout.as_secs();
@@ -411,7 +439,7 @@ async fn bash(
         other => other.map(Duration::from_secs),
     };
     let report = provisioner
-        .exec(
+        .exec_fenced(
             sandbox,
             ExecInput {
                 program: ProgramSpec::Bash(args.command),
@@ -422,6 +450,7 @@ async fn bash(
                 requested_by: "mcp".to_owned(),
             },
             None,
+            permit,
         )
         .await?;
     let outcome = report.outcome;

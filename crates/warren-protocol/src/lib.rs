@@ -27,6 +27,24 @@ pub struct ErrorDetail {
     pub code: String,
     /// What went wrong and, where possible, what to do.
     pub message: String,
+    /// With `guard_held`: who holds the sandbox's execution guard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// With `guard_held`: when the holder's guard lapses unless renewed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl ErrorDetail {
+    /// A code and a message, no details.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            holder: None,
+            expires_at: None,
+        }
+    }
 }
 
 /// `GET /health`: the process and its backend are initialised — nothing more (I17).
@@ -391,6 +409,44 @@ pub struct LeaseInfo {
     /// The sandbox generation it holds.
     pub generation: i64,
     /// When it lapses unless renewed (RFC 3339).
+    pub expires_at: String,
+}
+
+/// `POST /v1/sandboxes/{id}/guard`: the sandbox's execution guard for one executor (I33).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateGuard {
+    /// Who holds it: a run, worker or replica id, 1 to 256 bytes of printable text. Other
+    /// holders see it in their `guard_held` answers.
+    pub holder: String,
+    /// Seconds until it lapses unless renewed (1 to 3600). Renew at a third of it.
+    #[serde(deserialize_with = "strict::required_whole_number")]
+    pub ttl_s: u64,
+}
+
+/// `POST /v1/sandboxes/{id}/guard/renew`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewGuard {
+    /// The token the acquisition returned.
+    #[serde(deserialize_with = "strict::required_whole_number")]
+    pub token: u64,
+    /// New lifetime in seconds from now (1 to 3600), usually the one it was acquired with.
+    #[serde(deserialize_with = "strict::required_whole_number")]
+    pub ttl_s: u64,
+}
+
+/// A sandbox's execution guard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GuardInfo {
+    /// The fencing token: larger than every token issued before for this sandbox. Send it
+    /// as `X-Warren-Fence` with every change to the sandbox.
+    pub token: i64,
+    /// Who holds it.
+    pub holder: String,
+    /// When it was acquired (RFC 3339).
+    pub acquired_at: String,
+    /// When it lapses unless renewed (RFC 3339, the server's clock).
     pub expires_at: String,
 }
 

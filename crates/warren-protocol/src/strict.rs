@@ -126,6 +126,12 @@ mod tests {
         assert_eq!(parse(r#"{"n": 3.0}"#).unwrap().n, Some(3));
         assert_eq!(parse(r#"{"n": 3e2}"#).unwrap().n, Some(300));
         assert_eq!(parse(r#"{"n": null}"#).unwrap().n, None);
+        // Read exactly, not to the nearest float but one (serde_json's `float_roundtrip`):
+        // schemathesis sends such numbers, and 4362774997645054.0 must not become .5.
+        assert_eq!(
+            parse(r#"{"n": 4362774997645054.0}"#).unwrap().n,
+            Some(4_362_774_997_645_054)
+        );
         for refused in [
             r#"{"n": 3.5}"#,
             r#"{"n": -1}"#,

@@ -236,6 +236,38 @@ pub enum ProvisionerError {
         /// The backend's name.
         backend: &'static str,
     },
+    /// Another holder's execution guard is live (I33).
+    #[error("the execution guard of sandbox {sandbox} is held by {holder:?} until {}; wait for it to be released or to lapse, then acquire it again", crate::guard::rfc3339(expires_at))]
+    GuardHeld {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Who holds it.
+        holder: String,
+        /// When it lapses unless its holder renews it.
+        expires_at: chrono::DateTime<chrono::Utc>,
+    },
+    /// A mutation carried a fencing token older than the newest issued: its guard passed
+    /// to another holder, and nothing was changed (I33).
+    #[error("fencing token {token} is stale: token {newest} was issued since, so the execution guard passed to another holder and nothing was changed; acquire the guard again")]
+    FenceStale {
+        /// The token the request carried.
+        token: i64,
+        /// The newest token issued for the sandbox.
+        newest: i64,
+    },
+    /// A fencing token that is malformed or was never issued for the sandbox.
+    #[error("{reason}")]
+    FenceInvalid {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The token is not the sandbox's live guard (released, lapsed, superseded or never
+    /// issued): renewing or releasing it is refused.
+    #[error("token {token} is not the live execution guard of this sandbox (released, lapsed or superseded); acquire the guard again with POST /v1/sandboxes/{{id}}/guard")]
+    GuardNotFound {
+        /// The token asked about.
+        token: i64,
+    },
     /// No live lease with this id (never taken, released, or expired).
     #[error("no live lease {lease:?} on this sandbox; take a new one")]
     LeaseNotFound {

@@ -13,7 +13,7 @@ use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
 use crate::env::{masking_relay, CommandEnv};
 use crate::metrics::FailureCause;
-use crate::{Provisioner, ProvisionerError};
+use crate::{FencePermit, Provisioner, ProvisionerError};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +83,24 @@ impl Provisioner {
         input: ExecInput,
         sink: Option<OutputSink>,
     ) -> Result<ExecReport, ProvisionerError> {
+        self.exec_fenced(id, input, sink, FencePermit::unfenced())
+            .await
+    }
+
+    /// [`Provisioner::exec`] under a permit from [`Provisioner::fence`] (I33). The start of
+    /// the command is the acceptance point: the permit is held through the checks, the
+    /// runtime's start and the opening of the run record, and let go once the command was
+    /// handed to the runtime. Holding it for the whole run would let one long command keep
+    /// every new holder from acquiring the guard; what a command does after it started is
+    /// the holder's business, as its output is.
+    pub async fn exec_fenced(
+        &self,
+        id: &SandboxId,
+        input: ExecInput,
+        sink: Option<OutputSink>,
+        permit: FencePermit,
+    ) -> Result<ExecReport, ProvisionerError> {
+        let mut permit = Some(permit);
         if let ProgramSpec::Argv(argv) = &input.program {
             if argv.is_empty() {
                 return Err(ProvisionerError::BadRequest("argv must not be empty"));
@@ -178,6 +196,8 @@ impl Provisioner {
                 sink,
                 cancelled,
             )));
+            // Accepted: the command is on its way to the runtime.
+            drop(permit.take());
             let result = task.await.map_err(ProvisionerError::Interrupted)?;
             if let Some(relay) = relay {
                 // Every sender went with the task: the relay flushes what it held and ends.

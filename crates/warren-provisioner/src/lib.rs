@@ -7,7 +7,9 @@
 //! - a sandbox's identity is (uid, runtime scope) and its id is derived from nothing else (I5);
 //! - creating a sandbox never starts a runtime; the first exec does (I12);
 //! - no code path here deletes a UserWorkspace file on runtime cleanup (I15);
-//! - every file operation goes through `warren-fs`, by file descriptor (I2).
+//! - every file operation goes through `warren-fs`, by file descriptor (I2);
+//! - a mutation fenced with an execution guard token is checked and performed under the
+//!   sandbox's fence gate, so none lands after a newer token was issued (I33).
 
 #![deny(missing_docs)]
 
@@ -17,6 +19,7 @@ mod env;
 mod error;
 mod exec;
 mod files;
+mod guard;
 mod init;
 mod kill;
 mod lifecycle;
@@ -37,6 +40,7 @@ pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
 pub use error::{is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError};
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
+pub use guard::{FencePermit, FenceToken, MAX_GUARD_HOLDER_BYTES, MAX_GUARD_TTL};
 pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use quotas::{
@@ -175,6 +179,9 @@ pub struct Provisioner {
     reap_slots: Arc<tokio::sync::Semaphore>,
     /// Serialises making and mounting workspace volumes (rare: a uid's first workdir).
     volume_lock: Arc<Mutex<()>>,
+    /// The execution guard's fence gate: fenced mutations against guard acquisitions,
+    /// per sandbox (I33; see `guard.rs`).
+    fence_gates: Arc<guard::FenceGates>,
 }
 
 impl Provisioner {
@@ -197,6 +204,7 @@ impl Provisioner {
             reaping: Mutex::new(std::collections::HashSet::new()),
             reap_slots,
             volume_lock: Arc::default(),
+            fence_gates: Arc::default(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! What the provisioner counts, in Prometheus form: sandboxes by state, runtime start and
-//! exec latency, reaps, fence waits, and failures by cause. `GET /metrics` renders it.
+//! exec latency, reaps, fence waits, stale guard fences, and failures by cause. `GET /metrics` renders it.
 
 use std::time::Duration;
 
@@ -59,6 +59,7 @@ pub(crate) struct Metrics {
     runtime_start: Histogram,
     exec: Histogram,
     fence_wait: Histogram,
+    stale_fences: Counter,
     reaps: Family<ReasonLabel, Counter>,
     failures: Family<CauseLabel, Counter>,
 }
@@ -72,6 +73,7 @@ impl Metrics {
         let runtime_start = seconds();
         let exec = seconds();
         let fence_wait = seconds();
+        let stale_fences = Counter::default();
         let reaps = Family::<ReasonLabel, Counter>::default();
         let failures = Family::<CauseLabel, Counter>::default();
         registry.register(
@@ -93,6 +95,11 @@ impl Metrics {
             "fence_wait_seconds",
             "Time a termination waited behind its fence for running commands",
             fence_wait.clone(),
+        );
+        registry.register(
+            "stale_fences",
+            "Mutations refused because a newer execution guard token was issued (fence_stale)",
+            stale_fences.clone(),
         );
         registry.register("reaps", "Runtimes reclaimed by the reaper", reaps.clone());
         registry.register("failures", "Failures by cause", failures.clone());
@@ -116,6 +123,7 @@ impl Metrics {
             runtime_start,
             exec,
             fence_wait,
+            stale_fences,
             reaps,
             failures,
         }
@@ -131,6 +139,10 @@ impl Metrics {
 
     pub(crate) fn fence_waited(&self, took: Duration) {
         self.fence_wait.observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn fence_refused(&self) {
+        self.stale_fences.inc();
     }
 
     pub(crate) fn reaped(&self, reason: ReapReason) {

@@ -19,6 +19,11 @@ pub struct Connection {
     /// The provisioner token.
     #[arg(long, env = "WARREN_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// The execution guard token (from `warren guard acquire`) to fence changes with: sent
+    /// as X-Warren-Fence by every command that changes a sandbox, which the server refuses
+    /// once a newer holder took the guard over.
+    #[arg(long, env = "WARREN_FENCE", global = true)]
+    fence: Option<u64>,
 }
 
 impl Connection {
@@ -26,8 +31,61 @@ impl Connection {
         let token = self.token.as_deref().context(
             "no token: set WARREN_TOKEN (the server generated one into <data-dir>/token)",
         )?;
-        Ok(WarrenClient::new(&self.url, token)?)
+        Ok(WarrenClient::new(&self.url, token)?.with_fence(self.fence))
     }
+}
+
+#[derive(Debug, Args)]
+pub struct GuardArgs {
+    #[command(subcommand)]
+    command: GuardCommand,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Subcommand)]
+enum GuardCommand {
+    /// Take a sandbox's execution guard and print it; fails (exit 2, guard_held) while
+    /// another holder has it. Renew it at a third of the TTL and pass its token to the
+    /// commands that change the sandbox with --fence or WARREN_FENCE.
+    Acquire {
+        /// Sandbox id.
+        sandbox: String,
+        /// Who holds it: a run, worker or replica id (shown to other holders).
+        #[arg(long)]
+        holder: String,
+        /// Seconds until it lapses unless renewed (1 to 3600).
+        #[arg(long, default_value_t = 30)]
+        ttl: u64,
+        /// Print only the token (for `export WARREN_FENCE=$(warren guard acquire ...)`).
+        #[arg(long)]
+        token_only: bool,
+    },
+    /// Extend the guard to --ttl seconds from now; fails (exit 2, guard_not_found) once it
+    /// lapsed or another holder took it.
+    Renew {
+        /// Sandbox id.
+        sandbox: String,
+        /// The guard's token; default: --fence / WARREN_FENCE.
+        #[arg(long)]
+        token: Option<u64>,
+        /// New lifetime in seconds from now (1 to 3600).
+        #[arg(long, default_value_t = 30)]
+        ttl: u64,
+    },
+    /// Release the guard now, so the next holder need not wait for it to lapse.
+    Release {
+        /// Sandbox id.
+        sandbox: String,
+        /// The guard's token; default: --fence / WARREN_FENCE.
+        #[arg(long)]
+        token: Option<u64>,
+    },
+    /// Show who holds the guard and until when (exit 2, guard_not_found, when nobody does).
+    Show {
+        /// Sandbox id.
+        sandbox: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -329,7 +387,7 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 
 /// What the server's messages tell an API client to do, and the CLI command or flag that
 /// does it: a person at a terminal should be told what to type.
-const CLI_EQUIVALENTS: [(&str, &str); 3] = [
+const CLI_EQUIVALENTS: [(&str, &str); 5] = [
     (
         "send it with \"secret\": false",
         "set it with `warren env set --plain`",
@@ -338,10 +396,16 @@ const CLI_EQUIVALENTS: [(&str, &str); 3] = [
         "create it with POST /v1/users/{uid}/workdirs",
         "create it with `warren workdir create --uid <uid> --path <workdir>`",
     ),
+    // Before the next entry, which is a prefix of it.
+    (
+        "with POST /v1/sandboxes/{id}/guard",
+        "with `warren guard acquire <sandbox> --holder <name>`",
+    ),
     (
         "again with POST /v1/sandboxes",
         "again with `warren sandbox create`",
     ),
+    ("the X-Warren-Fence header", "--fence (WARREN_FENCE)"),
 ];
 
 /// The server's message with its API advice turned into CLI advice.
@@ -368,6 +432,53 @@ fn report(error: ClientError) -> anyhow::Result<ExitCode> {
         _ => 1,
     };
     Ok(ExitCode::from(code))
+}
+
+pub async fn guard(args: GuardArgs) -> anyhow::Result<ExitCode> {
+    let fence = args.connection.fence;
+    let client = args.connection.client()?;
+    let token_of = |token: Option<u64>| {
+        token.or(fence).context(
+            "no guard token: give --token, or --fence / WARREN_FENCE (the token `warren guard acquire` printed)",
+        )
+    };
+    let result = match args.command {
+        GuardCommand::Acquire {
+            sandbox,
+            holder,
+            ttl,
+            token_only,
+        } => match client.acquire_guard(&sandbox, &holder, ttl).await {
+            Ok(guard) if token_only => {
+                super::output::line(guard.token)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            other => other.map(|guard| serde_json::to_value(guard).unwrap_or_default()),
+        },
+        GuardCommand::Renew {
+            sandbox,
+            token,
+            ttl,
+        } => client
+            .renew_guard(&sandbox, token_of(token)?, ttl)
+            .await
+            .map(|guard| serde_json::to_value(guard).unwrap_or_default()),
+        GuardCommand::Release { sandbox, token } => {
+            let token = token_of(token)?;
+            client
+                .release_guard(&sandbox, token)
+                .await
+                .map(|()| serde_json::json!({ "released": token }))
+        }
+        GuardCommand::Show { sandbox } => client
+            .current_guard(&sandbox)
+            .await
+            .map(|guard| serde_json::to_value(guard).unwrap_or_default()),
+    };
+    match result {
+        Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
+        Err(e) => report(e),
+    }
 }
 
 pub async fn workdir(args: WorkdirArgs) -> anyhow::Result<ExitCode> {

@@ -39,6 +39,9 @@ enum Command {
     /// Record a sandbox's runtime (installed packages, /home/gem) for resume (client of a
     /// running server).
     Snapshot(client::SnapshotArgs),
+    /// Hold a sandbox's execution guard: one executor at a time, its changes fenced by the
+    /// guard's token (client of a running server).
+    Guard(client::GuardArgs),
     /// Manage a user's agent environment (client of a running server).
     Env(client::EnvArgs),
     /// Run a command in a sandbox (client of a running server).
@@ -69,6 +72,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Checkpoint(args) => client::checkpoint(args).await,
         Command::Snapshot(args) => client::snapshot(args).await,
+        Command::Guard(args) => client::guard(args).await,
         Command::Env(args) => client::env(args).await,
         Command::Exec(args) => client::exec(args).await,
         Command::Mcp(args) => client::mcp(args).await,

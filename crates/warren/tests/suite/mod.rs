@@ -12,6 +12,7 @@ mod env;
 mod errors;
 mod etag;
 mod files;
+mod guard;
 mod image;
 mod init;
 mod kill;
