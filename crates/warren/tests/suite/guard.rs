@@ -15,6 +15,50 @@ use super::{bin, server};
 
 const FENCE: &str = "X-Warren-Fence";
 
+/// Runs each named scenario against a server on each state store: SQLite (the embedded
+/// default, expiry by the process clock) and PostgreSQL (a real cluster, expiry by
+/// `clock_timestamp()`).
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::server()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::on_postgres()).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    the_guard_is_exclusive_until_released_or_lapsed_and_the_next_holder_gets_a_larger_token,
+    a_write_fenced_with_a_stale_token_is_409_and_leaves_the_file_as_it_was,
+    every_mutating_route_refuses_a_stale_token_before_it_changes_anything,
+    guard_requests_out_of_range_are_refused_and_an_unknown_sandbox_is_404,
+    a_holder_stopped_past_its_ttl_is_refused_when_it_resumes_and_changes_nothing,
+    a_holder_killed_with_sigkill_is_replaced_within_its_ttl_and_one_renew_interval,
+);
+
+/// A server whose state is a fresh database of this binary's one PostgreSQL cluster
+/// (started on first use; a host without PostgreSQL fails here, saying what is missing).
+fn on_postgres() -> TestServer {
+    static CLUSTER: std::sync::OnceLock<warren_test_support::PostgresServer> =
+        std::sync::OnceLock::new();
+    let url = CLUSTER
+        .get_or_init(warren_test_support::PostgresServer::start)
+        .fresh_database();
+    TestServer::start_with(bin(), &["--backend", "memory", "--state", &url])
+}
+
 async fn acquire(server: &TestServer, id: &str, holder: &str, ttl_s: u64) -> (u16, Value) {
     server
         .send_json(
@@ -81,9 +125,9 @@ fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("")
 }
 
-#[tokio::test]
-async fn the_guard_is_exclusive_until_released_or_lapsed_and_the_next_holder_gets_a_larger_token() {
-    let server = server();
+async fn the_guard_is_exclusive_until_released_or_lapsed_and_the_next_holder_gets_a_larger_token(
+    server: TestServer,
+) {
     let id = server.sandbox("alice", "t", "projects/a").await;
     assert_eq!(code(&current(&server, &id).await.1), "guard_not_found");
 
@@ -152,9 +196,9 @@ async fn the_guard_is_exclusive_until_released_or_lapsed_and_the_next_holder_get
     assert_eq!(server.send_json(release(t2)).await.0, 404);
 }
 
-#[tokio::test]
-async fn a_write_fenced_with_a_stale_token_is_409_and_leaves_the_file_as_it_was() {
-    let server = server();
+async fn a_write_fenced_with_a_stale_token_is_409_and_leaves_the_file_as_it_was(
+    server: TestServer,
+) {
     let id = server.sandbox("alice", "t", "projects/a").await;
     let old = token(&server, &id, "replica-a", 1).await.to_string();
     assert_eq!(write(&server, &id, Some(&old), "from a").await.0, 201);
@@ -197,9 +241,7 @@ async fn a_write_fenced_with_a_stale_token_is_409_and_leaves_the_file_as_it_was(
     assert_eq!(read(&server, &id).await, "unfenced");
 }
 
-#[tokio::test]
-async fn every_mutating_route_refuses_a_stale_token_before_it_changes_anything() {
-    let server = server();
+async fn every_mutating_route_refuses_a_stale_token_before_it_changes_anything(server: TestServer) {
     let id = server.sandbox("alice", "t", "projects/a").await;
     assert_eq!(write(&server, &id, None, "kept").await.0, 201);
     let old = token(&server, &id, "replica-a", 1).await.to_string();
@@ -293,9 +335,7 @@ async fn every_mutating_route_refuses_a_stale_token_before_it_changes_anything()
     assert_eq!((status, code(&body)), (404, "sandbox_not_found"), "{body}");
 }
 
-#[tokio::test]
-async fn guard_requests_out_of_range_are_refused_and_an_unknown_sandbox_is_404() {
-    let server = server();
+async fn guard_requests_out_of_range_are_refused_and_an_unknown_sandbox_is_404(server: TestServer) {
     let id = server.sandbox("alice", "t", "projects/a").await;
     for body in [
         json!({"holder": "", "ttl_s": 5}),
@@ -493,7 +533,13 @@ impl Holder {
         let mut stderr = String::new();
         std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
         self.child.wait().unwrap();
-        (self.lines.try_iter().collect(), stderr)
+        // Every line the script printed, up to the end of its stdout (the reader thread
+        // forwards the last ones after the process is gone).
+        let mut lines = Vec::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(10)) {
+            lines.push(line);
+        }
+        (lines, stderr)
     }
 }
 
@@ -510,9 +556,9 @@ impl Drop for Holder {
 
 const TTL_S: u64 = 2;
 
-#[tokio::test]
-async fn a_holder_stopped_past_its_ttl_is_refused_when_it_resumes_and_changes_nothing() {
-    let server = server();
+async fn a_holder_stopped_past_its_ttl_is_refused_when_it_resumes_and_changes_nothing(
+    server: TestServer,
+) {
     let id = server.sandbox("alice", "t", "projects/a").await;
     let mut paused = Holder::start(
         &server,
@@ -575,9 +621,9 @@ echo "put exited $?""#
     assert_eq!(read(&server, &id).await, "from the new holder\n");
 }
 
-#[tokio::test]
-async fn a_holder_killed_with_sigkill_is_replaced_within_its_ttl_and_one_renew_interval() {
-    let server = server();
+async fn a_holder_killed_with_sigkill_is_replaced_within_its_ttl_and_one_renew_interval(
+    server: TestServer,
+) {
     let id = server.sandbox("alice", "t", "projects/a").await;
     let renew_every = Duration::from_millis(TTL_S * 1000 / 3);
     let holder = Holder::start(
