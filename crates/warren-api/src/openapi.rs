@@ -284,6 +284,34 @@ mod tests {
     }
 
     #[test]
+    fn every_change_to_a_sandbox_is_fenced_unless_it_is_the_guard_or_a_lease() {
+        // The guard's own routes take the token in their body or query, and a lease holds
+        // the runtime without changing it (I25).
+        let unfenced = [
+            ("POST", "/v1/sandboxes/{id}/guard"),
+            ("DELETE", "/v1/sandboxes/{id}/guard"),
+            ("POST", "/v1/sandboxes/{id}/guard/renew"),
+            ("POST", "/v1/sandboxes/{id}/leases"),
+            ("DELETE", "/v1/sandboxes/{id}/leases/{lease_id}"),
+            ("POST", "/v1/sandboxes/{id}/leases/{lease_id}/renew"),
+        ];
+        let doc = openapi_document();
+        for (method, path, _) in operations(&doc) {
+            // Globs and greps are reads sent as POST.
+            let read = path.ends_with("/files/glob") || path.ends_with("/files/grep");
+            if !path.starts_with("/v1/sandboxes/{id}") || method == "GET" || read {
+                continue;
+            }
+            let fenced = crate::contract::FENCED_OPERATIONS
+                .contains(&(method.to_lowercase().as_str(), path.as_str()));
+            assert!(
+                fenced || unfenced.contains(&(method.as_str(), path.as_str())),
+                "{method} {path} changes a sandbox but is not fenced"
+            );
+        }
+    }
+
+    #[test]
     fn bounded_integers_say_their_bounds() {
         let doc = openapi_document();
         let schemas = &doc["components"]["schemas"];

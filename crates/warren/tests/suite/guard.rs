@@ -216,6 +216,16 @@ async fn a_write_fenced_with_a_stale_token_is_409_and_leaves_the_file_as_it_was(
         "{message}"
     );
     assert_eq!(read(&server, &id).await, "from b");
+    let response = server
+        .request(Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap();
+    let metrics = response.text().await.unwrap();
+    assert!(
+        metrics.lines().any(|l| l == "warren_stale_fences_total 1"),
+        "{metrics}"
+    );
 
     // Requests without the header behave as before guards existed.
     assert_eq!(write(&server, &id, None, "unfenced").await.0, 200);
