@@ -147,8 +147,7 @@ pub(crate) fn sandbox_id(raw: &str) -> Result<SandboxId, ApiError> {
     SandboxId::parse(raw).map_err(|e| ProvisionerError::from(e).into())
 }
 
-/// The request header that carries an execution guard's fencing token (I33).
-pub(crate) const FENCE_HEADER: &str = "x-warren-fence";
+pub(crate) use warren_provisioner::FENCE_HEADER;
 
 /// `X-Warren-Fence: <token>` on a mutating sandbox route: `None` without the header (the
 /// request behaves as before guards existed). A malformed value, or the header twice, is
@@ -160,24 +159,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Fence {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let mut values = parts.headers.get_all(FENCE_HEADER).iter();
-        let Some(value) = values.next() else {
-            return Ok(Self(None));
-        };
-        let invalid = |reason: &str| -> ApiError {
-            ProvisionerError::FenceInvalid {
-                reason: reason.to_owned(),
-            }
-            .into()
-        };
-        if values.next().is_some() {
-            return Err(invalid(
-                "send one X-Warren-Fence header: the token of the guard you hold",
-            ));
-        }
-        let raw = value
-            .to_str()
-            .map_err(|_| invalid("the X-Warren-Fence header is not a positive whole number"))?;
-        Ok(Self(Some(FenceToken::parse(raw)?)))
+        let values = parts.headers.get_all(FENCE_HEADER).iter();
+        Ok(Self(FenceToken::from_header_values(
+            values.map(|value| value.as_bytes()),
+        )?))
     }
 }

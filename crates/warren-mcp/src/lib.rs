@@ -82,26 +82,14 @@ fn fence_of(context: &RequestContext<RoleServer>) -> Result<Option<FenceToken>, 
     let Some(parts) = context.extensions.get::<http::request::Parts>() else {
         return Ok(None);
     };
-    let mut values = parts.headers.get_all(FENCE_HEADER).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    let invalid = |reason: &str| ProvisionerError::FenceInvalid {
-        reason: reason.to_owned(),
-    };
-    if values.next().is_some() {
-        return Err(invalid(
-            "send one X-Warren-Fence header: the token of the guard you hold",
-        ));
-    }
-    let raw = value
-        .to_str()
-        .map_err(|_| invalid("the X-Warren-Fence header is not a positive whole number"))?;
-    FenceToken::parse(raw).map(Some)
+    FenceToken::from_header_values(
+        parts
+            .headers
+            .get_all(warren_provisioner::FENCE_HEADER)
+            .iter()
+            .map(|value| value.as_bytes()),
+    )
 }
-
-/// The header carrying an execution guard's fencing token.
-const FENCE_HEADER: &str = "x-warren-fence";
 
 impl ServerHandler for WarrenMcp {
     fn get_info(&self) -> InitializeResult {

@@ -75,7 +75,33 @@ impl FenceToken {
     pub fn get(self) -> i64 {
         self.0
     }
+
+    /// The token a request carries in its [`FENCE_HEADER`] values (HTTP and MCP alike):
+    /// `None` without the header, 400 `fence_invalid` for more than one value or one that
+    /// is not a token.
+    pub fn from_header_values<'a>(
+        mut values: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<Option<Self>, ProvisionerError> {
+        let Some(value) = values.next() else {
+            return Ok(None);
+        };
+        let invalid = |reason: &str| ProvisionerError::FenceInvalid {
+            reason: reason.to_owned(),
+        };
+        if values.next().is_some() {
+            return Err(invalid(
+                "send one X-Warren-Fence header: the token of the guard you hold",
+            ));
+        }
+        let raw = std::str::from_utf8(value)
+            .map_err(|_| invalid("the X-Warren-Fence header is not a positive whole number"))?;
+        Self::parse(raw).map(Some)
+    }
 }
+
+/// The request header carrying an execution guard's fencing token, lowercase as HTTP/2
+/// sends it.
+pub const FENCE_HEADER: &str = "x-warren-fence";
 
 impl std::fmt::Display for FenceToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -40,7 +40,7 @@ pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
 pub use error::{is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError};
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
-pub use guard::{FencePermit, FenceToken, MAX_GUARD_HOLDER_BYTES, MAX_GUARD_TTL};
+pub use guard::{FencePermit, FenceToken, FENCE_HEADER, MAX_GUARD_HOLDER_BYTES, MAX_GUARD_TTL};
 pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use quotas::{
