@@ -106,7 +106,7 @@ pub(crate) async fn renew(
         .renew_guard(
             &id,
             token(request.token),
-            Duration::from_secs(request.ttl_s),
+            request.ttl_s.map(Duration::from_secs),
         )
         .await?;
     Ok(Json(info(&guard)))

@@ -401,7 +401,7 @@ impl WarrenClient {
         &self,
         id: &str,
         token: u64,
-        ttl_s: u64,
+        ttl_s: Option<u64>,
     ) -> Result<GuardInfo, ClientError> {
         self.json(
             self.request(

@@ -431,9 +431,14 @@ pub struct RenewGuard {
     /// The token the acquisition returned.
     #[serde(deserialize_with = "strict::required_whole_number")]
     pub token: u64,
-    /// New lifetime in seconds from now (1 to 3600), usually the one it was acquired with.
-    #[serde(deserialize_with = "strict::required_whole_number")]
-    pub ttl_s: u64,
+    /// New lifetime in seconds from now (1 to 3600); without it, the lifetime the guard
+    /// was last granted or renewed for.
+    #[serde(
+        default,
+        deserialize_with = "strict::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ttl_s: Option<u64>,
 }
 
 /// A sandbox's execution guard.

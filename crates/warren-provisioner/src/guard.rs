@@ -302,9 +302,11 @@ impl Provisioner {
         &self,
         sandbox: &SandboxId,
         token: i64,
-        ttl: Duration,
+        ttl: Option<Duration>,
     ) -> Result<Guard, ProvisionerError> {
-        check_guard_request(None, ttl)?;
+        if let Some(ttl) = ttl {
+            check_guard_request(None, ttl)?;
+        }
         self.sandbox(sandbox).await?;
         self.store
             .renew_guard(sandbox, token, ttl)

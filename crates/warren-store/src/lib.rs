@@ -331,13 +331,14 @@ pub trait StateStore: Send + Sync + 'static {
         ttl: std::time::Duration,
     ) -> Result<GuardAcquire, StoreError>;
 
-    /// Extends the guard `token` to `ttl` from now; `None` unless it is the newest and
-    /// still live (a lapsed holder must acquire again and gets a new token).
+    /// Extends the guard `token` to `ttl` from now (`None`: the lifetime it was last
+    /// granted or renewed for); `None` unless it is the newest and still live (a lapsed
+    /// holder must acquire again and gets a new token).
     async fn renew_guard(
         &self,
         sandbox: &SandboxId,
         token: i64,
-        ttl: std::time::Duration,
+        ttl: Option<std::time::Duration>,
     ) -> Result<Option<Guard>, StoreError>;
 
     /// Lets the live guard `token` lapse now, so the next holder need not wait out its TTL;

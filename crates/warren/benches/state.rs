@@ -125,7 +125,7 @@ async fn measure(
                         }
                         Op::GuardRenew => {
                             store
-                                .renew_guard(&sandbox, guard.unwrap(), ttl)
+                                .renew_guard(&sandbox, guard.unwrap(), Some(ttl))
                                 .await
                                 .unwrap()
                                 .expect("a live guard renews");

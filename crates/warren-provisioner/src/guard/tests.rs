@@ -186,7 +186,7 @@ async fn run_schedule(seed: u64, steps: usize) {
                 let Some(token) = held[who] else { continue };
                 let ttl = Duration::from_secs(1 + rng.below(5));
                 let renewable = live.as_ref().is_some_and(|g| g.token == token);
-                match p.renew_guard(sbx, token, ttl).await {
+                match p.renew_guard(sbx, token, Some(ttl)).await {
                     Ok(guard) => {
                         assert!(renewable, "{context}: renewed {token}, live {live:?}");
                         assert_eq!(guard.token, token, "{context}");
@@ -300,7 +300,7 @@ async fn a_lapsed_holder_that_resumes_is_refused_and_its_write_changes_nothing()
     assert_eq!(content(p, sbx).await.as_deref(), Some("unfenced"));
     // A renewal of the superseded token is refused too.
     assert!(matches!(
-        p.renew_guard(sbx, first.token, Duration::from_secs(2))
+        p.renew_guard(sbx, first.token, Some(Duration::from_secs(2)))
             .await,
         Err(ProvisionerError::GuardNotFound { .. })
     ));

@@ -165,5 +165,7 @@ CREATE TABLE guards (
     token       BIGINT NOT NULL CHECK (token >= 1),
     holder      TEXT NOT NULL,
     acquired_at BIGINT NOT NULL,
-    expires_at  BIGINT NOT NULL
+    expires_at  BIGINT NOT NULL,
+    -- The lifetime of the last grant or renewal: what a renewal naming none extends by.
+    ttl_ms      BIGINT NOT NULL CHECK (ttl_ms >= 0)
 );

@@ -6,5 +6,7 @@ CREATE TABLE guards (
     token       INTEGER NOT NULL CHECK (token >= 1),
     holder      TEXT    NOT NULL,
     acquired_at INTEGER NOT NULL,
-    expires_at  INTEGER NOT NULL
+    expires_at  INTEGER NOT NULL,
+    -- The lifetime of the last grant or renewal: what a renewal naming none extends by.
+    ttl_ms      INTEGER NOT NULL CHECK (ttl_ms >= 0)
 );

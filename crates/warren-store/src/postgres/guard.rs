@@ -46,12 +46,12 @@ pub(super) async fn acquire(
     // alone; PostgreSQL locks the conflicting row and judges the WHERE on its newest
     // version, so two acquirers can never both take it.
     let take = format!(
-        "INSERT INTO guards ({COLUMNS}) SELECT $1, 1, $2, now_ms, now_ms + $3 \
+        "INSERT INTO guards ({COLUMNS}, ttl_ms) SELECT $1, 1, $2, now_ms, now_ms + $3, $3 \
          FROM (SELECT {NOW_MS} AS now_ms) AS clock \
          ON CONFLICT (sandbox_id) DO UPDATE SET token = guards.token + 1, \
          holder = excluded.holder, acquired_at = excluded.acquired_at, \
-         expires_at = excluded.expires_at WHERE guards.expires_at <= excluded.acquired_at \
-         RETURNING {COLUMNS}"
+         expires_at = excluded.expires_at, ttl_ms = excluded.ttl_ms \
+         WHERE guards.expires_at <= excluded.acquired_at RETURNING {COLUMNS}"
     );
     let live =
         format!("SELECT {COLUMNS} FROM guards WHERE sandbox_id = $1 AND expires_at > {NOW_MS}");
@@ -93,15 +93,16 @@ pub(super) async fn renew(
     pool: &PgPool,
     sandbox: &SandboxId,
     token: i64,
-    ttl: Duration,
+    ttl: Option<Duration>,
 ) -> Result<Option<Guard>, StoreError> {
     let row = sqlx::query(&format!(
-        "UPDATE guards SET expires_at = {NOW_MS} + $3 WHERE sandbox_id = $1 AND token = $2 \
-         AND expires_at > {NOW_MS} RETURNING {COLUMNS}"
+        "UPDATE guards SET ttl_ms = COALESCE($3, ttl_ms), \
+         expires_at = {NOW_MS} + COALESCE($3, ttl_ms) \
+         WHERE sandbox_id = $1 AND token = $2 AND expires_at > {NOW_MS} RETURNING {COLUMNS}"
     ))
     .bind(sandbox.as_str())
     .bind(token)
-    .bind(ttl_millis(ttl))
+    .bind(ttl.map(ttl_millis))
     .fetch_optional(pool)
     .await
     .map_err(StoreError::query("renew a guard"))?;

@@ -1033,7 +1033,7 @@ impl StateStore for PostgresStore {
         &self,
         sandbox: &SandboxId,
         token: i64,
-        ttl: Duration,
+        ttl: Option<Duration>,
     ) -> Result<Option<Guard>, StoreError> {
         guard::renew(&self.pool, sandbox, token, ttl).await
     }

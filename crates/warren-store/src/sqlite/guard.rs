@@ -45,15 +45,17 @@ pub(super) async fn acquire(
     // Takes the guard when there is no row or its holder lapsed; a live holder's row is
     // left alone (the WHERE of the upsert) and nothing is returned.
     let taken = sqlx::query(&format!(
-        "INSERT INTO guards ({COLUMNS}) VALUES (?1, 1, ?2, ?3, ?4) \
+        "INSERT INTO guards ({COLUMNS}, ttl_ms) VALUES (?1, 1, ?2, ?3, ?4, ?5) \
          ON CONFLICT (sandbox_id) DO UPDATE SET token = guards.token + 1, \
          holder = excluded.holder, acquired_at = excluded.acquired_at, \
-         expires_at = excluded.expires_at WHERE guards.expires_at <= ?3 RETURNING {COLUMNS}"
+         expires_at = excluded.expires_at, ttl_ms = excluded.ttl_ms \
+         WHERE guards.expires_at <= ?3 RETURNING {COLUMNS}"
     ))
     .bind(sandbox.as_str())
     .bind(holder)
     .bind(now)
     .bind(expires)
+    .bind(ttl_millis(ttl))
     .fetch_optional(&mut *tx)
     .await
     .map_err(|error| match violation(&error) {
@@ -84,15 +86,15 @@ pub(super) async fn renew(
     now: i64,
     sandbox: &SandboxId,
     token: i64,
-    ttl: Duration,
+    ttl: Option<Duration>,
 ) -> Result<Option<Guard>, StoreError> {
     let row = sqlx::query(&format!(
-        "UPDATE guards SET expires_at = ?3 WHERE sandbox_id = ?1 AND token = ?2 \
-         AND expires_at > ?4 RETURNING {COLUMNS}"
+        "UPDATE guards SET ttl_ms = COALESCE(?3, ttl_ms), expires_at = ?4 + COALESCE(?3, ttl_ms) \
+         WHERE sandbox_id = ?1 AND token = ?2 AND expires_at > ?4 RETURNING {COLUMNS}"
     ))
     .bind(sandbox.as_str())
     .bind(token)
-    .bind(now.saturating_add(ttl_millis(ttl)))
+    .bind(ttl.map(ttl_millis))
     .bind(now)
     .fetch_optional(pool)
     .await

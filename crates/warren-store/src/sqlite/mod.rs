@@ -1168,7 +1168,7 @@ impl StateStore for SqliteStore {
         &self,
         sandbox: &SandboxId,
         token: i64,
-        ttl: Duration,
+        ttl: Option<Duration>,
     ) -> Result<Option<Guard>, StoreError> {
         guard::renew(&self.pool, self.guard_now(), sandbox, token, ttl).await
     }

@@ -1033,7 +1033,7 @@ pub async fn a_lapsed_guard_is_free_and_cannot_be_renewed(backend: &dyn Backend)
     );
     // Renewing a live guard moves its expiry, never its token.
     let renewed = store
-        .renew_guard(&id, first.token, Duration::from_millis(300))
+        .renew_guard(&id, first.token, Some(Duration::from_millis(300)))
         .await
         .unwrap()
         .expect("a live guard renews");
@@ -1044,7 +1044,7 @@ pub async fn a_lapsed_guard_is_free_and_cannot_be_renewed(backend: &dyn Backend)
     assert_eq!(store.current_guard(&id).await.unwrap(), None);
     assert_eq!(
         store
-            .renew_guard(&id, first.token, Duration::from_secs(60))
+            .renew_guard(&id, first.token, Some(Duration::from_secs(60)))
             .await
             .unwrap(),
         None,
@@ -1060,7 +1060,7 @@ pub async fn a_lapsed_guard_is_free_and_cannot_be_renewed(backend: &dyn Backend)
     // The old token no longer renews or releases the new holder's guard.
     assert_eq!(
         store
-            .renew_guard(&id, first.token, Duration::from_secs(60))
+            .renew_guard(&id, first.token, Some(Duration::from_secs(60)))
             .await
             .unwrap(),
         None
@@ -1155,4 +1155,37 @@ pub async fn concurrent_acquisitions_of_a_free_guard_grant_it_exactly_once(backe
     }
     assert_eq!(winners.len(), 1, "{winners:?}");
     assert_eq!(winners[0].token, 1);
+}
+
+pub async fn a_renewal_naming_no_ttl_extends_by_the_last_one_granted(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let id = guarded_sandbox(store.as_ref()).await;
+    let first = acquired(
+        store
+            .acquire_guard(&id, "run-1", Duration::from_secs(40))
+            .await
+            .unwrap(),
+    );
+    let renewed = store
+        .renew_guard(&id, first.token, None)
+        .await
+        .unwrap()
+        .expect("a live guard renews");
+    let lifetime = renewed.expires_at - chrono::Utc::now();
+    assert!(
+        lifetime > chrono::TimeDelta::seconds(35) && lifetime <= chrono::TimeDelta::seconds(40),
+        "{lifetime}"
+    );
+    // An explicit TTL becomes the one later renewals use.
+    store
+        .renew_guard(&id, first.token, Some(Duration::from_secs(600)))
+        .await
+        .unwrap()
+        .unwrap();
+    let again = store
+        .renew_guard(&id, first.token, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.expires_at - chrono::Utc::now() > chrono::TimeDelta::seconds(500));
 }

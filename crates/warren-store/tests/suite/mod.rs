@@ -51,6 +51,7 @@ macro_rules! behaviour_suite {
                 guard_tokens_keep_growing_across_generations,
                 a_guard_on_a_sandbox_never_claimed_is_refused,
                 concurrent_acquisitions_of_a_free_guard_grant_it_exactly_once,
+                a_renewal_naming_no_ttl_extends_by_the_last_one_granted,
             );
         }
     };

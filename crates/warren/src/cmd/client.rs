@@ -69,9 +69,10 @@ enum GuardCommand {
         /// The guard's token; default: --fence / WARREN_FENCE.
         #[arg(long)]
         token: Option<u64>,
-        /// New lifetime in seconds from now (1 to 3600).
-        #[arg(long, default_value_t = 30)]
-        ttl: u64,
+        /// New lifetime in seconds from now (1 to 3600) [default: the lifetime it was
+        /// acquired or last renewed with].
+        #[arg(long)]
+        ttl: Option<u64>,
     },
     /// Release the guard now, so the next holder need not wait for it to lapse.
     Release {

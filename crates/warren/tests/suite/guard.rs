@@ -164,6 +164,19 @@ async fn the_guard_is_exclusive_until_released_or_lapsed_and_the_next_holder_get
         "{renewed}"
     );
     assert!(renewed["expires_at"].as_str() > first["expires_at"].as_str());
+    // The shape, `{token}` alone: renewed by the lifetime last granted.
+    let (status, again) = server
+        .send_json(
+            server
+                .request(Method::POST, &format!("/v1/sandboxes/{id}/guard/renew"))
+                .json(&json!({ "token": t1 })),
+        )
+        .await;
+    assert_eq!(
+        (status, again["token"].as_i64()),
+        (200, Some(t1)),
+        "{again}"
+    );
 
     let release = |token: i64| {
         server.request(
