@@ -19,7 +19,7 @@ const COLUMNS: &str = "sandbox_id, token, holder, acquired_at, expires_at";
 
 /// The database's current time in unix milliseconds, as SQL. `clock_timestamp()` moves
 /// within a transaction, unlike `now()`, so a long transaction never judges by a stale time.
-const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+pub(super) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 fn guard_from_row(row: &PgRow) -> Result<Guard, StoreError> {
     let columns = Columns {

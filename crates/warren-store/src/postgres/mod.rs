@@ -9,7 +9,8 @@
 //!   reclaims it;
 //! - a write that first counts (the agent environment's limit) takes a transaction-scoped
 //!   advisory lock on its uid, released at commit or rollback, never held by a session;
-//! - guards judge expiry by the database's clock (see [`guard`]).
+//! - guards and leases judge expiry by the database's clock (see [`guard`]), the same for
+//!   every process.
 //!
 //! A database that cannot be reached is [`StoreError::Unavailable`]; the pool hands out
 //! only connections that answer, so service resumes by itself when the server is back.
@@ -26,6 +27,7 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
+use self::guard::NOW_MS;
 use crate::rows::{millis_to_time, Columns};
 use crate::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewRun, NewSandbox,
@@ -501,6 +503,8 @@ impl StateStore for PostgresStore {
         Ok(result.rows_affected())
     }
 
+    // Leases expire by the database's clock, like guards: the same for every process that
+    // shares the database.
     async fn create_lease(
         &self,
         sandbox: &SandboxId,
@@ -508,20 +512,18 @@ impl StateStore for PostgresStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<crate::Lease, StoreError> {
-        let now = now_millis();
-        let expires = now.saturating_add(crate::guard::ttl_millis(ttl));
         let id = format!("lease-{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(
+        let row = sqlx::query(&format!(
             "INSERT INTO leases (id, sandbox_id, generation, holder, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
+             SELECT $1, $2, $3, $4, now_ms, now_ms + $5 FROM (SELECT {NOW_MS} AS now_ms) AS clock \
+             RETURNING created_at, expires_at"
+        ))
         .bind(&id)
         .bind(sandbox.as_str())
         .bind(generation)
         .bind(holder)
-        .bind(now)
-        .bind(expires)
-        .execute(&self.pool)
+        .bind(crate::guard::ttl_millis(ttl))
+        .fetch_one(&self.pool)
         .await
         .map_err(|error| match violation(&error) {
             Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
@@ -529,13 +531,17 @@ impl StateStore for PostgresStore {
             },
             _ => StoreError::query("create a lease")(error),
         })?;
+        let columns = Columns {
+            row: &row,
+            table: "leases",
+        };
         Ok(crate::Lease {
             id,
             sandbox_id: sandbox.clone(),
             generation,
             holder: holder.to_owned(),
-            created_at: millis_to_time(now),
-            expires_at: millis_to_time(expires),
+            created_at: columns.time("created_at")?,
+            expires_at: columns.time("expires_at")?,
         })
     }
 
@@ -545,16 +551,13 @@ impl StateStore for PostgresStore {
         lease: &str,
         ttl: Duration,
     ) -> Result<Option<crate::Lease>, StoreError> {
-        let now = now_millis();
-        let expires = now.saturating_add(crate::guard::ttl_millis(ttl));
-        let row = sqlx::query(
-            "UPDATE leases SET expires_at = $3 WHERE id = $1 AND sandbox_id = $2 \
-             AND expires_at > $4 RETURNING generation, holder, created_at",
-        )
+        let row = sqlx::query(&format!(
+            "UPDATE leases SET expires_at = {NOW_MS} + $3 WHERE id = $1 AND sandbox_id = $2 \
+             AND expires_at > {NOW_MS} RETURNING generation, holder, created_at, expires_at"
+        ))
         .bind(lease)
         .bind(sandbox.as_str())
-        .bind(expires)
-        .bind(now)
+        .bind(crate::guard::ttl_millis(ttl))
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::query("renew a lease"))?;
@@ -569,7 +572,7 @@ impl StateStore for PostgresStore {
                 generation: columns.get("generation")?,
                 holder: columns.get("holder")?,
                 created_at: columns.time("created_at")?,
-                expires_at: millis_to_time(expires),
+                expires_at: columns.time("expires_at")?,
             })
         })
         .transpose()
@@ -586,13 +589,12 @@ impl StateStore for PostgresStore {
     }
 
     async fn live_leases(&self, sandbox: &SandboxId, generation: i64) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar(
+        let count: i64 = sqlx::query_scalar(&format!(
             "SELECT COUNT(*) FROM leases WHERE sandbox_id = $1 AND generation = $2 \
-             AND expires_at > $3",
-        )
+             AND expires_at > {NOW_MS}"
+        ))
         .bind(sandbox.as_str())
         .bind(generation)
-        .bind(now_millis())
         .fetch_one(&self.pool)
         .await
         .map_err(StoreError::query("count live leases"))?;
