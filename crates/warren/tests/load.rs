@@ -9,7 +9,9 @@
 //! (I24). It asserts no latency: figures are printed, not judged (performance is measured in benchmarks, never asserted in tests).
 //!
 //! `cargo test -p warren --test load` runs the default shape (200 sandboxes, 1,000
-//! clients, 20 s); `-- --sandboxes N --clients N --duration S --uids N` changes it.
+//! clients, 20 s) twice: with the state in SQLite, then in a real PostgreSQL server
+//! (issue 13); `-- --sandboxes N --clients N --duration S --uids N` changes the shape and
+//! `-- --store sqlite` (or `postgres`) runs one.
 //! Runs as root (real local runtimes), like the rest of the end-to-end suite.
 
 use std::collections::HashMap;
@@ -21,7 +23,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_test_support::{docker_instance, latency::percentile, mcp_messages, TestServer};
+use warren_test_support::{
+    docker_instance, latency::percentile, mcp_messages, PostgresServer, TestServer,
+};
 
 /// The shape of one run.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +34,15 @@ struct Shape {
     clients: usize,
     uids: usize,
     duration: Duration,
+    /// Which state stores to run against, in order.
+    stores: &'static [Store],
+}
+
+/// Where the server under load keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Sqlite,
+    Postgres,
 }
 
 impl Shape {
@@ -39,6 +52,7 @@ impl Shape {
             clients: 1000,
             uids: 50,
             duration: Duration::from_secs(20),
+            stores: &[Store::Sqlite, Store::Postgres],
         };
         let args: Vec<String> = std::env::args().skip(1).collect();
         let mut i = 0;
@@ -53,6 +67,13 @@ impl Shape {
                 "--clients" => shape.clients = value() as usize,
                 "--uids" => shape.uids = value() as usize,
                 "--duration" => shape.duration = Duration::from_secs(value()),
+                "--store" => {
+                    shape.stores = match args.get(i + 1).map(String::as_str) {
+                        Some("sqlite") => &[Store::Sqlite],
+                        Some("postgres") => &[Store::Postgres],
+                        other => panic!("--store takes sqlite or postgres, not {other:?}"),
+                    }
+                }
                 // What libtest-style runners pass along; nothing to filter here.
                 _ => {
                     i += 1;
@@ -154,7 +175,10 @@ fn main() {
         .expect("a tokio runtime");
     // The verdict is printed only once the server is gone: dropping it kills it and removes
     // whatever a failed run left, and `exit` would skip that.
-    let passed = runtime.block_on(run(shape));
+    let mut passed = true;
+    for &store in shape.stores {
+        passed &= runtime.block_on(run(shape, store));
+    }
     drop(runtime);
     if passed {
         println!("load: 1 passed, 0 failed");
@@ -165,17 +189,21 @@ fn main() {
 }
 
 /// One run; whether it passed.
-async fn run(shape: Shape) -> bool {
+async fn run(shape: Shape, store: Store) -> bool {
     println!(
-        "load: {} sandboxes of {} uids, {} concurrent clients, {:?}",
+        "load: {} sandboxes of {} uids, {} concurrent clients, {:?}, state in {store:?}",
         shape.sandboxes, shape.uids, shape.clients, shape.duration
     );
     let bin = Path::new(env!("CARGO_BIN_EXE_warren"));
+    // Kept for the run: the server's state lives in it.
+    let postgres = (store == Store::Postgres).then(PostgresServer::start);
+    let url = postgres.as_ref().map(PostgresServer::fresh_database);
     // Idle reaping off for the run: every runtime must be the one the clients started.
-    let server = Arc::new(TestServer::start_with(
-        bin,
-        &["--backend", "local", "--idle-timeout", "3600"],
-    ));
+    let mut args = vec!["--backend", "local", "--idle-timeout", "3600"];
+    if let Some(url) = &url {
+        args.extend(["--state", url.as_str()]);
+    }
+    let server = Arc::new(TestServer::start_with(bin, &args));
     let sandboxes = create_sandboxes(&server, shape).await;
     let runtimes = runtime_records(&server, &sandboxes);
     let tally = Arc::new(Tally::default());
