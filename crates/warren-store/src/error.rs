@@ -3,6 +3,7 @@
 //! Each variant names the operation that failed and keeps the driver's error as its source,
 //! so a log shows both what warren was doing and why the database refused.
 
+use sqlx::error::ErrorKind;
 use warren_core::{RuntimeScope, SandboxId, Uid};
 
 /// Why a state store operation failed.
@@ -143,6 +144,20 @@ impl StoreError {
         }
     }
 
+    /// Like [`StoreError::query`], for a write whose row names `sandbox` by foreign key: a
+    /// sandbox that was never claimed is [`StoreError::UnknownSandbox`].
+    pub(crate) fn on_sandbox<'a>(
+        operation: &'static str,
+        sandbox: &'a SandboxId,
+    ) -> impl FnOnce(sqlx::Error) -> Self + 'a {
+        move |source| match violation(&source) {
+            Some(ErrorKind::ForeignKeyViolation) => Self::UnknownSandbox {
+                id: sandbox.clone(),
+            },
+            _ => Self::query(operation)(source),
+        }
+    }
+
     /// Whether the database was out of reach, as opposed to refusing the operation: the
     /// caller may retry later.
     pub fn is_unavailable(&self) -> bool {
@@ -151,6 +166,14 @@ impl StoreError {
             Self::Open(source) => is_unavailable(source),
             _ => false,
         }
+    }
+}
+
+/// The kind of constraint a failed statement broke, if that is why it failed.
+pub(crate) fn violation(error: &sqlx::Error) -> Option<ErrorKind> {
+    match error {
+        sqlx::Error::Database(database) => Some(database.kind()),
+        _ => None,
     }
 }
 

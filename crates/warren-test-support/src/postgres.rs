@@ -84,11 +84,6 @@ impl PostgresServer {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
 
-    /// The loopback port it listens on.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// Creates a new, empty database and returns its URL: each test gets its own.
     pub fn fresh_database(&self) -> String {
         let n = self

@@ -2,14 +2,14 @@
 //! diffs, and restores that fail cleanly on a corrupt or missing chunk or an interrupted
 //! snapshot.
 
-use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
 use warren_snapshot::{
     collect_garbage, diff, restore, snapshot, LocalStore, Manifest, ObjectStore, SnapshotError,
 };
 
-use super::Tree;
+use super::{describe, Tree};
 
 /// A tree with one of everything a workdir can hold.
 fn plant(wd: &Path) {
@@ -37,42 +37,6 @@ fn plant(wd: &Path) {
     symlink("does/not/exist", wd.join("dangling")).unwrap();
     std::fs::write(wd.join("hard-a"), "shared inode").unwrap();
     std::fs::hard_link(wd.join("hard-a"), wd.join("src/hard-b")).unwrap();
-}
-
-/// Everything about a tree a restore must bring back, path by path.
-fn describe(dir: &Path) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(current) = stack.pop() {
-        for entry in std::fs::read_dir(&current).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let rel = path
-                .strip_prefix(dir)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let what = if meta.file_type().is_symlink() {
-                format!("link -> {}", std::fs::read_link(&path).unwrap().display())
-            } else if meta.is_dir() {
-                stack.push(path.clone());
-                format!("dir {:o} {}", meta.mode() & 0o7777, meta.mtime())
-            } else {
-                let bytes = std::fs::read(&path).unwrap();
-                format!(
-                    "file {:o} {} {} links={} {}",
-                    meta.mode() & 0o7777,
-                    meta.mtime(),
-                    bytes.len(),
-                    meta.nlink(),
-                    blake3::hash(&bytes).to_hex()
-                )
-            };
-            out.push((rel, what));
-        }
-    }
-    out.sort();
-    out
 }
 
 fn unlock(dir: &Path) {

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use warren_snapshot::{diff, restore, snapshot, Manifest, ObjectStore};
 
-use super::Tree;
+use super::{describe, Tree};
 
 fn os(bytes: &[u8]) -> &OsStr {
     OsStr::from_bytes(bytes)
@@ -33,42 +33,6 @@ fn plant(wd: &Path) {
     // Two names a lossy conversion would make one.
     std::fs::write(wd.join(os(b"x\xfe")), "fe").unwrap();
     std::fs::write(wd.join(os(b"x\xff")), "ff").unwrap();
-}
-
-/// Everything a restore must bring back, by exact name.
-fn describe(dir: &Path) -> Vec<(Vec<u8>, String)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(current) = stack.pop() {
-        for entry in std::fs::read_dir(&current).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let rel = path
-                .strip_prefix(dir)
-                .unwrap()
-                .as_os_str()
-                .as_bytes()
-                .to_vec();
-            let what = if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(&path).unwrap().into_os_string();
-                format!("link -> {:?}", target.as_bytes())
-            } else if meta.is_dir() {
-                stack.push(path.clone());
-                format!("dir {:o} {}", meta.mode() & 0o7777, meta.mtime())
-            } else {
-                format!(
-                    "file {:o} {} links={} {:?}",
-                    meta.mode() & 0o7777,
-                    meta.mtime(),
-                    meta.nlink(),
-                    std::fs::read(&path).unwrap()
-                )
-            };
-            out.push((rel, what));
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

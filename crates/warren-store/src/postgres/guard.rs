@@ -6,11 +6,9 @@
 
 use std::time::Duration;
 
-use sqlx::error::ErrorKind;
 use sqlx::postgres::{PgPool, PgRow};
 use warren_core::SandboxId;
 
-use super::violation;
 use crate::guard::ttl_millis;
 use crate::rows::Columns;
 use crate::{FenceCheck, Guard, GuardAcquire, StoreError};
@@ -64,12 +62,7 @@ pub(super) async fn acquire(
             .bind(ttl_millis(ttl))
             .fetch_optional(pool)
             .await
-            .map_err(|error| match violation(&error) {
-                Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
-                    id: sandbox.clone(),
-                },
-                _ => StoreError::query(OPERATION)(error),
-            })?;
+            .map_err(StoreError::on_sandbox(OPERATION, sandbox))?;
         if let Some(row) = taken {
             return Ok(GuardAcquire::Acquired(guard_from_row(&row)?));
         }

@@ -28,6 +28,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 use self::guard::NOW_MS;
+use crate::error::violation;
 use crate::rows::{millis_to_time, Columns};
 use crate::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewRun, NewSandbox,
@@ -165,14 +166,6 @@ crate::rows::row_decoders!(PgRow);
 /// The current time as stored: unix milliseconds, UTC.
 fn now_millis() -> i64 {
     chrono::Utc::now().timestamp_millis()
-}
-
-/// The kind of constraint a failed statement broke, if that is why it failed.
-fn violation(error: &sqlx::Error) -> Option<ErrorKind> {
-    match error {
-        sqlx::Error::Database(database) => Some(database.kind()),
-        _ => None,
-    }
 }
 
 fn to_i64(value: u64, table: &'static str, column: &'static str) -> Result<i64, StoreError> {
@@ -416,13 +409,10 @@ impl StateStore for PostgresStore {
         .fetch_one(&self.pool)
         .await
         .map_err(|error| match violation(&error) {
-            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
-                id: new.sandbox_id.clone(),
-            },
             Some(ErrorKind::UniqueViolation) => StoreError::DuplicateRun {
                 run_id: new.id.clone(),
             },
-            _ => StoreError::query("start a run")(error),
+            _ => StoreError::on_sandbox("start a run", &new.sandbox_id)(error),
         })?;
         run_from_row(&row)
     }
@@ -525,12 +515,7 @@ impl StateStore for PostgresStore {
         .bind(crate::guard::ttl_millis(ttl))
         .fetch_one(&self.pool)
         .await
-        .map_err(|error| match violation(&error) {
-            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
-                id: sandbox.clone(),
-            },
-            _ => StoreError::query("create a lease")(error),
-        })?;
+        .map_err(StoreError::on_sandbox("create a lease", sandbox))?;
         let columns = Columns {
             row: &row,
             table: "leases",
@@ -746,16 +731,12 @@ impl StateStore for PostgresStore {
         .bind(&artifact.media_type)
         .bind(now_millis())
         .fetch_one(&self.pool)
-        .await;
-        match row {
-            Ok(row) => artifact_from_row(&row),
-            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
-                Err(StoreError::UnknownSandbox {
-                    id: artifact.sandbox_id.clone(),
-                })
-            }
-            Err(error) => Err(StoreError::query("record an artifact")(error)),
-        }
+        .await
+        .map_err(StoreError::on_sandbox(
+            "record an artifact",
+            &artifact.sandbox_id,
+        ))?;
+        artifact_from_row(&row)
     }
 
     async fn list_artifacts(&self, sandbox: &SandboxId) -> Result<Vec<Artifact>, StoreError> {
@@ -783,16 +764,12 @@ impl StateStore for PostgresStore {
         .bind(to_i64(checkpoint.bytes, "checkpoints", "bytes")?)
         .bind(now_millis())
         .fetch_one(&self.pool)
-        .await;
-        match row {
-            Ok(row) => checkpoint_from_row(&row),
-            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
-                Err(StoreError::UnknownSandbox {
-                    id: checkpoint.sandbox_id.clone(),
-                })
-            }
-            Err(error) => Err(StoreError::query("record a checkpoint")(error)),
-        }
+        .await
+        .map_err(StoreError::on_sandbox(
+            "record a checkpoint",
+            &checkpoint.sandbox_id,
+        ))?;
+        checkpoint_from_row(&row)
     }
 
     async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError> {
@@ -824,16 +801,12 @@ impl StateStore for PostgresStore {
         .bind(&snapshot.reason)
         .bind(now_millis())
         .fetch_one(&self.pool)
-        .await;
-        match row {
-            Ok(row) => runtime_snapshot_from_row(&row),
-            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
-                Err(StoreError::UnknownSandbox {
-                    id: snapshot.sandbox_id.clone(),
-                })
-            }
-            Err(error) => Err(StoreError::query("record a runtime snapshot")(error)),
-        }
+        .await
+        .map_err(StoreError::on_sandbox(
+            "record a runtime snapshot",
+            &snapshot.sandbox_id,
+        ))?;
+        runtime_snapshot_from_row(&row)
     }
 
     async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError> {

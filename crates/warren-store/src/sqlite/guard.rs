@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use sqlx::error::ErrorKind;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use warren_core::SandboxId;
 
-use super::{violation, Columns};
+use super::Columns;
 use crate::guard::ttl_millis;
 use crate::{FenceCheck, Guard, GuardAcquire, StoreError};
 
@@ -58,12 +57,7 @@ pub(super) async fn acquire(
     .bind(ttl_millis(ttl))
     .fetch_optional(&mut *tx)
     .await
-    .map_err(|error| match violation(&error) {
-        Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
-            id: sandbox.clone(),
-        },
-        _ => StoreError::query(OPERATION)(error),
-    })?;
+    .map_err(StoreError::on_sandbox(OPERATION, sandbox))?;
     let answer = match taken {
         Some(row) => GuardAcquire::Acquired(guard_from_row(&row)?),
         None => {

@@ -24,6 +24,7 @@ use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Work
 
 mod guard;
 
+use crate::error::violation;
 use crate::rows::{millis_to_time, Columns};
 use crate::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, ManualClock, NewRun,
@@ -299,14 +300,6 @@ fn now_millis() -> i64 {
 
 crate::rows::row_decoders!(SqliteRow);
 
-/// The kind of constraint a failed statement broke, if that is why it failed.
-fn violation(error: &sqlx::Error) -> Option<ErrorKind> {
-    match error {
-        sqlx::Error::Database(database) => Some(database.kind()),
-        _ => None,
-    }
-}
-
 #[async_trait::async_trait]
 impl StateStore for SqliteStore {
     async fn record_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError> {
@@ -539,13 +532,10 @@ impl StateStore for SqliteStore {
         .fetch_one(&self.pool)
         .await
         .map_err(|error| match violation(&error) {
-            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
-                id: new.sandbox_id.clone(),
-            },
             Some(ErrorKind::UniqueViolation) => StoreError::DuplicateRun {
                 run_id: new.id.clone(),
             },
-            _ => StoreError::query("start a run")(error),
+            _ => StoreError::on_sandbox("start a run", &new.sandbox_id)(error),
         })?;
         run_from_row(&row)
     }
@@ -627,7 +617,7 @@ impl StateStore for SqliteStore {
         ttl: std::time::Duration,
     ) -> Result<crate::Lease, StoreError> {
         let now = now_millis();
-        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let expires = now.saturating_add(crate::guard::ttl_millis(ttl));
         let id = format!("lease-{}", uuid::Uuid::new_v4().simple());
         sqlx::query(
             "INSERT INTO leases (id, sandbox_id, generation, holder, created_at, expires_at) \
@@ -641,12 +631,7 @@ impl StateStore for SqliteStore {
         .bind(expires)
         .execute(&self.pool)
         .await
-        .map_err(|error| match violation(&error) {
-            Some(ErrorKind::ForeignKeyViolation) => StoreError::UnknownSandbox {
-                id: sandbox.clone(),
-            },
-            _ => StoreError::query("create a lease")(error),
-        })?;
+        .map_err(StoreError::on_sandbox("create a lease", sandbox))?;
         Ok(crate::Lease {
             id,
             sandbox_id: sandbox.clone(),
@@ -664,7 +649,7 @@ impl StateStore for SqliteStore {
         ttl: std::time::Duration,
     ) -> Result<Option<crate::Lease>, StoreError> {
         let now = now_millis();
-        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let expires = now.saturating_add(crate::guard::ttl_millis(ttl));
         let row = sqlx::query(
             "UPDATE leases SET expires_at = ?3 WHERE id = ?1 AND sandbox_id = ?2 \
              AND expires_at > ?4 RETURNING generation, holder, created_at",
@@ -854,16 +839,9 @@ impl StateStore for SqliteStore {
         .bind(&artifact.media_type)
         .bind(now_millis())
         .fetch_one(&self.pool)
-        .await;
-        match row {
-            Ok(row) => artifact_from_row(&row),
-            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
-                Err(StoreError::UnknownSandbox {
-                    id: artifact.sandbox_id.clone(),
-                })
-            }
-            Err(error) => Err(StoreError::query(OPERATION)(error)),
-        }
+        .await
+        .map_err(StoreError::on_sandbox(OPERATION, &artifact.sandbox_id))?;
+        artifact_from_row(&row)
     }
 
     async fn list_artifacts(&self, sandbox: &SandboxId) -> Result<Vec<Artifact>, StoreError> {
@@ -900,16 +878,9 @@ impl StateStore for SqliteStore {
         .bind(to_i64(checkpoint.bytes, "bytes")?)
         .bind(now_millis())
         .fetch_one(&self.pool)
-        .await;
-        match row {
-            Ok(row) => checkpoint_from_row(&row),
-            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
-                Err(StoreError::UnknownSandbox {
-                    id: checkpoint.sandbox_id.clone(),
-                })
-            }
-            Err(error) => Err(StoreError::query("record a checkpoint")(error)),
-        }
+        .await
+        .map_err(StoreError::on_sandbox("record a checkpoint", &checkpoint.sandbox_id))?;
+        checkpoint_from_row(&row)
     }
 
     async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError> {
@@ -943,16 +914,12 @@ impl StateStore for SqliteStore {
         .bind(&snapshot.reason)
         .bind(now_millis())
         .fetch_one(&self.pool)
-        .await;
-        match row {
-            Ok(row) => runtime_snapshot_from_row(&row),
-            Err(error) if violation(&error) == Some(ErrorKind::ForeignKeyViolation) => {
-                Err(StoreError::UnknownSandbox {
-                    id: snapshot.sandbox_id.clone(),
-                })
-            }
-            Err(error) => Err(StoreError::query("record a runtime snapshot")(error)),
-        }
+        .await
+        .map_err(StoreError::on_sandbox(
+            "record a runtime snapshot",
+            &snapshot.sandbox_id,
+        ))?;
+        runtime_snapshot_from_row(&row)
     }
 
     async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError> {

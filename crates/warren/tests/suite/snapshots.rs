@@ -1,7 +1,7 @@
 //! Runtime snapshots and resume (I30) with real runtimes: what a command installed in the
 //! copy-on-write layer and left in /home/gem survives an idle reap.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::Method;
 use warren_test_support::TestServer;
@@ -24,11 +24,12 @@ async fn installs_and_home_files_survive_a_reap_and_come_back_on_the_next_use() 
         .await;
     assert_eq!(setup["stdout"], "ok\n", "{setup}");
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.sandbox_state(&id).await != "stopped" {
-        assert!(Instant::now() < deadline, "the runtime was not reaped");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    assert!(
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(20))
+            .await,
+        "the runtime was not reaped"
+    );
     let (_, list) = server
         .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/snapshots")))
         .await;
@@ -200,11 +201,12 @@ async fn names_that_are_not_utf8_in_home_and_the_layers_survive_a_reap() {
         .await;
     assert_eq!(setup["stdout"], "planted\nplanted\n", "{setup}");
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.sandbox_state(&id).await != "stopped" {
-        assert!(Instant::now() < deadline, "the runtime was not reaped");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    assert!(
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(20))
+            .await,
+        "the runtime was not reaped"
+    );
     let (_, list) = server
         .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/snapshots")))
         .await;

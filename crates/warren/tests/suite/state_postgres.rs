@@ -25,6 +25,27 @@ fn serve_on(url: &str, backend: &str, config: Option<&tempfile::NamedTempFile>) 
     TestServer::start_with(super::bin(), &args)
 }
 
+/// `warren serve` on the memory backend and the state store `url`, in a fresh data
+/// directory, for a start that is expected to fail: its exit status and output.
+fn serve_until_it_exits(url: &str) -> std::process::Output {
+    let data = tempfile::tempdir().unwrap();
+    warren_test_support::run_to_exit(
+        super::bin(),
+        &[
+            "serve",
+            "--backend",
+            "memory",
+            "--state",
+            url,
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
+    )
+}
+
 /// How many rows of `table` match `condition`, read straight from the database.
 fn count(server: &PostgresServer, url: &str, table: &str, condition: &str) -> i64 {
     server
@@ -101,23 +122,8 @@ async fn a_state_url_warren_cannot_reach_stops_it_with_a_message_naming_the_stor
         .local_addr()
         .unwrap()
         .port();
-    let data = tempfile::tempdir().unwrap();
     let url = format!("postgres://warren:hunter2@127.0.0.1:{port}/warren");
-    let out = warren_test_support::run_to_exit(
-        super::bin(),
-        &[
-            "serve",
-            "--backend",
-            "memory",
-            "--state",
-            &url,
-            "--data-dir",
-            data.path().to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
-    );
+    let out = serve_until_it_exits(&url);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot open the state store"), "{stderr}");
@@ -133,25 +139,7 @@ async fn a_second_server_on_the_same_database_is_refused_until_the_first_stops()
     let postgres = shared_postgres();
     let url = postgres.fresh_database();
     let mut first = serve_on(&url, "memory", None);
-    let data = tempfile::tempdir().unwrap();
-    let second = |data: &std::path::Path| {
-        warren_test_support::run_to_exit(
-            super::bin(),
-            &[
-                "serve",
-                "--backend",
-                "memory",
-                "--state",
-                &url,
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
-        )
-    };
-    let out = second(data.path());
+    let out = serve_until_it_exits(&url);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
