@@ -1,0 +1,139 @@
+//! The crate's error type, and how a provisioner failure becomes an HTTP status and a
+//! message for DeerFlow.
+
+use axum::http::StatusCode;
+use warren_fs::FsError;
+use warren_provisioner::ProvisionerError;
+
+/// Why the DeerFlow configuration was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeerflowError {
+    /// The API key is shorter than [`crate::ApiKey::MIN_LEN`].
+    #[error("the DeerFlow API key has {len} characters; it needs at least 32 (generate one with `openssl rand -hex 32`)")]
+    KeyTooShort {
+        /// Its length.
+        len: usize,
+    },
+    /// The API key contains whitespace or control characters, which no header carries.
+    #[error("the DeerFlow API key contains whitespace or control characters")]
+    KeyBadCharacters,
+    /// The API key is the provisioner token: DeerFlow's config would then hold warren's
+    /// master credential (I13).
+    #[error("the DeerFlow API key must not be the provisioner token; give DeerFlow a key of its own")]
+    KeyIsProvisionerToken,
+    /// `sandbox_base_url` is not an absolute `http(s)://` URL without query or fragment.
+    #[error("[deerflow] sandbox_base_url {url:?} must be an http:// or https:// URL without a query or fragment")]
+    InvalidBaseUrl {
+        /// The URL given (shortened).
+        url: String,
+    },
+    /// An entry of `extra_mount_paths` or `extra_mount_roots` is not an absolute,
+    /// normalised path.
+    #[error("[deerflow] {setting} entry {path:?} must be an absolute path without `.` or `..` components")]
+    InvalidMountSetting {
+        /// Which setting.
+        setting: &'static str,
+        /// The entry.
+        path: String,
+    },
+}
+
+/// The HTTP status of a provisioner failure: the caller's mistakes are 4xx, warren's own
+/// failures 5xx. 422 is never used: the AIO SDK misreads it (contract §0.3).
+pub(crate) fn status_of(error: &ProvisionerError) -> StatusCode {
+    use ProvisionerError as P;
+    match error {
+        P::SandboxNotFound(_)
+        | P::WorkdirNotFound { .. }
+        | P::ArtifactNotFound { .. }
+        | P::SnapshotNotFound { .. }
+        | P::CheckpointNotFound { .. }
+        | P::SkillNotGranted { .. }
+        | P::EnvVarNotFound { .. }
+        | P::LeaseNotFound { .. }
+        | P::GuardNotFound { .. } => StatusCode::NOT_FOUND,
+        P::WorkdirConflict { .. }
+        | P::NetworkConflict { .. }
+        | P::EnvPolicyConflict { .. }
+        | P::BackendConflict { .. }
+        | P::LayoutConflict { .. }
+        | P::SandboxAlreadyLive { .. }
+        | P::RuntimeNotRunning { .. }
+        | P::WorkdirNotEmpty { .. }
+        | P::SandboxBusy { .. }
+        | P::SandboxTerminated { .. }
+        | P::TerminatedWhileRunning { .. }
+        | P::GuardHeld { .. }
+        | P::FenceStale { .. } => StatusCode::CONFLICT,
+        P::ReadOnlyPath { .. } => StatusCode::FORBIDDEN,
+        P::ArtifactTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        P::QuotaExceeded { .. } | P::NoRoomForVolume { .. } => StatusCode::INSUFFICIENT_STORAGE,
+        P::ExecUnsupported { .. } | P::SnapshotUnsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+        P::File { source, .. } => file_status(source),
+        P::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+        P::Backend(warren_backend_error) => backend_status(warren_backend_error),
+        P::Store(_)
+        | P::Volume { .. }
+        | P::WorkspacesWithoutVolumes { .. }
+        | P::Interrupted(_)
+        | P::Snapshot(_)
+        | P::GitFailed { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+fn backend_status(error: &warren_backend::BackendError) -> StatusCode {
+    use warren_backend::BackendError as B;
+    match error {
+        B::ExecUnsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+        B::RuntimeNotFound { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        B::ImageNotFound { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn file_status(error: &FsError) -> StatusCode {
+    use FsError as F;
+    match error {
+        F::NotFound { .. } => StatusCode::NOT_FOUND,
+        F::SymlinkRefused { .. }
+        | F::MountCrossingRefused { .. }
+        | F::RootRefused { .. }
+        | F::ReadOnly { .. }
+        | F::PermissionDenied { .. } => StatusCode::FORBIDDEN,
+        F::AlreadyExists { .. } | F::DirectoryNotEmpty { .. } => StatusCode::CONFLICT,
+        F::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        F::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+        F::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
+        F::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        _ if warren_provisioner::is_disk_full(error) => StatusCode::INSUFFICIENT_STORAGE,
+        _ if warren_provisioner::is_internal_file_error(error) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// The message a DeerFlow client may see: virtual paths only (I1); warren's own failures
+/// are logged in full and answered generically.
+pub(crate) fn public_message(error: &ProvisionerError) -> String {
+    if status_of(error).is_server_error() {
+        tracing::error!(error = %ErrorChain(error), "a DeerFlow request failed on the server");
+    }
+    error.public_message()
+}
+
+/// An error with its sources, for logs.
+struct ErrorChain<'a>(&'a dyn std::error::Error);
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
