@@ -119,6 +119,7 @@ impl From<ProvisionerError> for ApiError {
             P::BackendConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "backend_conflict", message)
             }
+            P::LayoutConflict { .. } => Self::new(StatusCode::CONFLICT, "layout_conflict", message),
             P::BackendUnavailable { .. } => Self::bad_request("backend_unavailable", message),
             P::InvalidImage { .. } => Self::bad_request("invalid_image", message),
             P::NotInOutputs { .. } => Self::bad_request("not_in_outputs", message),
@@ -234,6 +235,7 @@ fn core_code(error: &CoreError) -> &'static str {
         CoreError::InvalidNetworkPolicy { .. } => "invalid_network",
         CoreError::InvalidIsolationScope { .. } => "invalid_scope",
         CoreError::InvalidEnv { .. } => "invalid_env",
+        CoreError::UnknownLayout { .. } => "invalid_layout",
     }
 }
 

@@ -64,7 +64,7 @@ pub(crate) struct ListQuery {
 
 fn entry(path: &VirtualPath, entry: &Entry) -> FileEntry {
     FileEntry {
-        path: VirtualPath::within(path.root(), &entry.path).to_string(),
+        path: path.rebase(&entry.path).to_string(),
         kind: match entry.kind {
             Kind::File => "file",
             Kind::Dir => "dir",
@@ -509,14 +509,14 @@ pub(crate) async fn grep(
         .provisioner
         .grep(&id, base, request.pattern, options)
         .await?;
-    let root = found.path.root();
+    let base = &found.path;
     Ok(Json(GrepResult {
         matches: found
             .value
             .matches
             .iter()
             .map(|m| GrepMatch {
-                path: VirtualPath::within(root, &m.path).to_string(),
+                path: base.rebase(&m.path).to_string(),
                 line_number: m.line_number,
                 line: m.line.clone(),
             })

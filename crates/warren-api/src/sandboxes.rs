@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use warren_core::{
-    IsolationScope, NetworkPolicy, RunContext, RuntimeScope, Uid, VirtualPath, VirtualRoot,
+    IsolationScope, NetworkPolicy, RunContext, RuntimeScope, Uid,
 };
 use warren_protocol::{
     CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList, TerminateSandbox,
@@ -28,8 +28,8 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
         uid: record.uid.to_string(),
         runtime_scope_id: record.runtime_scope.to_string(),
         workdir: record.workdir.to_string(),
-        workdir_path: VirtualPath::within(VirtualRoot::UserData, record.workdir.as_str())
-            .to_string(),
+        workdir_path: record.layout.layout().workdir_path(&record.workdir),
+        layout: record.layout.as_str().to_owned(),
         network: NetworkSpec {
             mode: record.network.mode().to_owned(),
             allow: match &record.network {
@@ -161,6 +161,12 @@ pub(crate) async fn create(
             from_snapshot: request.from_snapshot,
             backend: request.backend,
             image: request.image,
+            layout: request
+                .layout
+                .as_deref()
+                .map(warren_core::LayoutName::parse)
+                .transpose()
+                .map_err(ProvisionerError::from)?,
             ..SandboxRequest::new(uid, scope)
         })
         .await?;

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use warren_core::{VirtualPath, VirtualRoot, Workdir};
+use warren_core::Workdir;
 use warren_protocol::{CreateWorkdir, InitSummary, WorkdirInfo, WorkdirList};
 use warren_provisioner::{Created, GitSource, WorkdirInit};
 
@@ -16,7 +16,8 @@ pub(crate) fn workdir_info(
 ) -> WorkdirInfo {
     WorkdirInfo {
         workdir: workdir.to_string(),
-        path: VirtualPath::within(VirtualRoot::UserData, workdir.as_str()).to_string(),
+        // A workdir by itself is seen through the default layout (I8).
+        path: warren_core::Layout::ARS.workdir_path(workdir),
         created_at: created_at.to_rfc3339(),
         initialized: None,
     }

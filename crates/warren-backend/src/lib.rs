@@ -19,7 +19,7 @@ pub use memory::{MemoryBackend, MemoryEvent};
 pub use set::BackendSet;
 pub use spec::{
     BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
-    OutputChunk, OutputSink, OutputStream, ProcessPressure, ResourceUsage, RuntimeSpec,
+    HostMount, OutputChunk, OutputSink, OutputStream, ProcessPressure, ResourceUsage, RuntimeSpec,
 };
 use warren_core::SandboxId;
 

@@ -138,6 +138,7 @@ mod tests {
             uid,
             runtime_scope: scope,
             workdir: Workdir::new("projects/a").unwrap(),
+            layout: warren_core::LayoutName::Ars,
             user_workspace: "/data/ws".into(),
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),

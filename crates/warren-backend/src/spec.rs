@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use warren_core::{NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 /// The backends warren knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -68,9 +68,12 @@ pub struct RuntimeSpec {
     pub runtime_scope: RuntimeScope,
     /// The default cwd, relative to the UserWorkspace.
     pub workdir: Workdir,
-    /// Host path of the UserWorkspace, mounted read-write at `/home/gem/user-data` (I7).
+    /// What the runtime looks like from inside: which of the trees below is mounted where
+    /// ([`RuntimeSpec::mounts`]); part of the identity (I16).
+    pub layout: LayoutName,
+    /// Host path of the UserWorkspace (I7); the layout mounts it, or directories inside it.
     pub user_workspace: PathBuf,
-    /// Host path of the skill projection, mounted read-only at `/home/gem/skills` (I7).
+    /// Host path of the skill projection, mounted read-only (I7).
     pub skill_projection: PathBuf,
     /// Environment given to every process of the runtime (I14); never the token (I13).
     pub env: BTreeMap<String, String>,
@@ -79,6 +82,67 @@ pub struct RuntimeSpec {
     /// A restored runtime snapshot to start from (I30): `<seed>/cow/<layer>/upper` and
     /// `<seed>/home`. Not part of the identity; the backend may delete it once started.
     pub seed: Option<PathBuf>,
+}
+
+impl RuntimeSpec {
+    /// The runtime's persistent mounts on the host, in the layout's order.
+    pub fn mounts(&self) -> Vec<HostMount> {
+        self.layout
+            .layout()
+            .mounts
+            .iter()
+            .map(|mount| {
+                let tree = match mount.source.tree() {
+                    warren_core::VirtualRoot::UserData => self.user_workspace.clone(),
+                    warren_core::VirtualRoot::Skills => self.skill_projection.clone(),
+                };
+                HostMount {
+                    target: mount.target,
+                    source: mount.source,
+                    tree,
+                    beneath: mount.source.prefix(&self.workdir),
+                    writable: mount.writable,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One persistent mount of a runtime, resolved to the host.
+///
+/// `tree` is a directory warren made and owns (the UserWorkspace or the skill projection
+/// of the uid, or an ephemeral sandbox's stand-ins), reached by a path no user controls.
+/// `beneath`, when not empty, lies inside a tree the sandbox user writes to (the workdir,
+/// `agents/skills`): a backend opens it from a descriptor of `tree` with no symlink
+/// followed and no mount crossed ([`crate::open_beneath`]), never by joining the strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostMount {
+    /// Where the mount appears inside the runtime.
+    pub target: &'static str,
+    /// Which of the uid's trees it shows.
+    pub source: MountSource,
+    /// The host directory the source lies in.
+    pub tree: PathBuf,
+    /// The directory inside `tree` the mount shows; empty for `tree` itself.
+    pub beneath: String,
+    /// Whether the runtime may write under it.
+    pub writable: bool,
+}
+
+impl HostMount {
+    /// Opens the directory this mount shows: `tree` by its path (warren's own), then
+    /// `beneath` from that descriptor with no symlink followed, no `..` and no mount
+    /// crossed, so a workdir whose components a user swapped for links is refused rather
+    /// than followed out of the workspace (I2). Bind it from `/proc/self/fd/<n>`.
+    pub fn open(&self) -> Result<std::os::fd::OwnedFd, warren_fs::FsError> {
+        let tree = warren_fs::WorkspaceRoot::open(&self.tree)?;
+        let dir = if self.beneath.is_empty() {
+            tree
+        } else {
+            tree.subroot(self.beneath.as_str())?
+        };
+        Ok(dir.into_fd())
+    }
 }
 
 /// Tasks a runtime holds against its process limit ([`crate::Backend::process_pressure`]).

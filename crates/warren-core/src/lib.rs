@@ -9,6 +9,7 @@
 
 mod env;
 mod identity;
+mod data_dir;
 mod layout;
 mod network;
 mod scope;
@@ -21,11 +22,12 @@ pub use env::{
     MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MIN_SECRET_BYTES,
 };
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
-pub use layout::DataLayout;
+pub use data_dir::DataLayout;
+pub use layout::{Layout, LayoutMount, LayoutName, MountSource, VirtualRoot, PERSONAL_SKILLS};
 pub use network::{embedded_ipv4, is_internal, NetworkPolicy};
 pub use scope::{IsolationScope, RunContext, ScopedIdentity};
 pub use token::TokenFinder;
-pub use virtual_path::{VirtualPath, VirtualRoot, SKILLS_MOUNT, USER_DATA_MOUNT};
+pub use virtual_path::{VirtualPath, SKILLS_MOUNT, USER_DATA_MOUNT};
 pub use workdir::Workdir;
 
 /// Why a value was refused by the domain rules.
@@ -98,16 +100,24 @@ pub enum CoreError {
         /// Why it was refused.
         reason: &'static str,
     },
-    /// The path is not under one of the two virtual roots, or breaks a path rule (I1).
+    /// The layout name is not one warren knows.
+    #[error("unknown layout {name:?}: warren knows \"ars\" (the default) and \"deerflow\"")]
+    UnknownLayout {
+        /// The refused name (possibly shortened).
+        name: String,
+    },
+    /// The path is not under one of the layout's mounts, or breaks a path rule (I1).
     #[error(
         "invalid path {path:?}: {reason}; paths must be relative to the workdir or start with \
-         /home/gem/user-data or /home/gem/skills"
+         {roots}"
     )]
     InvalidVirtualPath {
         /// The refused path (possibly shortened).
         path: String,
         /// Why it was refused.
         reason: &'static str,
+        /// The mounts of the sandbox's layout, for the message.
+        roots: &'static str,
     },
 }
 

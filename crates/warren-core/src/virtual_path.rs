@@ -1,59 +1,43 @@
 //! Virtual paths: the only paths agents and product APIs see (I1, I7).
 //!
-//! `/home/gem/user-data/...` names the uid's UserWorkspace (read-write) and
-//! `/home/gem/skills/...` its skill projection (read-only). A relative path resolves against
-//! the sandbox's workdir. Anything else is refused with a message naming the allowed roots.
+//! A virtual path is an absolute path under one of the sandbox layout's mounts, or a path
+//! relative to the workdir. In the default layout `/home/gem/user-data/...` names the uid's
+//! UserWorkspace (read-write) and `/home/gem/skills/...` its skill projection (read-only);
+//! other layouts name other mounts ([`Layout`]). Anything else is refused with a message
+//! naming the layout's mounts.
 
 use std::fmt;
 
-use crate::{component_problem, shorten, CoreError, Workdir, MAX_PATH_BYTES};
+use crate::{component_problem, shorten, CoreError, Layout, LayoutMount, VirtualRoot, Workdir};
+use crate::MAX_PATH_BYTES;
 
-/// Where the UserWorkspace appears inside a runtime (I7).
+/// Where the UserWorkspace appears inside a runtime of the default layout (I7).
 pub const USER_DATA_MOUNT: &str = "/home/gem/user-data";
-/// Where the skill projection appears inside a runtime, read-only (I7).
+/// Where the skill projection appears inside a runtime of the default layout (I7).
 pub const SKILLS_MOUNT: &str = "/home/gem/skills";
 
-/// Which persistent mount a virtual path lies in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum VirtualRoot {
-    /// The uid's UserWorkspace, read-write.
-    UserData,
-    /// The uid's skill projection, read-only.
-    Skills,
-}
-
-impl VirtualRoot {
-    /// The mount point inside a runtime.
-    pub fn mount_point(self) -> &'static str {
-        match self {
-            Self::UserData => USER_DATA_MOUNT,
-            Self::Skills => SKILLS_MOUNT,
-        }
-    }
-
-    /// Whether files under this root may be changed through warren.
-    pub fn is_writable(self) -> bool {
-        matches!(self, Self::UserData)
-    }
-}
-
-/// A parsed virtual path: a root plus a normalised relative path inside it.
+/// A parsed virtual path: the layout mount it lies in plus a normalised path inside it.
 ///
-/// The relative part has no `..`, `.` or empty component, no NUL, and is empty for the root
-/// itself. Textual normalisation is only the first fence; `warren-fs` resolves the relative
-/// part by file descriptor and refuses symlinks on its own (I2).
+/// The relative part has no `..`, `.` or empty component and no NUL. Textual normalisation
+/// is only the first fence; `warren-fs` resolves the path by file descriptor beneath the
+/// mount's host tree and refuses symlinks on its own (I2).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct VirtualPath {
-    root: VirtualRoot,
-    relative: String,
+    mount: &'static LayoutMount,
+    /// Where the mount starts inside its host tree (the workdir, `agents/skills`, or empty).
+    prefix: String,
+    /// The path inside the host tree: `prefix`, then the path below the mount.
+    tree_relative: String,
 }
 
 impl VirtualPath {
-    /// Parses `input` as an absolute virtual path or a path relative to `workdir`.
-    pub fn parse(input: &str, workdir: &Workdir) -> Result<Self, CoreError> {
+    /// Parses `input` as an absolute path under one of `layout`'s mounts or a path
+    /// relative to `workdir`.
+    pub fn parse(input: &str, layout: &Layout, workdir: &Workdir) -> Result<Self, CoreError> {
         let refuse = |reason| CoreError::InvalidVirtualPath {
             path: shorten(input),
             reason,
+            roots: layout.roots,
         };
         if input.is_empty() {
             return Err(refuse("it is empty"));
@@ -61,17 +45,17 @@ impl VirtualPath {
         if input.len() > MAX_PATH_BYTES {
             return Err(refuse("it is longer than 4096 bytes"));
         }
-        let (root, rest, base) = if input.starts_with('/') {
-            [VirtualRoot::UserData, VirtualRoot::Skills]
-                .into_iter()
-                .find_map(|root| {
-                    let rest = input.strip_prefix(root.mount_point())?;
-                    (rest.is_empty() || rest.starts_with('/')).then_some((root, rest, ""))
-                })
-                .ok_or_else(|| refuse("it is outside the allowed roots"))?
+        let (mount, rest, base) = if input.starts_with('/') {
+            let (mount, rest) = layout
+                .mount_of(input)
+                .ok_or_else(|| refuse("it is outside the allowed roots"))?;
+            (mount, rest, mount.source.prefix(workdir))
         } else {
-            (VirtualRoot::UserData, input, workdir.as_str())
+            let mount = layout.workdir_mount();
+            // Relative paths start at the workdir, wherever the layout shows it.
+            (mount, input, workdir.as_str().to_owned())
         };
+        let prefix = mount.source.prefix(workdir);
         let mut parts: Vec<&str> = base.split('/').filter(|c| !c.is_empty()).collect();
         for component in rest.split('/') {
             match component {
@@ -86,50 +70,69 @@ impl VirtualPath {
             }
         }
         Ok(Self {
-            root,
-            relative: parts.join("/"),
+            mount,
+            prefix,
+            tree_relative: parts.join("/"),
         })
     }
 
-    /// A path relative to `root`, as `warren-fs` reports paths. The caller vouches that
-    /// `relative` came from the file layer (it is not re-validated).
-    pub fn within(root: VirtualRoot, relative: &str) -> Self {
+    /// The host tree the file layer opens for this path.
+    pub fn root(&self) -> VirtualRoot {
+        self.mount.source.tree()
+    }
+
+    /// Whether files under this path may be changed through warren.
+    pub fn is_writable(&self) -> bool {
+        self.mount.writable
+    }
+
+    /// The path relative to its host tree ([`Self::root`]), as `warren-fs` takes it; empty
+    /// for the root of the tree itself.
+    pub fn relative(&self) -> &str {
+        &self.tree_relative
+    }
+
+    /// The path, within the same mount, that `warren-fs` reported relative to the host
+    /// tree (an entry of a listing or a match of a search under this path). The caller
+    /// vouches that it came from the file layer (it is not re-validated).
+    pub fn rebase(&self, tree_relative: &str) -> Self {
         Self {
-            root,
-            relative: relative.trim_matches('/').to_owned(),
+            mount: self.mount,
+            prefix: self.prefix.clone(),
+            tree_relative: tree_relative.trim_matches('/').to_owned(),
         }
     }
 
-    /// The mount this path lies in.
-    pub fn root(&self) -> VirtualRoot {
-        self.root
-    }
-
-    /// The path relative to its root; empty for the root itself.
-    pub fn relative(&self) -> &str {
-        &self.relative
-    }
-
-    /// Joins a relative path reported by `warren-fs` (relative to this path) to this one.
+    /// Joins a path reported by `warren-fs` relative to this one.
     pub fn join(&self, child: &str) -> Self {
         let child = child.trim_matches('/');
-        let relative = match (self.relative.is_empty(), child.is_empty()) {
-            (_, true) => self.relative.clone(),
+        let tree_relative = match (self.tree_relative.is_empty(), child.is_empty()) {
+            (_, true) => self.tree_relative.clone(),
             (true, false) => child.to_owned(),
-            (false, false) => format!("{}/{child}", self.relative),
+            (false, false) => format!("{}/{child}", self.tree_relative),
         };
-        Self {
-            root: self.root,
-            relative,
+        self.rebase(&tree_relative)
+    }
+
+    /// The path below the mount's target: empty for the mount itself.
+    fn below_mount(&self) -> &str {
+        if self.prefix.is_empty() {
+            return &self.tree_relative;
+        }
+        match self.tree_relative.strip_prefix(&self.prefix) {
+            Some(rest) => rest.trim_start_matches('/'),
+            // Not reached for paths that came from this mount; shown as the tree has it.
+            None => &self.tree_relative,
         }
     }
 }
 
 impl fmt::Display for VirtualPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.root.mount_point())?;
-        if !self.relative.is_empty() {
-            write!(f, "/{}", self.relative)?;
+        f.write_str(self.mount.target)?;
+        let below = self.below_mount();
+        if !below.is_empty() {
+            write!(f, "/{below}")?;
         }
         Ok(())
     }
@@ -144,7 +147,7 @@ mod tests {
     }
 
     fn parse(input: &str) -> Result<VirtualPath, CoreError> {
-        VirtualPath::parse(input, &workdir())
+        VirtualPath::parse(input, &Layout::ARS, &workdir())
     }
 
     #[test]
@@ -199,10 +202,77 @@ mod tests {
         );
         assert_eq!(parse("/home/gem/skills").unwrap().to_string(), SKILLS_MOUNT);
         assert_eq!(
-            VirtualPath::within(VirtualRoot::UserData, "x")
-                .join("y/z")
-                .to_string(),
+            parse("/home/gem/user-data/x").unwrap().join("y/z").to_string(),
             "/home/gem/user-data/x/y/z"
         );
+    }
+
+    fn deerflow(input: &str) -> Result<VirtualPath, CoreError> {
+        VirtualPath::parse(
+            input,
+            &Layout::DEERFLOW,
+            &Workdir::new("threads/t1/user-data").unwrap(),
+        )
+    }
+
+    #[test]
+    fn deerflow_paths_map_into_the_workdir_and_the_skill_trees() {
+        let cases = [
+            ("/mnt/user-data", VirtualRoot::UserData, "threads/t1/user-data", true),
+            (
+                "/mnt/user-data/workspace/a.py",
+                VirtualRoot::UserData,
+                "threads/t1/user-data/workspace/a.py",
+                true,
+            ),
+            (
+                "outputs/r.md",
+                VirtualRoot::UserData,
+                "threads/t1/user-data/outputs/r.md",
+                true,
+            ),
+            ("/mnt/skills/public/pdf", VirtualRoot::Skills, "pdf", false),
+            (
+                "/mnt/skills/custom/mine/SKILL.md",
+                VirtualRoot::UserData,
+                "agents/skills/mine/SKILL.md",
+                false,
+            ),
+        ];
+        for (input, root, relative, writable) in cases {
+            let path = deerflow(input).unwrap();
+            assert_eq!(
+                (path.root(), path.relative(), path.is_writable()),
+                (root, relative, writable),
+                "{input}"
+            );
+        }
+        assert_eq!(
+            deerflow("workspace").unwrap().join("b/c").to_string(),
+            "/mnt/user-data/workspace/b/c"
+        );
+        assert_eq!(deerflow(".").unwrap().to_string(), "/mnt/user-data");
+        let custom = deerflow("/mnt/skills/custom").unwrap();
+        assert_eq!(
+            custom.rebase("agents/skills/x/y").to_string(),
+            "/mnt/skills/custom/x/y"
+        );
+    }
+
+    #[test]
+    fn deerflow_paths_outside_its_mounts_are_refused_naming_them() {
+        for input in [
+            "/home/gem/user-data/threads",
+            "/mnt",
+            "/mnt/skills",
+            "/mnt/user-data/../../x",
+            "/mnt/skills/public/../custom",
+            "../other-thread",
+            "/etc/passwd",
+        ] {
+            let err = deerflow(input).expect_err(input).to_string();
+            assert!(err.contains("/mnt/user-data"), "{input}: {err}");
+            assert!(!err.contains("/home/gem/user-data or"), "{input}: {err}");
+        }
     }
 }

@@ -242,6 +242,13 @@ impl WorkspaceRoot {
         })
     }
 
+    /// The root's directory descriptor, for a caller that hands the directory on whole: a
+    /// backend bind-mounts it from `/proc/self/fd/<n>`, which names exactly this directory
+    /// whatever its path has become since.
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
     /// Opens `path` beneath the root (I2) and maps a refusal to its variant.
     pub(crate) fn resolve(&self, path: &RelPath<'_>, flags: OFlags) -> Result<OwnedFd, FsError> {
         self.resolve_comps(path.comps(), path.as_str(), flags)

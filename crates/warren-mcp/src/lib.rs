@@ -36,10 +36,10 @@ use warren_provisioner::{FenceToken, Provisioner, ProvisionerError};
 
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "These tools act on one warren sandbox: a Linux runtime with a \
-persistent workspace at /home/gem/user-data (your working directory is a project inside it) \
-and read-only skills at /home/gem/skills. Paths are relative to the working directory or \
-absolute under those two roots. Put results you want to hand over under outputs/ in the \
-working directory and register them with present_files.";
+persistent workspace (your working directory is a project inside it) and read-only skills; \
+the tool descriptions name where both are mounted. Paths are relative to the working \
+directory or absolute under those mounts. Put results you want to hand over under outputs/ \
+in the working directory and register them with present_files.";
 
 /// The MCP server of warren's sandboxes.
 #[derive(Clone)]
@@ -101,9 +101,16 @@ impl ServerHandler for WarrenMcp {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::definitions()))
+        let sandbox = sandbox_of(&context)?;
+        // The HTTP layer answered 404 for an unknown sandbox before the session opened;
+        // one that vanished since is still described, in the default layout's terms.
+        let layout = match self.provisioner.sandbox(&sandbox).await {
+            Ok(record) => record.layout.layout(),
+            Err(_) => &warren_core::Layout::ARS,
+        };
+        Ok(ListToolsResult::with_all_items(tools::definitions(layout)))
     }
 
     async fn call_tool(

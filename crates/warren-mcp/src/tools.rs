@@ -9,7 +9,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use rmcp::ErrorData;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use warren_core::{SandboxId, SecretMasker, VirtualPath};
+use warren_core::{Layout, LayoutName, SandboxId, SecretMasker, VirtualPath, SKILLS_MOUNT};
 use warren_fs::{ByteRange, FsError, GrepOptions, Kind, WriteOptions};
 use warren_provisioner::{
     ExecInput, FencePermit, FenceToken, ProgramSpec, Provisioner, ProvisionerError,
@@ -189,16 +189,32 @@ const DEFINITIONS: &[Definition] = &[
     ),
 ];
 
-/// Every tool, for `tools/list`.
-pub(crate) fn definitions() -> Vec<Tool> {
+/// Every tool, for `tools/list`, in the terms of the sandbox's layout: the descriptions
+/// above are written for the default layout and name its mounts, which another layout
+/// replaces with its own (a model must be told the paths that work, I7).
+pub(crate) fn definitions(layout: &Layout) -> Vec<Tool> {
+    let in_layout = |text: &str| -> String {
+        if layout.name == LayoutName::Ars {
+            return text.to_owned();
+        }
+        let read_only: Vec<&str> = layout
+            .mounts
+            .iter()
+            .filter(|mount| !mount.writable)
+            .map(|mount| mount.target)
+            .collect();
+        text.replace(Layout::ARS.roots, layout.roots)
+            .replace(SKILLS_MOUNT, &read_only.join(" and "))
+    };
     DEFINITIONS
         .iter()
         .map(|(name, description, schema)| {
-            let schema: JsonObject = match schema() {
-                Value::Object(object) => object,
+            let schema = in_layout(&schema().to_string());
+            let schema: JsonObject = match serde_json::from_str(&schema) {
+                Ok(Value::Object(object)) => object,
                 _ => unreachable!("every schema above is an object"),
             };
-            Tool::new(*name, *description, Arc::new(schema))
+            Tool::new(*name, in_layout(description), Arc::new(schema))
         })
         .collect()
 }
@@ -876,7 +892,7 @@ mod tests {
 
     #[test]
     fn every_tool_has_an_object_schema_and_a_description() {
-        let tools = definitions();
+        let tools = definitions(&Layout::ARS);
         assert_eq!(tools.len(), 9);
         for tool in &tools {
             assert_eq!(
@@ -891,6 +907,24 @@ mod tests {
                 tool.name
             );
         }
+    }
+
+    #[test]
+    fn tool_descriptions_name_the_mounts_of_the_sandbox_layout() {
+        let text = |layout: &Layout| -> String {
+            definitions(layout)
+                .iter()
+                .map(|tool| format!("{:?} {:?}", tool.description, tool.input_schema))
+                .collect()
+        };
+        let ars = text(&Layout::ARS);
+        assert!(ars.contains("/home/gem/user-data") && ars.contains("/home/gem/skills"));
+        let deerflow = text(&Layout::DEERFLOW);
+        assert!(!deerflow.contains("/home/gem"), "{deerflow}");
+        for mount in ["/mnt/user-data", "/mnt/skills/public", "/mnt/skills/custom"] {
+            assert!(deerflow.contains(mount), "{mount}");
+        }
+        assert_eq!(definitions(&Layout::DEERFLOW).len(), 9);
     }
 
     #[test]
@@ -913,9 +947,9 @@ mod tests {
     #[test]
     fn listing_paths_are_relative_to_the_listed_directory() {
         let wd = warren_core::Workdir::new("projects/a").unwrap();
-        let base = VirtualPath::parse(".", &wd).unwrap();
+        let base = VirtualPath::parse(".", &warren_core::Layout::ARS, &wd).unwrap();
         assert_eq!(relative_to(&base, "projects/a/notes/x.md"), "notes/x.md");
-        let root = VirtualPath::parse("/home/gem/user-data", &wd).unwrap();
+        let root = VirtualPath::parse("/home/gem/user-data", &warren_core::Layout::ARS, &wd).unwrap();
         assert_eq!(relative_to(&root, "projects/a"), "projects/a");
     }
 }

@@ -227,6 +227,14 @@ pub struct CreateSandbox {
     /// `--image`. Part of the binding (409 `backend_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// What the runtime looks like from inside. `ars` (the default): the UserWorkspace at
+    /// `/home/gem/user-data`, the skill projection at `/home/gem/skills`. `deerflow`: the
+    /// workdir at `/mnt/user-data` (with `workspace/`, `uploads/` and `outputs/` made in
+    /// it), the skill projection at `/mnt/skills/public` and the uid's personal skills at
+    /// `/mnt/skills/custom`, both read-only. File paths of the sandbox use the same names.
+    /// Part of the binding (409 `layout_conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
 }
 
 /// Where a sandbox's processes may connect.
@@ -256,6 +264,8 @@ pub struct SandboxInfo {
     pub workdir: String,
     /// The workdir as a virtual path: the default cwd of commands.
     pub workdir_path: String,
+    /// What the runtime looks like from inside: `ars` or `deerflow`.
+    pub layout: String,
     /// The network policy.
     pub network: NetworkSpec,
     /// The backend hosting the runtime.

@@ -30,13 +30,17 @@ impl Provisioner {
         }
         let record = self.sandbox(id).await?;
         let outputs = format!("{}/outputs/", record.workdir);
+        let layout = record.layout.layout();
         let mut paths = Vec::with_capacity(inputs.len());
         for input in inputs {
-            let path = VirtualPath::parse(input, &record.workdir)?;
-            if path.root() != VirtualRoot::UserData || !path.relative().starts_with(&outputs) {
+            let path = VirtualPath::parse(input, layout, &record.workdir)?;
+            if path.root() != VirtualRoot::UserData
+                || !path.is_writable()
+                || !path.relative().starts_with(&outputs)
+            {
                 return Err(ProvisionerError::NotInOutputs {
                     path: path.to_string(),
-                    outputs: VirtualPath::within(VirtualRoot::UserData, &outputs).to_string(),
+                    outputs: format!("{}/outputs/", layout.workdir_path(&record.workdir)),
                 });
             }
             paths.push(path);
@@ -108,16 +112,31 @@ impl Provisioner {
         uid: &warren_core::Uid,
         workdir: &warren_core::Workdir,
     ) -> Result<Vec<Artifact>, ProvisionerError> {
-        let prefix = format!(
-            "{}/",
-            VirtualPath::within(VirtualRoot::UserData, workdir.as_str())
-        );
+        // An artifact's path is in the form its sandbox's layout shows: the workdir of
+        // another layout (DeerFlow's `/mnt/user-data`) names no workdir by itself, so
+        // those count when their sandbox is bound to this workdir.
+        let prefix = format!("{}/", warren_core::Layout::ARS.workdir_path(workdir));
+        let other_layouts: std::collections::HashMap<_, _> = self
+            .store
+            .list_sandboxes(Some(uid))
+            .await?
+            .into_iter()
+            .filter(|sandbox| sandbox.layout != warren_core::LayoutName::Ars)
+            .filter(|sandbox| &sandbox.workdir == workdir)
+            .map(|sandbox| {
+                let prefix = format!("{}/", sandbox.layout.layout().workdir_path(workdir));
+                (sandbox.id, prefix)
+            })
+            .collect();
         Ok(self
             .store
             .list_artifacts_of_uid(uid)
             .await?
             .into_iter()
-            .filter(|artifact| artifact.path.starts_with(&prefix))
+            .filter(|artifact| match other_layouts.get(&artifact.sandbox_id) {
+                Some(prefix) => artifact.path.starts_with(prefix.as_str()),
+                None => artifact.path.starts_with(&prefix),
+            })
             .collect())
     }
 

@@ -89,6 +89,16 @@ pub enum ProvisionerError {
         /// Its image.
         image: Option<String>,
     },
+    /// The live sandbox of this identity has another layout (I7, I16).
+    #[error("sandbox {sandbox} of this uid and runtime scope runs with the {bound} layout; a live runtime cannot change it to {requested} (terminate it first)")]
+    LayoutConflict {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its layout.
+        bound: warren_core::LayoutName,
+        /// The layout asked for.
+        requested: warren_core::LayoutName,
+    },
     /// The request named a backend this server does not run.
     #[error("the {requested:?} backend is not enabled on this server (enabled: {enabled}); start warren with it (`warren serve --backend docker --image NAME`, or `--docker`)")]
     BackendUnavailable {

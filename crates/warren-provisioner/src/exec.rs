@@ -142,7 +142,7 @@ impl Provisioner {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
             // The workdir was checked when the sandbox was created; if it vanished since,
             // the command's own chdir (as the sandbox user) reports it.
-            None => VirtualPath::parse(".", &record.workdir)?,
+            None => VirtualPath::parse(".", record.layout.layout(), &record.workdir)?,
         };
         // The call's own variables go over the uid's agent environment (I14).
         let CommandEnv { mut env, masker } = self.command_env(&record).await?;
@@ -281,6 +281,25 @@ impl Provisioner {
             .ok_or_else(|| ProvisionerError::SandboxNotFound(seen.id.clone()))
     }
 
+    /// Starts the sandbox's runtime now unless it runs already, for transports whose
+    /// clients expect a sandbox to be up before its first command (DeerFlow's readiness
+    /// probe). Refused behind the cleanup fence, and on backends that cannot run commands.
+    pub async fn start_runtime(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        let kind = BackendKind::parse(&record.backend).unwrap_or(self.backend.kind());
+        if !self
+            .backend
+            .capabilities_of(kind)
+            .is_some_and(|capabilities| capabilities.exec)
+        {
+            return Err(ProvisionerError::ExecUnsupported {
+                backend: kind.as_str(),
+            });
+        }
+        refuse_fenced(&record)?;
+        self.ensure_runtime(record).await
+    }
+
     /// Starts the sandbox's runtime unless it runs already (I12). Serialised per sandbox, so
     /// concurrent first execs start one runtime.
     async fn ensure_runtime(
@@ -306,6 +325,8 @@ impl Provisioner {
                 None
             }
         };
+        // What the layout mounts must exist, whatever the sandbox user removed since.
+        self.prepare_layout(&record).await?;
         let (user_workspace, skill_projection) = self.mounts(&record);
         let spec = RuntimeSpec {
             sandbox: record.id.clone(),
@@ -315,6 +336,7 @@ impl Provisioner {
             uid: record.uid.clone(),
             runtime_scope: record.runtime_scope.clone(),
             workdir: record.workdir.clone(),
+            layout: record.layout,
             user_workspace,
             skill_projection,
             env: self.runtime_env(&record),

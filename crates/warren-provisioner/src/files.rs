@@ -39,6 +39,7 @@ enum Access {
 struct SandboxRoots {
     /// The uid whose quota a full workspace is, when it has a volume of its own (I23).
     quota_uid: Option<warren_core::Uid>,
+    layout: &'static warren_core::Layout,
     workdir: Workdir,
     workspace: std::path::PathBuf,
     skills: std::path::PathBuf,
@@ -46,17 +47,22 @@ struct SandboxRoots {
 
 impl SandboxRoots {
     fn resolve(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
-        Ok(VirtualPath::parse(input, &self.workdir)?)
+        Ok(VirtualPath::parse(input, self.layout, &self.workdir)?)
     }
 
     fn open(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
         let root = match path.root() {
             VirtualRoot::UserData => WorkspaceRoot::open(&self.workspace),
-            // Read-only twice over: the provisioner refuses writes before they get here, and
-            // the root itself refuses every mutating call (I7).
-            VirtualRoot::Skills => WorkspaceRoot::open(&self.skills).map(WorkspaceRoot::read_only),
+            VirtualRoot::Skills => WorkspaceRoot::open(&self.skills),
         };
-        root.map_err(|source| fs_error(path, source))
+        // A read-only mount (the skills, DeerFlow's personal skills) is read-only twice
+        // over: the provisioner refuses writes before they get here, and the root itself
+        // refuses every mutating call (I7).
+        match root {
+            Ok(root) if !path.is_writable() => Ok(root.read_only()),
+            Ok(root) => Ok(root),
+            Err(source) => Err(fs_error(path, source)),
+        }
     }
 
     /// A file error on `path`; a full workspace volume is its uid's quota (I23).
@@ -73,7 +79,7 @@ impl SandboxRoots {
     }
 
     fn open_writable(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
-        if !path.root().is_writable() {
+        if !path.is_writable() {
             return Err(ProvisionerError::ReadOnlyPath {
                 path: path.to_string(),
             });
@@ -109,6 +115,7 @@ impl Provisioner {
         SandboxRoots {
             quota_uid: (!record.ephemeral && self.quota_enforced_for(&record.uid))
                 .then(|| record.uid.clone()),
+            layout: record.layout.layout(),
             workdir: record.workdir.clone(),
             workspace,
             skills,

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use warren_backend::BackendKind;
-use warren_core::{DataLayout, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{
+    DataLayout, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir, PERSONAL_SKILLS,
+};
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
 
@@ -42,6 +44,9 @@ pub struct SandboxRequest {
     /// The image, for backends that run images; `None` keeps a live sandbox's or takes
     /// the server's default image.
     pub image: Option<String>,
+    /// What the runtime looks like from inside (I7); part of the binding. `None` keeps a
+    /// live sandbox's or takes the default layout.
+    pub layout: Option<LayoutName>,
 }
 
 impl SandboxRequest {
@@ -57,6 +62,7 @@ impl SandboxRequest {
             from_snapshot: None,
             backend: None,
             image: None,
+            layout: None,
         }
     }
 }
@@ -164,6 +170,7 @@ impl Provisioner {
             from_snapshot,
             backend,
             image,
+            layout,
         } = request;
         let network = network.validate()?;
         if let Some(snapshot) = &from_snapshot {
@@ -189,6 +196,9 @@ impl Provisioner {
             .await?
             .filter(|record| record.state != SandboxState::Terminated);
         let (backend, image) = self.choose_backend(backend, image, live.as_ref())?;
+        let layout: LayoutName = layout
+            .or(live.as_ref().map(|record| record.layout))
+            .unwrap_or_default();
         // A new sandbox (or generation) whose image the backend cannot start is refused
         // now, before anything is made, not at its first exec (I18: warren never pulls).
         // A live sandbox keeps its binding; a different image for it is the claim's
@@ -223,6 +233,7 @@ impl Provisioner {
                 image,
                 inherit_env,
                 ephemeral,
+                layout,
                 seed_snapshot: from_snapshot.clone(),
             })
             .await?;
@@ -236,6 +247,7 @@ impl Provisioner {
                 if record.ephemeral {
                     self.prepare_scratch(&record, true).await?;
                 }
+                self.prepare_layout(&record).await?;
                 tracing::info!(sandbox = %record.id, generation = record.generation, ephemeral = record.ephemeral, inherit_env = record.inherit_env, "sandbox created");
                 Ok((record, Created::New))
             }
@@ -243,6 +255,7 @@ impl Provisioner {
                 if record.ephemeral {
                     self.prepare_scratch(&record, false).await?;
                 }
+                self.prepare_layout(&record).await?;
                 Ok((record, Created::Existing))
             }
             SandboxClaim::WorkdirConflict(record) => Err(ProvisionerError::WorkdirConflict {
@@ -265,7 +278,47 @@ impl Provisioner {
                 backend: record.backend,
                 image: record.image,
             }),
+            SandboxClaim::LayoutConflict(record) => Err(ProvisionerError::LayoutConflict {
+                sandbox: record.id,
+                bound: record.layout,
+                requested: layout,
+            }),
         }
+    }
+
+    /// Makes what the sandbox's layout needs in its persistent trees before a runtime
+    /// mounts them: the workdir's skeleton directories and, where the layout shows them,
+    /// the uid's personal-skills directory (I9). Everything is made by descriptor, no
+    /// symlink followed, owned by the sandbox user (I2, I11); what exists is kept.
+    pub(crate) async fn prepare_layout(
+        &self,
+        record: &SandboxRecord,
+    ) -> Result<(), ProvisionerError> {
+        let layout = record.layout.layout();
+        if layout.workdir_skeleton.is_empty() && !layout.shows_personal_skills() {
+            return Ok(());
+        }
+        let (workspace, _) = self.mounts(record);
+        let workdir = record.workdir.as_str().to_owned();
+        let personal = layout.shows_personal_skills();
+        let skeleton = layout.workdir_skeleton;
+        self.blocking(move || {
+            let workspace = WorkspaceRoot::open(&workspace)
+                .map_err(|source| file_error("the user workspace", source))?;
+            for dir in skeleton {
+                workspace
+                    .mkdir_p(&format!("{workdir}/{dir}"))
+                    .map_err(|source| workdir_error(&workdir, source))?;
+            }
+            if personal {
+                workspace
+                    .mkdir_p(PERSONAL_SKILLS)
+                    .map_err(|source| file_error("the personal skills", source))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|error| self.quota_error(&record.uid, error))
     }
 
     /// The backend and image a claim binds: what the request names, else what the live

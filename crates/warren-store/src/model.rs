@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use warren_core::{NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 /// A workdir created for a uid.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -43,6 +43,8 @@ pub struct NewSandbox {
     /// Whether the runtime mounts a scratch directory instead of the uid's persistent
     /// workspace (I14); part of the binding.
     pub ephemeral: bool,
+    /// What the runtime looks like from inside (I7); part of the binding.
+    pub layout: LayoutName,
     /// A runtime snapshot the new generation starts from (I30); not part of the binding,
     /// and ignored when the claim joins a live generation.
     pub seed_snapshot: Option<String>,
@@ -66,6 +68,7 @@ impl NewSandbox {
             image: None,
             inherit_env: true,
             ephemeral: false,
+            layout: LayoutName::Ars,
             seed_snapshot: None,
         }
     }
@@ -88,6 +91,8 @@ pub enum SandboxClaim {
     EnvPolicyConflict(SandboxRecord),
     /// A live generation runs on another backend or image and cannot be moved (I16).
     BackendConflict(SandboxRecord),
+    /// A live generation has another layout and cannot change its view (I16).
+    LayoutConflict(SandboxRecord),
 }
 
 impl SandboxClaim {
@@ -103,6 +108,8 @@ impl SandboxClaim {
             Self::EnvPolicyConflict(record)
         } else if (&record.backend, &record.image) != (&new.backend, &new.image) {
             Self::BackendConflict(record)
+        } else if record.layout != new.layout {
+            Self::LayoutConflict(record)
         } else {
             Self::Existing(record)
         }
@@ -118,7 +125,8 @@ impl SandboxClaim {
             | Self::WorkdirConflict(record)
             | Self::NetworkConflict(record)
             | Self::EnvPolicyConflict(record)
-            | Self::BackendConflict(record) => record,
+            | Self::BackendConflict(record)
+            | Self::LayoutConflict(record) => record,
         }
     }
 
@@ -130,7 +138,8 @@ impl SandboxClaim {
             | Self::WorkdirConflict(record)
             | Self::NetworkConflict(record)
             | Self::EnvPolicyConflict(record)
-            | Self::BackendConflict(record) => record,
+            | Self::BackendConflict(record)
+            | Self::LayoutConflict(record) => record,
         }
     }
 }
@@ -156,6 +165,8 @@ pub struct SandboxRecord {
     pub inherit_env: bool,
     /// Whether the current generation mounts scratch space instead of the uid's workspace.
     pub ephemeral: bool,
+    /// What the current generation's runtime looks like from inside (I7).
+    pub layout: LayoutName,
     /// The runtime snapshot the current generation was created from, if any.
     pub seed_snapshot: Option<String>,
     /// Where the current generation is in its life.

@@ -114,6 +114,9 @@ macro_rules! row_decoders {
                 image: columns.get("image")?,
                 inherit_env: columns.get("inherit_env")?,
                 ephemeral: columns.get("ephemeral")?,
+                layout: columns.parse("layout", |name: String| {
+                    warren_core::LayoutName::parse(&name)
+                })?,
                 seed_snapshot: columns.get("seed_snapshot")?,
                 state: columns.parse("state", |state| state.parse::<SandboxState>())?,
                 generation: columns.get("generation")?,

@@ -27,7 +27,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use warren_core::{Uid, VirtualPath, VirtualRoot, Workdir};
+use warren_core::{Layout, LayoutName, Uid, Workdir};
 use warren_fs::{ByteRange, FsError, Kind, WorkspaceRoot, WriteOptions};
 use warren_protocol::{CreateViewerLink, ViewerLink};
 use warren_provisioner::{media_type, ProvisionerError};
@@ -352,8 +352,8 @@ async fn session(session: ViewerSession) -> Json<SessionInfo> {
     Json(SessionInfo {
         uid: session.uid.to_string(),
         workdir: session.workdir.to_string(),
-        workdir_path: VirtualPath::within(VirtualRoot::UserData, session.workdir.as_str())
-            .to_string(),
+        // The Viewer shows the whole UserWorkspace, in the default layout's terms.
+        workdir_path: Layout::ARS.workdir_path(&session.workdir),
         expires_at: chrono::DateTime::from_timestamp(session.exp, 0)
             .unwrap_or_default()
             .to_rfc3339(),
@@ -675,10 +675,12 @@ async fn artifacts(
     State(state): State<ApiState>,
     session: ViewerSession,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let prefix = format!(
-        "{}/",
-        VirtualPath::within(VirtualRoot::UserData, session.workdir.as_str())
-    );
+    // Artifact paths are in their sandbox's layout's terms; each shows the workdir at
+    // its own place.
+    let prefixes: Vec<String> = LayoutName::ALL
+        .iter()
+        .map(|name| format!("{}/", name.layout().workdir_path(&session.workdir)))
+        .collect();
     let artifacts: Vec<ViewerArtifact> = state
         .provisioner
         .workdir_artifacts(&session.uid, &session.workdir)
@@ -693,9 +695,9 @@ async fn artifacts(
                 .to_owned(),
             path: format!(
                 "/{}",
-                artifact
-                    .path
-                    .strip_prefix(&prefix)
+                prefixes
+                    .iter()
+                    .find_map(|prefix| artifact.path.strip_prefix(prefix.as_str()))
                     .unwrap_or(&artifact.path)
             ),
             download_url: format!("/viewer/api/artifacts/{}", artifact.id),

@@ -47,7 +47,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The columns of a sandbox row.
 const SANDBOX_COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend, state, \
      generation, created_at, last_active_at, updated_at, inherit_env, ephemeral, \
-     seed_snapshot, image";
+     seed_snapshot, image, layout";
 
 /// The columns of a run row.
 const RUN_COLUMNS: &str = "id, sandbox_id, generation, command, cwd, requested_by, status, \
@@ -259,8 +259,8 @@ impl StateStore for PostgresStore {
         let inserted = sqlx::query(&format!(
             "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
              generation, created_at, last_active_at, updated_at, network, inherit_env, \
-             ephemeral, seed_snapshot, image) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12) \
+             ephemeral, seed_snapshot, image, layout) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (id) DO NOTHING RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
@@ -276,6 +276,7 @@ impl StateStore for PostgresStore {
         .bind(&new.seed_snapshot)
         .bind(&new.image)
         .fetch_optional(&mut *tx)
+        .bind(new.layout.as_str())
         .await
         .map_err(StoreError::query(OPERATION))?;
         if let Some(row) = inserted {
@@ -301,7 +302,8 @@ impl StateStore for PostgresStore {
             "UPDATE sandboxes SET workdir = $2, backend = $3, state = $4, \
              generation = generation + 1, created_at = $5, last_active_at = $5, \
              updated_at = $5, network = $6, inherit_env = $7, ephemeral = $8, \
-             seed_snapshot = $9, image = $10 WHERE id = $1 RETURNING {SANDBOX_COLUMNS}"
+             seed_snapshot = $9, image = $10, layout = $11 WHERE id = $1 \
+             RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
         .bind(new.workdir.as_str())
@@ -314,6 +316,7 @@ impl StateStore for PostgresStore {
         .bind(&new.seed_snapshot)
         .bind(&new.image)
         .fetch_one(&mut *tx)
+        .bind(new.layout.as_str())
         .await
         .map_err(StoreError::query(OPERATION))?;
         let record = sandbox_from_row(&row)?;

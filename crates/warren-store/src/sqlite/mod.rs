@@ -43,7 +43,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 macro_rules! sandbox_columns {
     () => {
         "id, uid, runtime_scope, workdir, network, backend, state, generation, created_at, \
-         last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot, image"
+         last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot, image, layout"
     };
 }
 
@@ -400,7 +400,7 @@ impl StateStore for SqliteStore {
                     "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
                      generation = generation + 1, created_at = ?5, last_active_at = ?5, \
                      updated_at = ?5, network = ?6, inherit_env = ?7, ephemeral = ?8, \
-                     seed_snapshot = ?9, image = ?10 WHERE id = ?1 RETURNING ",
+                     seed_snapshot = ?9, image = ?10, layout = ?11 WHERE id = ?1 RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -414,14 +414,16 @@ impl StateStore for SqliteStore {
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
                 .fetch_one(&mut *tx)
+                .bind(new.layout.as_str())
                 .await
             }
             None => {
                 sqlx::query(concat!(
                     "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
                      generation, created_at, last_active_at, updated_at, network, inherit_env, \
-                     ephemeral, seed_snapshot, image) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING ",
+                     ephemeral, seed_snapshot, image, layout) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+                     RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -437,6 +439,7 @@ impl StateStore for SqliteStore {
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
                 .fetch_one(&mut *tx)
+                .bind(new.layout.as_str())
                 .await
             }
         }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId};
+use warren_core::{AgentEnvVar, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewSandbox, RunOutcome,
     RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
@@ -152,6 +152,34 @@ pub async fn claiming_a_live_sandbox_under_another_env_policy_is_a_conflict(back
     };
     assert!(reclaimed.ephemeral && reclaimed.inherit_env);
     assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(reclaimed));
+}
+
+pub async fn a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_another(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "threads/t1/user-data");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert_eq!(created.layout, LayoutName::Ars, "the default layout");
+    let mut deerflow = new.clone();
+    deerflow.layout = LayoutName::Deerflow;
+    match store.claim_sandbox(&deerflow).await.unwrap() {
+        SandboxClaim::LayoutConflict(record) => assert_eq!(record, created),
+        answer => panic!("expected a layout conflict, got {answer:?}"),
+    }
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap();
+    let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&deerflow).await.unwrap() else {
+        panic!("a terminated sandbox is claimed anew");
+    };
+    assert_eq!((reclaimed.layout, reclaimed.generation), (LayoutName::Deerflow, 2));
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(reclaimed.clone()));
+    assert!(matches!(
+        store.claim_sandbox(&deerflow).await.unwrap(),
+        SandboxClaim::Existing(record) if record == reclaimed
+    ));
 }
 
 pub async fn an_agent_environment_is_kept_per_uid_and_replaced_whole(backend: &dyn Backend) {
@@ -1188,4 +1216,91 @@ pub async fn a_renewal_naming_no_ttl_extends_by_the_last_one_granted(backend: &d
         .unwrap()
         .unwrap();
     assert!(again.expires_at - chrono::Utc::now() > chrono::TimeDelta::seconds(500));
+}
+
+pub async fn an_alias_names_one_sandbox_for_good_and_is_recorded_idempotently(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let first = store
+        .claim_sandbox(&claim("alice", "thread-1", "threads/thread-1/user-data"))
+        .await
+        .unwrap()
+        .into_record();
+    let second = store
+        .claim_sandbox(&claim("alice", "thread-2", "threads/thread-2/user-data"))
+        .await
+        .unwrap()
+        .into_record();
+
+    let put = store
+        .put_sandbox_alias("deerflow", "0a1b2c3d", &first.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        (put.namespace.as_str(), put.alias.as_str(), &put.sandbox_id),
+        ("deerflow", "0a1b2c3d", &first.id)
+    );
+    // Again: the same record, not a second one, and its first creation time.
+    next_millisecond().await;
+    let again = store
+        .put_sandbox_alias("deerflow", "0a1b2c3d", &first.id)
+        .await
+        .unwrap();
+    assert_eq!(again, put);
+
+    // Pointing it at another sandbox is a conflict that changes nothing.
+    let error = store
+        .put_sandbox_alias("deerflow", "0a1b2c3d", &second.id)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, StoreError::AliasConflict { bound, .. } if *bound == first.id),
+        "{error:?}"
+    );
+    assert_eq!(
+        store
+            .get_sandbox_alias("deerflow", "0a1b2c3d")
+            .await
+            .unwrap(),
+        Some(put.clone())
+    );
+
+    // The same alias in another namespace is another name.
+    store
+        .put_sandbox_alias("other", "0a1b2c3d", &second.id)
+        .await
+        .unwrap();
+    next_millisecond().await;
+    let later = store
+        .put_sandbox_alias("deerflow", "ffff0000", &second.id)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.list_sandbox_aliases("deerflow").await.unwrap(),
+        vec![put, later],
+        "oldest first, one namespace only"
+    );
+    assert_eq!(
+        store.get_sandbox_alias("deerflow", "missing").await.unwrap(),
+        None
+    );
+}
+
+pub async fn an_alias_of_a_sandbox_never_claimed_is_refused(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let never = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("none").unwrap());
+    let error = store
+        .put_sandbox_alias("deerflow", "0a1b2c3d", &never)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, StoreError::UnknownSandbox { .. }),
+        "{error:?}"
+    );
+    assert!(store
+        .list_sandbox_aliases("deerflow")
+        .await
+        .unwrap()
+        .is_empty());
 }

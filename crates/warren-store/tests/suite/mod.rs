@@ -20,6 +20,7 @@ macro_rules! behaviour_suite {
                 claiming_a_live_sandbox_on_another_workdir_is_a_conflict_that_changes_nothing,
                 claiming_a_live_sandbox_under_another_network_policy_is_a_conflict,
                 claiming_a_live_sandbox_under_another_env_policy_is_a_conflict,
+                a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_another,
                 an_agent_environment_is_kept_per_uid_and_replaced_whole,
                 setting_one_agent_variable_adds_or_overwrites_within_the_limit,
                 artifacts_are_recorded_listed_and_found_per_sandbox,
@@ -52,6 +53,8 @@ macro_rules! behaviour_suite {
                 a_guard_on_a_sandbox_never_claimed_is_refused,
                 concurrent_acquisitions_of_a_free_guard_grant_it_exactly_once,
                 a_renewal_naming_no_ttl_extends_by_the_last_one_granted,
+                an_alias_names_one_sandbox_for_good_and_is_recorded_idempotently,
+                an_alias_of_a_sandbox_never_claimed_is_refused,
             );
         }
     };
