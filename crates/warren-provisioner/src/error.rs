@@ -285,12 +285,12 @@ pub enum ProvisionerError {
         lease: String,
     },
     /// The working directory does not exist or is not a directory.
-    #[error(
-        "cwd {path} is not an existing directory under /home/gem/user-data or /home/gem/skills"
-    )]
+    #[error("cwd {path} is not an existing directory under {roots}")]
     InvalidCwd {
         /// The virtual path, or what was given.
         path: String,
+        /// The mounts of the sandbox's layout.
+        roots: &'static str,
     },
     /// The uid's workspace is at its storage quota (bytes or inodes, I23).
     #[error("{path}: the storage quota of uid {uid:?} is full (bytes or inodes); delete files to make room")]
@@ -327,7 +327,7 @@ pub enum ProvisionerError {
         uids: Vec<String>,
     },
     /// A write was aimed at the read-only skills mount (I7).
-    #[error("{path} is read-only: files under /home/gem/skills cannot be changed")]
+    #[error("{path} is read-only: the skills mounted in a sandbox cannot be changed through it")]
     ReadOnlyPath {
         /// The virtual path.
         path: String,

@@ -138,6 +138,7 @@ impl Provisioner {
             Ok(found) if found.value.kind == warren_fs::Kind::Dir => Ok(found.path),
             Ok(found) => Err(ProvisionerError::InvalidCwd {
                 path: found.path.to_string(),
+                roots: record.layout.layout().roots,
             }),
             // What the caller asked for is wrong; anything else (I/O) stays what it is.
             Err(ProvisionerError::File {
@@ -148,7 +149,10 @@ impl Provisioner {
                     | FsError::SymlinkRefused { .. }
                     | FsError::MountCrossingRefused { .. }
                     | FsError::InvalidPath { .. },
-            }) => Err(ProvisionerError::InvalidCwd { path }),
+            }) => Err(ProvisionerError::InvalidCwd {
+                path,
+                roots: record.layout.layout().roots,
+            }),
             Err(other) => Err(other),
         }
     }

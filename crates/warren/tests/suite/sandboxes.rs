@@ -490,3 +490,95 @@ async fn a_session_scoped_sandbox_runs_in_the_derived_owners_workspace() {
         "another session sees the file: {peek}"
     );
 }
+
+#[tokio::test]
+async fn a_deerflow_layout_sandbox_shows_its_workdir_at_mnt_user_data_with_read_only_skills() {
+    let server = server();
+    server.workdir("alice", "threads/t1/user-data").await;
+    let (status, info) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t1", "workdir": "threads/t1/user-data",
+               "layout": "deerflow"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{info}");
+    assert_eq!(info["layout"], "deerflow");
+    assert_eq!(info["workdir_path"], "/mnt/user-data");
+    let workspace = server.workspace_of("alice");
+    for dir in ["workspace", "uploads", "outputs"] {
+        assert!(
+            workspace.join("threads/t1/user-data").join(dir).is_dir(),
+            "the layout's skeleton has {dir}/"
+        );
+    }
+    assert!(workspace.join("agents/skills").is_dir());
+    let id = info["sandbox_id"].as_str().unwrap();
+    let files = format!("/v1/sandboxes/{id}/files");
+    let write = |path: &str| {
+        server
+            .request(Method::PUT, &files)
+            .query(&[("path", path)])
+            .body("hello")
+    };
+    let (status, body) = server
+        .send_json(write("/mnt/user-data/workspace/a.txt"))
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    assert_eq!(body["path"], "/mnt/user-data/workspace/a.txt");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("threads/t1/user-data/workspace/a.txt")).unwrap(),
+        "hello"
+    );
+    let (status, listing) = server
+        .send_json(
+            server
+                .request(Method::GET, &format!("{files}/list"))
+                .query(&[("path", "workspace")]),
+        )
+        .await;
+    assert_eq!(status, 200, "{listing}");
+    assert_eq!(
+        listing["entries"][0]["path"], "/mnt/user-data/workspace/a.txt",
+        "{listing}"
+    );
+    for read_only in ["/mnt/skills/custom/mine/SKILL.md", "/mnt/skills/public/x"] {
+        let (status, body) = server.send_json(write(read_only)).await;
+        assert_eq!(status, 403, "{read_only}: {body}");
+        assert_eq!(body["error"]["code"], "read_only", "{body}");
+    }
+    // Another thread's files and the default layout's mounts are outside this view.
+    server.workdir("alice", "threads/t2/user-data").await;
+    for outside in [
+        "/home/gem/user-data/threads/t2/user-data",
+        "../../t2/user-data",
+        "/mnt/user-data/../../t2",
+        "/mnt/skills",
+    ] {
+        let (status, body) = server.send_json(write(outside)).await;
+        assert_eq!(status, 400, "{outside}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_path", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("/mnt/user-data"), "{message}");
+    }
+    let (status, body) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t1", "workdir": "threads/t1/user-data",
+               "layout": "ars"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "layout_conflict");
+    let (status, body) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t1", "workdir": "threads/t1/user-data"}),
+    )
+    .await;
+    assert_eq!((status, &body["layout"]), (200, &json!("deerflow")), "no layout keeps the live one's");
+    let (status, body) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t9", "layout": "e2b"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_layout");
+}
