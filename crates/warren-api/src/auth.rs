@@ -58,6 +58,12 @@ impl ProvisionerToken {
         self.finder.clone()
     }
 
+    /// The token's SHA-256 digest, for deriving keys bound to it (DeerFlow's sandbox URL
+    /// capabilities): a secret, never logged or sent.
+    pub(crate) fn secret_digest(&self) -> [u8; 32] {
+        self.digest
+    }
+
     /// Whether `presented` is this token. Both sides are hashed first, so the comparison
     /// takes the same time whatever the presented length or content.
     pub fn matches(&self, presented: &str) -> bool {

@@ -51,6 +51,8 @@ pub struct ApiState {
     provisioner: Arc<Provisioner>,
     token: Arc<ProvisionerToken>,
     viewer_key: Arc<ViewerKey>,
+    /// DeerFlow's provisioner and AIO sandbox APIs, when `[deerflow] api_key` enables them.
+    deerflow: Option<Arc<warren_deerflow::Deerflow>>,
 }
 
 impl ApiState {
@@ -61,7 +63,21 @@ impl ApiState {
             provisioner,
             token: Arc::new(token),
             viewer_key: Arc::new(ViewerKey::ephemeral()),
+            deerflow: None,
         }
+    }
+
+    /// Serves DeerFlow's APIs under `/deerflow` as well; without this every `/deerflow`
+    /// route answers 404. Sandbox URLs are signed with a key derived from the provisioner
+    /// token, so every replica with the same token issues and accepts the same URLs.
+    pub fn with_deerflow(mut self, config: warren_deerflow::DeerflowConfig) -> Self {
+        let key = warren_deerflow::CapabilityKey::derive(&self.token.secret_digest());
+        self.deerflow = Some(Arc::new(warren_deerflow::Deerflow::new(
+            self.provisioner.clone(),
+            config,
+            key,
+        )));
+        self
     }
 
     /// Signs Viewer links and sessions with `key`.
@@ -177,11 +193,19 @@ pub fn app(state: ApiState) -> Router {
     let metrics = Router::new().route("/metrics", get(metrics)).route_layer(
         axum::middleware::from_fn_with_state(state.clone(), auth::require_bearer),
     );
-    Router::new()
+    let routes = Router::new()
         .route("/health", get(health))
         .merge(metrics)
         .merge(viewer::router(state.clone()))
         .nest("/v1", v1)
+        .with_state(state.clone());
+    // DeerFlow's foreign APIs, on the same listener and behind the same layers; they are
+    // not part of the /v1 OpenAPI document.
+    let routes = match &state.deerflow {
+        Some(deerflow) => routes.merge(deerflow.router()),
+        None => routes,
+    };
+    routes
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -195,16 +219,17 @@ pub fn app(state: ApiState) -> Router {
                         .unwrap_or("-");
                     // Every line logged while serving a sandbox route carries its id; create
                     // records it once the id is known.
-                    let sandbox = request
-                        .uri()
-                        .path()
+                    let path = request.uri().path();
+                    let sandbox = path
                         .strip_prefix("/v1/sandboxes/")
+                        .or_else(|| path.strip_prefix("/deerflow/sandboxes/"))
                         .and_then(|rest| rest.split('/').next())
                         .and_then(|id| warren_core::SandboxId::parse(id).ok());
                     let span = tracing::info_span!(
                         "request",
                         method = %request.method(),
-                        path = %request.uri().path(),
+                        // A DeerFlow sandbox URL is a bearer capability: never logged.
+                        path = %warren_deerflow::redact_path(path),
                         request_id = %request_id,
                         sandbox = tracing::field::Empty,
                     );
@@ -218,7 +243,6 @@ pub fn app(state: ApiState) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        .with_state(state)
 }
 
 /// Answers 400/404 in warren's error format before an MCP session is opened for a sandbox

@@ -24,10 +24,11 @@ const KEY_CONTEXT: &[u8] = b"warren deerflow aio sandbox capability key v1";
 pub struct CapabilityKey([u8; 32]);
 
 impl CapabilityKey {
-    /// The key of a server guarded by `provisioner_token`.
-    pub fn derive(provisioner_token: &str) -> Self {
-        let mut mac = HmacSha256::new_from_slice(provisioner_token.as_bytes())
-            .expect("HMAC takes keys of any length");
+    /// The key of a server guarded by a provisioner token, from secret material bound to
+    /// that token (warren passes the token's SHA-256 digest).
+    pub fn derive(token_secret: &[u8]) -> Self {
+        let mut mac =
+            HmacSha256::new_from_slice(token_secret).expect("HMAC takes keys of any length");
         mac.update(KEY_CONTEXT);
         Self(mac.finalize().into_bytes().into())
     }
@@ -83,7 +84,7 @@ mod tests {
 
     #[test]
     fn a_capability_has_at_least_128_bits_and_is_url_safe() {
-        let key = CapabilityKey::derive(&"t".repeat(32));
+        let key = CapabilityKey::derive("t".repeat(32).as_bytes());
         let capability = key.capability(&sandbox(), 1);
         assert!(capability.len() >= 32, "{capability}");
         assert!(capability
@@ -94,10 +95,14 @@ mod tests {
 
     #[test]
     fn another_generation_or_token_or_guess_does_not_verify() {
-        let key = CapabilityKey::derive(&"t".repeat(32));
+        let key = CapabilityKey::derive("t".repeat(32).as_bytes());
         let capability = key.capability(&sandbox(), 1);
         assert!(!key.verify(&sandbox(), 2, &capability));
-        assert!(!CapabilityKey::derive(&"u".repeat(32)).verify(&sandbox(), 1, &capability));
+        assert!(!CapabilityKey::derive("u".repeat(32).as_bytes()).verify(
+            &sandbox(),
+            1,
+            &capability
+        ));
         assert!(!key.verify(&sandbox(), 1, &capability[..capability.len() - 1]));
         assert!(!key.verify(&sandbox(), 1, ""));
     }
@@ -112,7 +117,13 @@ mod tests {
             redact_path("/deerflow/sandboxes/sb-1/SECRETCAP"),
             "/deerflow/sandboxes/sb-1/<capability>"
         );
-        assert_eq!(redact_path("/v1/sandboxes/x/files"), "/v1/sandboxes/x/files");
-        assert_eq!(redact_path("/deerflow/api/sandboxes"), "/deerflow/api/sandboxes");
+        assert_eq!(
+            redact_path("/v1/sandboxes/x/files"),
+            "/v1/sandboxes/x/files"
+        );
+        assert_eq!(
+            redact_path("/deerflow/api/sandboxes"),
+            "/deerflow/api/sandboxes"
+        );
     }
 }

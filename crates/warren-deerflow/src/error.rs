@@ -19,7 +19,9 @@ pub enum DeerflowError {
     KeyBadCharacters,
     /// The API key is the provisioner token: DeerFlow's config would then hold warren's
     /// master credential (I13).
-    #[error("the DeerFlow API key must not be the provisioner token; give DeerFlow a key of its own")]
+    #[error(
+        "the DeerFlow API key must not be the provisioner token; give DeerFlow a key of its own"
+    )]
     KeyIsProvisionerToken,
     /// `sandbox_base_url` is not an absolute `http(s)://` URL without query or fragment.
     #[error("[deerflow] sandbox_base_url {url:?} must be an http:// or https:// URL without a query or fragment")]
@@ -107,9 +109,7 @@ fn file_status(error: &FsError) -> StatusCode {
         F::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
         F::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
         _ if warren_provisioner::is_disk_full(error) => StatusCode::INSUFFICIENT_STORAGE,
-        _ if warren_provisioner::is_internal_file_error(error) => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
+        _ if warren_provisioner::is_internal_file_error(error) => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::BAD_REQUEST,
     }
 }

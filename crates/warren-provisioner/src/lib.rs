@@ -13,6 +13,7 @@
 
 #![deny(missing_docs)]
 
+mod aliases;
 mod artifacts;
 mod checkpoints;
 mod env;

@@ -96,6 +96,17 @@ pub enum StoreError {
         id: SandboxId,
     },
 
+    /// The alias already names another sandbox; an alias is never moved.
+    #[error("{namespace} sandbox {alias:?} already names sandbox {bound}")]
+    AliasConflict {
+        /// The alias's namespace.
+        namespace: String,
+        /// The alias.
+        alias: String,
+        /// The sandbox it names.
+        bound: SandboxId,
+    },
+
     /// No run with this id was ever started.
     #[error("run {run_id:?} is not recorded")]
     UnknownRun {

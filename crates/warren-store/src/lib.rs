@@ -6,6 +6,7 @@
 //! [`SqliteStore`] (the embedded default, one file) and [`PostgresStore`] (one database
 //! shared by many warren processes); one behaviour suite holds both to the same rules.
 
+mod aliases;
 mod error;
 mod guard;
 mod model;
@@ -13,6 +14,7 @@ mod postgres;
 mod rows;
 mod sqlite;
 
+pub use aliases::SandboxAlias;
 pub use error::StoreError;
 pub use guard::{FenceCheck, Guard, GuardAcquire, ManualClock};
 pub use model::{
@@ -350,6 +352,26 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// How `token` compares with the newest token issued for the sandbox.
     async fn check_fence(&self, sandbox: &SandboxId, token: i64) -> Result<FenceCheck, StoreError>;
+
+    /// Records that `alias` in `namespace` names `sandbox` (idempotent) and returns the
+    /// record. An alias already naming another sandbox is [`StoreError::AliasConflict`]
+    /// and changes nothing; a sandbox never claimed is [`StoreError::UnknownSandbox`].
+    async fn put_sandbox_alias(
+        &self,
+        namespace: &str,
+        alias: &str,
+        sandbox: &SandboxId,
+    ) -> Result<SandboxAlias, StoreError>;
+
+    /// The sandbox `alias` names in `namespace`, if any.
+    async fn get_sandbox_alias(
+        &self,
+        namespace: &str,
+        alias: &str,
+    ) -> Result<Option<SandboxAlias>, StoreError>;
+
+    /// Every alias of `namespace`, oldest first.
+    async fn list_sandbox_aliases(&self, namespace: &str) -> Result<Vec<SandboxAlias>, StoreError>;
 }
 
 #[cfg(test)]

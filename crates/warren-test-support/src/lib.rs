@@ -775,7 +775,7 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// The variables `warren serve` reads its settings from.
-const SERVE_SETTINGS: [&str; 17] = [
+const SERVE_SETTINGS: [&str; 18] = [
     "WARREN_CONFIG",
     "WARREN_DATA_DIR",
     "WARREN_LISTEN",
@@ -793,6 +793,7 @@ const SERVE_SETTINGS: [&str; 17] = [
     "WARREN_S3_SECRET_ACCESS_KEY",
     "WARREN_REDIS_URL",
     "WARREN_URL",
+    "WARREN_DEERFLOW_API_KEY",
 ];
 
 /// Runs `bin` with `args` and `env` (nothing else of the test's environment that matters to

@@ -67,7 +67,10 @@ pub(crate) fn router(state: AioState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_capability,
-        ));
+        ))
+        // In the AIO envelope too. It tells nothing about the sandbox: the capability is
+        // not checked for a route that does not exist.
+        .fallback(|| async { AioError::not_found("no such endpoint in this sandbox API") });
     Router::new()
         .nest("/deerflow/sandboxes/{sandbox}/{capability}", v1)
         .with_state(state)
@@ -79,6 +82,7 @@ pub(crate) struct AioSandbox {
     /// warren's id of the sandbox.
     pub(crate) id: SandboxId,
     /// The record as it was when the request arrived.
+    #[allow(dead_code)] // for the shell handlers
     pub(crate) record: SandboxRecord,
 }
 

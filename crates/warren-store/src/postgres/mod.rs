@@ -15,6 +15,7 @@
 //! A database that cannot be reached is [`StoreError::Unavailable`]; the pool hands out
 //! only connections that answer, so service resumes by itself when the server is back.
 
+mod aliases;
 mod guard;
 mod server_lock;
 
@@ -1026,6 +1027,30 @@ impl StateStore for PostgresStore {
 
     async fn check_fence(&self, sandbox: &SandboxId, token: i64) -> Result<FenceCheck, StoreError> {
         guard::check_fence(&self.pool, sandbox, token).await
+    }
+
+    async fn put_sandbox_alias(
+        &self,
+        namespace: &str,
+        alias: &str,
+        sandbox: &SandboxId,
+    ) -> Result<crate::SandboxAlias, StoreError> {
+        aliases::put(&self.pool, now_millis(), namespace, alias, sandbox).await
+    }
+
+    async fn get_sandbox_alias(
+        &self,
+        namespace: &str,
+        alias: &str,
+    ) -> Result<Option<crate::SandboxAlias>, StoreError> {
+        aliases::get(&self.pool, namespace, alias).await
+    }
+
+    async fn list_sandbox_aliases(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<crate::SandboxAlias>, StoreError> {
+        aliases::list(&self.pool, namespace).await
     }
 }
 

@@ -22,6 +22,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row};
 use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
+mod aliases;
 mod guard;
 
 use crate::error::violation;
@@ -1153,6 +1154,30 @@ impl StateStore for SqliteStore {
 
     async fn check_fence(&self, sandbox: &SandboxId, token: i64) -> Result<FenceCheck, StoreError> {
         guard::check_fence(&self.pool, sandbox, token).await
+    }
+
+    async fn put_sandbox_alias(
+        &self,
+        namespace: &str,
+        alias: &str,
+        sandbox: &SandboxId,
+    ) -> Result<crate::SandboxAlias, StoreError> {
+        aliases::put(&self.pool, now_millis(), namespace, alias, sandbox).await
+    }
+
+    async fn get_sandbox_alias(
+        &self,
+        namespace: &str,
+        alias: &str,
+    ) -> Result<Option<crate::SandboxAlias>, StoreError> {
+        aliases::get(&self.pool, namespace, alias).await
+    }
+
+    async fn list_sandbox_aliases(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<crate::SandboxAlias>, StoreError> {
+        aliases::list(&self.pool, namespace).await
     }
 }
 

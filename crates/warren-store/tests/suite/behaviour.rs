@@ -1282,7 +1282,10 @@ pub async fn an_alias_names_one_sandbox_for_good_and_is_recorded_idempotently(
         "oldest first, one namespace only"
     );
     assert_eq!(
-        store.get_sandbox_alias("deerflow", "missing").await.unwrap(),
+        store
+            .get_sandbox_alias("deerflow", "missing")
+            .await
+            .unwrap(),
         None
     );
 }

@@ -41,6 +41,8 @@ pub struct ConfigFile {
     pub quotas: QuotasSection,
     #[serde(default)]
     pub state: StateSection,
+    #[serde(default)]
+    pub deerflow: DeerflowSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -72,6 +74,61 @@ pub struct ExecSection {
     pub default_timeout_s: Option<u64>,
     pub max_timeout_s: Option<u64>,
     pub output_cap_bytes: Option<usize>,
+}
+
+/// DeerFlow's provisioner and AIO sandbox APIs under `/deerflow` (issue 16): off unless
+/// an API key is set here or in `WARREN_DEERFLOW_API_KEY` (which wins).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeerflowSection {
+    /// The key DeerFlow sends as `X-API-Key` (its `provisioner_api_key`): at least 32
+    /// characters, never the provisioner token.
+    pub api_key: Option<String>,
+    /// What sandbox URLs start with (`http(s)://host[:port][/prefix]`) [default: `http://`
+    /// and the `Host` DeerFlow called].
+    pub sandbox_base_url: Option<String>,
+    /// Container paths DeerFlow's `extra_mounts` may target [default: none].
+    #[serde(default)]
+    pub extra_mount_paths: Vec<String>,
+    /// Host directories the sources of `extra_mounts` must lie under [default: none].
+    #[serde(default)]
+    pub extra_mount_roots: Vec<PathBuf>,
+}
+
+impl DeerflowSection {
+    /// The validated configuration, or `None` when no key enables DeerFlow's APIs. The key
+    /// must not be the provisioner token (I13) nor appear in a value bound for sandboxes.
+    pub fn config(
+        &self,
+        token: &warren_api::ProvisionerToken,
+        sandbox_values: &[&String],
+    ) -> anyhow::Result<Option<warren_deerflow::DeerflowConfig>> {
+        let (key, origin) = match std::env::var("WARREN_DEERFLOW_API_KEY") {
+            Ok(key) => (key, "WARREN_DEERFLOW_API_KEY"),
+            Err(_) => match &self.api_key {
+                Some(key) => (key.clone(), "deerflow.api_key"),
+                None => return Ok(None),
+            },
+        };
+        let key = key.trim();
+        let api_key =
+            warren_deerflow::ApiKey::new(key).with_context(|| format!("{origin} is not usable"))?;
+        if token.matches(key) {
+            return Err(warren_deerflow::DeerflowError::KeyIsProvisionerToken)
+                .with_context(|| format!("{origin} is not usable"));
+        }
+        if sandbox_values.iter().any(|value| value.contains(key)) {
+            bail!("{origin}: the DeerFlow API key appears in sandbox_env or sandbox_secrets, which every sandbox gets; it must never enter one");
+        }
+        let mut config = warren_deerflow::DeerflowConfig::new(api_key);
+        if let Some(url) = &self.sandbox_base_url {
+            config = config.with_sandbox_base_url(url)?;
+        }
+        Ok(Some(config.with_extra_mounts(
+            self.extra_mount_paths.clone(),
+            self.extra_mount_roots.clone(),
+        )?))
+    }
 }
 
 /// The Docker backend (I18): `backend = "docker"` makes it the default; `enabled = true`

@@ -389,6 +389,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?;
         config.init_host_dirs.insert(name.clone(), canonical);
     }
+    let deerflow = file.deerflow.config(
+        &token,
+        &file
+            .sandbox_env
+            .values()
+            .chain(file.sandbox_secrets.values())
+            .collect::<Vec<_>>(),
+    )?;
     config.default_image = docker_image;
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
@@ -455,10 +463,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Err(_) => std::future::pending().await,
         }
     };
+    let mut api = ApiState::new(provisioner, token).with_viewer_key(viewer_key);
+    if let Some(deerflow) = deerflow {
+        tracing::info!(
+            "DeerFlow's provisioner API is served under /deerflow; its sandbox URLs are bearer \
+             capabilities and belong on an internal network"
+        );
+        api = api.with_deerflow(deerflow);
+    }
     tokio::select! {
         served = warren_api::serve(
             listener,
-            ApiState::new(provisioner, token).with_viewer_key(viewer_key),
+            api,
             shutdown,
         ) => served.context("the HTTP server failed")?,
         () = grace_over => {

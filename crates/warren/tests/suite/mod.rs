@@ -7,6 +7,7 @@ mod cli;
 mod config;
 mod conformance;
 mod data_dir;
+mod deerflow;
 mod docker;
 mod env;
 mod errors;
