@@ -276,8 +276,8 @@ impl StateStore for PostgresStore {
         .bind(new.ephemeral)
         .bind(&new.seed_snapshot)
         .bind(&new.image)
-        .fetch_optional(&mut *tx)
         .bind(new.layout.as_str())
+        .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;
         if let Some(row) = inserted {
@@ -316,8 +316,8 @@ impl StateStore for PostgresStore {
         .bind(new.ephemeral)
         .bind(&new.seed_snapshot)
         .bind(&new.image)
-        .fetch_one(&mut *tx)
         .bind(new.layout.as_str())
+        .fetch_one(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;
         let record = sandbox_from_row(&row)?;

@@ -414,8 +414,8 @@ impl StateStore for SqliteStore {
                 .bind(new.ephemeral)
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
-                .fetch_one(&mut *tx)
                 .bind(new.layout.as_str())
+                .fetch_one(&mut *tx)
                 .await
             }
             None => {
@@ -439,8 +439,8 @@ impl StateStore for SqliteStore {
                 .bind(new.ephemeral)
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
-                .fetch_one(&mut *tx)
                 .bind(new.layout.as_str())
+                .fetch_one(&mut *tx)
                 .await
             }
         }
