@@ -7,9 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use warren_core::{
-    IsolationScope, NetworkPolicy, RunContext, RuntimeScope, Uid,
-};
+use warren_core::{IsolationScope, NetworkPolicy, RunContext, RuntimeScope, Uid};
 use warren_protocol::{
     CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList, TerminateSandbox,
 };

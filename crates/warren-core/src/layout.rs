@@ -331,7 +331,12 @@ mod tests {
         let (mount, _) = layout.mount_of("/mnt/skills/custom/x").unwrap();
         assert_eq!(mount.source.prefix(&workdir), PERSONAL_SKILLS);
         assert!(!mount.writable);
-        for outside in ["/mnt", "/mnt/skills", "/mnt/user-datax", "/home/gem/user-data"] {
+        for outside in [
+            "/mnt",
+            "/mnt/skills",
+            "/mnt/user-datax",
+            "/home/gem/user-data",
+        ] {
             assert!(layout.mount_of(outside).is_none(), "{outside}");
         }
     }

@@ -7,9 +7,9 @@
 
 #![deny(missing_docs)]
 
+mod data_dir;
 mod env;
 mod identity;
-mod data_dir;
 mod layout;
 mod network;
 mod scope;
@@ -17,12 +17,12 @@ mod token;
 mod virtual_path;
 mod workdir;
 
+pub use data_dir::DataLayout;
 pub use env::{
     check_env_name, check_env_value, AgentEnvVar, MaskingStream, SecretMasker, MAX_AGENT_ENV_VARS,
     MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MIN_SECRET_BYTES,
 };
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
-pub use data_dir::DataLayout;
 pub use layout::{Layout, LayoutMount, LayoutName, MountSource, VirtualRoot, PERSONAL_SKILLS};
 pub use network::{embedded_ipv4, is_internal, NetworkPolicy};
 pub use scope::{IsolationScope, RunContext, ScopedIdentity};

@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use crate::{component_problem, shorten, CoreError, Layout, LayoutMount, VirtualRoot, Workdir};
 use crate::MAX_PATH_BYTES;
+use crate::{component_problem, shorten, CoreError, Layout, LayoutMount, VirtualRoot, Workdir};
 
 /// Where the UserWorkspace appears inside a runtime of the default layout (I7).
 pub const USER_DATA_MOUNT: &str = "/home/gem/user-data";
@@ -202,7 +202,10 @@ mod tests {
         );
         assert_eq!(parse("/home/gem/skills").unwrap().to_string(), SKILLS_MOUNT);
         assert_eq!(
-            parse("/home/gem/user-data/x").unwrap().join("y/z").to_string(),
+            parse("/home/gem/user-data/x")
+                .unwrap()
+                .join("y/z")
+                .to_string(),
             "/home/gem/user-data/x/y/z"
         );
     }
@@ -218,7 +221,12 @@ mod tests {
     #[test]
     fn deerflow_paths_map_into_the_workdir_and_the_skill_trees() {
         let cases = [
-            ("/mnt/user-data", VirtualRoot::UserData, "threads/t1/user-data", true),
+            (
+                "/mnt/user-data",
+                VirtualRoot::UserData,
+                "threads/t1/user-data",
+                true,
+            ),
             (
                 "/mnt/user-data/workspace/a.py",
                 VirtualRoot::UserData,

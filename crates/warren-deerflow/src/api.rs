@@ -440,8 +440,7 @@ fn check_extra_mounts(
                 "an extra mount's container_path must be an absolute path",
             )
         })?;
-        if !config.extra_mount_paths.contains(&container)
-        {
+        if !config.extra_mount_paths.contains(&container) {
             return Err(Failure::bad_request(
                 "extra_mount_not_allowed",
                 format!(

@@ -949,7 +949,8 @@ mod tests {
         let wd = warren_core::Workdir::new("projects/a").unwrap();
         let base = VirtualPath::parse(".", &warren_core::Layout::ARS, &wd).unwrap();
         assert_eq!(relative_to(&base, "projects/a/notes/x.md"), "notes/x.md");
-        let root = VirtualPath::parse("/home/gem/user-data", &warren_core::Layout::ARS, &wd).unwrap();
+        let root =
+            VirtualPath::parse("/home/gem/user-data", &warren_core::Layout::ARS, &wd).unwrap();
         assert_eq!(relative_to(&root, "projects/a"), "projects/a");
     }
 }

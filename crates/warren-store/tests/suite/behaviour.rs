@@ -174,8 +174,14 @@ pub async fn a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_anoth
     let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&deerflow).await.unwrap() else {
         panic!("a terminated sandbox is claimed anew");
     };
-    assert_eq!((reclaimed.layout, reclaimed.generation), (LayoutName::Deerflow, 2));
-    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(reclaimed.clone()));
+    assert_eq!(
+        (reclaimed.layout, reclaimed.generation),
+        (LayoutName::Deerflow, 2)
+    );
+    assert_eq!(
+        store.get_sandbox(&new.id).await.unwrap(),
+        Some(reclaimed.clone())
+    );
     assert!(matches!(
         store.claim_sandbox(&deerflow).await.unwrap(),
         SandboxClaim::Existing(record) if record == reclaimed

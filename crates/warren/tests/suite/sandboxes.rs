@@ -573,7 +573,11 @@ async fn a_deerflow_layout_sandbox_shows_its_workdir_at_mnt_user_data_with_read_
         json!({"uid": "alice", "runtime_scope_id": "t1", "workdir": "threads/t1/user-data"}),
     )
     .await;
-    assert_eq!((status, &body["layout"]), (200, &json!("deerflow")), "no layout keeps the live one's");
+    assert_eq!(
+        (status, &body["layout"]),
+        (200, &json!("deerflow")),
+        "no layout keeps the live one's"
+    );
     let (status, body) = create_scoped(
         &server,
         json!({"uid": "alice", "runtime_scope_id": "t9", "layout": "e2b"}),
