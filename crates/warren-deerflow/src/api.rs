@@ -255,6 +255,7 @@ async fn create(
     let mut sandbox = SandboxRequest::new(uid, scope);
     sandbox.workdir = Some(workdir);
     sandbox.layout = Some(LayoutName::Deerflow);
+    sandbox.network = shared.config.network.clone();
     let (record, _) = provisioner.create_sandbox(sandbox).await?;
     shared.aliases_put(&sandbox_id, &record.id).await?;
     // DeerFlow polls `{sandbox_url}/v1/sandbox` next and expects `Running` from then on:

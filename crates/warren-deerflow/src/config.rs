@@ -58,6 +58,9 @@ pub struct DeerflowConfig {
     pub(crate) extra_mount_paths: Vec<String>,
     /// Host directories an extra mount's source must lie under.
     pub(crate) extra_mount_roots: Vec<PathBuf>,
+    /// Where the runtimes of DeerFlow's sandboxes may connect (I23); DeerFlow's requests
+    /// carry no policy, so the operator sets one for all of them.
+    pub(crate) network: warren_core::NetworkPolicy,
 }
 
 impl DeerflowConfig {
@@ -68,7 +71,19 @@ impl DeerflowConfig {
             sandbox_base_url: None,
             extra_mount_paths: Vec::new(),
             extra_mount_roots: Vec::new(),
+            network: warren_core::NetworkPolicy::None,
         }
+    }
+
+    /// The network policy of every sandbox DeerFlow creates (default: loopback only). It
+    /// is part of each sandbox's binding: a live sandbox keeps the policy it was made with
+    /// until it is deleted.
+    pub fn with_network(
+        mut self,
+        network: warren_core::NetworkPolicy,
+    ) -> Result<Self, DeerflowError> {
+        self.network = network.validate().map_err(DeerflowError::InvalidNetwork)?;
+        Ok(self)
     }
 
     /// Sandbox URLs start with `url` (`http(s)://host[:port][/prefix]`) instead of the
@@ -119,6 +134,21 @@ impl DeerflowConfig {
         self.extra_mount_paths = paths;
         self.extra_mount_roots = roots;
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod network_tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_allowlist_is_refused_naming_the_setting() {
+        let key = ApiKey::new(&"k".repeat(32)).unwrap();
+        let err = DeerflowConfig::new(key)
+            .with_network(warren_core::NetworkPolicy::Allowlist { allow: vec![] })
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("[deerflow] network"), "{err}");
     }
 }
 

@@ -29,6 +29,9 @@ pub enum DeerflowError {
         /// The URL given (shortened).
         url: String,
     },
+    /// `network` is not a usable network policy.
+    #[error("[deerflow] network: {0}")]
+    InvalidNetwork(warren_core::CoreError),
     /// An entry of `extra_mount_paths` or `extra_mount_roots` is not an absolute,
     /// normalised path.
     #[error("[deerflow] {setting} entry {path:?} must be an absolute path without `.` or `..` components")]

@@ -93,6 +93,9 @@ pub struct DeerflowSection {
     /// Host directories the sources of `extra_mounts` must lie under [default: none].
     #[serde(default)]
     pub extra_mount_roots: Vec<PathBuf>,
+    /// Where DeerFlow's sandboxes may connect: `{ mode = "open" }` or `{ mode =
+    /// "allowlist", allow = [...] }` [default: `{ mode = "none" }`, loopback only].
+    pub network: Option<warren_core::NetworkPolicy>,
 }
 
 impl DeerflowSection {
@@ -123,6 +126,9 @@ impl DeerflowSection {
         let mut config = warren_deerflow::DeerflowConfig::new(api_key);
         if let Some(url) = &self.sandbox_base_url {
             config = config.with_sandbox_base_url(url)?;
+        }
+        if let Some(network) = &self.network {
+            config = config.with_network(network.clone())?;
         }
         Ok(Some(config.with_extra_mounts(
             self.extra_mount_paths.clone(),

@@ -836,3 +836,32 @@ async fn the_official_agent_sandbox_client_uses_every_aio_endpoint_and_every_pat
         );
     }
 }
+
+#[tokio::test]
+async fn deerflow_sandboxes_get_the_network_policy_the_operator_set() {
+    let deerflow = Deerflow::start(
+        "local",
+        "network = { mode = \"allowlist\", allow = [\"pypi.org\"] }\n",
+    );
+    deerflow.create("alice", "thread-1").await;
+    let (status, listed) = deerflow
+        .send(deerflow.server.request(Method::GET, "/v1/sandboxes"))
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    let network = &listed["sandboxes"][0]["network"];
+    assert_eq!(
+        network,
+        &json!({"mode": "allowlist", "allow": ["pypi.org"]}),
+        "{listed}"
+    );
+    // Without the setting, DeerFlow's sandboxes stay on loopback (I23).
+    let plain = Deerflow::start("local", "");
+    plain.create("alice", "thread-1").await;
+    let (_, listed) = plain
+        .send(plain.server.request(Method::GET, "/v1/sandboxes"))
+        .await;
+    assert_eq!(
+        listed["sandboxes"][0]["network"]["mode"], "none",
+        "{listed}"
+    );
+}
