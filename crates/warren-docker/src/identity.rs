@@ -2,12 +2,13 @@
 //! on the engine is exactly what warren would have made for its sandbox (I16).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bollard::models::ContainerInspectResponse;
 use warren_backend::{BackendKind, RuntimeSpec};
-use warren_core::{NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, VirtualRoot, Workdir};
 
+use crate::staging::staging_path;
 use crate::{AGENT_MOUNT, SOCKET_MOUNT};
 
 /// Label naming the warren instance (a hash of its data directory) that owns a container.
@@ -20,9 +21,16 @@ const LABEL_SCOPE: &str = "dev.warren.runtime-scope";
 const LABEL_WORKDIR: &str = "dev.warren.workdir";
 const LABEL_NETWORK: &str = "dev.warren.network";
 const LABEL_IMAGE: &str = "dev.warren.image";
+/// The layout; a container without it predates layouts and is the default's.
+const LABEL_LAYOUT: &str = "dev.warren.layout";
+/// The host trees the mounts come from. A staged bind's source is a staging directory
+/// that is gone once the container started, so the tree it lies in is recorded here; a
+/// direct bind's source must agree. Containers made before layouts lack them.
+const LABEL_USER_WORKSPACE: &str = "dev.warren.user-workspace";
+const LABEL_SKILL_PROJECTION: &str = "dev.warren.skill-projection";
 
-const USER_DATA: &str = "/home/gem/user-data";
-const SKILLS: &str = "/home/gem/skills";
+/// The legacy mount of the workspace's projects, refused for reuse (I16).
+const LEGACY_PROJECTS: &str = "/home/gem/projects";
 
 /// What a live container is, as far as warren is concerned.
 #[derive(Debug, Clone)]
@@ -38,7 +46,18 @@ pub(crate) struct Identity {
 
 impl Identity {
     /// Whether a container of this identity serves `spec`: the same generation and the
-    /// same binding (uid, scope, workdir, network, image and both mounts).
+    /// same binding (uid, scope, workdir, layout, network, image and the host trees its
+    /// mounts come from).
+    ///
+    /// The trees, not each bind's source path: a staged bind's source is a staging
+    /// directory named after the sandbox and the mount's index, the same for every
+    /// container of the sandbox, and gone once its container started. What it showed is
+    /// fixed by the rest of the identity: the layout says which directory of which tree
+    /// each mount is (the workdir, `agents/skills`), the workdir label says which workdir,
+    /// and the tree labels say which UserWorkspace and projection; [`Self::from_container`]
+    /// has checked that every staged source is this sandbox's staging path for that
+    /// mount, and every direct source the tree itself. Equal on all of these, two
+    /// containers show the same directories, so comparing them is comparing the mounts.
     pub fn matches(&self, spec: &RuntimeSpec) -> bool {
         let ours = &self.spec;
         ours.sandbox == spec.sandbox
@@ -46,6 +65,7 @@ impl Identity {
             && ours.uid == spec.uid
             && ours.runtime_scope == spec.runtime_scope
             && ours.workdir == spec.workdir
+            && ours.layout == spec.layout
             && ours.network == spec.network
             && ours.image == spec.image
             && ours.user_workspace == spec.user_workspace
@@ -53,12 +73,14 @@ impl Identity {
     }
 
     /// Reads a container back, refusing anything warren would not have made: another
-    /// instance's, missing or unparsable labels, and every layout other than exactly the
-    /// two persistent binds with the right modes (I16).
+    /// instance's, missing or unparsable labels, and every mount view other than exactly
+    /// its layout's persistent binds with the right modes and sources (I16). `binds` is
+    /// the backend's staging directory (`staging`).
     pub fn from_container(
         container: &ContainerInspectResponse,
         instance: &str,
         env: BTreeMap<String, String>,
+        binds: &Path,
     ) -> Result<Self, LayoutProblem> {
         let labels = container
             .config
@@ -128,34 +150,82 @@ impl Identity {
             return Err(LayoutProblem::PublishedPorts);
         }
 
-        let mut user_workspace = None;
-        let mut skill_projection = None;
+        let layout = match labels.get(LABEL_LAYOUT) {
+            Some(name) => LayoutName::parse(name).map_err(bad(LABEL_LAYOUT))?,
+            None => LayoutName::Ars,
+        };
+        let tree_label = |root: VirtualRoot| match root {
+            VirtualRoot::UserData => LABEL_USER_WORKSPACE,
+            VirtualRoot::Skills => LABEL_SKILL_PROJECTION,
+        };
+        let mut trees: HashMap<VirtualRoot, PathBuf> = HashMap::new();
+        for root in [VirtualRoot::UserData, VirtualRoot::Skills] {
+            if let Some(path) = labels.get(tree_label(root)) {
+                trees.insert(root, PathBuf::from(path));
+            }
+        }
+        let expected = layout.layout().mounts;
+        let mut seen = vec![false; expected.len()];
         for mount in container.mounts.clone().unwrap_or_default() {
             let target = mount.destination.clone().unwrap_or_default();
-            let source = mount.source.clone().map(PathBuf::from);
+            let source = PathBuf::from(mount.source.clone().unwrap_or_default());
             let writable = mount.rw.unwrap_or(true);
             let is_bind = mount.typ.as_deref() == Some("bind");
+            if let Some(index) = expected.iter().position(|m| m.target == target) {
+                let want = &expected[index];
+                if !is_bind || seen[index] {
+                    return Err(LayoutProblem::UnexpectedMount(target));
+                }
+                if writable != want.writable {
+                    return Err(if writable {
+                        LayoutProblem::Writable(target)
+                    } else {
+                        LayoutProblem::ReadOnly(target)
+                    });
+                }
+                if want.source.prefix(&workdir).is_empty() {
+                    // A whole tree of warren's, bound by its path: the label must agree.
+                    let root = want.source.tree();
+                    match trees.get(&root) {
+                        Some(path) if *path != source => {
+                            return Err(LayoutProblem::BadLabel(tree_label(root)))
+                        }
+                        Some(_) => {}
+                        None => {
+                            trees.insert(root, source);
+                        }
+                    }
+                } else if source != staging_path(binds, &sandbox, index) {
+                    // A directory beneath a user's tree is only ever bound from warren's
+                    // staging of it, never from a path dockerd walked.
+                    return Err(LayoutProblem::Unstaged(target));
+                }
+                seen[index] = true;
+                continue;
+            }
             match target.as_str() {
-                USER_DATA if is_bind && writable && user_workspace.is_none() => {
-                    user_workspace = source;
-                }
-                SKILLS if is_bind && !writable && skill_projection.is_none() => {
-                    skill_projection = source;
-                }
-                SKILLS if writable => return Err(LayoutProblem::WritableSkills),
                 AGENT_MOUNT if is_bind && !writable => {}
                 SOCKET_MOUNT if is_bind => {}
-                "/home/gem/projects" => return Err(LayoutProblem::ProjectsMount),
-                t if t.starts_with("/home/gem/user-data/") => {
-                    return Err(LayoutProblem::NestedUserData(t.to_owned()))
+                LEGACY_PROJECTS => return Err(LayoutProblem::ProjectsMount),
+                t if expected
+                    .iter()
+                    .any(|m| t.starts_with(m.target) && t[m.target.len()..].starts_with('/')) =>
+                {
+                    return Err(LayoutProblem::NestedMount(t.to_owned()))
                 }
                 t => return Err(LayoutProblem::UnexpectedMount(t.to_owned())),
             }
         }
-        let (Some(user_workspace), Some(skill_projection)) = (user_workspace, skill_projection)
-        else {
+        if seen.contains(&false) {
             return Err(LayoutProblem::MissingMounts);
+        }
+        let mut tree = |root: VirtualRoot| {
+            trees
+                .remove(&root)
+                .ok_or(LayoutProblem::MissingLabel(tree_label(root)))
         };
+        let user_workspace = tree(VirtualRoot::UserData)?;
+        let skill_projection = tree(VirtualRoot::Skills)?;
         let running = container
             .state
             .as_ref()
@@ -170,6 +240,7 @@ impl Identity {
                 uid,
                 runtime_scope,
                 workdir,
+                layout,
                 user_workspace,
                 skill_projection,
                 env,
@@ -206,17 +277,23 @@ pub enum LayoutProblem {
     /// Legacy layout: an old `/home/gem/projects` mount.
     #[error("legacy layout: it mounts /home/gem/projects")]
     ProjectsMount,
-    /// Legacy layout: sub-mounts inside `/home/gem/user-data`.
+    /// Legacy layout: sub-mounts inside a persistent mount (`/home/gem/user-data`).
     #[error("legacy layout: a nested mount at {0}")]
-    NestedUserData(String),
-    /// Legacy layout: a writable skills mount.
-    #[error("legacy layout: /home/gem/skills is writable")]
-    WritableSkills,
+    NestedMount(String),
+    /// Legacy layout: a mount the layout makes read-only (the skills) is writable.
+    #[error("legacy layout: {0} is writable")]
+    Writable(String),
+    /// A mount the layout makes writable is read-only.
+    #[error("{0} is read-only, which its layout makes writable")]
+    ReadOnly(String),
+    /// A directory beneath a user's tree bound from a path, not from warren's staging.
+    #[error("{0} is bound from a host path, not from warren's staging of it")]
+    Unstaged(String),
     /// A mount warren never makes.
     #[error("it mounts {0}, which warren never mounts")]
     UnexpectedMount(String),
-    /// One of the two persistent mounts is missing.
-    #[error("it lacks the user-data or skills mount")]
+    /// One of its layout's persistent mounts is missing.
+    #[error("it lacks one of its layout's persistent mounts")]
     MissingMounts,
 }
 
@@ -229,6 +306,15 @@ pub(crate) fn container_labels(instance: &str, spec: &RuntimeSpec) -> HashMap<St
         (LABEL_UID.to_owned(), spec.uid.to_string()),
         (LABEL_SCOPE.to_owned(), spec.runtime_scope.to_string()),
         (LABEL_WORKDIR.to_owned(), spec.workdir.to_string()),
+        (LABEL_LAYOUT.to_owned(), spec.layout.to_string()),
+        (
+            LABEL_USER_WORKSPACE.to_owned(),
+            spec.user_workspace.to_string_lossy().into_owned(),
+        ),
+        (
+            LABEL_SKILL_PROJECTION.to_owned(),
+            spec.skill_projection.to_string_lossy().into_owned(),
+        ),
         (
             LABEL_NETWORK.to_owned(),
             serde_json::to_string(&spec.network).expect("a network policy serialises"),
@@ -267,6 +353,7 @@ mod tests {
             uid,
             runtime_scope,
             workdir: Workdir::new("projects/a").unwrap(),
+            layout: warren_core::LayoutName::Ars,
             user_workspace: "/data/user-data/shared/alice/workspace".into(),
             skill_projection: "/data/skill-projections/alice".into(),
             env: BTreeMap::new(),
@@ -275,8 +362,36 @@ mod tests {
         }
     }
 
-    /// What the engine reports for a container warren made from `spec`.
+    const BINDS: &str = "/data/docker/binds";
+
+    fn deerflow_spec() -> RuntimeSpec {
+        RuntimeSpec {
+            layout: LayoutName::Deerflow,
+            workdir: Workdir::new("threads/t1/user-data").unwrap(),
+            ..spec()
+        }
+    }
+
+    /// What the engine reports for a container warren made from `spec`: its layout's
+    /// binds (staged ones from their staging directory), the agent and its socket.
     fn container(spec: &RuntimeSpec) -> serde_json::Value {
+        let mut mounts: Vec<serde_json::Value> = spec
+            .mounts()
+            .iter()
+            .enumerate()
+            .map(|(index, mount)| {
+                let source = if crate::staging::is_staged(mount) {
+                    staging_path(Path::new(BINDS), &spec.sandbox, index)
+                } else {
+                    mount.tree.clone()
+                };
+                json!({"Type": "bind", "Source": source, "Destination": mount.target, "RW": mount.writable})
+            })
+            .collect();
+        mounts.extend([
+            json!({"Type": "bind", "Source": "/data/docker/agent-x", "Destination": AGENT_MOUNT, "RW": false}),
+            json!({"Type": "bind", "Source": "/data/docker/sockets/x", "Destination": SOCKET_MOUNT, "RW": true}),
+        ]);
         json!({
             "Name": format!("/warren-i1-{}", spec.sandbox),
             "State": {"Running": true},
@@ -291,19 +406,16 @@ mod tests {
                 "SecurityOpt": ["no-new-privileges:true"],
                 "NetworkMode": "none",
             },
-            "Mounts": [
-                {"Type": "bind", "Source": spec.user_workspace, "Destination": USER_DATA, "RW": true},
-                {"Type": "bind", "Source": spec.skill_projection, "Destination": SKILLS, "RW": false},
-                {"Type": "bind", "Source": "/data/docker/agent-x", "Destination": AGENT_MOUNT, "RW": false},
-                {"Type": "bind", "Source": "/data/docker/sockets/x", "Destination": SOCKET_MOUNT, "RW": true},
-            ],
+            "Mounts": mounts,
         })
     }
 
     fn read(value: serde_json::Value) -> Result<Identity, LayoutProblem> {
         let inspected: ContainerInspectResponse = serde_json::from_value(value).unwrap();
-        Identity::from_container(&inspected, "i1", BTreeMap::new())
+        Identity::from_container(&inspected, "i1", BTreeMap::new(), Path::new(BINDS))
     }
+
+    const USER_DATA: &str = "/home/gem/user-data";
 
     #[test]
     fn a_container_warren_made_reads_back_as_its_spec() {
@@ -346,12 +458,36 @@ mod tests {
                 Box::new(|c| {
                     c["Mounts"].as_array_mut().unwrap().push(json!({"Type": "bind", "Source": "/x", "Destination": "/home/gem/user-data/projects/a", "RW": true}))
                 }),
-                LayoutProblem::NestedUserData("/home/gem/user-data/projects/a".into()),
+                LayoutProblem::NestedMount("/home/gem/user-data/projects/a".into()),
             ),
             (
                 "writable skills",
                 Box::new(|c| c["Mounts"][1]["RW"] = json!(true)),
-                LayoutProblem::WritableSkills,
+                LayoutProblem::Writable("/home/gem/skills".into()),
+            ),
+            (
+                "a read-only workspace",
+                Box::new(|c| c["Mounts"][0]["RW"] = json!(false)),
+                LayoutProblem::ReadOnly(USER_DATA.into()),
+            ),
+            (
+                "a workspace other than its label's",
+                Box::new(|c| {
+                    c["Mounts"][0]["Source"] = json!("/data/user-data/shared/bob/workspace")
+                }),
+                LayoutProblem::BadLabel(LABEL_USER_WORKSPACE),
+            ),
+            (
+                "a layout warren does not know",
+                Box::new(|c| c["Config"]["Labels"][LABEL_LAYOUT] = json!("e2b")),
+                LayoutProblem::BadLabel(LABEL_LAYOUT),
+            ),
+            (
+                "the DeerFlow layout's mount in an ARS container",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().push(json!({"Type": "bind", "Source": "/x", "Destination": "/mnt/user-data", "RW": true}))
+                }),
+                LayoutProblem::UnexpectedMount("/mnt/user-data".into()),
             ),
             (
                 "the Docker socket",
@@ -444,5 +580,116 @@ mod tests {
             read(value).err(),
             Some(LayoutProblem::Network("bridge".into()))
         );
+    }
+
+    #[test]
+    fn an_ars_container_made_before_layouts_reads_back_as_the_default_layout() {
+        let spec = spec();
+        let mut value = container(&spec);
+        let labels = value["Config"]["Labels"].as_object_mut().unwrap();
+        for label in [LABEL_LAYOUT, LABEL_USER_WORKSPACE, LABEL_SKILL_PROJECTION] {
+            labels.remove(label);
+        }
+        let identity = read(value).unwrap();
+        assert_eq!(identity.spec.layout, LayoutName::Ars);
+        assert!(identity.matches(&spec), "its trees come from its binds");
+    }
+
+    #[test]
+    fn a_deerflow_container_reads_back_with_its_staged_binds_and_its_trees_from_the_labels() {
+        let spec = deerflow_spec();
+        let identity = read(container(&spec)).unwrap();
+        assert_eq!(identity.spec.layout, LayoutName::Deerflow);
+        assert!(identity.matches(&spec));
+        assert_eq!(identity.spec.user_workspace, spec.user_workspace);
+        assert_eq!(identity.spec.skill_projection, spec.skill_projection);
+        let ars = RuntimeSpec {
+            layout: LayoutName::Ars,
+            ..spec.clone()
+        };
+        assert!(!identity.matches(&ars), "another layout is another runtime");
+        let other_thread = RuntimeSpec {
+            workdir: Workdir::new("threads/t2/user-data").unwrap(),
+            ..spec.clone()
+        };
+        assert!(!identity.matches(&other_thread), "another workdir too");
+        let other_workspace = RuntimeSpec {
+            user_workspace: "/data/user-data/shared/bob/workspace".into(),
+            ..spec
+        };
+        assert!(!identity.matches(&other_workspace), "another tree too");
+    }
+
+    #[test]
+    fn a_deerflow_container_with_anything_but_exactly_its_three_mounts_is_refused() {
+        let spec = deerflow_spec();
+        let workdir_bind = json!({"Type": "bind", "Source": "/data/user-data/shared/alice/workspace/threads/t1/user-data", "Destination": "/mnt/user-data", "RW": true});
+        type Change = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(&str, Change, LayoutProblem)> = vec![
+            (
+                "the workdir bound from its host path, which dockerd would walk",
+                Box::new(move |c| c["Mounts"][0] = workdir_bind.clone()),
+                LayoutProblem::Unstaged("/mnt/user-data".into()),
+            ),
+            (
+                "another sandbox's staging directory",
+                Box::new(|c| {
+                    c["Mounts"][2]["Source"] =
+                        json!(format!("{BINDS}/sbx-0123456789abcdef01234567/2"))
+                }),
+                LayoutProblem::Unstaged("/mnt/skills/custom".into()),
+            ),
+            (
+                "writable public skills",
+                Box::new(|c| c["Mounts"][1]["RW"] = json!(true)),
+                LayoutProblem::Writable("/mnt/skills/public".into()),
+            ),
+            (
+                "writable custom skills",
+                Box::new(|c| c["Mounts"][2]["RW"] = json!(true)),
+                LayoutProblem::Writable("/mnt/skills/custom".into()),
+            ),
+            (
+                "no custom skills",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().remove(2);
+                }),
+                LayoutProblem::MissingMounts,
+            ),
+            (
+                "the whole workspace beside it",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().push(json!({"Type": "bind", "Source": "/data/user-data/shared/alice/workspace", "Destination": USER_DATA, "RW": true}))
+                }),
+                LayoutProblem::UnexpectedMount(USER_DATA.into()),
+            ),
+            (
+                "a mount inside the workdir",
+                Box::new(|c| {
+                    c["Mounts"].as_array_mut().unwrap().push(json!({"Type": "bind", "Source": "/x", "Destination": "/mnt/user-data/outputs", "RW": true}))
+                }),
+                LayoutProblem::NestedMount("/mnt/user-data/outputs".into()),
+            ),
+            (
+                "no user-workspace label",
+                Box::new(|c| {
+                    c["Config"]["Labels"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove(LABEL_USER_WORKSPACE);
+                }),
+                LayoutProblem::MissingLabel(LABEL_USER_WORKSPACE),
+            ),
+            (
+                "its mounts read as the ARS layout's",
+                Box::new(|c| c["Config"]["Labels"][LABEL_LAYOUT] = json!("ars")),
+                LayoutProblem::UnexpectedMount("/mnt/user-data".into()),
+            ),
+        ];
+        for (what, change, expected) in cases {
+            let mut value = container(&spec);
+            change(&mut value);
+            assert_eq!(read(value).err(), Some(expected), "{what}");
+        }
     }
 }

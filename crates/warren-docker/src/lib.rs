@@ -3,13 +3,19 @@
 //!
 //! A sandbox's container runs the operator's image read-only, as 1000:1000 with every
 //! capability dropped, `no-new-privileges`, Docker's default seccomp profile, memory, pids
-//! and CPU limits, `/home/gem`, `/tmp` and `/var/tmp` on size-capped tmpfs, and exactly two
-//! persistent binds: the uid's UserWorkspace at `/home/gem/user-data` (rw) and the skill
-//! projection at `/home/gem/skills` (ro) (I7). Its PID 1 is warren's agent (this same
-//! executable with its loader and libraries, mounted read-only at `/opt/warren-agent`),
-//! which serves commands over a Unix socket in a per-sandbox directory (`/run/warren`) with
-//! the local runtime's control protocol, and applies warren's own seccomp policy to each
-//! command on top of Docker's. A command costs a fork, not a `docker exec`.
+//! and CPU limits, the layout's home (`/home/gem`), `/tmp` and `/var/tmp` on size-capped
+//! tmpfs, and exactly the persistent binds of the sandbox's layout (I7): for the ARS
+//! layout the uid's UserWorkspace at `/home/gem/user-data` (rw) and the skill projection
+//! at `/home/gem/skills` (ro); for DeerFlow's the workdir at `/mnt/user-data` (rw), the
+//! projection at `/mnt/skills/public` and the personal skills at `/mnt/skills/custom`
+//! (ro). A bind of a directory beneath a tree the sandbox user writes to is staged by
+//! descriptor first (`staging`), never handed to dockerd as a path it would walk.
+//!
+//! A container's PID 1 is warren's agent (this same executable with its loader and
+//! libraries, mounted read-only at `/opt/warren-agent`), which serves commands over a Unix
+//! socket in a per-sandbox directory (`/run/warren`) with the local runtime's control
+//! protocol, and applies warren's own seccomp policy to each command on top of Docker's.
+//! A command costs a fork, not a `docker exec`.
 //!
 //! Networking: `none` gets no network at all; a sandbox with egress gets a bridge network
 //! of its own, internal (no route off the bridge) and never shared, and reaches the outside
@@ -18,17 +24,18 @@
 //! published.
 //!
 //! Labels carry the identity (instance, sandbox, generation, uid, runtime scope, workdir,
-//! network, image), so a restarted provisioner adopts exactly matching containers and
-//! removes the rest, including legacy layouts (I16).
+//! layout, network, image and the host trees), so a restarted provisioner adopts exactly
+//! matching containers and removes the rest, including legacy layouts (I16).
 //!
-//! **Invariant:** a container never gets the Docker socket, a host path beyond the two
-//! persistent binds, the agent bundle and its socket directory, or a published port; the
-//! backend never deletes UserWorkspace files (I15).
+//! **Invariant:** a container never gets the Docker socket, a host path beyond its
+//! layout's persistent binds, the agent bundle and its socket directory, or a published
+//! port; the backend never deletes UserWorkspace files (I15).
 
 #![deny(missing_docs)]
 
 mod bundle;
 mod identity;
+mod staging;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -109,6 +116,15 @@ pub enum DockerError {
     /// The container started but its agent never answered.
     #[error("the container's agent did not start: {0}")]
     AgentDidNotStart(String),
+    /// A persistent mount's source was refused (a link where the workdir should be) or
+    /// could not be staged; nothing was handed to the engine.
+    #[error("cannot mount {target}: {reason}")]
+    Mount {
+        /// Where the mount would have gone inside the container.
+        target: &'static str,
+        /// Why not, in terms of the paths inside the tree (never a host path).
+        reason: String,
+    },
 }
 
 /// Configuration of the Docker backend.
@@ -134,6 +150,8 @@ pub struct DockerBackend {
     sockets_dir: PathBuf,
     /// Per-sandbox records the containers must not see (the runtime environment).
     state_dir: PathBuf,
+    /// Per-sandbox staging directories of binds beneath a user's tree (`staging`).
+    binds_dir: PathBuf,
     /// An empty directory: the copy-on-write layers of a read-only image root.
     no_cow: PathBuf,
     bundle: AgentBundle,
@@ -218,15 +236,28 @@ impl DockerBackend {
         let root = config.data_dir.join("docker");
         let sockets_dir = root.join("sockets");
         let state_dir = root.join("state");
+        let binds_dir = root.join("binds");
         let no_cow = root.join("no-cow");
         for (dir, what) in [
             (&root, "the docker directory"),
             (&sockets_dir, "the socket directories"),
             (&state_dir, "the state directory"),
+            (&binds_dir, "the staging directories"),
             (&no_cow, "the empty copy-on-write directory"),
         ] {
             std::fs::create_dir_all(dir).map_err(|source| DockerError::HostDir { what, source })?;
         }
+        // Only warren (and dockerd, as root) ever walks to a staged bind.
+        set_mode(&binds_dir, 0o700).map_err(|source| DockerError::HostDir {
+            what: "the staging directories",
+            source,
+        })?;
+        // A crash between staging a bind and starting its container leaves the staging
+        // mount; every container that used one holds its own copy already.
+        staging::remove_all(&binds_dir).map_err(|source| DockerError::HostDir {
+            what: "the staging directories",
+            source,
+        })?;
         // A container reaches its own socket directory through its bind mount, never
         // through these host directories.
         set_mode(&sockets_dir, 0o700).map_err(|source| DockerError::HostDir {
@@ -247,6 +278,7 @@ impl DockerBackend {
             instance,
             sockets_dir,
             state_dir,
+            binds_dir,
             no_cow,
             bundle,
             engine_version: version.version.unwrap_or_default(),
@@ -362,18 +394,30 @@ impl DockerBackend {
             nofile: self.config.limits.nofile,
             egress: spec.network.has_egress(),
             socket_dir: PathBuf::from(SOCKET_MOUNT),
+            home: PathBuf::from(spec.layout.layout().home),
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
-        let body = self.container_body(spec, &image, &network_mode, agent);
-        let options = CreateContainerOptionsBuilder::default()
-            .name(&self.container_name(&spec.sandbox))
-            .build();
+        let mounts = spec.mounts();
+        let name = self.container_name(&spec.sandbox);
+        // Dropped (staging mounts detached, directories removed) once the container runs,
+        // and on every way out before that.
+        let staged = match staging::StagedBinds::stage(&self.binds_dir, &spec.sandbox, &mounts) {
+            Ok(staged) => staged,
+            Err(error) => {
+                let _ = self.teardown(&spec.sandbox).await;
+                return Err(error);
+            }
+        };
+        let body = self.container_body(spec, &mounts, &staged, &image, &network_mode, agent);
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
         self.docker
             .create_container(Some(options), body)
             .await
             .map_err(engine("create the container"))?;
-        let name = self.container_name(&spec.sandbox);
-        if let Err(error) = self.docker.start_container(&name, None).await {
+        let started = self.docker.start_container(&name, None).await;
+        // The container holds its own mounts now (or never will): the staging goes.
+        drop(staged);
+        if let Err(error) = started {
             let _ = self.teardown(&spec.sandbox).await;
             return Err(engine("start the container")(error));
         }
@@ -382,12 +426,23 @@ impl DockerBackend {
             return Err(error);
         }
         let agent = self.agent_process(&name).await;
+        if let Some((pid, _)) = agent {
+            let check = tokio::task::spawn_blocking(move || verify_mounts(pid, &mounts))
+                .await
+                .map_err(|e| DockerError::AgentDidNotStart(e.to_string()))
+                .and_then(|result| result);
+            if let Err(error) = check {
+                let _ = self.teardown(&spec.sandbox).await;
+                return Err(error);
+            }
+        }
         if let (Some(seed), Some((pid, _))) = (&spec.seed, &agent) {
             // Resuming a reaped runtime (I30): its /home/gem comes back before the first
             // command. A seed that cannot be copied leaves a fresh /home/gem, never a
             // failed start.
             let (home, pid) = (seed.join("home"), *pid);
-            let seeded = tokio::task::spawn_blocking(move || seed_home(&home, pid)).await;
+            let layout = spec.layout.layout();
+            let seeded = tokio::task::spawn_blocking(move || seed_home(&home, pid, layout)).await;
             if let Ok(Err(error)) | Err(error) = seeded.map_err(std::io::Error::other) {
                 tracing::warn!(sandbox = %spec.sandbox, %error, "could not restore /home/gem from the snapshot; it starts empty");
             }
@@ -405,10 +460,13 @@ impl DockerBackend {
     fn container_body(
         &self,
         spec: &RuntimeSpec,
+        mounts: &[warren_backend::HostMount],
+        staged: &staging::StagedBinds,
         image: &str,
         network_mode: &str,
         agent: String,
     ) -> ContainerCreateBody {
+        let home = spec.layout.layout().home;
         let limits = &self.config.limits;
         let bind = |source: &Path, target: &str, read_only: bool| Mount {
             target: Some(target.to_owned()),
@@ -425,7 +483,7 @@ impl DockerBackend {
         let mib = |bytes: u64| format!("{}m", bytes.div_ceil(1024 * 1024).max(1));
         let tmpfs = HashMap::from([
             (
-                "/home/gem".to_owned(),
+                home.to_owned(),
                 format!(
                     "size={},uid=1000,gid=1000,mode=0755,exec,nosuid,nodev",
                     mib(limits.home_bytes)
@@ -442,13 +500,17 @@ impl DockerBackend {
         ]);
         let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let nofile = to_i64(limits.nofile);
+        // The layout's persistent mounts, in its order: a tree of warren's by its path, a
+        // directory beneath one by its staging mount (I2).
+        let mut binds: Vec<Mount> = mounts
+            .iter()
+            .enumerate()
+            .map(|(index, mount)| bind(staged.source(index), mount.target, !mount.writable))
+            .collect();
+        binds.push(bind(self.bundle.dir(), AGENT_MOUNT, true));
+        binds.push(bind(&self.socket_dir(&spec.sandbox), SOCKET_MOUNT, false));
         let host_config = HostConfig {
-            mounts: Some(vec![
-                bind(&spec.user_workspace, "/home/gem/user-data", false),
-                bind(&spec.skill_projection, "/home/gem/skills", true),
-                bind(self.bundle.dir(), AGENT_MOUNT, true),
-                bind(&self.socket_dir(&spec.sandbox), SOCKET_MOUNT, false),
-            ]),
+            mounts: Some(binds),
             tmpfs: Some(tmpfs),
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
@@ -478,7 +540,7 @@ impl DockerBackend {
             image: Some(image.to_owned()),
             user: Some("1000:1000".into()),
             hostname: Some("warren".into()),
-            working_dir: Some("/home/gem".into()),
+            working_dir: Some(home.into()),
             env: Some(Vec::new()),
             // The loader runs warren's executable with its own libraries, whatever libc
             // the image has (or none); `--argv0` is what `ps` shows inside.
@@ -568,6 +630,7 @@ impl DockerBackend {
         for result in [
             remove_socket_dir(&self.socket_dir(sandbox)),
             std::fs::remove_file(self.state_file(sandbox)),
+            staging::remove(&self.binds_dir.join(sandbox.as_str())),
         ] {
             if let Err(error) = result {
                 if error.kind() != std::io::ErrorKind::NotFound {
@@ -849,8 +912,9 @@ impl DockerBackend {
             .await
             .map_err(|e| format!("cannot inspect it: {e}"))?;
         let env = read_env(&self.state_file(sandbox));
-        let mut identity = Identity::from_container(&inspected, &self.instance, env)
-            .map_err(|problem| problem.to_string())?;
+        let mut identity =
+            Identity::from_container(&inspected, &self.instance, env, &self.binds_dir)
+                .map_err(|problem| problem.to_string())?;
         identity.agent = inspected
             .state
             .as_ref()
@@ -915,11 +979,11 @@ fn remove_socket_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(dir)
 }
 
-/// Copies a snapshot's `/home/gem` (`seed`) into the running container's, reached through
-/// its agent's descriptor. Both sides are walked and written by descriptor without
-/// following anything (`warren-fs`); entries are the sandbox user's; the two persistent
-/// mount points are never touched.
-fn seed_home(seed: &Path, agent: i32) -> std::io::Result<()> {
+/// Copies a snapshot's home (`seed`) into the running container's, reached through its
+/// agent's descriptor. Both sides are walked and written by descriptor without following
+/// anything (`warren-fs`); entries are the sandbox user's; the layout's persistent mount
+/// points inside the home are never touched.
+fn seed_home(seed: &Path, agent: i32, layout: &warren_core::Layout) -> std::io::Result<()> {
     use warren_fs::{Kind, WorkspaceRoot};
     let io = |e: warren_fs::FsError| std::io::Error::other(e.to_string());
     if !seed.is_dir() {
@@ -932,10 +996,15 @@ fn seed_home(seed: &Path, agent: i32) -> std::io::Result<()> {
     ));
     let target = WorkspaceRoot::open(&home).map_err(io)?;
     let top = source.list("", 1, 100_000).map_err(io)?;
+    let mount_points: Vec<&str> = layout
+        .mounts_in_home()
+        .into_iter()
+        .filter_map(|name| name.split('/').next())
+        .collect();
     for entry in top.entries {
         // By the exact bytes: a snapshot keeps names that are not UTF-8, so a resume must.
         let name = entry.os_path.as_os_str();
-        if name == "user-data" || name == "skills" {
+        if mount_points.iter().any(|m| name == *m) {
             continue;
         }
         match entry.kind {
@@ -954,6 +1023,53 @@ fn seed_home(seed: &Path, agent: i32) -> std::io::Result<()> {
                 .create_symlink(name, entry.os_symlink_target.as_deref().unwrap_or_default())
                 .map_err(io)?,
             Kind::Other => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks that each staged mount of a started container is the directory warren opened
+/// for it: the same device and inode at the mount's target, resolved in the container's
+/// root without following its links. This is what proves a staged bind took effect; it
+/// fails when dockerd runs in a mount namespace that does not see warren's staging
+/// mounts (it would then have bound the empty staging directory). Direct binds of
+/// warren's own trees are not checked: a skill sync may swap the projection's directory
+/// in the meantime (`RENAME_EXCHANGE`), which is no fault.
+fn verify_mounts(agent: i32, mounts: &[warren_backend::HostMount]) -> Result<(), DockerError> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    if !mounts.iter().any(staging::is_staged) {
+        return Ok(());
+    }
+    let root = rustix::fs::open(
+        format!("/proc/{agent}/root"),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| DockerError::AgentDidNotStart(format!("cannot reach its root: {e}")))?;
+    for mount in mounts.iter().filter(|m| staging::is_staged(m)) {
+        let refused = |reason: String| DockerError::Mount {
+            target: mount.target,
+            reason,
+        };
+        let source = mount.open().map_err(|e| refused(e.to_string()))?;
+        let expected = rustix::fs::fstat(&source).map_err(|e| refused(e.to_string()))?;
+        let inside = match rustix::fs::openat2(
+            &root,
+            mount.target,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Ok(fd) => fd,
+            // A kernel before openat2 (Linux 5.6): the staging alone has to do.
+            Err(rustix::io::Errno::NOSYS) => return Ok(()),
+            Err(e) => return Err(refused(format!("cannot find it in the container: {e}"))),
+        };
+        let actual = rustix::fs::fstat(&inside).map_err(|e| refused(e.to_string()))?;
+        if (actual.st_dev, actual.st_ino) != (expected.st_dev, expected.st_ino) {
+            return Err(refused(
+                "the container shows another directory there than warren bound (does dockerd run in another mount namespace?)".into(),
+            ));
         }
     }
     Ok(())

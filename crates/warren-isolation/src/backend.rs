@@ -22,7 +22,7 @@ use warren_core::{NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
 use crate::client::{exec_spec, ping, ping_full, process_birth, run, RunError};
-use crate::config::{IdMap, RootSource, RuntimeConfig, RuntimeLimits};
+use crate::config::{IdMap, MountConfig, RootSource, RuntimeConfig, RuntimeLimits};
 use crate::host::HostReport;
 use crate::runtime::RUNTIME_INIT_ARG;
 use crate::IsolationError;
@@ -48,6 +48,9 @@ struct RuntimeIdentity {
     uid: String,
     runtime_scope: String,
     workdir: String,
+    /// Runtimes recorded before layouts existed are the default layout's.
+    #[serde(default)]
+    layout: warren_core::LayoutName,
     user_workspace: PathBuf,
     skill_projection: PathBuf,
     env: std::collections::BTreeMap<String, String>,
@@ -59,6 +62,22 @@ struct RuntimeIdentity {
     /// reaped elsewhere is never mistaken for it.
     #[serde(default)]
     init_birth: String,
+}
+
+impl RuntimeIdentity {
+    /// Whether this runtime serves `spec`: the same generation, and the same binding and
+    /// view (uid, scope, workdir, layout and the trees it mounts, I16). A runtime of
+    /// another layout never serves, even of the same generation: a live runtime never
+    /// changes its view.
+    fn serves(&self, spec: &RuntimeSpec) -> bool {
+        self.generation == spec.generation
+            && self.uid == spec.uid.as_str()
+            && self.runtime_scope == spec.runtime_scope.as_str()
+            && self.workdir == spec.workdir.as_str()
+            && self.layout == spec.layout
+            && self.user_workspace == spec.user_workspace
+            && self.skill_projection == spec.skill_projection
+    }
 }
 
 /// The native Linux isolation backend.
@@ -210,8 +229,8 @@ impl LocalBackend {
             generation: spec.generation,
             cgroup_name: self.cgroup_name(&spec.sandbox),
             runtime_dir: dir.clone(),
-            user_workspace: spec.user_workspace.clone(),
-            skill_projection: spec.skill_projection.clone(),
+            layout: spec.layout,
+            mounts: spec.mounts().iter().map(MountConfig::from).collect(),
             root: self.root.clone(),
             limits: self.config.limits.clone(),
             egress: spec.network.has_egress(),
@@ -269,6 +288,7 @@ impl LocalBackend {
             uid: spec.uid.to_string(),
             runtime_scope: spec.runtime_scope.to_string(),
             workdir: spec.workdir.to_string(),
+            layout: spec.layout,
             user_workspace: spec.user_workspace.clone(),
             skill_projection: spec.skill_projection.clone(),
             env: spec.env.clone(),
@@ -516,7 +536,7 @@ impl Backend for LocalBackend {
 
     async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
         if let Some(identity) = self.find(&spec.sandbox).await {
-            if identity.generation == spec.generation {
+            if identity.serves(spec) {
                 return Ok(DiscoveredRuntime { spec: spec.clone() });
             }
         }
@@ -572,6 +592,7 @@ impl Backend for LocalBackend {
                     runtime_scope: warren_core::RuntimeScope::new(identity.runtime_scope.clone())
                         .ok()?,
                     workdir: warren_core::Workdir::new(identity.workdir.clone()).ok()?,
+                    layout: identity.layout,
                     user_workspace: identity.user_workspace.clone(),
                     skill_projection: identity.skill_projection.clone(),
                     env: identity.env.clone(),
@@ -692,13 +713,15 @@ impl Backend for LocalBackend {
             return Ok(None);
         };
         // Both paths go through init's own view: its descriptor of the copy-on-write layer,
-        // and its root for /home/gem ("home" lives on the runtime's read-only root, "gem"
-        // is the tmpfs itself; nothing the sandbox user can replace). A trailing "." makes
-        // the descriptor link itself resolve while the last component stays no-follow.
+        // and its root for the layout's home (`/home/gem`: "home" lives on the runtime's
+        // read-only root, "gem" is the tmpfs itself; nothing the sandbox user can replace).
+        // A trailing "." makes the descriptor link itself resolve while the last component
+        // stays no-follow.
         let pid = identity.pid;
+        let home = identity.layout.layout().home;
         Ok(Some(EphemeralRoots {
             cow: PathBuf::from(format!("/proc/{pid}/fd/{}/.", crate::config::COW_FD)),
-            home: PathBuf::from(format!("/proc/{pid}/root/home/gem")),
+            home: PathBuf::from(format!("/proc/{pid}/root{home}")),
         }))
     }
 

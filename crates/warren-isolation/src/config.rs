@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use warren_core::LayoutName;
 
 /// The uid and gid every command runs as (I11).
 pub const SANDBOX_UID: u32 = 1000;
@@ -22,10 +23,10 @@ pub struct RuntimeConfig {
     pub cgroup_name: String,
     /// Host directory of this runtime: control socket, mount points, identity file.
     pub runtime_dir: PathBuf,
-    /// Host path of the UserWorkspace, bound read-write at `/home/gem/user-data` (I7).
-    pub user_workspace: PathBuf,
-    /// Host path of the skill projection, bound read-only at `/home/gem/skills` (I7).
-    pub skill_projection: PathBuf,
+    /// What the runtime looks like from inside: its home and where its mounts go (I7).
+    pub layout: LayoutName,
+    /// The layout's persistent mounts, resolved to the host, in the layout's order.
+    pub mounts: Vec<MountConfig>,
     /// Where the root filesystem comes from.
     pub root: RootSource,
     /// Resource limits.
@@ -43,6 +44,43 @@ pub struct RuntimeConfig {
     /// directory, removed once the runtime started.
     #[serde(default)]
     pub seed: Option<PathBuf>,
+}
+
+/// One persistent mount of a runtime, as [`warren_backend::HostMount`] describes it.
+///
+/// Init opens it again itself, inside the runtime's mount namespace (a bind mount's
+/// source must belong to it): `tree` by its path, `beneath` from that descriptor with no
+/// link followed and no mount crossed (I2), through the same [`warren_backend::HostMount`]
+/// logic the other backends use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountConfig {
+    /// Where the mount appears inside the runtime: one of the layout's targets.
+    pub target: String,
+    /// The host directory warren owns that the source lies in.
+    pub tree: PathBuf,
+    /// The directory beneath `tree` the mount shows; empty for `tree` itself.
+    pub beneath: String,
+    /// Whether the runtime may write under it.
+    pub writable: bool,
+}
+
+impl From<&warren_backend::HostMount> for MountConfig {
+    fn from(mount: &warren_backend::HostMount) -> Self {
+        Self {
+            target: mount.target.to_owned(),
+            tree: mount.tree.clone(),
+            beneath: mount.beneath.clone(),
+            writable: mount.writable,
+        }
+    }
+}
+
+/// The sandbox user's name and home. Every layout has the same ones (a test holds them
+/// to it): the host profile's `/etc/passwd` is built once for all runtimes, so a layout
+/// with another user or home would need a profile of its own.
+pub fn sandbox_user() -> (&'static str, &'static str) {
+    let layout = LayoutName::default().layout();
+    (layout.user, layout.home)
 }
 
 /// The descriptor number at which init keeps its copy-on-write layer open, so the
@@ -130,14 +168,15 @@ impl Default for RuntimeLimits {
 /// The clean environment every command starts from (I13, I14); the sandbox and call
 /// environments are layered over it by the provisioner side.
 pub fn base_environment() -> BTreeMap<String, String> {
+    let (user, home) = sandbox_user();
     [
         (
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         ),
-        ("HOME", "/home/gem"),
-        ("USER", "gem"),
-        ("LOGNAME", "gem"),
+        ("HOME", home),
+        ("USER", user),
+        ("LOGNAME", user),
         ("SHELL", "/bin/sh"),
         ("LANG", "C.UTF-8"),
         ("LC_ALL", "C.UTF-8"),
@@ -147,4 +186,19 @@ pub fn base_environment() -> BTreeMap<String, String> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layout_has_the_one_sandbox_user_the_host_profile_names() {
+        for name in LayoutName::ALL {
+            let layout = name.layout();
+            assert_eq!((layout.user, layout.home), sandbox_user(), "{name}");
+        }
+        let env = base_environment();
+        assert_eq!((env["USER"].as_str(), env["HOME"].as_str()), sandbox_user());
+    }
 }

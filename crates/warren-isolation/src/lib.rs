@@ -24,6 +24,7 @@ mod sys;
 
 pub use backend::{LocalBackend, LocalBackendConfig};
 pub use host::HostReport;
+pub use runtime::rootfs::bind_fd;
 pub use runtime::{
     container_agent_main, runtime_init_main, AgentConfig, CONTAINER_AGENT_ARG, RUNTIME_INIT_ARG,
 };

@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::config::{SANDBOX_GID, SANDBOX_UID};
+use crate::config::{sandbox_user, SANDBOX_GID, SANDBOX_UID};
 
 /// Entries of the host's /etc never copied, whatever their mode: password hashes, keys,
 /// credentials, privilege configuration, and host identity.
@@ -169,15 +169,17 @@ fn collect(root: &Path, relative: &Path, out: &mut Vec<Entry>) -> io::Result<()>
 const GENERATED: &[&str] = &["passwd", "group", "hostname", "hosts"];
 
 fn add_generated(host_etc: &Path, out: &mut Vec<Entry>) -> io::Result<()> {
-    let user_line = format!("gem:x:{SANDBOX_UID}:{SANDBOX_GID}:gem:/home/gem:/bin/sh");
-    let group_line = format!("gem:x:{SANDBOX_GID}:");
+    // The layouts' one sandbox user (see `sandbox_user`): this /etc serves every runtime.
+    let (user, home) = sandbox_user();
+    let user_line = format!("{user}:x:{SANDBOX_UID}:{SANDBOX_GID}:{user}:{home}:/bin/sh");
+    let group_line = format!("{user}:x:{SANDBOX_GID}:");
     let filtered = |file: &str, id_field: usize, id: u32, extra: &str| -> io::Result<Vec<u8>> {
         let text = std::fs::read_to_string(host_etc.join(file)).unwrap_or_default();
         let mut lines: Vec<String> = text
             .lines()
             .filter(|line| {
                 let fields: Vec<&str> = line.split(':').collect();
-                fields.first() != Some(&"gem")
+                fields.first() != Some(&user)
                     && fields.get(id_field) != Some(&id.to_string().as_str())
             })
             .map(|line| {

@@ -31,8 +31,8 @@ impl Provisioner {
     /// Reconciles the state store with the backend after a start (or a crash).
     ///
     /// A runtime is adopted only if it matches its sandbox's record exactly: same id,
-    /// generation, uid, runtime scope, workdir and network policy (I16). Anything else the backend hosts
-    /// is destroyed; workspace files are never touched (I15).
+    /// generation, uid, runtime scope, workdir, layout and network policy (I16). Anything
+    /// else the backend hosts is destroyed; workspace files are never touched (I15).
     pub async fn recover(&self) -> Result<RecoveryReport, ProvisionerError> {
         let mut report = RecoveryReport {
             runs_failed: self
@@ -61,6 +61,7 @@ impl Provisioner {
                     && record.uid == spec.uid
                     && record.runtime_scope == spec.runtime_scope
                     && record.workdir == spec.workdir
+                    && record.layout == spec.layout
                     && record.network == spec.network
                     && record.backend == spec.backend.as_str()
                     && record.image == spec.image

@@ -721,6 +721,21 @@ pub fn remove_docker_runtimes(data_dir: &Path) {
             let _ = Command::new("umount").arg("-l").arg(entry.path()).output();
         }
     }
+    // Staged binds (`<data>/docker/binds/<sandbox>/<n>`) live only while a container
+    // starts; one a killed server left must not be walked when the data dir is removed.
+    for sandbox in std::fs::read_dir(data_dir.join("docker/binds"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for staged in std::fs::read_dir(sandbox.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let _ = Command::new("umount").arg("-l").arg(staged.path()).output();
+        }
+    }
 }
 
 /// Kills every runtime recorded under `data_dir` and removes its cgroups.

@@ -47,6 +47,15 @@ pub struct AgentConfig {
     pub egress: bool,
     /// The directory (shared with the provisioner) to bind the control socket in.
     pub socket_dir: PathBuf,
+    /// The layout's home (a tmpfs of the container's), kept open at
+    /// [`crate::config::HOME_FD`] for snapshots.
+    #[serde(default = "default_home")]
+    pub home: PathBuf,
+}
+
+/// Containers started before layouts existed keep their home where every layout has it.
+fn default_home() -> PathBuf {
+    PathBuf::from(crate::config::sandbox_user().1)
 }
 
 /// Entry point of `warren __container-agent <config>`. Never returns.
@@ -65,13 +74,13 @@ fn agent(config: AgentConfig) -> Result<std::convert::Infallible, String> {
     // same uid, so only this keeps ptrace and /proc/1/mem away.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| format!("become non-dumpable: {e}"))?;
-    // /home/gem, resolved here in the container, kept where the provisioner finds it.
+    // The home, resolved here in the container, kept where the provisioner finds it.
     let home = rustix::fs::open(
-        "/home/gem",
+        &config.home,
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|e| format!("open /home/gem: {e}"))?;
+    .map_err(|e| format!("open {}: {e}", config.home.display()))?;
     let kept = rustix::io::fcntl_dupfd_cloexec(&home, crate::config::HOME_FD)
         .map_err(|e| format!("keep /home/gem open: {e}"))?;
     if std::os::fd::AsRawFd::as_raw_fd(&kept) != crate::config::HOME_FD {

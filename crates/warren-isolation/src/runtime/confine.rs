@@ -16,13 +16,44 @@ use landlock::{
     RulesetStatus, ABI,
 };
 
-/// Where the sandbox user may write (DAC and the mount layout decide the rest).
+/// Where the sandbox user may write in every layout (DAC and the mount layout decide the
+/// rest); the layout's writable persistent mounts are added to it ([`writable`]).
 pub(crate) const WRITABLE: &[&str] = &["/home/gem", "/tmp", "/dev", "/usr/local", "/opt"];
 
-/// Confines the calling process (init) and all its future children. Returns whether the
-/// kernel enforces it (best effort: a kernel without Landlock keeps the mount layout as the
-/// boundary, which `warren doctor` and /health report).
+/// Everything the sandbox user may write to in a runtime of `layout`: [`WRITABLE`], the
+/// layout's home, and its writable persistent mounts (`/mnt/user-data` for DeerFlow's);
+/// its read-only mounts and the rest of the root stay read-only for Landlock too.
+pub(crate) fn writable(layout: &warren_core::Layout) -> Vec<&'static str> {
+    let mut paths = WRITABLE.to_vec();
+    let extra = std::iter::once(layout.home).chain(
+        layout
+            .mounts
+            .iter()
+            .filter(|m| m.writable)
+            .map(|m| m.target),
+    );
+    for path in extra {
+        // A path beneath one already listed (the ARS workspace in /home/gem) adds nothing.
+        let covered = paths.iter().any(|p| {
+            path == *p
+                || path
+                    .strip_prefix(*p)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        });
+        if !covered {
+            paths.push(path);
+        }
+    }
+    paths.sort_unstable();
+    paths
+}
+
+/// Confines the calling process (init) and all its future children, letting it write
+/// beneath `writable` only. Returns whether the kernel enforces it (best effort: a kernel
+/// without Landlock keeps the mount layout as the boundary, which `warren doctor` and
+/// /health report).
 pub(crate) fn confine<'a>(
+    writable: &[&str],
     cgroup_dirs: impl Iterator<Item = BorrowedFd<'a>>,
 ) -> Result<bool, landlock::RulesetError> {
     let abi = ABI::V5;
@@ -32,7 +63,7 @@ pub(crate) fn confine<'a>(
         .create()?
         .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
         .add_rules(path_beneath_rules(
-            WRITABLE.iter().filter(|p| std::path::Path::new(p).exists()),
+            writable.iter().filter(|p| std::path::Path::new(p).exists()),
             all,
         ))?;
     for dir in cgroup_dirs {
@@ -40,4 +71,30 @@ pub(crate) fn confine<'a>(
     }
     let status = ruleset.restrict_self()?;
     Ok(status.ruleset != RulesetStatus::NotEnforced)
+}
+
+#[cfg(test)]
+mod tests {
+    use warren_core::LayoutName;
+
+    use super::*;
+
+    #[test]
+    fn landlock_lets_each_layout_write_to_its_writable_mounts_and_nothing_more() {
+        let ars = writable(LayoutName::Ars.layout());
+        assert_eq!(ars, ["/dev", "/home/gem", "/opt", "/tmp", "/usr/local"]);
+        let deerflow = writable(LayoutName::Deerflow.layout());
+        assert_eq!(
+            deerflow,
+            [
+                "/dev",
+                "/home/gem",
+                "/mnt/user-data",
+                "/opt",
+                "/tmp",
+                "/usr/local"
+            ]
+        );
+        assert!(!deerflow.iter().any(|p| p.starts_with("/mnt/skills")));
+    }
 }

@@ -5,9 +5,16 @@
 //! /                 tmpfs, read-only after assembly (host profile), or an overlay (rootfs dir)
 //! /usr /opt /lib*   overlay: host directory read-only below, per-runtime tmpfs above (CoW)
 //! /etc              overlay over the provisioner's filtered copy of /etc (no secrets)
-//! /home/gem         tmpfs, size-capped, owned by 1000:1000
-//! /home/gem/user-data   bind of this uid's UserWorkspace, rw, nosuid, nodev
-//! /home/gem/skills      bind of this uid's skill projection, ro, nosuid, nodev
+//! /home/gem         tmpfs, size-capped, owned by 1000:1000 (the layout's home)
+//! <the layout's persistent mounts>, each a bind of a directory init opened by
+//!                   descriptor, rw or ro as the layout says, nosuid, nodev; the ARS layout:
+//!   /home/gem/user-data   this uid's UserWorkspace, rw
+//!   /home/gem/skills      this uid's skill projection, ro
+//!                   the DeerFlow layout (mount points made on the root before it is
+//!                   made read-only):
+//!   /mnt/user-data        the sandbox's workdir, rw
+//!   /mnt/skills/public    this uid's skill projection, ro
+//!   /mnt/skills/custom    this uid's personal skills, ro
 //! /tmp /dev/shm     tmpfs, size-capped, 1777
 //! /dev              tmpfs (ro) with null zero full random urandom tty bound from the host,
 //!                   a private devpts instance, and the usual /proc/self/fd links
@@ -117,8 +124,10 @@ fn overlay(
     Ok(())
 }
 
-/// Binds a directory held open by `fd` (opened without following links) onto `target`.
-fn bind_fd(fd: &OwnedFd, target: &Path, read_only: bool) -> io::Result<()> {
+/// Binds a directory held open by `fd` (opened without following links) onto `target`,
+/// nosuid and nodev, read-only when asked, keeping the flags the source mount has. The
+/// Docker backend stages its binds beneath a user's tree with it too.
+pub fn bind_fd(fd: &OwnedFd, target: &Path, read_only: bool) -> io::Result<()> {
     // Binding through /proc/self/fd uses the directory already opened no-follow, so a
     // symlink swapped into the host path after the check cannot redirect the mount.
     rustix::mount::mount_bind(format!("/proc/self/fd/{}", fd.as_raw_fd()), target)?;
@@ -259,22 +268,8 @@ pub(crate) fn assemble(config: &RuntimeConfig, hostname: &str) -> Result<(), Set
         }
     }
     // Opened here, inside the new mount namespace: a bind mount's source must belong to it.
-    let open_dir = |path: &Path| {
-        rustix::fs::open(
-            path,
-            rustix::fs::OFlags::PATH
-                | rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::NOFOLLOW
-                | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-    };
-    let workspace = rustix_step("open the user workspace", open_dir(&config.user_workspace))?;
-    let skills = rustix_step(
-        "open the skill projection",
-        open_dir(&config.skill_projection),
-    )?;
-    home(config, &root, &workspace, &skills)?;
+    let mounts = open_mounts(config)?;
+    home(config, &root, &mounts)?;
     rustix_step(
         "mount /tmp",
         tmpfs(
@@ -345,14 +340,17 @@ const IMAGE_PATHS_WARREN_USES: &[&str] = &[
 
 fn refuse_symlink(root: &Path, relative: &str) -> Result<(), SetupError> {
     let mut path = root.to_owned();
+    let mut inside = String::new();
     for component in relative.split('/') {
         path.push(component);
+        inside.push('/');
+        inside.push_str(component);
         match std::fs::symlink_metadata(&path) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 return Err(SetupError {
                     stage: "check the image root",
                     source: io::Error::other(format!(
-                        "the image has a symlink at /{relative}, where warren mounts or writes; refusing it"
+                        "the image has a symlink at {inside}, where warren mounts or writes; refusing it"
                     )),
                 })
             }
@@ -363,14 +361,79 @@ fn refuse_symlink(root: &Path, relative: &str) -> Result<(), SetupError> {
     Ok(())
 }
 
-fn home(
-    config: &RuntimeConfig,
-    root: &Path,
-    workspace: &OwnedFd,
-    skills: &OwnedFd,
-) -> Result<(), SetupError> {
-    let home = root.join("home/gem");
-    step("create /home/gem", mkdir(&home, 0o755))?;
+/// One of the layout's persistent mounts, its source open.
+struct OpenMount {
+    /// Where it goes inside the runtime (one of the layout's targets).
+    target: &'static str,
+    /// The directory it shows, opened by descriptor.
+    source: OwnedFd,
+    writable: bool,
+}
+
+/// Opens the source of every persistent mount the config lists, each checked against the
+/// runtime's layout (a target the layout does not have is refused; whether it is writable
+/// is the layout's word). `beneath` is opened from the tree's descriptor with no symlink
+/// followed, no `..` and no mount crossed ([`warren_backend::HostMount::open`]): a workdir
+/// whose component a sandbox of the same uid swapped for a link to `/` or to another
+/// uid's tree fails here, before anything is mounted (I2).
+fn open_mounts(config: &RuntimeConfig) -> Result<Vec<OpenMount>, SetupError> {
+    let layout = config.layout.layout();
+    config
+        .mounts
+        .iter()
+        .map(|mount| {
+            let Some(expected) = layout.mounts.iter().find(|m| m.target == mount.target) else {
+                return Err(SetupError {
+                    stage: "check the persistent mounts",
+                    source: io::Error::other(format!(
+                        "{} is not a mount of the {} layout",
+                        mount.target, layout.name
+                    )),
+                });
+            };
+            let host = warren_backend::HostMount {
+                target: expected.target,
+                source: expected.source,
+                tree: mount.tree.clone(),
+                beneath: mount.beneath.clone(),
+                writable: expected.writable,
+            };
+            // The message names the path inside the tree (the workdir, agents/skills),
+            // never a host path of warren's (I1).
+            let source = host.open().map_err(|error| SetupError {
+                stage: "open a persistent mount's source",
+                source: io::Error::other(format!("for {}: {error}", expected.target)),
+            })?;
+            Ok(OpenMount {
+                target: expected.target,
+                source,
+                writable: expected.writable,
+            })
+        })
+        .collect()
+}
+
+/// Creates the directory `target` (absolute, inside the runtime) under `root` to mount
+/// on, one component at a time. A component that is a symlink is refused: the root may
+/// be an image's (`mnt -> /` would put the bind on the host before `pivot_root`).
+fn mount_point(root: &Path, target: &str) -> Result<std::path::PathBuf, SetupError> {
+    let relative = target.trim_start_matches('/');
+    refuse_symlink(root, relative)?;
+    let mut path = root.to_owned();
+    for component in relative.split('/') {
+        path.push(component);
+        step("create a mount point", mkdir(&path, 0o755))?;
+    }
+    Ok(path)
+}
+
+/// Mounts the home tmpfs, seeds it from a snapshot, and binds every persistent mount:
+/// those inside the home get their mount points in the fresh tmpfs, the others on the
+/// runtime's root (the host profile's tmpfs or the image's overlay), which is still
+/// writable here and made read-only only after `pivot_root`.
+fn home(config: &RuntimeConfig, root: &Path, mounts: &[OpenMount]) -> Result<(), SetupError> {
+    let layout = config.layout.layout();
+    let home = mount_point(root, layout.home)?;
     rustix_step(
         "mount /home/gem",
         tmpfs(
@@ -383,25 +446,25 @@ fn home(
         ),
     )?;
     if let Some(seed) = &config.seed {
+        // The persistent mounts inside the home are not state: a snapshot never holds
+        // them, and a seed never puts anything (a symlink least of all) where they go.
+        let skip: Vec<&str> = layout
+            .mounts_in_home()
+            .into_iter()
+            .filter_map(|name| name.split('/').next())
+            .collect();
         step(
             "seed /home/gem",
-            copy_seed(&seed.join("home"), &home, &["user-data", "skills"]),
+            copy_seed(&seed.join("home"), &home, &skip),
         )?;
     }
-    let user_data = home.join("user-data");
-    let skills_dir = home.join("skills");
-    step(
-        "create mount points in /home/gem",
-        mkdir(&user_data, 0o755).and(mkdir(&skills_dir, 0o755)),
-    )?;
-    step(
-        "bind the user workspace",
-        bind_fd(workspace, &user_data, false),
-    )?;
-    step(
-        "bind the skill projection",
-        bind_fd(skills, &skills_dir, true),
-    )?;
+    for mount in mounts {
+        let target = mount_point(root, mount.target)?;
+        step(
+            "bind a persistent mount",
+            bind_fd(&mount.source, &target, !mount.writable),
+        )?;
+    }
     Ok(())
 }
 

@@ -35,7 +35,7 @@ impl Host {
     }
 
     /// Starts a server on this backend with more `warren serve` arguments.
-    fn start_with(self, extra: &[&str]) -> TestServer {
+    pub(crate) fn start_with(self, extra: &[&str]) -> TestServer {
         let mut args = match self {
             Self::Local => vec!["--backend", "local"],
             Self::Docker => {
@@ -61,7 +61,7 @@ impl Host {
 
     /// Something that names the runtime serving `id` now: the local runtime's init pid,
     /// the Docker container's id. Equal before and after means the same runtime serves.
-    fn runtime_handle(self, server: &TestServer, id: &str) -> String {
+    pub(crate) fn runtime_handle(self, server: &TestServer, id: &str) -> String {
         match self {
             Self::Local => {
                 let record = server

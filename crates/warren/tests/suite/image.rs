@@ -115,6 +115,45 @@ fn serving_an_image_that_was_never_imported_says_how_to_import_it() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("warren image import"));
 }
 
+/// A data dir with the minimal image plus `links` (path inside, target) imported as
+/// `name`; a link's parent directories are made as directories.
+pub(crate) fn image_with_links(name: &str, links: &[(&str, String)]) -> tempfile::TempDir {
+    let layout = tempfile::tempdir().unwrap();
+    let mut rootfs = tar::Builder::new(Vec::new());
+    let base = warren_test_support::minimal_rootfs_tar(&[]);
+    let mut archive = tar::Archive::new(&base[..]);
+    for entry in archive.entries().unwrap() {
+        let entry = entry.unwrap();
+        let header = entry.header().clone();
+        rootfs.append(&header, entry).unwrap();
+    }
+    for (link, target) in links {
+        if let Some((parent, _)) = link.rsplit_once('/') {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Directory);
+            header.set_size(0);
+            header.set_mode(0o755);
+            rootfs
+                .append_data(&mut header, format!("{parent}/"), &[][..])
+                .unwrap();
+        }
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_mode(0o777);
+        rootfs.append_link(&mut header, link, target).unwrap();
+    }
+    write_layout(layout.path(), &rootfs.into_inner().unwrap());
+    let data = tempfile::tempdir().unwrap();
+    let out = import(layout.path(), name, data.path().to_str().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    data
+}
+
 /// An image is untrusted: symlinks where warren mounts or chowns before pivot_root
 /// (`opt -> /`, `home -> <host dir>`) must not reach the host.
 #[tokio::test]
@@ -124,28 +163,7 @@ async fn an_image_with_symlinks_where_warren_mounts_cannot_touch_the_host() {
         ("opt", "/".to_owned()),
         ("home", canary.path().to_string_lossy().into_owned()),
     ] {
-        let layout = tempfile::tempdir().unwrap();
-        let mut rootfs = tar::Builder::new(Vec::new());
-        let base = warren_test_support::minimal_rootfs_tar(&[]);
-        let mut archive = tar::Archive::new(&base[..]);
-        for entry in archive.entries().unwrap() {
-            let entry = entry.unwrap();
-            let header = entry.header().clone();
-            rootfs.append(&header, entry).unwrap();
-        }
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Symlink);
-        header.set_size(0);
-        header.set_mode(0o777);
-        rootfs.append_link(&mut header, link, &target).unwrap();
-        write_layout(layout.path(), &rootfs.into_inner().unwrap());
-        let data = tempfile::tempdir().unwrap();
-        let out = import(layout.path(), "evil", data.path().to_str().unwrap());
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let data = image_with_links("evil", &[(link, target)]);
         let server = TestServer::start_in(bin(), data, &["--image", "evil"], Some(TEST_TOKEN));
         let id = server.sandbox("alice", "t", "projects/a").await;
         let (status, body) = server

@@ -5,6 +5,8 @@ mod auth;
 mod checkpoints;
 mod cli;
 mod config;
+// Its `conformance_suite!` also runs the layout rules on every backend (`layouts`).
+#[macro_use]
 mod conformance;
 mod data_dir;
 mod deerflow;
@@ -17,6 +19,7 @@ mod guard;
 mod image;
 mod init;
 mod kill;
+mod layouts;
 mod lifecycle;
 mod mcp;
 mod metrics;

@@ -1,0 +1,758 @@
+//! The DeerFlow layout on every backend that executes commands (issue 16): the mount view
+//! it promises (I7 as data), persistence, read-only skills, uid 1000, and the escapes a
+//! layout that mounts a directory *inside* a user's tree invites (I2, I11). Each rule runs
+//! on the local and the Docker backend, as `layouts::local::<rule>` and
+//! `layouts::docker::<rule>`, through the same [`Host`] machinery as the conformance suite.
+//!
+//! Two levels: through the API, as a client sees it; and against each backend directly,
+//! because the provisioner already refuses a workdir with a link in it before a runtime
+//! starts, so only a backend-level test proves the backend would refuse it too (and, for
+//! Docker, that the bind is staged by descriptor rather than handed to dockerd as a path).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+use warren_backend::{Backend, BackendKind, ExecRequest, RuntimeSpec};
+use warren_core::{LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_test_support::TestServer;
+
+use super::bin;
+use super::conformance::Host;
+use super::output as out;
+
+conformance_suite!(
+    a_deerflow_runtime_shows_its_workdir_and_two_read_only_skill_trees_and_nothing_else,
+    files_at_mnt_user_data_are_the_thread_workdir_and_outlive_the_runtime,
+    a_workdir_swapped_for_a_link_before_the_runtime_starts_is_refused_and_nothing_is_mounted,
+    a_link_inside_mnt_user_data_exposes_nothing_of_the_host_through_the_file_api,
+    the_backend_itself_refuses_a_workdir_a_link_leads_out_of_the_workspace,
+    a_reaped_deerflow_runtime_resumes_its_home_from_a_snapshot_beside_its_workdir,
+    a_deerflow_runtime_is_adopted_after_a_restart_and_never_taken_for_another_layout,
+);
+
+const THREAD: &str = "threads/t1/user-data";
+
+fn stdout(result: &serde_json::Value) -> &str {
+    result["stdout"].as_str().unwrap_or_default()
+}
+
+/// Creates `workdir` and a DeerFlow-layout sandbox of (uid, scope) bound to it.
+async fn deerflow_sandbox(server: &TestServer, uid: &str, scope: &str, workdir: &str) -> String {
+    server.workdir(uid, workdir).await;
+    let (status, body) = server
+        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+            "uid": uid, "runtime_scope_id": scope, "workdir": workdir, "layout": "deerflow",
+        })))
+        .await;
+    assert!(
+        status == 201 || status == 200,
+        "create sandbox: {status} {body}"
+    );
+    assert_eq!(body["layout"], "deerflow", "{body}");
+    body["sandbox_id"].as_str().expect("sandbox_id").to_owned()
+}
+
+/// One line of `/proc/self/mountinfo`: (root within its filesystem, mount point,
+/// per-mount options, filesystem type).
+fn mountinfo(text: &str) -> Vec<(String, String, String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let dash = fields.iter().position(|f| *f == "-")?;
+            Some((
+                fields.get(3)?.to_string(),
+                fields.get(4)?.to_string(),
+                fields.get(5)?.to_string(),
+                fields.get(dash + 1)?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+async fn a_deerflow_runtime_shows_its_workdir_and_two_read_only_skill_trees_and_nothing_else(
+    host: Host,
+) {
+    let server = host.start();
+    // Another thread of the same uid and a personal skill, made through an ARS sandbox.
+    let ars = server.sandbox("alice", "ars", "projects/p").await;
+    let plant = server
+        .exec(
+            &ars,
+            "cd /home/gem/user-data && mkdir -p threads/t2/user-data agents/skills/mine && echo other > threads/t2/user-data/secret && echo mine > agents/skills/mine/SKILL.md",
+        )
+        .await;
+    assert_eq!(plant["exit_code"], 0, "{plant}");
+    let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+    let view = server
+        .exec(
+            &id,
+            "id -u; id -g; pwd; echo $HOME; ls /mnt/user-data; ls /mnt/skills; cat /mnt/skills/custom/mine/SKILL.md",
+        )
+        .await;
+    assert_eq!(
+        stdout(&view),
+        "1000\n1000\n/mnt/user-data\n/home/gem\noutputs\nuploads\nworkspace\ncustom\npublic\nmine\n",
+        "{host:?}: uid 1000 in the workdir, its skeleton, both skill trees: {view}"
+    );
+    let writes = server
+        .exec(
+            &id,
+            "for d in /mnt/skills/public /mnt/skills/custom /mnt/skills; do touch $d/x 2>&1 || true; done; ls -d /home/gem/user-data /home/gem/skills 2>&1; ls -A /mnt /mnt/user-data/..; echo w > /mnt/user-data/outputs/w && echo wrote",
+        )
+        .await;
+    let text = out(&writes);
+    assert_eq!(
+        text.matches("Read-only file system").count(),
+        3,
+        "{host:?}: both skill trees and /mnt itself are read-only (EROFS): {text}"
+    );
+    assert_eq!(
+        text.matches("No such file").count(),
+        2,
+        "{host:?}: the ARS mount points are not there: {text}"
+    );
+    assert!(
+        text.ends_with(
+            "/mnt:\nskills\nuser-data\n\n/mnt/user-data/..:\nskills\nuser-data\nwrote\n"
+        ),
+        "{host:?}: nothing but the layout's mounts under /mnt, and the workdir writable: {text}"
+    );
+
+    let info = server.exec(&id, "cat /proc/self/mountinfo").await;
+    let mounts = mountinfo(stdout(&info));
+    let data_name = server
+        .data_dir()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    // Every mount of a directory of warren's data dir: the persistent ones, and on Docker
+    // the agent bundle.
+    let mut persistent: Vec<_> = mounts
+        .iter()
+        .filter(|(root, point, _, _)| root.contains(&data_name) && point != "/opt/warren-agent")
+        .collect();
+    persistent.sort_by(|a, b| a.1.cmp(&b.1));
+    let described: Vec<String> = persistent
+        .iter()
+        .map(|(root, point, options, _)| format!("{point} {options} {root}"))
+        .collect();
+    assert_eq!(
+        persistent
+            .iter()
+            .map(|(_, point, options, _)| (point.as_str(), &options[..2]))
+            .collect::<Vec<_>>(),
+        [
+            ("/mnt/skills/custom", "ro"),
+            ("/mnt/skills/public", "ro"),
+            ("/mnt/user-data", "rw")
+        ],
+        "{host:?}: exactly the three persistent mounts: {described:?}"
+    );
+    let root_of = |point: &str| &persistent.iter().find(|m| m.1 == point).unwrap().0;
+    assert!(root_of("/mnt/user-data").ends_with("/workspace/threads/t1/user-data"));
+    assert!(root_of("/mnt/skills/custom").ends_with("/workspace/agents/skills"));
+    assert!(!root_of("/mnt/skills/public").contains("/workspace"));
+    for (_, point, options, _) in &persistent {
+        // Everything the local runtime binds is nosuid and nodev. Docker's own remount of
+        // a read-only bind resets those flags (its API cannot ask for them); what stays
+        // writable keeps them from warren's staging mount.
+        if host == Host::Local || options.starts_with("rw") {
+            assert!(
+                options.contains("nosuid") && options.contains("nodev"),
+                "{host:?}: {point} {options}"
+            );
+        }
+    }
+    assert!(
+        mounts
+            .iter()
+            .any(|(_, point, _, fs)| point == "/home/gem" && fs == "tmpfs"),
+        "{host:?}: the home is a tmpfs"
+    );
+}
+
+async fn files_at_mnt_user_data_are_the_thread_workdir_and_outlive_the_runtime(host: Host) {
+    let server = host.start();
+    let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+    let wrote = server
+        .exec(
+            &id,
+            "echo kept > /mnt/user-data/workspace/x && echo gone > /tmp/y && echo ok",
+        )
+        .await;
+    assert_eq!(stdout(&wrote), "ok\n", "{host:?}: {wrote}");
+    let on_host = server
+        .workspace_of("alice")
+        .join(THREAD)
+        .join("workspace/x");
+    assert_eq!(std::fs::read_to_string(&on_host).unwrap(), "kept\n");
+    if super::running_as_root() {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&on_host).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1000), "{host:?}: I11");
+    }
+    // The native file API of an ARS sandbox of the same uid sees it in the UserWorkspace.
+    let ars = server.sandbox("alice", "ars", "projects/p").await;
+    let response = server
+        .request(Method::GET, &format!("/v1/sandboxes/{ars}/files"))
+        .query(&[(
+            "path",
+            "/home/gem/user-data/threads/t1/user-data/workspace/x",
+        )])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), "kept\n");
+    server.terminate(&id).await;
+    let (status, body) = server
+        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+            "uid": "alice", "runtime_scope_id": "df", "workdir": THREAD, "layout": "deerflow",
+        })))
+        .await;
+    assert_eq!(
+        (status, body["generation"].as_i64()),
+        (201, Some(2)),
+        "{body}"
+    );
+    let next = server
+        .exec(
+            &id,
+            "cat /mnt/user-data/workspace/x; cat /tmp/y 2>/dev/null || echo fresh",
+        )
+        .await;
+    assert_eq!(
+        stdout(&next),
+        "kept\nfresh\n",
+        "{host:?}: the workdir outlives the runtime (I15), /tmp does not: {next}"
+    );
+}
+
+async fn a_reaped_deerflow_runtime_resumes_its_home_from_a_snapshot_beside_its_workdir(host: Host) {
+    let server = host.start_with(&["--idle-timeout", "1", "--reap-interval", "1"]);
+    let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+    let setup = "echo kept > workspace/kept; echo note > ~/note; mkdir ~/user-data; echo gone > /tmp/scratch";
+    assert_eq!(server.exec(&id, setup).await["exit_code"], 0);
+    assert!(
+        server
+            .reaches_state(&id, "stopped", Duration::from_secs(15))
+            .await,
+        "{host:?}: an idle runtime was not reaped"
+    );
+    let next = server
+        .exec(
+            &id,
+            "cat workspace/kept ~/note; ls -A ~; cat /tmp/scratch 2>/dev/null || echo no-tmp",
+        )
+        .await;
+    assert_eq!(
+        stdout(&next),
+        "kept\nnote\nnote\nuser-data\nno-tmp\n",
+        "{host:?}: the workdir stays (I15), the whole home comes back (I30), a directory named like an ARS mount point included, /tmp does not: {next}"
+    );
+}
+
+async fn a_deerflow_runtime_is_adopted_after_a_restart_and_never_taken_for_another_layout(
+    host: Host,
+) {
+    let mut server = host.start();
+    let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+    server.exec(&id, "echo kept > /tmp/state").await;
+    let handle = host.runtime_handle(&server, &id);
+    assert!(!handle.is_empty(), "{host:?}: no runtime found");
+    server.restart_after_kill();
+    let after = server.exec(&id, "cat /tmp/state; pwd").await;
+    assert_eq!(
+        stdout(&after),
+        "kept\n/mnt/user-data\n",
+        "{host:?}: the runtime was adopted (I16): {after}"
+    );
+    assert_eq!(host.runtime_handle(&server, &id), handle, "{host:?}");
+    // The same uid, scope and workdir, bound to the ARS layout while the DeerFlow
+    // generation lives: refused, the live runtime keeps its view.
+    let (status, body) = server
+        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+            "uid": "alice", "runtime_scope_id": "df", "workdir": THREAD, "layout": "ars",
+        })))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("layout_conflict")),
+        "{body}"
+    );
+    assert_eq!(host.runtime_handle(&server, &id), handle, "{host:?}");
+}
+
+/// Whether anything of this server's sandbox `id` is left on the host: a runtime
+/// directory or container, a staging directory, a host mount of its.
+fn started_anything(host: Host, server: &TestServer, id: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let data = server.data_dir();
+    match host {
+        Host::Local => {
+            if data.join("runtimes").join(id).join("runtime.json").exists() {
+                found.push("a runtime record".to_owned());
+            }
+        }
+        Host::Docker => {
+            let containers = warren_test_support::docker(&[
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=dev.warren.sandbox={id}"),
+                "--filter",
+                &format!(
+                    "label=dev.warren.instance={}",
+                    warren_test_support::docker_instance(&data)
+                ),
+            ]);
+            if !containers.is_empty() {
+                found.push(format!("container {containers}"));
+            }
+        }
+    }
+    if data.join("docker/binds").join(id).exists() {
+        found.push("a staging directory".to_owned());
+    }
+    // Only this server's: tests running beside it stage binds of their own, and derive
+    // the same sandbox ids from the same uids and scopes.
+    let ours = data.to_string_lossy().into_owned();
+    let host_mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    for line in host_mounts.lines() {
+        let of_sandbox = line.contains(&format!("{ours}/docker/sockets/{id}"))
+            || line.contains(&format!("{ours}/runtimes/{id}"));
+        if of_sandbox || line.contains(&format!("{ours}/docker/binds")) {
+            found.push(format!("host mount {line}"));
+        }
+    }
+    found
+}
+
+async fn a_workdir_swapped_for_a_link_before_the_runtime_starts_is_refused_and_nothing_is_mounted(
+    host: Host,
+) {
+    let server = host.start();
+    // Bob's thread, which alice must never see.
+    server.workdir("bob", THREAD).await;
+    let bob = server.workspace_of("bob");
+    std::fs::write(bob.join(THREAD).join("bob-secret"), "bob's\n").unwrap();
+    let ars = server.sandbox("alice", "ars", "projects/p").await;
+    let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+    // From alice's own ARS runtime, before her DeerFlow runtime ever starts: the first
+    // component, then the last, swapped for a link to bob's tree on the host.
+    let swaps = [
+        format!(
+            "mv threads threads.real && ln -s {} threads",
+            bob.join("threads").display()
+        ),
+        format!(
+            "mv threads/t1/user-data threads/t1/real && ln -s {} threads/t1/user-data",
+            bob.join(THREAD).display()
+        ),
+    ];
+    let restores = [
+        "rm threads && mv threads.real threads",
+        "rm threads/t1/user-data && mv threads/t1/real threads/t1/user-data",
+    ];
+    for (swap, restore) in swaps.iter().zip(restores) {
+        let swapped = server
+            .exec(&ars, &format!("cd /home/gem/user-data && {swap}"))
+            .await;
+        assert_eq!(swapped["exit_code"], 0, "{swapped}");
+        let (status, body) = server
+            .send_json(
+                server
+                    .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+                    .json(&json!({"command": "cat /mnt/user-data/bob-secret; ls /mnt/user-data"})),
+            )
+            .await;
+        assert_ne!(
+            status, 200,
+            "{host:?} ({swap}): the runtime started: {body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("symlink") && message.contains(THREAD),
+            "{host:?} ({swap}): a clear refusal naming the workdir: {status} {body}"
+        );
+        assert!(
+            !message.contains(&server.data_dir().to_string_lossy().into_owned()),
+            "{host:?}: a host path in the message (I1): {message}"
+        );
+        let left = started_anything(host, &server, &id);
+        assert!(left.is_empty(), "{host:?} ({swap}): {left:?}");
+        let restored = server
+            .exec(&ars, &format!("cd /home/gem/user-data && {restore}"))
+            .await;
+        assert_eq!(restored["exit_code"], 0, "{restored}");
+    }
+    let fine = server.exec(&id, "ls /mnt/user-data").await;
+    assert_eq!(
+        stdout(&fine),
+        "outputs\nuploads\nworkspace\n",
+        "{host:?}: once the workdir is a directory again, the runtime starts on it: {fine}"
+    );
+}
+
+async fn a_link_inside_mnt_user_data_exposes_nothing_of_the_host_through_the_file_api(host: Host) {
+    let server = host.start();
+    let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+    let links = server
+        .exec(
+            &id,
+            "cd /mnt/user-data && ln -s / root && ln -s /etc/passwd passwd && ln -s ../../../../.. up && ln -s root/etc workspace/etc && echo ok",
+        )
+        .await;
+    assert_eq!(stdout(&links), "ok\n", "{links}");
+    let data_dir = server.data_dir().to_string_lossy().into_owned();
+    for (route, path) in [
+        ("files", "/mnt/user-data/root/etc/passwd"),
+        ("files", "/mnt/user-data/passwd"),
+        ("files", "/mnt/user-data/up/etc/passwd"),
+        ("files", "workspace/etc/passwd"),
+        ("files", "/mnt/user-data/../../etc/passwd"),
+        ("files/list", "/mnt/user-data/root"),
+        ("files/list", "/mnt/user-data/up"),
+        ("files/stat", "/mnt/user-data/root/etc"),
+    ] {
+        let response = server
+            .request(Method::GET, &format!("/v1/sandboxes/{id}/{route}"))
+            .query(&[("path", path)])
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap();
+        assert!(
+            (400..500).contains(&status),
+            "{host:?}: {route} {path} answered {status}: {body}"
+        );
+        assert!(
+            !body.contains("root:x:0:0") && !body.contains(&data_dir),
+            "{host:?}: {route} {path} exposed the host: {body}"
+        );
+    }
+    // The links themselves are listed as links, never followed.
+    let (status, listing) = server
+        .send_json(
+            server
+                .request(Method::GET, &format!("/v1/sandboxes/{id}/files/list"))
+                .query(&[("path", "/mnt/user-data"), ("depth", "1")]),
+        )
+        .await;
+    assert_eq!(status, 200, "{listing}");
+    let text = listing.to_string();
+    assert!(text.contains("symlink"), "{host:?}: {text}");
+    assert!(
+        !text.contains("passwd\",\"kind\":\"file"),
+        "{host:?}: {text}"
+    );
+}
+
+/// Removes whatever a backend made directly by a test left under `data_dir`.
+struct BackendLeftovers(PathBuf);
+
+impl Drop for BackendLeftovers {
+    fn drop(&mut self) {
+        warren_test_support::reap_runtimes(&self.0);
+        warren_test_support::remove_docker_runtimes(&self.0);
+    }
+}
+
+async fn backend(host: Host, data_dir: &Path) -> Box<dyn Backend> {
+    let limits = warren_isolation::config::RuntimeLimits::default();
+    match host {
+        Host::Local => Box::new(
+            warren_isolation::LocalBackend::new(warren_isolation::LocalBackendConfig {
+                data_dir: data_dir.to_owned(),
+                init_program: bin().to_owned(),
+                limits,
+                rootfs: None,
+            })
+            .expect("the local backend starts"),
+        ),
+        Host::Docker => {
+            warren_test_support::require_docker();
+            Box::new(
+                warren_docker::DockerBackend::new(warren_docker::DockerBackendConfig {
+                    data_dir: data_dir.to_owned(),
+                    agent_program: bin().to_owned(),
+                    socket: None,
+                    limits,
+                })
+                .await
+                .expect("the Docker backend starts"),
+            )
+        }
+    }
+}
+
+async fn run(backend: &dyn Backend, sandbox: &SandboxId, command: &str) -> String {
+    let request = ExecRequest {
+        argv: vec!["/bin/sh".into(), "-c".into(), command.into()],
+        cwd: "/mnt/user-data".into(),
+        env: BTreeMap::new(),
+        stdin: Vec::new(),
+        timeout: Duration::from_secs(30),
+        output_cap: 1 << 20,
+    };
+    let outcome = backend.exec(sandbox, &request, None).await.expect("exec");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&outcome.stdout),
+        String::from_utf8_lossy(&outcome.stderr)
+    )
+}
+
+/// Seconds since the epoch, as Docker's `--since` takes them.
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Every error in a chain, as one line.
+fn chain(error: warren_backend::BackendError) -> String {
+    format!("{:#}", anyhow::Error::new(error))
+}
+
+async fn the_backend_itself_refuses_a_workdir_a_link_leads_out_of_the_workspace(host: Host) {
+    let data = tempfile::tempdir().unwrap();
+    let _cleanup = BackendLeftovers(data.path().to_owned());
+    let backend = backend(host, data.path()).await;
+    // A UserWorkspace, a projection, and a directory outside both that a link would lead
+    // to: shaped like the workdir, so a backend that followed the link would succeed.
+    let workspace = data.path().join("workspace");
+    let projection = data.path().join("projection");
+    let outside = data.path().join("outside");
+    for dir in [
+        workspace.join(THREAD).join("workspace"),
+        workspace.join("agents/skills"),
+        projection.join("pdf"),
+        outside.join("t1/user-data"),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(workspace.join(THREAD).join("mine"), "mine\n").unwrap();
+    std::fs::write(outside.join("t1/user-data/host-secret"), "host\n").unwrap();
+    let uid = Uid::new("alice").unwrap();
+    let runtime_scope = RuntimeScope::new("t").unwrap();
+    let sandbox = SandboxId::derive(&uid, &runtime_scope);
+    let spec = |generation| RuntimeSpec {
+        sandbox: sandbox.clone(),
+        backend: match host {
+            Host::Local => BackendKind::Local,
+            Host::Docker => BackendKind::Docker,
+        },
+        image: (host == Host::Docker).then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
+        generation,
+        uid: uid.clone(),
+        runtime_scope: runtime_scope.clone(),
+        workdir: Workdir::new(THREAD).unwrap(),
+        layout: LayoutName::Deerflow,
+        user_workspace: workspace.clone(),
+        skill_projection: projection.clone(),
+        env: BTreeMap::new(),
+        network: NetworkPolicy::None,
+        seed: None,
+    };
+    let nothing_left = |what: &str| {
+        let mut found = Vec::new();
+        if data
+            .path()
+            .join("docker/binds")
+            .join(sandbox.as_str())
+            .exists()
+        {
+            found.push("a staging directory".to_owned());
+        }
+        // Only this test's data dir: tests beside it stage binds of their own.
+        let ours = data.path().to_string_lossy().into_owned();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        found.extend(
+            mounts
+                .lines()
+                .filter(|l| {
+                    l.contains(&format!("{ours}/docker/binds"))
+                        || l.contains(&format!("{ours}/outside"))
+                })
+                .map(str::to_owned),
+        );
+        if host == Host::Docker {
+            found.extend(warren_test_support::docker_containers(data.path()));
+        }
+        assert!(found.is_empty(), "{host:?} ({what}): left {found:?}");
+    };
+    // Docker: refused before any container was made, not after one ran with the wrong
+    // directory (the check after the start would catch that too, but only after).
+    let no_container_since = |since: f64, what: &str| {
+        if host != Host::Docker {
+            return;
+        }
+        let until = now() + 1.0;
+        let created = warren_test_support::docker(&[
+            "events",
+            "--since",
+            &format!("{since:.3}"),
+            "--until",
+            &format!("{until:.3}"),
+            "--filter",
+            &format!(
+                "label=dev.warren.instance={}",
+                warren_test_support::docker_instance(data.path())
+            ),
+            "--filter",
+            "event=create",
+        ]);
+        assert!(
+            created.is_empty(),
+            "{what}: a container was made: {created}"
+        );
+    };
+
+    // The real workdir: started, and (Docker) its staging gone once the container runs.
+    backend
+        .create(&spec(1))
+        .await
+        .expect("a DeerFlow runtime starts");
+    if host == Host::Docker {
+        assert!(
+            !data
+                .path()
+                .join("docker/binds")
+                .join(sandbox.as_str())
+                .exists(),
+            "the staging directory outlived the start"
+        );
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let staging = format!("{}/docker/binds", data.path().display());
+        assert!(!mounts.contains(&staging), "a staging mount is left");
+    }
+    let seen = run(&*backend, &sandbox, "cat mine; ls /mnt/skills/public").await;
+    assert_eq!(seen, "mine\npdf\n", "{host:?}");
+    // A running runtime holds its mount, not the path: swapping the workdir for a link
+    // now changes nothing inside.
+    std::fs::rename(workspace.join("threads"), workspace.join("threads.real")).unwrap();
+    std::os::unix::fs::symlink(&outside, workspace.join("threads")).unwrap();
+    let still = run(&*backend, &sandbox, "cat mine; ls").await;
+    assert_eq!(still, "mine\nmine\nworkspace\n", "{host:?}");
+    backend.destroy(&sandbox).await.expect("destroy");
+    nothing_left("after destroy");
+
+    // Started anew with the link in place: refused before anything is mounted.
+    let since = now();
+    let error = backend
+        .create(&spec(2))
+        .await
+        .expect_err("a workdir behind a link must be refused");
+    let text = chain(error);
+    assert!(
+        text.contains("/mnt/user-data") && text.contains("symlinks are not followed"),
+        "{host:?}: a clear refusal: {text}"
+    );
+    assert!(
+        !text.contains(&data.path().to_string_lossy().into_owned()),
+        "{host:?}: a host path in the refusal (I1): {text}"
+    );
+    nothing_left("after the refusal");
+    no_container_since(since, "the first component a link");
+    // The last component swapped instead, with the first one a directory again.
+    std::fs::remove_file(workspace.join("threads")).unwrap();
+    std::fs::rename(workspace.join("threads.real"), workspace.join("threads")).unwrap();
+    std::fs::rename(workspace.join(THREAD), workspace.join("threads/t1/real")).unwrap();
+    std::os::unix::fs::symlink(outside.join("t1/user-data"), workspace.join(THREAD)).unwrap();
+    let since = now();
+    let error = backend
+        .create(&spec(3))
+        .await
+        .expect_err("a workdir that is a link must be refused");
+    let text = chain(error);
+    assert!(
+        text.contains("symlinks are not followed"),
+        "{host:?}: {text}"
+    );
+    nothing_left("after the second refusal");
+    no_container_since(since, "the last component a link");
+    // And so is a personal-skills directory behind a link (the other staged mount).
+    std::fs::remove_file(workspace.join(THREAD)).unwrap();
+    std::fs::rename(workspace.join("threads/t1/real"), workspace.join(THREAD)).unwrap();
+    std::fs::remove_dir(workspace.join("agents/skills")).unwrap();
+    std::os::unix::fs::symlink(&outside, workspace.join("agents/skills")).unwrap();
+    let since = now();
+    let error = backend
+        .create(&spec(4))
+        .await
+        .expect_err("personal skills behind a link must be refused");
+    let text = chain(error);
+    assert!(
+        text.contains("/mnt/skills/custom") && text.contains("symlinks are not followed"),
+        "{host:?}: {text}"
+    );
+    nothing_left("after the third refusal");
+    no_container_since(since, "personal skills a link");
+}
+
+/// On an image root (an overlay, not the host profile's tmpfs) the mount points outside
+/// the home are made in the root's copy-on-write layer, and an image whose path to them
+/// is a symlink is refused rather than followed onto the host before `pivot_root`.
+#[tokio::test]
+async fn on_an_image_root_the_deerflow_mounts_get_mount_points_and_links_to_them_are_refused() {
+    let data = super::image::image_with_links("plain", &[]);
+    let server = TestServer::start_in(
+        bin(),
+        data,
+        &["--backend", "local", "--image", "plain"],
+        Some(warren_test_support::TEST_TOKEN),
+    );
+    let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+    let result = server
+        .exec(
+            &id,
+            "echo x > /mnt/user-data/outputs/o && echo wrote; (echo y > /mnt/skills/custom/y) 2>&1; (echo y > /mnt/y) 2>&1; cd /mnt/skills/public && echo entered",
+        )
+        .await;
+    let text = out(&result);
+    assert!(text.starts_with("wrote\n"), "{text}");
+    assert_eq!(text.matches("Read-only file system").count(), 1, "{text}");
+    assert!(text.ends_with("entered\n"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(server.workspace_of("alice").join(THREAD).join("outputs/o"))
+            .unwrap(),
+        "x\n"
+    );
+    drop(server);
+
+    let canary = tempfile::tempdir().unwrap();
+    let into_canary = canary.path().to_string_lossy().into_owned();
+    for link in ["mnt", "mnt/user-data", "mnt/skills"] {
+        let data = super::image::image_with_links("evil", &[(link, into_canary.clone())]);
+        let server = TestServer::start_in(
+            bin(),
+            data,
+            &["--backend", "local", "--image", "evil"],
+            Some(warren_test_support::TEST_TOKEN),
+        );
+        let id = deerflow_sandbox(&server, "alice", "df", THREAD).await;
+        let (status, body) = server
+            .send_json(
+                server
+                    .request(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+                    .json(&json!({"command": "true"})),
+            )
+            .await;
+        assert_eq!(status, 500, "{link}: the runtime started: {body}");
+        assert_eq!(
+            std::fs::read_dir(canary.path()).unwrap().count(),
+            0,
+            "{link}: warren made a mount point in the host dir the image's link names"
+        );
+        // The same image serves the ARS layout, whose mounts lie in the home.
+        let ars = server.sandbox("alice", "ars", "projects/p").await;
+        assert_eq!(server.exec(&ars, "echo ok").await["stdout"], "ok\n");
+    }
+}
