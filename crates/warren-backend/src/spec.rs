@@ -114,7 +114,7 @@ impl RuntimeSpec {
 /// of the uid, or an ephemeral sandbox's stand-ins), reached by a path no user controls.
 /// `beneath`, when not empty, lies inside a tree the sandbox user writes to (the workdir,
 /// `agents/skills`): a backend opens it from a descriptor of `tree` with no symlink
-/// followed and no mount crossed ([`crate::open_beneath`]), never by joining the strings.
+/// followed and no mount crossed ([`HostMount::open`]), never by joining the strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostMount {
     /// Where the mount appears inside the runtime.
@@ -167,7 +167,8 @@ impl ProcessPressure {
 pub struct EphemeralRoots {
     /// The copy-on-write layers: `<layer>/upper` for each overlaid directory.
     pub cow: PathBuf,
-    /// `/home/gem` (its `user-data` and `skills` mount points are not entered).
+    /// The sandbox user's home (`/home/gem`); the layout's mount points inside it, if any,
+    /// are not entered.
     pub home: PathBuf,
 }
 
