@@ -61,7 +61,7 @@ impl ApiError {
     }
 
     fn internal(what: &str, error: &dyn std::error::Error) -> Self {
-        tracing::error!(error = %error_chain(error), "{what}");
+        tracing::error!(error = %warren_provisioner::error_chain(error), "{what}");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
@@ -353,17 +353,6 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         code,
         format!("{path}: {}", strip_relative_path(&error.to_string())),
     )
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 pub(crate) async fn not_found() -> ApiError {

@@ -121,22 +121,7 @@ fn file_status(error: &FsError) -> StatusCode {
 /// are logged in full and answered generically.
 pub(crate) fn public_message(error: &ProvisionerError) -> String {
     if status_of(error).is_server_error() {
-        tracing::error!(error = %ErrorChain(error), "a DeerFlow request failed on the server");
+        tracing::error!(error = %warren_provisioner::error_chain(error), "a DeerFlow request failed on the server");
     }
     error.public_message()
-}
-
-/// An error with its sources, for logs.
-struct ErrorChain<'a>(&'a dyn std::error::Error);
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(cause) = source {
-            write!(f, ": {cause}")?;
-            source = cause.source();
-        }
-        Ok(())
-    }
 }

@@ -320,24 +320,9 @@ impl From<ProvisionerError> for Outcome {
                 | ProvisionerError::Backend(_)
                 | ProvisionerError::Interrupted(_)
         ) {
-            tracing::error!(error = %ErrorChain(&error), "a tool call failed on the server");
+            tracing::error!(error = %warren_provisioner::error_chain(&error), "a tool call failed on the server");
         }
         Outcome::error(error.public_message())
-    }
-}
-
-/// An error with its sources, for logs.
-struct ErrorChain<'a>(&'a dyn std::error::Error);
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(cause) = source {
-            write!(f, ": {cause}")?;
-            source = cause.source();
-        }
-        Ok(())
     }
 }
 

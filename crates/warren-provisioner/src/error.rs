@@ -426,3 +426,16 @@ pub fn strip_relative_path(message: &str) -> &str {
         .and_then(|rest| rest.split_once("`: "))
         .map_or(message, |(_, reason)| reason)
 }
+
+/// An error with each of its sources after a `: `, for the server's log (the answer to a
+/// client carries [`ProvisionerError::public_message`] instead).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

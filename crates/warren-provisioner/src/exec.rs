@@ -126,18 +126,7 @@ impl Provisioner {
             }
             Some(t) => t.min(self.config.max_exec_timeout),
         };
-        let record = self.sandbox(id).await?;
-        let kind = BackendKind::parse(&record.backend).unwrap_or(self.backend.kind());
-        if !self
-            .backend
-            .capabilities_of(kind)
-            .is_some_and(|capabilities| capabilities.exec)
-        {
-            return Err(ProvisionerError::ExecUnsupported {
-                backend: kind.as_str(),
-            });
-        }
-        refuse_fenced(&record)?;
+        let record = self.runnable(id).await?;
         let cwd = match input.cwd.as_deref() {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
             // The workdir was checked when the sandbox was created; if it vanished since,
@@ -281,10 +270,9 @@ impl Provisioner {
             .ok_or_else(|| ProvisionerError::SandboxNotFound(seen.id.clone()))
     }
 
-    /// Starts the sandbox's runtime now unless it runs already, for transports whose
-    /// clients expect a sandbox to be up before its first command (DeerFlow's readiness
-    /// probe). Refused behind the cleanup fence, and on backends that cannot run commands.
-    pub async fn start_runtime(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
+    /// The sandbox, when a command may run in it now: its backend runs commands and no
+    /// cleanup fence is up (I24).
+    async fn runnable(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
         let record = self.sandbox(id).await?;
         let kind = BackendKind::parse(&record.backend).unwrap_or(self.backend.kind());
         if !self
@@ -297,6 +285,14 @@ impl Provisioner {
             });
         }
         refuse_fenced(&record)?;
+        Ok(record)
+    }
+
+    /// Starts the sandbox's runtime now unless it runs already, for transports whose
+    /// clients expect a sandbox to be up before its first command (DeerFlow's readiness
+    /// probe). Refused behind the cleanup fence, and on backends that cannot run commands.
+    pub async fn start_runtime(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
+        let record = self.runnable(id).await?;
         self.ensure_runtime(record).await
     }
 

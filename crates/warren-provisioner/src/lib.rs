@@ -38,7 +38,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
-pub use error::{is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError};
+pub use error::{
+    error_chain, is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError,
+};
 pub use exec::{ExecInput, ExecReport, ProgramSpec};
 pub use files::{FileRead, Located, Written};
 pub use guard::{FencePermit, FenceToken, FENCE_HEADER, MAX_GUARD_HOLDER_BYTES, MAX_GUARD_TTL};
