@@ -7,9 +7,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use warren_core::{IsolationScope, NetworkPolicy, RunContext, RuntimeScope, Uid};
+use warren_core::{IsolationScope, LayoutName, NetworkPolicy, RunContext, RuntimeScope, Uid};
 use warren_protocol::{
-    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxList, TerminateSandbox,
+    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxLayout, SandboxList,
+    TerminateSandbox,
 };
 use warren_provisioner::{
     Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError, SandboxRequest,
@@ -27,7 +28,10 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
         runtime_scope_id: record.runtime_scope.to_string(),
         workdir: record.workdir.to_string(),
         workdir_path: record.layout.layout().workdir_path(&record.workdir),
-        layout: record.layout.as_str().to_owned(),
+        layout: match record.layout {
+            LayoutName::Ars => SandboxLayout::Ars,
+            LayoutName::Deerflow => SandboxLayout::Deerflow,
+        },
         network: NetworkSpec {
             mode: record.network.mode().to_owned(),
             allow: match &record.network {
@@ -159,12 +163,10 @@ pub(crate) async fn create(
             from_snapshot: request.from_snapshot,
             backend: request.backend,
             image: request.image,
-            layout: request
-                .layout
-                .as_deref()
-                .map(warren_core::LayoutName::parse)
-                .transpose()
-                .map_err(ProvisionerError::from)?,
+            layout: request.layout.map(|layout| match layout {
+                SandboxLayout::Ars => LayoutName::Ars,
+                SandboxLayout::Deerflow => LayoutName::Deerflow,
+            }),
             ..SandboxRequest::new(uid, scope)
         })
         .await?;

@@ -234,7 +234,20 @@ pub struct CreateSandbox {
     /// `/mnt/skills/custom`, both read-only. File paths of the sandbox use the same names.
     /// Part of the binding (409 `layout_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub layout: Option<String>,
+    pub layout: Option<SandboxLayout>,
+}
+
+/// What a sandbox's runtime looks like from inside (its layout, I7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxLayout {
+    /// The UserWorkspace at `/home/gem/user-data`, the skill projection at
+    /// `/home/gem/skills` (read-only); the default.
+    Ars,
+    /// The workdir at `/mnt/user-data`, the skill projection and the uid's personal
+    /// skills at `/mnt/skills/public` and `/mnt/skills/custom` (read-only): DeerFlow's
+    /// AIO sandbox view.
+    Deerflow,
 }
 
 /// Where a sandbox's processes may connect.
@@ -264,8 +277,8 @@ pub struct SandboxInfo {
     pub workdir: String,
     /// The workdir as a virtual path: the default cwd of commands.
     pub workdir_path: String,
-    /// What the runtime looks like from inside: `ars` or `deerflow`.
-    pub layout: String,
+    /// What the runtime looks like from inside.
+    pub layout: SandboxLayout,
     /// The network policy.
     pub network: NetworkSpec,
     /// The backend hosting the runtime.
