@@ -7,6 +7,11 @@
 //! found, which keeps a stopped process from forking again, then kills them (SIGKILL
 //! works on stopped processes), and rounds repeat until a listing finds nobody: a fork
 //! bomb can only add what it forked between one listing and its SIGSTOP (I24).
+//!
+//! A listing is not a snapshot either: `/proc` is read first, each process's `stat`
+//! after. A process alive when the directory was read may fork (children the listing
+//! lacks) and exit before its `stat` is read, so it shows up only as a zombie. A listing
+//! finds nobody only when no process it would pick died since the listing before.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -21,6 +26,9 @@ const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Process {
     pub pid: i32,
     pub ppid: i32,
+    /// When it started, in clock ticks since boot: with `pid`, tells a process from a later
+    /// one that reuses its pid.
+    pub start_time: u64,
     /// Exited but not yet reaped: nothing left to signal, only to reap.
     pub zombie: bool,
 }
@@ -30,22 +38,58 @@ pub(crate) fn processes() -> Vec<Process> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    entries
+    let mut pids: Vec<i32> = entries
         .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect();
+    // Newest first (pids rise until they wrap), right after the directory was read: a
+    // process that forks and exits at once is likeliest young, and still alive then.
+    pids.sort_unstable_by(|a, b| b.cmp(a));
+    pids.into_iter()
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields 3 (state) and 4 (ppid); the command name (field 2) may hold spaces
-            // and parentheses, so count from the last ')'.
+            // Fields 3 (state), 4 (ppid) and 22 (starttime); the command name (field 2)
+            // may hold spaces and parentheses, so count from the last ')'.
             let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
             let state = fields.next()?;
             let ppid = fields.next()?.parse().ok()?;
+            let start_time = fields.nth(17)?.parse().ok()?;
             Some(Process {
                 pid,
                 ppid,
+                start_time,
                 zombie: state == "Z" || state == "X",
             })
         })
+        .collect()
+}
+
+/// Whether a listing in which `select` picked nobody shows that nobody is left: not if
+/// `select` would pick one of its zombies that was no zombie of the listing before
+/// (`zombies_before`). That one was alive when this listing began, so it may have forked
+/// children this listing lacks (see the module's doc); a zombie of the listing before had
+/// no child born after it, and each of its children alive then is in this listing.
+fn conclusive(
+    listed: &[Process],
+    zombies_before: &BTreeSet<(i32, u64)>,
+    select: &mut impl FnMut(&[Process]) -> Vec<i32>,
+) -> bool {
+    let died_since: Vec<Process> = listed
+        .iter()
+        .map(|process| Process {
+            zombie: process.zombie && zombies_before.contains(&(process.pid, process.start_time)),
+            ..*process
+        })
+        .collect();
+    select(&died_since).is_empty()
+}
+
+/// The zombies of a listing, each as pid and start time.
+fn zombies(listed: &[Process]) -> BTreeSet<(i32, u64)> {
+    listed
+        .iter()
+        .filter(|process| process.zombie)
+        .map(|process| (process.pid, process.start_time))
         .collect()
 }
 
@@ -73,21 +117,27 @@ pub(crate) fn descendants(processes: &[Process], ancestor: i32) -> Vec<i32> {
     found
 }
 
-/// Stops, then kills, every process `select` picks from each listing, round after round,
-/// calling `reap` after each round (the caller's children must be waited for by the
-/// caller, who may have to report them), until a listing picks nobody or the sweep has
-/// run for 10 s. Returns how many distinct processes it killed.
+/// Stops, then kills, every process `select` picks from each listing (it picks among the
+/// live ones), round after round, calling `reap` after each round (the caller's children
+/// must be waited for by the caller, who may have to report them), until a listing picks
+/// nobody and is [`conclusive`], or the sweep has run for 10 s. Returns how many distinct
+/// processes it killed.
 pub(crate) fn stop_and_kill(
     mut select: impl FnMut(&[Process]) -> Vec<i32>,
     mut reap: impl FnMut(),
 ) -> u64 {
     let started = Instant::now();
     let mut killed = BTreeSet::new();
+    let mut zombies_before = BTreeSet::new();
     loop {
-        let picked = select(&processes());
-        if picked.is_empty() || started.elapsed() > SWEEP_TIMEOUT {
+        let listed = processes();
+        let picked = select(&listed);
+        if (picked.is_empty() && conclusive(&listed, &zombies_before, &mut select))
+            || started.elapsed() > SWEEP_TIMEOUT
+        {
             return killed.len() as u64;
         }
+        zombies_before = zombies(&listed);
         let pids: Vec<Pid> = picked.iter().copied().filter_map(Pid::from_raw).collect();
         // ESRCH only means it is gone already.
         for &pid in &pids {
@@ -108,7 +158,12 @@ mod tests {
     use super::*;
 
     fn process(pid: i32, ppid: i32, zombie: bool) -> Process {
-        Process { pid, ppid, zombie }
+        Process {
+            pid,
+            ppid,
+            start_time: 0,
+            zombie,
+        }
     }
 
     #[test]
@@ -126,18 +181,123 @@ mod tests {
         assert_eq!(found, vec![11, 13]);
     }
 
-    /// Set for the helper process the fork-bomb test re-executes this test binary as.
+    #[test]
+    fn a_listing_is_conclusive_only_when_none_it_would_pick_died_since_the_listing_before() {
+        let select = &mut |listed: &[Process]| descendants(listed, 1);
+        let died_long_ago = process(10, 1, true);
+        let unrelated = process(30, 2, true);
+        let before = zombies(&[died_long_ago, unrelated]);
+        assert!(conclusive(&[died_long_ago, unrelated], &before, select));
+        assert!(conclusive(
+            &[died_long_ago, process(31, 2, true)],
+            &before,
+            select
+        ));
+        // Alive when the listing began, it may have forked children the listing lacks.
+        assert!(!conclusive(
+            &[died_long_ago, process(11, 10, true)],
+            &before,
+            select
+        ));
+        // The same pid, a later process.
+        let reused = Process {
+            start_time: 7,
+            ..died_long_ago
+        };
+        assert!(!conclusive(&[reused], &before, select));
+    }
+
+    /// Set for the helper process the sweep tests re-execute this test binary as, to a
+    /// [`Scenario`]'s name.
     const SWEEP_HELPER_ENV: &str = "WARREN_SWEEP_TEST_HELPER";
+
+    /// What the helper runs under its pids limit, then sweeps.
+    #[derive(Debug, Clone, Copy)]
+    enum Scenario {
+        /// Twenty sleepers and a fork bomb churning beside them until the limit stops it.
+        ForkBomb,
+        /// A runner: each generation, a fresh shell (dash stops recursing functions at
+        /// depth 1000), forks the next and exits, faster than the host's `/proc` is listed,
+        /// so a listing mostly sees it only as a zombie, its live successor missing. It
+        /// ends by itself after 400 generations (well under a second, well within the
+        /// sweep's 10 s): a sweep must not end before, though it may catch it alive only
+        /// by luck.
+        Runner,
+    }
+
+    impl Scenario {
+        const ALL: [Scenario; 2] = [Scenario::ForkBomb, Scenario::Runner];
+
+        fn name(self) -> &'static str {
+            match self {
+                Scenario::ForkBomb => "fork-bomb",
+                Scenario::Runner => "runner",
+            }
+        }
+
+        /// The shell script. The shell itself forks only before any of the churn exists and
+        /// then becomes a sleeper: dash exits when a fork fails, and a fork of its own once
+        /// the bomb has filled the pids limit would fail (`bomb | bomb &` run by the shell
+        /// forks twice, and the first half's bomb may fill the limit before the second).
+        fn script(self) -> &'static str {
+            match self {
+                Scenario::ForkBomb => {
+                    "for i in $(seq 20); do sleep 100 & done; \
+                     bomb() { bomb | bomb & }; bomb & exec sleep 100"
+                }
+                Scenario::Runner => {
+                    "export N=400 RUN='[ $N -gt 0 ] && N=$((N - 1)) sh -c \"$RUN\" &'; \
+                     eval \"$RUN\"; exec sleep 100"
+                }
+            }
+        }
+
+        /// How many processes run `sleep 100`: none dies on its own, so each must be
+        /// killed by the sweep.
+        fn sleepers(self) -> usize {
+            match self {
+                Scenario::ForkBomb => 21,
+                Scenario::Runner => 1,
+            }
+        }
+
+        /// How many of its exited processes the helper reaps before the sweep (the runner:
+        /// a quarter of its generations, so it runs in earnest): the runner's zombies are
+        /// the helper's (its subreaper's), and reaped they do not fill the pids limit,
+        /// which would end the runner. The bomb's fill it, which stops it.
+        fn reaped_before(self) -> u64 {
+            match self {
+                Scenario::ForkBomb => 0,
+                Scenario::Runner => 100,
+            }
+        }
+
+        /// The pids limit: the bomb's small; the runner's (a few alive, its zombies until
+        /// the next reap) out of its way.
+        fn pids_max(self) -> u64 {
+            match self {
+                Scenario::ForkBomb => 64,
+                Scenario::Runner => 256,
+            }
+        }
+    }
 
     /// Only does something as the helper: becomes a subreaper (as a container's command
     /// supervisor is), waits for its gate (its parent put it into a cgroup with a pids
-    /// limit meanwhile), starts a fork bomb, lets it grow, sweeps its subtree, and prints
-    /// how many it killed and how many descendants were left.
+    /// limit meanwhile), starts its scenario, waits until every sleeper runs `sleep` and
+    /// notes them, sweeps its subtree, and prints how many sleepers it noted, how many
+    /// processes the sweep killed, how many of the noted sleepers survived and how many
+    /// descendants were left.
     #[test]
-    fn helper_sweeps_a_fork_bomb_when_run_by_the_sweep_test() {
-        if std::env::var_os(SWEEP_HELPER_ENV).is_none() {
+    fn helper_sweeps_a_scenario_when_run_by_the_sweep_tests() {
+        let Some(scenario) = std::env::var(SWEEP_HELPER_ENV).ok().map(|name| {
+            Scenario::ALL
+                .into_iter()
+                .find(|s| s.name() == name)
+                .expect("a scenario")
+        }) else {
             return;
-        }
+        };
         use std::io::BufRead;
         rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
         let mut gate = String::new();
@@ -150,34 +310,73 @@ mod tests {
                 .any(|l| l.contains("/warren/test-") && l.contains("-sweep")),
             "the helper is not in the test's pids cgroup: {cgroups}"
         );
-        // Twenty sleepers that cannot die out on their own, and a bomb churning beside them.
-        let mut bomb = std::process::Command::new("sh")
-            .args([
-                "-c",
-                "for i in $(seq 20); do sleep 100 & done; bomb() { bomb | bomb & }; bomb; exec sleep 100",
-            ])
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", scenario.script()])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let me = std::process::id() as i32;
+        // Counting descendants would not do: the churn's shells come and go in any number.
+        let sleepers = || {
+            let listed = processes();
+            let mine = descendants(&listed, me);
+            listed
+                .into_iter()
+                .filter(|p| {
+                    mine.contains(&p.pid)
+                        && std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                            .is_ok_and(|comm| comm == "sleep\n")
+                })
+                .collect::<Vec<_>>()
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while descendants(&processes(), me).len() < 21 && Instant::now() < deadline {
+        let mut noted = sleepers();
+        let mut reaped = 0;
+        while (noted.len() < scenario.sleepers() || reaped < scenario.reaped_before())
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(5));
+            if scenario.reaped_before() > 0 {
+                while let Ok(Some(_)) = crate::sys::wait4_nohang(-1) {
+                    reaped += 1;
+                }
+            }
+            noted = sleepers();
         }
+        let sweep_began = Instant::now();
+        let mut listings = 0;
         let killed = stop_and_kill(
-            |listed| descendants(listed, me),
+            |listed| {
+                listings += 1;
+                descendants(listed, me)
+            },
             || while let Ok(Some(_)) = crate::sys::wait4_nohang(-1) {},
         );
-        let left = descendants(&processes(), me).len();
+        let swept_ms = sweep_began.elapsed().as_millis();
+        let after = processes();
+        let left = descendants(&after, me).len();
+        let survivors = noted
+            .iter()
+            .filter(|sleeper| {
+                after.iter().any(|p| {
+                    p.pid == sleeper.pid && p.start_time == sleeper.start_time && !p.zombie
+                })
+            })
+            .count();
         // Already reaped by the sweep's `wait4(-1)`, like every other descendant.
-        let _ = bomb.wait();
-        println!("SWEPT killed={killed} left={left}");
+        let _ = shell.wait();
+        println!(
+            "SWEPT sleepers={} reaped={reaped} killed={killed} survivors={survivors} left={left} \
+             listings={listings} swept_ms={swept_ms}",
+            noted.len()
+        );
     }
 
-    #[test]
-    fn a_fork_bomb_is_stopped_and_killed_until_no_descendant_is_left() {
+    /// Runs the helper for `scenario` in a fresh pids cgroup and returns its `SWEPT` line,
+    /// with `outlived=<0|1>` appended: whether anything the helper started outlived it.
+    fn sweep_in_a_pids_cgroup(scenario: Scenario) -> String {
         assert!(
             rustix::process::geteuid().is_root(),
             "this test needs root: it bounds the bomb with a pids cgroup"
@@ -187,20 +386,20 @@ mod tests {
             support.enforceable().pids,
             "this test needs the pids controller"
         );
-        let name = format!("test-{}-sweep", std::process::id());
+        let name = format!("test-{}-{}-sweep", std::process::id(), scenario.name());
         let limits = crate::cgroup::Limits {
-            pids_max: Some(64),
+            pids_max: Some(scenario.pids_max()),
             ..Default::default()
         };
         let (cgroup, _) = crate::cgroup::SandboxCgroup::create(&support, &name, &limits).unwrap();
         let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "runtime::sweep::tests::helper_sweeps_a_fork_bomb_when_run_by_the_sweep_test",
+                "runtime::sweep::tests::helper_sweeps_a_scenario_when_run_by_the_sweep_tests",
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(SWEEP_HELPER_ENV, "1")
+            .env(SWEEP_HELPER_ENV, scenario.name())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -213,6 +412,9 @@ mod tests {
             let _ = gate.write_all(b"go\n");
         }
         let output = helper.wait_with_output().unwrap();
+        // The kernel's word, where the helper's own listings could miss a process as the
+        // sweep's did: every process the sweep missed is still in the cgroup.
+        let outlived = u8::from(!cgroup.is_empty());
         // Whatever happened, nothing of the bomb may outlive the test.
         let _ = cgroup.kill_all();
         let _ = cgroup.remove();
@@ -222,13 +424,55 @@ mod tests {
             .lines()
             .find_map(|l| l.split_once("SWEPT ").map(|(_, rest)| rest.to_owned()))
             .unwrap_or_else(|| panic!("the helper reported nothing: {text}"));
-        let field = |key: &str| -> u64 {
-            line.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-                .unwrap()
-        };
-        assert_eq!(field("left"), 0, "{line}");
-        assert!(field("killed") >= 21, "{line}");
+        let line = format!("{line} outlived={outlived}");
+        // Shown with the test's failure, or with `--nocapture`.
+        println!("{scenario:?}: {line}");
+        line
+    }
+
+    /// The value of `key` in a `SWEPT` line.
+    fn field(line: &str, key: &str) -> u64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    }
+
+    /// Every sleeper was there before the sweep (none of them dies on its own), the sweep
+    /// killed each of them, and no descendant is left.
+    fn assert_swept_clean(scenario: Scenario, line: &str) {
+        assert_eq!(
+            field(line, "sleepers"),
+            scenario.sleepers() as u64,
+            "not every sleeper started before the deadline: {line}"
+        );
+        assert_eq!(field(line, "survivors"), 0, "{line}");
+        assert_eq!(field(line, "left"), 0, "{line}");
+        assert_eq!(field(line, "outlived"), 0, "{line}");
+        assert!(
+            field(line, "killed") >= scenario.sleepers() as u64,
+            "{line}"
+        );
+    }
+
+    /// It used to fail now and then with `killed=20`: the shell had died of a failed fork
+    /// before it became the 21st sleeper, and the wait for 21 descendants was met by the
+    /// bomb's passing shells (see [`Scenario::script`]); now the sleepers are waited for
+    /// by name and each is checked. With `left=16`, the sweep had ended too early (see
+    /// the runner's test).
+    #[test]
+    fn a_fork_bomb_is_stopped_and_killed_until_no_descendant_is_left() {
+        let line = sweep_in_a_pids_cgroup(Scenario::ForkBomb);
+        assert_swept_clean(Scenario::ForkBomb, &line);
+    }
+
+    /// A sweep used to end at the first listing that picked nobody, while the runner's
+    /// live successor was missing from it: the runner was there, a zombie by the time its
+    /// `stat` was read. The runner then outlived the sweep (`outlived=1`).
+    #[test]
+    fn a_sweep_does_not_end_while_a_runner_that_listings_see_dead_still_runs() {
+        let line = sweep_in_a_pids_cgroup(Scenario::Runner);
+        assert!(field(&line, "reaped") >= 100, "{line}");
+        assert_swept_clean(Scenario::Runner, &line);
     }
 
     #[test]
