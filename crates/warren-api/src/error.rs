@@ -158,6 +158,18 @@ impl From<ProvisionerError> for ApiError {
                 Self::new(StatusCode::NOT_FOUND, "checkpoint_not_found", message)
             }
             P::SandboxBusy { .. } => Self::new(StatusCode::CONFLICT, "sandbox_busy", message),
+            P::ShellSessionNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "shell_session_not_found", message)
+            }
+            P::ShellSessionBusy { .. } => {
+                Self::new(StatusCode::CONFLICT, "shell_session_busy", message)
+            }
+            P::TooManyShellSessions { .. } => {
+                Self::new(StatusCode::CONFLICT, "too_many_shell_sessions", message)
+            }
+            P::ShellStartFailed { .. } => {
+                Self::new(StatusCode::BAD_GATEWAY, "shell_start_failed", message)
+            }
             P::Snapshot(error) => snapshot_error(error, &message),
             P::EnvVarNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "env_var_not_found", message)

@@ -217,6 +217,37 @@ pub enum ProvisionerError {
         /// How many.
         commands: usize,
     },
+    /// No open shell session has that id in the sandbox (or its shell has ended). The
+    /// words are the ones DeerFlow looks for to open a new session and try again.
+    #[error("Session not found: {id}")]
+    ShellSessionNotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// A shell session still runs a command; one runs at a time.
+    #[error("session {id} is still running a command ({command:?}); wait for it, kill it, or use another session")]
+    ShellSessionBusy {
+        /// The session.
+        id: String,
+        /// The command it runs (shortened).
+        command: String,
+    },
+    /// The sandbox holds the most shell sessions it may.
+    #[error(
+        "sandbox {sandbox} has {max} open shell sessions, the most it may have; close one first"
+    )]
+    TooManyShellSessions {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The limit.
+        max: usize,
+    },
+    /// A session's shell could not be started or reached.
+    #[error("the shell session failed: {reason}")]
+    ShellStartFailed {
+        /// What went wrong, in the runtime's terms.
+        reason: String,
+    },
     /// The snapshot engine failed or found damage.
     #[error(transparent)]
     Snapshot(warren_snapshot::SnapshotError),

@@ -253,7 +253,7 @@ impl Provisioner {
     /// Records that the running runtime of `seen` is gone, under the lifecycle lock: only
     /// a sandbox still running the same generation becomes stopped, so a termination that
     /// happened meanwhile is never undone (its fence holds).
-    async fn mark_runtime_lost(
+    pub(crate) async fn mark_runtime_lost(
         &self,
         seen: &SandboxRecord,
     ) -> Result<SandboxRecord, ProvisionerError> {

@@ -28,6 +28,7 @@ mod metrics;
 mod quotas;
 mod recovery;
 mod sandboxes;
+mod shell;
 mod skills;
 mod snapshots;
 pub use sandboxes::{Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
@@ -51,6 +52,11 @@ pub use quotas::{
     MIN_QUOTA_BYTES, MIN_QUOTA_INODES,
 };
 pub use recovery::RecoveryReport;
+pub use shell::{
+    check_session_id, CommandReport, CommandStatus, CommandWait, SessionInfo, SessionKind,
+    SessionRequest, SessionStatus, ShellCommand, DEFAULT_NO_CHANGE_TIMEOUT,
+    MAX_IMPLICIT_SHELL_SESSIONS, MAX_SESSION_ID_BYTES, MAX_SHELL_COMMAND_BYTES, MAX_SHELL_SESSIONS,
+};
 pub use skills::{check_skill_name, SkillSources, SkillSyncReport};
 use warren_backend::{Backend, BackendKind};
 use warren_core::{DataLayout, SandboxId};
@@ -185,6 +191,8 @@ pub struct Provisioner {
     /// The execution guard's fence gate: fenced mutations against guard acquisitions,
     /// per sandbox (I33; see `guard.rs`).
     fence_gates: Arc<guard::FenceGates>,
+    /// Persistent shell sessions, per sandbox (`shell.rs`).
+    shells: shell::Registry,
 }
 
 impl Provisioner {
@@ -208,6 +216,7 @@ impl Provisioner {
             reap_slots,
             volume_lock: Arc::default(),
             fence_gates: Arc::default(),
+            shells: shell::Registry::default(),
         }
     }
 

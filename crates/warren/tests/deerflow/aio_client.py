@@ -255,7 +255,121 @@ def check_files(client):
 
 
 def check_shell(client, sandbox_url):
-    pass
+    """The shell and bash endpoints as DeerFlow's AioSandbox calls them (contract §4.1),
+    through the SDK, with every result checked."""
+    quick = {"timeout_in_seconds": 5, "max_retries": 0}
+    long = {"timeout_in_seconds": 65, "max_retries": 0}
+    import uuid
+
+    # A scoped session (create_session(id=uuid4)), then commands in it: a persistent shell.
+    sid = str(uuid.uuid4())
+    created = client.shell.create_session(id=sid, request_options=quick)
+    check(created.data.session_id == sid, f"create_session: {created}")
+    check(created.data.working_dir == "/mnt/user-data", f"create_session: {created}")
+    first = client.shell.exec_command(
+        command="cd /mnt/user-data/workspace && export DF_TOKEN=df-1 && echo $$",
+        id=sid, no_change_timeout=600, hard_timeout=60.0, request_options=long)
+    check(first.data.status == "completed" and first.data.exit_code == 0, f"exec: {first}")
+    pid = first.data.output.strip()
+    again = client.shell.exec_command(command="echo $$ $PWD $DF_TOKEN", id=sid,
+                                      no_change_timeout=600, hard_timeout=60.0,
+                                      request_options=long)
+    check(again.data.output == f"{pid} /mnt/user-data/workspace df-1\n", f"persistent: {again}")
+    # A second session never shares the first one's shell.
+    other = str(uuid.uuid4())
+    client.shell.create_session(id=other, request_options=quick)
+    seen = client.shell.exec_command(command="echo $$ ${DF_TOKEN-unset}", id=other,
+                                     request_options=long)
+    check(seen.data.output != f"{pid} df-1\n" and seen.data.output.endswith(" unset\n"),
+          f"second session: {seen}")
+    # Exit codes, and stderr merged in order.
+    failed = client.shell.exec_command(command="echo out; echo err >&2; exit_code() { return 4; }; exit_code",
+                                       id=sid, request_options=long)
+    check(failed.data.output == "out\nerr\n" and failed.data.exit_code == 4, f"exit code: {failed}")
+
+    # Variant A: no id, sync, a hard timeout; the answer names the session it made.
+    implicit = client.shell.exec_command(command="echo implicit", no_change_timeout=600,
+                                         hard_timeout=60.0, request_options=long)
+    check(implicit.data.output == "implicit\n" and implicit.data.session_id, f"implicit: {implicit}")
+
+    # list_dir's command: its status trailer must come back as the last line.
+    listing = client.shell.exec_command(
+        command="find /mnt/user-data -maxdepth 1 2>/dev/null | head -500; printf '\\n__DF_FIND_STATUS__:%s\\n' $?",
+        id=sid, no_change_timeout=600, hard_timeout=60.0, request_options=long)
+    check(listing.data.output.endswith("\n__DF_FIND_STATUS__:0\n"), f"list_dir: {listing}")
+
+    # Variant B: async, then wait (max 1 s, bounded) and view until done.
+    started = client.shell.exec_command(command="echo one; sleep 1; echo two", id=sid,
+                                        async_mode=True, hard_timeout=60.0,
+                                        no_change_timeout=600, request_options=long)
+    check(started.data.status == "running", f"async: {started}")
+    deadline = time.monotonic() + 20
+    while True:
+        before = time.monotonic()
+        waited = client.shell.wait_for_process(
+            id=sid, max_wait_seconds=1, request_options={"timeout_in_seconds": 2, "max_retries": 0})
+        check(time.monotonic() - before < 1.8, "wait returns within its bound")
+        view = client.shell.view(id=sid, request_options={"timeout_in_seconds": 2, "max_retries": 0})
+        if view.data.status != "running":
+            break
+        check(waited.data.status == "running", f"wait: {waited}")
+        check(time.monotonic() < deadline, "the async command never ended")
+    check(view.data.status == "completed" and view.data.exit_code == 0, f"view: {view}")
+    check(view.data.console[-1].output == "one\ntwo\n", f"view console: {view}")
+
+    # A hard timeout: the command's tree is killed, the session stays.
+    timed = client.shell.exec_command(command="echo before; sleep 600", id=sid,
+                                      hard_timeout=1.0, no_change_timeout=600,
+                                      request_options=long)
+    check(timed.data.status == "hard_timeout" and timed.data.output.startswith("before\n"),
+          f"hard timeout: {timed}")
+    # (bash may first report the jobs the kill ended, as an interactive shell does.)
+    check(client.shell.exec_command(command="echo $$", id=sid, request_options=long)
+          .data.output.strip().splitlines()[-1] == pid, "the shell outlives a hard timeout")
+
+    # DeerFlow's abort: update_session(no_change_timeout=1) drains a waiting exec, a
+    # helper session kills the shell by the pid it wrote, kill and cleanup.
+    client.shell.exec_command(
+        command="printf '%s\\n' $$ > /tmp/df-shell.pid; echo marked", id=sid, request_options=long)
+    client.shell.exec_command(command="sleep 300", id=sid, async_mode=True, request_options=long)
+    client.shell.update_session(id=sid, no_change_timeout=1,
+                                request_options={"timeout_in_seconds": 20, "max_retries": 0})
+    helper = str(uuid.uuid4())
+    client.shell.create_session(id=helper, request_options=quick)
+    client.shell.exec_command(command="kill -KILL $(cat /tmp/df-shell.pid)", id=helper,
+                              no_change_timeout=20, request_options=long)
+    killed = client.shell.kill_process(id=sid, request_options={"timeout_in_seconds": 20, "max_retries": 0})
+    check(killed.data.status in ("terminated", "completed"), f"kill: {killed}")
+    client.shell.cleanup_session(helper, request_options=quick)
+    client.shell.cleanup_session(sid, request_options=quick)
+    # The killed session is gone, in DeerFlow's words.
+    error = expect_api_error(
+        lambda: client.shell.exec_command(command="true", id=sid, request_options=long),
+        (404,), "a killed session")
+    check("session not found" in str(error.body.get("message", "")).lower(), f"{error.body}")
+
+    # bash with env (skill secrets): stdout and stderr apart, env for this command only.
+    bid = str(uuid.uuid4())
+    info = client.bash.create_session(session_id=bid, request_options=quick)
+    check(info.data.session_id == bid and info.data.status == "ready", f"bash create: {info}")
+    ran = client.bash.exec(command="exec < /dev/null\necho \"$SKILL_KEY\"; echo warn >&2; false",
+                           session_id=bid, env={"SKILL_KEY": "k-1", "DF_ABORT": "df-abc"},
+                           hard_timeout=60.0, request_options=long)
+    check((ran.data.stdout, ran.data.stderr, ran.data.exit_code, ran.data.status)
+          == ("k-1\n", "warn\n", 1, "completed"), f"bash exec: {ran}")
+    after = client.bash.exec(command="echo ${SKILL_KEY-gone}", session_id=bid, request_options=long)
+    check(after.data.stdout == "gone\n", f"env for one command: {after}")
+    timed = client.bash.exec(command="sleep 600", session_id=bid, hard_timeout=1.0,
+                             request_options=long)
+    check(timed.data.status == "timed_out", f"bash timeout: {timed}")
+    listed = client.bash.sessions(request_options=quick)
+    check(any(s.session_id == bid for s in listed.data), f"bash sessions: {listed}")
+    client.bash.close_session(bid, request_options=quick)
+    error = expect_api_error(
+        lambda: client.bash.exec(command="true", session_id=bid, request_options=long),
+        (404,), "a closed bash session")
+    check("session not found" in str(error.body.get("message", "")).lower(), f"{error.body}")
+    client.shell.cleanup_session(other, request_options=quick)
 
 
 # === end of SHELL / BASH ==================================================================

@@ -1,5 +1,6 @@
 //! One module per area of the API contract.
 
+mod aio_shell;
 mod artifacts;
 mod auth;
 mod checkpoints;
