@@ -274,11 +274,28 @@ impl Provisioner {
 
     /// Counts a command as running in `sandbox` until the guard drops.
     fn command_running(&self, sandbox: &SandboxId) -> InflightGuard<'_> {
-        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        *inflight.entry(sandbox.clone()).or_default() += 1;
+        self.inflight_started(sandbox);
         InflightGuard {
             provisioner: self,
             sandbox: sandbox.clone(),
+        }
+    }
+
+    /// One more command runs in `sandbox` (activity for the reaper and the termination
+    /// grace); each call is matched by one [`Self::inflight_ended`].
+    pub(crate) fn inflight_started(&self, sandbox: &SandboxId) {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        *inflight.entry(sandbox.clone()).or_default() += 1;
+    }
+
+    /// A command counted by [`Self::inflight_started`] ended.
+    pub(crate) fn inflight_ended(&self, sandbox: &SandboxId) {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = inflight.get_mut(sandbox) {
+            *count -= 1;
+            if *count == 0 {
+                inflight.remove(sandbox);
+            }
         }
     }
 
@@ -300,16 +317,6 @@ struct InflightGuard<'a> {
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
-        let mut inflight = self
-            .provisioner
-            .inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = inflight.get_mut(&self.sandbox) {
-            *count -= 1;
-            if *count == 0 {
-                inflight.remove(&self.sandbox);
-            }
-        }
+        self.provisioner.inflight_ended(&self.sandbox);
     }
 }

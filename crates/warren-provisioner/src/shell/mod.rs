@@ -1035,13 +1035,7 @@ struct Busy {
 
 impl Busy {
     fn new(provisioner: Arc<Provisioner>, sandbox: SandboxId) -> Self {
-        {
-            let mut inflight = provisioner
-                .inflight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            *inflight.entry(sandbox.clone()).or_default() += 1;
-        }
+        provisioner.inflight_started(&sandbox);
         Self {
             provisioner,
             sandbox,
@@ -1051,17 +1045,7 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let mut inflight = self
-            .provisioner
-            .inflight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = inflight.get_mut(&self.sandbox) {
-            *count -= 1;
-            if *count == 0 {
-                inflight.remove(&self.sandbox);
-            }
-        }
+        self.provisioner.inflight_ended(&self.sandbox);
     }
 }
 
