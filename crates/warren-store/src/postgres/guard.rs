@@ -17,7 +17,10 @@ const COLUMNS: &str = "sandbox_id, token, holder, acquired_at, expires_at";
 
 /// The database's current time in unix milliseconds, as SQL. `clock_timestamp()` moves
 /// within a transaction, unlike `now()`, so a long transaction never judges by a stale time.
-pub(super) const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+/// Truncated, as every other clock of warren's is (`timestamp_millis`): a bare `::bigint`
+/// rounds to the nearest millisecond, which puts a time up to half a millisecond in the
+/// future, so a guard granted for 40 s could be seen to last a little over 40 s.
+pub(super) const NOW_MS: &str = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 fn guard_from_row(row: &PgRow) -> Result<Guard, StoreError> {
     let columns = Columns {
