@@ -120,6 +120,10 @@ impl From<ProvisionerError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "backend_conflict", message)
             }
             P::LayoutConflict { .. } => Self::new(StatusCode::CONFLICT, "layout_conflict", message),
+            P::ExtraMountsConflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "extra_mounts_conflict", message)
+            }
+            P::ExtraMountSource { .. } => Self::bad_request("extra_mount_unusable", message),
             P::BackendUnavailable { .. } => Self::bad_request("backend_unavailable", message),
             P::InvalidImage { .. } => Self::bad_request("invalid_image", message),
             P::NotInOutputs { .. } => Self::bad_request("not_in_outputs", message),
@@ -248,6 +252,7 @@ fn core_code(error: &CoreError) -> &'static str {
         CoreError::InvalidIsolationScope { .. } => "invalid_scope",
         CoreError::InvalidEnv { .. } => "invalid_env",
         CoreError::UnknownLayout { .. } => "invalid_layout",
+        CoreError::InvalidExtraMount { .. } => "invalid_extra_mount",
     }
 }
 

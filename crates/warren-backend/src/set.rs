@@ -217,6 +217,7 @@ mod tests {
             runtime_scope: scope,
             workdir: Workdir::new("projects/a").unwrap(),
             layout: warren_core::LayoutName::Ars,
+            extra_mounts: Vec::new(),
             user_workspace: "/data/ws".into(),
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use warren_core::{LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{
+    ExtraMount, LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir,
+};
 
 /// The backends warren knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -71,6 +73,9 @@ pub struct RuntimeSpec {
     /// What the runtime looks like from inside: which of the trees below is mounted where
     /// ([`RuntimeSpec::mounts`]); part of the identity (I16).
     pub layout: LayoutName,
+    /// Operator-allowed host directories shown beside the layout's mounts; part of the
+    /// sandbox's binding and of the identity, like the layout.
+    pub extra_mounts: Vec<ExtraMount>,
     /// Host path of the UserWorkspace (I7); the layout mounts it, or directories inside it.
     pub user_workspace: PathBuf,
     /// Host path of the skill projection, mounted read-only (I7).
@@ -85,22 +90,30 @@ pub struct RuntimeSpec {
 }
 
 impl RuntimeSpec {
-    /// The runtime's persistent mounts on the host, in the layout's order.
+    /// The runtime's persistent mounts on the host: the layout's in its order (less any an
+    /// extra mount takes the place of), then the extra mounts in theirs.
     pub fn mounts(&self) -> Vec<HostMount> {
-        self.layout
-            .layout()
-            .mounts
-            .iter()
+        warren_core::view_mounts(self.layout.layout(), &self.extra_mounts)
+            .into_iter()
             .map(|mount| {
-                let tree = match mount.source.tree() {
-                    warren_core::VirtualRoot::UserData => self.user_workspace.clone(),
-                    warren_core::VirtualRoot::Skills => self.skill_projection.clone(),
+                let (tree, beneath) = match mount.source {
+                    MountSource::Extra(index) => {
+                        let extra = &self.extra_mounts[usize::from(index)];
+                        (extra.root.clone(), extra.beneath.clone())
+                    }
+                    source => {
+                        let tree = match source.tree() {
+                            warren_core::VirtualRoot::Skills => self.skill_projection.clone(),
+                            _ => self.user_workspace.clone(),
+                        };
+                        (tree, source.prefix(&self.workdir))
+                    }
                 };
                 HostMount {
-                    target: mount.target,
+                    target: mount.target.to_owned(),
                     source: mount.source,
                     tree,
-                    beneath: mount.source.prefix(&self.workdir),
+                    beneath,
                     writable: mount.writable,
                 }
             })
@@ -111,14 +124,15 @@ impl RuntimeSpec {
 /// One persistent mount of a runtime, resolved to the host.
 ///
 /// `tree` is a directory warren made and owns (the UserWorkspace or the skill projection
-/// of the uid, or an ephemeral sandbox's stand-ins), reached by a path no user controls.
+/// of the uid, or an ephemeral sandbox's stand-ins) or one the operator named for extra
+/// mounts, reached by a path no user controls.
 /// `beneath`, when not empty, lies inside a tree the sandbox user writes to (the workdir,
 /// `agents/skills`): a backend opens it from a descriptor of `tree` with no symlink
 /// followed and no mount crossed ([`HostMount::open`]), never by joining the strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostMount {
     /// Where the mount appears inside the runtime.
-    pub target: &'static str,
+    pub target: String,
     /// Which of the uid's trees it shows.
     pub source: MountSource,
     /// The host directory the source lies in.

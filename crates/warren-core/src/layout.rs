@@ -84,6 +84,9 @@ pub enum MountSource {
     SkillProjection,
     /// The uid's personal skills, `agents/skills` inside the UserWorkspace (I9).
     PersonalSkills,
+    /// The sandbox's extra mount of this index ([`crate::ExtraMount`]): never part of a
+    /// layout, only of one sandbox's binding.
+    Extra(u8),
 }
 
 /// Which host tree a mount's files live in, as the file layer opens it.
@@ -93,6 +96,8 @@ pub enum VirtualRoot {
     UserData,
     /// The uid's skill projection.
     Skills,
+    /// The source directory of the sandbox's extra mount of this index.
+    Extra(u8),
 }
 
 impl MountSource {
@@ -101,13 +106,14 @@ impl MountSource {
         match self {
             Self::UserWorkspace | Self::Workdir | Self::PersonalSkills => VirtualRoot::UserData,
             Self::SkillProjection => VirtualRoot::Skills,
+            Self::Extra(index) => VirtualRoot::Extra(index),
         }
     }
 
     /// Where inside its tree this source starts: empty for a whole tree.
     pub fn prefix(self, workdir: &Workdir) -> String {
         match self {
-            Self::UserWorkspace | Self::SkillProjection => String::new(),
+            Self::UserWorkspace | Self::SkillProjection | Self::Extra(_) => String::new(),
             Self::Workdir => workdir.as_str().to_owned(),
             Self::PersonalSkills => PERSONAL_SKILLS.to_owned(),
         }

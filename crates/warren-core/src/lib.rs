@@ -9,6 +9,7 @@
 
 mod data_dir;
 mod env;
+mod extra_mount;
 mod identity;
 mod layout;
 mod network;
@@ -22,12 +23,13 @@ pub use env::{
     check_env_name, check_env_value, AgentEnvVar, MaskingStream, SecretMasker, MAX_AGENT_ENV_VARS,
     MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MIN_SECRET_BYTES,
 };
+pub use extra_mount::{view_mounts, ExtraMount, ViewMount, EXTRA_MOUNT_PARENT, MAX_EXTRA_MOUNTS};
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
 pub use layout::{Layout, LayoutMount, LayoutName, MountSource, VirtualRoot, PERSONAL_SKILLS};
 pub use network::{embedded_ipv4, is_internal, NetworkPolicy};
 pub use scope::{IsolationScope, RunContext, ScopedIdentity};
 pub use token::TokenFinder;
-pub use virtual_path::{VirtualPath, SKILLS_MOUNT, USER_DATA_MOUNT};
+pub use virtual_path::{roots as mount_roots, VirtualPath, SKILLS_MOUNT, USER_DATA_MOUNT};
 pub use workdir::Workdir;
 
 /// Why a value was refused by the domain rules.
@@ -116,8 +118,16 @@ pub enum CoreError {
         path: String,
         /// Why it was refused.
         reason: &'static str,
-        /// The mounts of the sandbox's layout, for the message.
-        roots: &'static str,
+        /// The mounts of the sandbox's layout (and its extra mounts), for the message.
+        roots: String,
+    },
+    /// An extra mount that cannot be shown in this layout.
+    #[error("invalid extra mount {target:?}: {reason}")]
+    InvalidExtraMount {
+        /// The refused target (possibly shortened; empty when the set as a whole is).
+        target: String,
+        /// Why it was refused.
+        reason: String,
     },
 }
 

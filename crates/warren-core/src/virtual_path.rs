@@ -6,24 +6,46 @@
 //! other layouts name other mounts ([`Layout`]). Anything else is refused with a message
 //! naming the layout's mounts.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::MAX_PATH_BYTES;
-use crate::{component_problem, shorten, CoreError, Layout, LayoutMount, VirtualRoot, Workdir};
+use crate::{
+    component_problem, shorten, CoreError, ExtraMount, Layout, LayoutMount, VirtualRoot, Workdir,
+};
+
+/// The mounts paths may start with, in words: the layout's, then the extra mounts', for
+/// messages that tell a client where paths may go.
+pub fn roots(layout: &Layout, extra: &[ExtraMount]) -> String {
+    let mut roots = layout.roots.to_owned();
+    for mount in extra {
+        if !layout.mounts.iter().any(|m| m.target == mount.target) {
+            roots.push_str(", or ");
+            roots.push_str(&mount.target);
+        }
+    }
+    roots
+}
 
 /// Where the UserWorkspace appears inside a runtime of the default layout (I7).
 pub const USER_DATA_MOUNT: &str = "/home/gem/user-data";
 /// Where the skill projection appears inside a runtime of the default layout (I7).
 pub const SKILLS_MOUNT: &str = "/home/gem/skills";
 
-/// A parsed virtual path: the layout mount it lies in plus a normalised path inside it.
+/// A parsed virtual path: the mount it lies in (one of the layout's or an extra mount of
+/// the sandbox) plus a normalised path inside it.
 ///
 /// The relative part has no `..`, `.` or empty component and no NUL. Textual normalisation
 /// is only the first fence; `warren-fs` resolves the path by file descriptor beneath the
 /// mount's host tree and refuses symlinks on its own (I2).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct VirtualPath {
-    mount: &'static LayoutMount,
+    /// Where the mount appears inside the runtime.
+    target: Cow<'static, str>,
+    /// The host tree the mount's files live in.
+    root: VirtualRoot,
+    /// Whether files under the mount may be changed through warren.
+    writable: bool,
     /// Where the mount starts inside its host tree (the workdir, `agents/skills`, or empty).
     prefix: String,
     /// The path inside the host tree: `prefix`, then the path below the mount.
@@ -31,13 +53,19 @@ pub struct VirtualPath {
 }
 
 impl VirtualPath {
-    /// Parses `input` as an absolute path under one of `layout`'s mounts or a path
-    /// relative to `workdir`.
-    pub fn parse(input: &str, layout: &Layout, workdir: &Workdir) -> Result<Self, CoreError> {
+    /// Parses `input` as an absolute path under one of `layout`'s mounts or of the
+    /// sandbox's `extra` mounts, or as a path relative to `workdir`. An extra mount at a
+    /// layout mount's target takes its place ([`ExtraMount::new`]).
+    pub fn parse(
+        input: &str,
+        layout: &Layout,
+        extra: &[ExtraMount],
+        workdir: &Workdir,
+    ) -> Result<Self, CoreError> {
         let refuse = |reason| CoreError::InvalidVirtualPath {
             path: shorten(input),
             reason,
-            roots: layout.roots,
+            roots: roots(layout, extra),
         };
         if input.is_empty() {
             return Err(refuse("it is empty"));
@@ -45,18 +73,48 @@ impl VirtualPath {
         if input.len() > MAX_PATH_BYTES {
             return Err(refuse("it is longer than 4096 bytes"));
         }
-        let (mount, rest, base) = if input.starts_with('/') {
-            let (mount, rest) = layout
-                .mount_of(input)
-                .ok_or_else(|| refuse("it is outside the allowed roots"))?;
-            (mount, rest, mount.source.prefix(workdir))
+        let under = |target: &str| {
+            input
+                .strip_prefix(target)
+                .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        let (mut path, rest) = if input.starts_with('/') {
+            let extra_hit = extra.iter().enumerate().find_map(|(index, mount)| {
+                let rest = under(&mount.target)?;
+                let index = u8::try_from(index).ok()?;
+                Some((
+                    Self {
+                        target: Cow::Owned(mount.target.clone()),
+                        root: VirtualRoot::Extra(index),
+                        writable: mount.writable,
+                        prefix: String::new(),
+                        tree_relative: String::new(),
+                    },
+                    rest,
+                ))
+            });
+            match extra_hit {
+                Some(hit) => hit,
+                None => {
+                    let (mount, rest) = layout
+                        .mount_of(input)
+                        .ok_or_else(|| refuse("it is outside the allowed roots"))?;
+                    let prefix = mount.source.prefix(workdir);
+                    (Self::of_layout_mount(mount, prefix.clone(), prefix), rest)
+                }
+            }
         } else {
             let mount = layout.workdir_mount();
             // Relative paths start at the workdir, wherever the layout shows it.
-            (mount, input, workdir.as_str().to_owned())
+            let path =
+                Self::of_layout_mount(mount, mount.source.prefix(workdir), workdir.to_string());
+            (path, input)
         };
-        let prefix = mount.source.prefix(workdir);
-        let mut parts: Vec<&str> = base.split('/').filter(|c| !c.is_empty()).collect();
+        let mut parts: Vec<&str> = path
+            .tree_relative
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .collect();
         for component in rest.split('/') {
             match component {
                 "" | "." => {}
@@ -69,21 +127,28 @@ impl VirtualPath {
                 }
             }
         }
-        Ok(Self {
-            mount,
+        path.tree_relative = parts.join("/");
+        Ok(path)
+    }
+
+    fn of_layout_mount(mount: &'static LayoutMount, prefix: String, base: String) -> Self {
+        Self {
+            target: Cow::Borrowed(mount.target),
+            root: mount.source.tree(),
+            writable: mount.writable,
             prefix,
-            tree_relative: parts.join("/"),
-        })
+            tree_relative: base,
+        }
     }
 
     /// The host tree the file layer opens for this path.
     pub fn root(&self) -> VirtualRoot {
-        self.mount.source.tree()
+        self.root
     }
 
     /// Whether files under this path may be changed through warren.
     pub fn is_writable(&self) -> bool {
-        self.mount.writable
+        self.writable
     }
 
     /// The path relative to its host tree ([`Self::root`]), as `warren-fs` takes it; empty
@@ -97,7 +162,9 @@ impl VirtualPath {
     /// vouches that it came from the file layer (it is not re-validated).
     pub fn rebase(&self, tree_relative: &str) -> Self {
         Self {
-            mount: self.mount,
+            target: self.target.clone(),
+            root: self.root,
+            writable: self.writable,
             prefix: self.prefix.clone(),
             tree_relative: tree_relative.trim_matches('/').to_owned(),
         }
@@ -129,7 +196,7 @@ impl VirtualPath {
 
 impl fmt::Display for VirtualPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.mount.target)?;
+        f.write_str(&self.target)?;
         let below = self.below_mount();
         if !below.is_empty() {
             write!(f, "/{below}")?;
@@ -147,7 +214,7 @@ mod tests {
     }
 
     fn parse(input: &str) -> Result<VirtualPath, CoreError> {
-        VirtualPath::parse(input, &Layout::ARS, &workdir())
+        VirtualPath::parse(input, &Layout::ARS, &[], &workdir())
     }
 
     #[test]
@@ -214,6 +281,7 @@ mod tests {
         VirtualPath::parse(
             input,
             &Layout::DEERFLOW,
+            &[],
             &Workdir::new("threads/t1/user-data").unwrap(),
         )
     }
@@ -281,6 +349,81 @@ mod tests {
             let err = deerflow(input).expect_err(input).to_string();
             assert!(err.contains("/mnt/user-data"), "{input}: {err}");
             assert!(!err.contains("/home/gem/user-data or"), "{input}: {err}");
+        }
+    }
+
+    #[test]
+    fn extra_mounts_resolve_in_their_own_tree_and_may_replace_a_read_only_mount() {
+        let extra = [
+            ExtraMount::new(
+                "/mnt/acp-workspace",
+                "/srv/df".into(),
+                "threads/t1/acp",
+                false,
+                &Layout::DEERFLOW,
+            )
+            .unwrap(),
+            ExtraMount::new(
+                "/mnt/skills/custom",
+                "/srv/df".into(),
+                "users/u/skills",
+                false,
+                &Layout::DEERFLOW,
+            )
+            .unwrap(),
+            ExtraMount::new(
+                "/mnt/scratch",
+                "/srv/df".into(),
+                "s",
+                true,
+                &Layout::DEERFLOW,
+            )
+            .unwrap(),
+        ];
+        let workdir = Workdir::new("threads/t1/user-data").unwrap();
+        let parse = |input| VirtualPath::parse(input, &Layout::DEERFLOW, &extra, &workdir);
+        let cases = [
+            ("/mnt/acp-workspace", VirtualRoot::Extra(0), "", false),
+            (
+                "/mnt/acp-workspace/a/b",
+                VirtualRoot::Extra(0),
+                "a/b",
+                false,
+            ),
+            ("/mnt/skills/custom/x", VirtualRoot::Extra(1), "x", false),
+            ("/mnt/scratch/y", VirtualRoot::Extra(2), "y", true),
+            (
+                "/mnt/user-data/z",
+                VirtualRoot::UserData,
+                "threads/t1/user-data/z",
+                true,
+            ),
+            ("/mnt/skills/public/p", VirtualRoot::Skills, "p", false),
+        ];
+        for (input, root, relative, writable) in cases {
+            let path = parse(input).unwrap();
+            assert_eq!(
+                (path.root(), path.relative(), path.is_writable()),
+                (root, relative, writable),
+                "{input}"
+            );
+            assert_eq!(path.to_string(), input.trim_end_matches('/'));
+        }
+        assert_eq!(
+            parse("/mnt/acp-workspace/a").unwrap().join("b").to_string(),
+            "/mnt/acp-workspace/a/b"
+        );
+        for bad in [
+            "/mnt/acp-workspace/../user-data",
+            "/mnt/acp-workspacex",
+            "/mnt",
+        ] {
+            let err = parse(bad).expect_err(bad).to_string();
+            assert!(
+                err.contains("or /mnt/acp-workspace, or /mnt/scratch"),
+                "{err}"
+            );
+            assert!(!err.contains("/srv/df"), "no host path: {err}");
         }
     }
 }

@@ -16,14 +16,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use warren_core::{LayoutName, RuntimeScope, SandboxId, Uid};
+use warren_core::{ExtraMount, LayoutName, RuntimeScope, SandboxId, Uid};
 use warren_provisioner::{FenceToken, ProvisionerError, SandboxRequest, FENCE_HEADER};
 use warren_store::{SandboxRecord, SandboxState};
 
 use crate::{Shared, ALIAS_NAMESPACE};
 
 /// Most extra mounts one create may ask for (DeerFlow's reference server's limit).
-const MAX_EXTRA_MOUNTS: usize = 10;
+const MAX_EXTRA_MOUNTS: usize = warren_core::MAX_EXTRA_MOUNTS;
 /// The mount contract DeerFlow's newest revision checks for: `/mnt/user-data` is the
 /// thread's `user-data`, the skills are read-only beside it.
 const MOUNT_CONTRACT_VERSION: u32 = 2;
@@ -98,6 +98,11 @@ impl From<ProvisionerError> for Failure {
         };
         let code = match &error {
             ProvisionerError::LayoutConflict { .. } => "layout_conflict",
+            ProvisionerError::ExtraMountsConflict { .. } => "extra_mounts_conflict",
+            ProvisionerError::ExtraMountSource { .. } => "extra_mount_unusable",
+            ProvisionerError::Invalid(warren_core::CoreError::InvalidExtraMount { .. }) => {
+                "invalid_extra_mounts"
+            }
             ProvisionerError::WorkdirConflict { .. } => "workdir_conflict",
             ProvisionerError::SandboxTerminated { .. } => "sandbox_terminating",
             ProvisionerError::FenceStale { .. } => "fence_stale",
@@ -152,14 +157,14 @@ pub(crate) struct CreateSandbox {
     include_legacy_skills: Option<bool>,
     provision_lark_cli_runtime: Option<bool>,
     provision_lark_cli_broker: Option<bool>,
-    extra_mounts: Option<Vec<ExtraMount>>,
+    extra_mounts: Option<Vec<ExtraMountRequest>>,
 }
 
+/// One entry of `extra_mounts`, as DeerFlow sends it.
 #[derive(Debug, Deserialize)]
-pub(crate) struct ExtraMount {
+pub(crate) struct ExtraMountRequest {
     host_path: Option<String>,
     container_path: Option<String>,
-    #[allow(dead_code)] // part of the shape; extra mounts are refused before it matters
     read_only: Option<bool>,
 }
 
@@ -232,7 +237,7 @@ async fn create(
              create the sandbox without provision_lark_cli_runtime/broker",
         ));
     }
-    check_extra_mounts(
+    let extra_mounts = check_extra_mounts(
         &shared.config,
         request.extra_mounts.as_deref().unwrap_or(&[]),
     )?;
@@ -255,6 +260,9 @@ async fn create(
     let mut sandbox = SandboxRequest::new(uid, scope);
     sandbox.workdir = Some(workdir);
     sandbox.layout = Some(LayoutName::Deerflow);
+    // Exactly what this request names: a live sandbox made with other mounts is a
+    // conflict (409), never silently kept or changed.
+    sandbox.extra_mounts = Some(extra_mounts);
     sandbox.network = shared.config.network.clone();
     let (record, _) = provisioner.create_sandbox(sandbox).await?;
     shared.aliases_put(&sandbox_id, &record.id).await?;
@@ -409,15 +417,13 @@ async fn list(
 
 /// Extra mounts are checked against the operator's settings (contract §5.4): the container
 /// path must be one `[deerflow] extra_mount_paths` allows, the host path must lie under a
-/// directory of `[deerflow] extra_mount_roots`. Mounting them is not implemented yet, so a
-/// request that passes is refused as unsupported rather than served without its mounts.
+/// directory of `[deerflow] extra_mount_roots`. What passes becomes the sandbox's extra
+/// mounts ([`ExtraMount`]): the operator's directory by its path, the rest beneath it
+/// resolved by descriptor with no link followed whenever a runtime starts (I2).
 fn check_extra_mounts(
     config: &crate::DeerflowConfig,
-    mounts: &[ExtraMount],
-) -> Result<(), Failure> {
-    if mounts.is_empty() {
-        return Ok(());
-    }
+    mounts: &[ExtraMountRequest],
+) -> Result<Vec<ExtraMount>, Failure> {
     if mounts.len() > MAX_EXTRA_MOUNTS {
         return Err(Failure::bad_request(
             "invalid_extra_mounts",
@@ -428,6 +434,7 @@ fn check_extra_mounts(
         ));
     }
     let mut seen = std::collections::BTreeSet::new();
+    let mut checked = Vec::with_capacity(mounts.len());
     for mount in mounts {
         let (Some(container), Some(host)) = (&mount.container_path, &mount.host_path) else {
             return Err(Failure::bad_request(
@@ -472,13 +479,20 @@ fn check_extra_mounts(
             .components()
             .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
             || host.split('/').any(|part| part == "." || part == "..");
-        let under_a_root = host_path.is_absolute()
-            && !climbs
-            && config
-                .extra_mount_roots
-                .iter()
-                .any(|root| host_path.starts_with(root) && host_path != root.as_path());
-        if !under_a_root {
+        // The innermost root the host path lies strictly beneath.
+        let found = (host_path.is_absolute() && !climbs)
+            .then(|| {
+                config
+                    .extra_mount_roots
+                    .iter()
+                    .filter_map(|root| {
+                        let rest = host_path.strip_prefix(root).ok()?;
+                        (!rest.as_os_str().is_empty()).then_some((root, rest))
+                    })
+                    .max_by_key(|(root, _)| root.as_os_str().len())
+            })
+            .flatten();
+        let Some((root, rest)) = found else {
             return Err(Failure::bad_request(
                 "extra_mount_not_allowed",
                 format!(
@@ -493,13 +507,26 @@ fn check_extra_mounts(
                     }
                 ),
             ));
-        }
+        };
+        let beneath = rest.to_str().ok_or_else(|| {
+            Failure::bad_request(
+                "invalid_extra_mounts",
+                format!("the host path for {} is not UTF-8", shorten(&container)),
+            )
+        })?;
+        // DeerFlow's default: writable unless it says read_only.
+        let writable = !mount.read_only.unwrap_or(false);
+        let extra = ExtraMount::new(
+            &container,
+            root.clone(),
+            beneath,
+            writable,
+            &warren_core::Layout::DEERFLOW,
+        )
+        .map_err(|e| Failure::bad_request("invalid_extra_mounts", e.to_string()))?;
+        checked.push(extra);
     }
-    Err(Failure::bad_request(
-        "extra_mounts_unsupported",
-        "the extra mounts are allowed by [deerflow] extra_mount_paths and extra_mount_roots, \
-         but this warren cannot mount them yet; create the sandbox without extra_mounts",
-    ))
+    Ok(checked)
 }
 
 /// `posixpath.normpath` for absolute paths: `.` and empty components dropped, `..` taken

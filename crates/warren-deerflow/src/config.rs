@@ -131,6 +131,12 @@ impl DeerflowConfig {
                 });
             }
         }
+        // Where DeerFlow's sandboxes may show them: under /mnt, beside the layout's own
+        // mounts (a read-only one may take the place of /mnt/skills/custom).
+        for path in &paths {
+            warren_core::ExtraMount::check_target(path, false, &warren_core::Layout::DEERFLOW)
+                .map_err(DeerflowError::InvalidMountPath)?;
+        }
         self.extra_mount_paths = paths;
         self.extra_mount_roots = roots;
         Ok(self)
@@ -213,7 +219,16 @@ mod tests {
                 vec!["/srv/deer-flow".into()]
             )
             .is_ok());
-        for bad in ["relative", "/mnt/../etc", "/mnt/./x", "/mnt//x", "/mnt/x/"] {
+        for bad in [
+            "relative",
+            "/mnt/../etc",
+            "/mnt/./x",
+            "/mnt//x",
+            "/mnt/x/",
+            "/etc/x",
+            "/mnt/user-data/x",
+            "/mnt/skills",
+        ] {
             assert!(
                 config()
                     .with_extra_mounts(vec![bad.into()], vec![])

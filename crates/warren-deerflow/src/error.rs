@@ -41,6 +41,9 @@ pub enum DeerflowError {
         /// The entry.
         path: String,
     },
+    /// An entry of `extra_mount_paths` is not a place an extra mount may appear.
+    #[error("[deerflow] extra_mount_paths: {0}")]
+    InvalidMountPath(warren_core::CoreError),
 }
 
 /// The HTTP status of a provisioner failure: the caller's mistakes are 4xx, warren's own
@@ -62,6 +65,7 @@ pub(crate) fn status_of(error: &ProvisionerError) -> StatusCode {
         | P::EnvPolicyConflict { .. }
         | P::BackendConflict { .. }
         | P::LayoutConflict { .. }
+        | P::ExtraMountsConflict { .. }
         | P::SandboxAlreadyLive { .. }
         | P::RuntimeNotRunning { .. }
         | P::WorkdirNotEmpty { .. }

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 
 use bollard::models::ContainerInspectResponse;
 use warren_backend::{BackendKind, RuntimeSpec};
-use warren_core::{LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, VirtualRoot, Workdir};
+use warren_core::{
+    ExtraMount, LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId, Uid, VirtualRoot,
+    Workdir,
+};
 
 use crate::staging::staging_path;
 use crate::{AGENT_MOUNT, SOCKET_MOUNT};
@@ -23,6 +26,8 @@ const LABEL_NETWORK: &str = "dev.warren.network";
 const LABEL_IMAGE: &str = "dev.warren.image";
 /// The layout; a container without it predates layouts and is the default's.
 const LABEL_LAYOUT: &str = "dev.warren.layout";
+/// The sandbox's extra mounts as JSON (absent: none), so adoption requires exactly them.
+const LABEL_EXTRA_MOUNTS: &str = "dev.warren.extra-mounts";
 /// The host trees the mounts come from. A staged bind's source is a staging directory
 /// that is gone once the container started, so the tree it lies in is recorded here; a
 /// direct bind's source must agree. Containers made before layouts lack them.
@@ -154,9 +159,14 @@ impl Identity {
             Some(name) => LayoutName::parse(name).map_err(bad(LABEL_LAYOUT))?,
             None => LayoutName::Ars,
         };
+        let extra_mounts: Vec<ExtraMount> = match labels.get(LABEL_EXTRA_MOUNTS) {
+            Some(json) => serde_json::from_str(json).map_err(bad(LABEL_EXTRA_MOUNTS))?,
+            None => Vec::new(),
+        };
         let tree_label = |root: VirtualRoot| match root {
             VirtualRoot::UserData => LABEL_USER_WORKSPACE,
             VirtualRoot::Skills => LABEL_SKILL_PROJECTION,
+            VirtualRoot::Extra(_) => LABEL_EXTRA_MOUNTS,
         };
         let mut trees: HashMap<VirtualRoot, PathBuf> = HashMap::new();
         for root in [VirtualRoot::UserData, VirtualRoot::Skills] {
@@ -164,7 +174,7 @@ impl Identity {
                 trees.insert(root, PathBuf::from(path));
             }
         }
-        let expected = layout.layout().mounts;
+        let expected = warren_core::view_mounts(layout.layout(), &extra_mounts);
         let mut seen = vec![false; expected.len()];
         for mount in container.mounts.clone().unwrap_or_default() {
             let target = mount.destination.clone().unwrap_or_default();
@@ -183,7 +193,9 @@ impl Identity {
                         LayoutProblem::ReadOnly(target)
                     });
                 }
-                if want.source.prefix(&workdir).is_empty() {
+                let staged = matches!(want.source, MountSource::Extra(_))
+                    || !want.source.prefix(&workdir).is_empty();
+                if !staged {
                     // A whole tree of warren's, bound by its path: the label must agree.
                     let root = want.source.tree();
                     match trees.get(&root) {
@@ -241,6 +253,7 @@ impl Identity {
                 runtime_scope,
                 workdir,
                 layout,
+                extra_mounts,
                 user_workspace,
                 skill_projection,
                 env,
@@ -308,6 +321,10 @@ pub(crate) fn container_labels(instance: &str, spec: &RuntimeSpec) -> HashMap<St
         (LABEL_WORKDIR.to_owned(), spec.workdir.to_string()),
         (LABEL_LAYOUT.to_owned(), spec.layout.to_string()),
         (
+            LABEL_EXTRA_MOUNTS.to_owned(),
+            serde_json::to_string(&spec.extra_mounts).expect("extra mounts serialise"),
+        ),
+        (
             LABEL_USER_WORKSPACE.to_owned(),
             spec.user_workspace.to_string_lossy().into_owned(),
         ),
@@ -354,6 +371,7 @@ mod tests {
             runtime_scope,
             workdir: Workdir::new("projects/a").unwrap(),
             layout: warren_core::LayoutName::Ars,
+            extra_mounts: Vec::new(),
             user_workspace: "/data/user-data/shared/alice/workspace".into(),
             skill_projection: "/data/skill-projections/alice".into(),
             env: BTreeMap::new(),

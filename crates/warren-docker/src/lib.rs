@@ -121,7 +121,7 @@ pub enum DockerError {
     #[error("cannot mount {target}: {reason}")]
     Mount {
         /// Where the mount would have gone inside the container.
-        target: &'static str,
+        target: String,
         /// Why not, in terms of the paths inside the tree (never a host path).
         reason: String,
     },
@@ -505,7 +505,7 @@ impl DockerBackend {
         let mut binds: Vec<Mount> = mounts
             .iter()
             .enumerate()
-            .map(|(index, mount)| bind(staged.source(index), mount.target, !mount.writable))
+            .map(|(index, mount)| bind(staged.source(index), &mount.target, !mount.writable))
             .collect();
         binds.push(bind(self.bundle.dir(), AGENT_MOUNT, true));
         binds.push(bind(&self.socket_dir(&spec.sandbox), SOCKET_MOUNT, false));
@@ -1048,14 +1048,14 @@ fn verify_mounts(agent: i32, mounts: &[warren_backend::HostMount]) -> Result<(),
     .map_err(|e| DockerError::AgentDidNotStart(format!("cannot reach its root: {e}")))?;
     for mount in mounts.iter().filter(|m| staging::is_staged(m)) {
         let refused = |reason: String| DockerError::Mount {
-            target: mount.target,
+            target: mount.target.clone(),
             reason,
         };
         let source = mount.open().map_err(|e| refused(e.to_string()))?;
         let expected = rustix::fs::fstat(&source).map_err(|e| refused(e.to_string()))?;
         let inside = match rustix::fs::openat2(
             &root,
-            mount.target,
+            mount.target.as_str(),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
             ResolveFlags::IN_ROOT | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,

@@ -85,7 +85,7 @@ impl StagedBinds {
                 continue;
             }
             let refused = |reason: String| DockerError::Mount {
-                target: mount.target,
+                target: mount.target.clone(),
                 reason,
             };
             // The message names the path inside the tree, never a host path (I1).

@@ -51,6 +51,9 @@ struct RuntimeIdentity {
     /// Runtimes recorded before layouts existed are the default layout's.
     #[serde(default)]
     layout: warren_core::LayoutName,
+    /// Runtimes recorded before extra mounts existed have none.
+    #[serde(default)]
+    extra_mounts: Vec<warren_core::ExtraMount>,
     user_workspace: PathBuf,
     skill_projection: PathBuf,
     env: std::collections::BTreeMap<String, String>,
@@ -75,6 +78,7 @@ impl RuntimeIdentity {
             && self.runtime_scope == spec.runtime_scope.as_str()
             && self.workdir == spec.workdir.as_str()
             && self.layout == spec.layout
+            && self.extra_mounts == spec.extra_mounts
             && self.user_workspace == spec.user_workspace
             && self.skill_projection == spec.skill_projection
     }
@@ -230,6 +234,7 @@ impl LocalBackend {
             cgroup_name: self.cgroup_name(&spec.sandbox),
             runtime_dir: dir.clone(),
             layout: spec.layout,
+            extra_mounts: spec.extra_mounts.clone(),
             mounts: spec.mounts().iter().map(MountConfig::from).collect(),
             root: self.root.clone(),
             limits: self.config.limits.clone(),
@@ -289,6 +294,7 @@ impl LocalBackend {
             runtime_scope: spec.runtime_scope.to_string(),
             workdir: spec.workdir.to_string(),
             layout: spec.layout,
+            extra_mounts: spec.extra_mounts.clone(),
             user_workspace: spec.user_workspace.clone(),
             skill_projection: spec.skill_projection.clone(),
             env: spec.env.clone(),
@@ -593,6 +599,7 @@ impl Backend for LocalBackend {
                         .ok()?,
                     workdir: warren_core::Workdir::new(identity.workdir.clone()).ok()?,
                     layout: identity.layout,
+                    extra_mounts: identity.extra_mounts.clone(),
                     user_workspace: identity.user_workspace.clone(),
                     skill_projection: identity.skill_projection.clone(),
                     env: identity.env.clone(),

@@ -25,7 +25,10 @@ pub struct RuntimeConfig {
     pub runtime_dir: PathBuf,
     /// What the runtime looks like from inside: its home and where its mounts go (I7).
     pub layout: LayoutName,
-    /// The layout's persistent mounts, resolved to the host, in the layout's order.
+    /// Operator-allowed host directories shown beside the layout's mounts.
+    #[serde(default)]
+    pub extra_mounts: Vec<warren_core::ExtraMount>,
+    /// The persistent mounts ([`warren_core::view_mounts`]), resolved to the host.
     pub mounts: Vec<MountConfig>,
     /// Where the root filesystem comes from.
     pub root: RootSource,

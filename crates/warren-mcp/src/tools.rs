@@ -932,10 +932,10 @@ mod tests {
     #[test]
     fn listing_paths_are_relative_to_the_listed_directory() {
         let wd = warren_core::Workdir::new("projects/a").unwrap();
-        let base = VirtualPath::parse(".", &warren_core::Layout::ARS, &wd).unwrap();
+        let base = VirtualPath::parse(".", &warren_core::Layout::ARS, &[], &wd).unwrap();
         assert_eq!(relative_to(&base, "projects/a/notes/x.md"), "notes/x.md");
         let root =
-            VirtualPath::parse("/home/gem/user-data", &warren_core::Layout::ARS, &wd).unwrap();
+            VirtualPath::parse("/home/gem/user-data", &warren_core::Layout::ARS, &[], &wd).unwrap();
         assert_eq!(relative_to(&root, "projects/a"), "projects/a");
     }
 }

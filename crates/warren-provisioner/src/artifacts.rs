@@ -33,7 +33,7 @@ impl Provisioner {
         let layout = record.layout.layout();
         let mut paths = Vec::with_capacity(inputs.len());
         for input in inputs {
-            let path = VirtualPath::parse(input, layout, &record.workdir)?;
+            let path = VirtualPath::parse(input, layout, &record.extra_mounts, &record.workdir)?;
             if path.root() != VirtualRoot::UserData
                 || !path.is_writable()
                 || !path.relative().starts_with(&outputs)

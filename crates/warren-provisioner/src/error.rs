@@ -99,6 +99,20 @@ pub enum ProvisionerError {
         /// The layout asked for.
         requested: warren_core::LayoutName,
     },
+    /// The live sandbox of this identity shows other extra mounts (I16).
+    #[error("sandbox {sandbox} of this uid and runtime scope runs with other extra mounts; a live runtime cannot change them (terminate it first)")]
+    ExtraMountsConflict {
+        /// The sandbox.
+        sandbox: SandboxId,
+    },
+    /// An extra mount's source cannot be made or opened beneath the operator's directory.
+    #[error("extra mount {target}: its source cannot be used: {source}")]
+    ExtraMountSource {
+        /// Where it would appear inside the runtime.
+        target: String,
+        /// What the file layer found (a link, a missing operator directory, ...).
+        source: warren_fs::FsError,
+    },
     /// The request named a backend this server does not run.
     #[error("the {requested:?} backend is not enabled on this server (enabled: {enabled}); start warren with it (`warren serve --backend docker --image NAME`, or `--docker`)")]
     BackendUnavailable {
@@ -321,7 +335,7 @@ pub enum ProvisionerError {
         /// The virtual path, or what was given.
         path: String,
         /// The mounts of the sandbox's layout.
-        roots: &'static str,
+        roots: String,
     },
     /// The uid's workspace is at its storage quota (bytes or inodes, I23).
     #[error("{path}: the storage quota of uid {uid:?} is full (bytes or inodes); delete files to make room")]
@@ -396,6 +410,12 @@ impl ProvisionerError {
                     format!("{path}: {}", strip_relative_path(&source.to_string()))
                 }
             }
+            // Sandbox-facing surfaces see the target, not where the operator keeps it.
+            Self::ExtraMountSource { target, source } => format!(
+                "extra mount {target}: its source beneath the operator's directory cannot be \
+                 used: {}",
+                strip_relative_path(&source.to_string())
+            ),
             Self::Store(_) => "the state store failed; try again".to_owned(),
             Self::Volume { .. } | Self::WorkspacesWithoutVolumes { .. } => {
                 "the workspace volume failed on the server".to_owned()

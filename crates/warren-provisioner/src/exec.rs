@@ -131,7 +131,7 @@ impl Provisioner {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
             // The workdir was checked when the sandbox was created; if it vanished since,
             // the command's own chdir (as the sandbox user) reports it.
-            None => VirtualPath::parse(".", record.layout.layout(), &record.workdir)?,
+            None => VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?,
         };
         // The call's own variables go over the uid's agent environment (I14).
         let CommandEnv { mut env, masker } = self.command_env(&record).await?;
@@ -333,6 +333,7 @@ impl Provisioner {
             runtime_scope: record.runtime_scope.clone(),
             workdir: record.workdir.clone(),
             layout: record.layout,
+            extra_mounts: record.extra_mounts.clone(),
             user_workspace,
             skill_projection,
             env: self.runtime_env(&record),

@@ -40,6 +40,7 @@ struct SandboxRoots {
     /// The uid whose quota a full workspace is, when it has a volume of its own (I23).
     quota_uid: Option<warren_core::Uid>,
     layout: &'static warren_core::Layout,
+    extra_mounts: Vec<warren_core::ExtraMount>,
     workdir: Workdir,
     workspace: std::path::PathBuf,
     skills: std::path::PathBuf,
@@ -47,13 +48,27 @@ struct SandboxRoots {
 
 impl SandboxRoots {
     fn resolve(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
-        Ok(VirtualPath::parse(input, self.layout, &self.workdir)?)
+        Ok(VirtualPath::parse(
+            input,
+            self.layout,
+            &self.extra_mounts,
+            &self.workdir,
+        )?)
     }
 
     fn open(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
         let root = match path.root() {
             VirtualRoot::UserData => WorkspaceRoot::open(&self.workspace),
             VirtualRoot::Skills => WorkspaceRoot::open(&self.skills),
+            // The operator's directory by its path, the source beneath it by descriptor
+            // with no link followed, exactly as the backends mount it (I2).
+            VirtualRoot::Extra(index) => match self.extra_mounts.get(usize::from(index)) {
+                Some(mount) => WorkspaceRoot::open(&mount.root)
+                    .and_then(|root| root.subroot(mount.beneath.as_str())),
+                None => Err(FsError::NotFound {
+                    path: path.to_string(),
+                }),
+            },
         };
         // A read-only mount (the skills, DeerFlow's personal skills) is read-only twice
         // over: the provisioner refuses writes before they get here, and the root itself
@@ -116,6 +131,7 @@ impl Provisioner {
             quota_uid: (!record.ephemeral && self.quota_enforced_for(&record.uid))
                 .then(|| record.uid.clone()),
             layout: record.layout.layout(),
+            extra_mounts: record.extra_mounts.clone(),
             workdir: record.workdir.clone(),
             workspace,
             skills,
@@ -138,7 +154,7 @@ impl Provisioner {
             Ok(found) if found.value.kind == warren_fs::Kind::Dir => Ok(found.path),
             Ok(found) => Err(ProvisionerError::InvalidCwd {
                 path: found.path.to_string(),
-                roots: record.layout.layout().roots,
+                roots: warren_core::mount_roots(record.layout.layout(), &record.extra_mounts),
             }),
             // What the caller asked for is wrong; anything else (I/O) stays what it is.
             Err(ProvisionerError::File {
@@ -151,7 +167,7 @@ impl Provisioner {
                     | FsError::InvalidPath { .. },
             }) => Err(ProvisionerError::InvalidCwd {
                 path,
-                roots: record.layout.layout().roots,
+                roots: warren_core::mount_roots(record.layout.layout(), &record.extra_mounts),
             }),
             Err(other) => Err(other),
         }

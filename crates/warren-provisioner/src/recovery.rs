@@ -31,7 +31,7 @@ impl Provisioner {
     /// Reconciles the state store with the backend after a start (or a crash).
     ///
     /// A runtime is adopted only if it matches its sandbox's record exactly: same id,
-    /// generation, uid, runtime scope, workdir, layout and network policy (I16). Anything
+    /// generation, uid, runtime scope, workdir, layout, extra mounts and network policy (I16). Anything
     /// else the backend hosts is destroyed; workspace files are never touched (I15).
     pub async fn recover(&self) -> Result<RecoveryReport, ProvisionerError> {
         let mut report = RecoveryReport {
@@ -62,6 +62,7 @@ impl Provisioner {
                     && record.runtime_scope == spec.runtime_scope
                     && record.workdir == spec.workdir
                     && record.layout == spec.layout
+                    && record.extra_mounts == spec.extra_mounts
                     && record.network == spec.network
                     && record.backend == spec.backend.as_str()
                     && record.image == spec.image

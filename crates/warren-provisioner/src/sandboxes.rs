@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use warren_backend::BackendKind;
 use warren_core::{
-    DataLayout, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir, PERSONAL_SKILLS,
+    DataLayout, ExtraMount, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir,
+    PERSONAL_SKILLS,
 };
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
@@ -47,6 +48,10 @@ pub struct SandboxRequest {
     /// What the runtime looks like from inside (I7); part of the binding. `None` keeps a
     /// live sandbox's or takes the default layout.
     pub layout: Option<LayoutName>,
+    /// Operator-allowed host directories to show beside the layout's mounts; part of the
+    /// binding. `None` keeps a live sandbox's or shows none. Only operator-facing
+    /// transports set it (DeerFlow's `extra_mounts`, checked against warren.toml there).
+    pub extra_mounts: Option<Vec<ExtraMount>>,
 }
 
 impl SandboxRequest {
@@ -63,6 +68,7 @@ impl SandboxRequest {
             backend: None,
             image: None,
             layout: None,
+            extra_mounts: None,
         }
     }
 }
@@ -171,6 +177,7 @@ impl Provisioner {
             backend,
             image,
             layout,
+            extra_mounts,
         } = request;
         let network = network.validate()?;
         if let Some(snapshot) = &from_snapshot {
@@ -199,6 +206,24 @@ impl Provisioner {
         let layout: LayoutName = layout
             .or(live.as_ref().map(|record| record.layout))
             .unwrap_or_default();
+        let extra_mounts = extra_mounts
+            .or(live.as_ref().map(|record| record.extra_mounts.clone()))
+            .unwrap_or_default();
+        // Checked again here, where the rules live, whatever the transport checked: each
+        // against the layout it is shown in, and the set as a whole.
+        ExtraMount::check_set(&extra_mounts)?;
+        for mount in &extra_mounts {
+            ExtraMount::new(
+                &mount.target,
+                mount.root.clone(),
+                &mount.beneath,
+                mount.writable,
+                layout.layout(),
+            )?;
+        }
+        // Before anything is recorded: a source that cannot be used is refused now, not
+        // left behind in a sandbox nobody can start.
+        self.prepare_extra_mounts(extra_mounts.clone()).await?;
         // A new sandbox (or generation) whose image the backend cannot start is refused
         // now, before anything is made, not at its first exec (I18: warren never pulls).
         // A live sandbox keeps its binding; a different image for it is the claim's
@@ -234,6 +259,7 @@ impl Provisioner {
                 inherit_env,
                 ephemeral,
                 layout,
+                extra_mounts,
                 seed_snapshot: from_snapshot.clone(),
             })
             .await?;
@@ -283,6 +309,9 @@ impl Provisioner {
                 bound: record.layout,
                 requested: layout,
             }),
+            SandboxClaim::ExtraMountsConflict(record) => {
+                Err(ProvisionerError::ExtraMountsConflict { sandbox: record.id })
+            }
         }
     }
 
@@ -295,6 +324,8 @@ impl Provisioner {
         record: &SandboxRecord,
     ) -> Result<(), ProvisionerError> {
         let layout = record.layout.layout();
+        self.prepare_extra_mounts(record.extra_mounts.clone())
+            .await?;
         if layout.workdir_skeleton.is_empty() && !layout.shows_personal_skills() {
             return Ok(());
         }
@@ -319,6 +350,31 @@ impl Provisioner {
         })
         .await
         .map_err(|error| self.quota_error(&record.uid, error))
+    }
+
+    /// Makes each extra mount's source beneath its operator directory when it is missing
+    /// (as a hostPath of type DirectoryOrCreate would), by descriptor with no link
+    /// followed: a link planted anywhere beneath the operator's directory is refused, never
+    /// followed out of it (I2). The operator's directory itself must exist.
+    async fn prepare_extra_mounts(&self, mounts: Vec<ExtraMount>) -> Result<(), ProvisionerError> {
+        if mounts.is_empty() {
+            return Ok(());
+        }
+        self.blocking(move || {
+            for mount in &mounts {
+                let made = WorkspaceRoot::open(&mount.root)
+                    .and_then(|root| root.mkdir_p(&mount.beneath).map(|_| root))
+                    .and_then(|root| root.subroot(mount.beneath.as_str()));
+                if let Err(source) = made {
+                    return Err(ProvisionerError::ExtraMountSource {
+                        target: mount.target.clone(),
+                        source,
+                    });
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// The backend and image a claim binds: what the request names, else what the live

@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use warren_core::{LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{ExtraMount, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
 /// A workdir created for a uid.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -45,6 +45,9 @@ pub struct NewSandbox {
     pub ephemeral: bool,
     /// What the runtime looks like from inside (I7); part of the binding.
     pub layout: LayoutName,
+    /// Operator-allowed host directories shown beside the layout's mounts; part of the
+    /// binding like the layout.
+    pub extra_mounts: Vec<ExtraMount>,
     /// A runtime snapshot the new generation starts from (I30); not part of the binding,
     /// and ignored when the claim joins a live generation.
     pub seed_snapshot: Option<String>,
@@ -69,6 +72,7 @@ impl NewSandbox {
             inherit_env: true,
             ephemeral: false,
             layout: LayoutName::Ars,
+            extra_mounts: Vec::new(),
             seed_snapshot: None,
         }
     }
@@ -93,6 +97,8 @@ pub enum SandboxClaim {
     BackendConflict(SandboxRecord),
     /// A live generation has another layout and cannot change its view (I16).
     LayoutConflict(SandboxRecord),
+    /// A live generation shows other extra mounts and cannot change its view (I16).
+    ExtraMountsConflict(SandboxRecord),
 }
 
 impl SandboxClaim {
@@ -110,6 +116,8 @@ impl SandboxClaim {
             Self::BackendConflict(record)
         } else if record.layout != new.layout {
             Self::LayoutConflict(record)
+        } else if record.extra_mounts != new.extra_mounts {
+            Self::ExtraMountsConflict(record)
         } else {
             Self::Existing(record)
         }
@@ -126,7 +134,8 @@ impl SandboxClaim {
             | Self::NetworkConflict(record)
             | Self::EnvPolicyConflict(record)
             | Self::BackendConflict(record)
-            | Self::LayoutConflict(record) => record,
+            | Self::LayoutConflict(record)
+            | Self::ExtraMountsConflict(record) => record,
         }
     }
 
@@ -139,7 +148,8 @@ impl SandboxClaim {
             | Self::NetworkConflict(record)
             | Self::EnvPolicyConflict(record)
             | Self::BackendConflict(record)
-            | Self::LayoutConflict(record) => record,
+            | Self::LayoutConflict(record)
+            | Self::ExtraMountsConflict(record) => record,
         }
     }
 }
@@ -167,6 +177,8 @@ pub struct SandboxRecord {
     pub ephemeral: bool,
     /// What the current generation's runtime looks like from inside (I7).
     pub layout: LayoutName,
+    /// The current generation's extra mounts, in the order they are mounted.
+    pub extra_mounts: Vec<ExtraMount>,
     /// The runtime snapshot the current generation was created from, if any.
     pub seed_snapshot: Option<String>,
     /// Where the current generation is in its life.

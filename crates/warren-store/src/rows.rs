@@ -77,6 +77,20 @@ where
 }
 
 /// A stored time that cannot be out of range (one this process wrote just now).
+/// A value of a JSON text column (a sandbox's network policy, its extra mounts), as both
+/// stores write it.
+pub(crate) fn json_column(
+    table: &'static str,
+    column: &'static str,
+    value: &impl serde::Serialize,
+) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt {
+        table,
+        column,
+        detail: e.to_string(),
+    })
+}
+
 pub(crate) fn millis_to_time(millis: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(millis).unwrap_or_default()
 }
@@ -116,6 +130,9 @@ macro_rules! row_decoders {
                 ephemeral: columns.get("ephemeral")?,
                 layout: columns.parse("layout", |name: String| {
                     warren_core::LayoutName::parse(&name)
+                })?,
+                extra_mounts: columns.parse("extra_mounts", |json: String| {
+                    serde_json::from_str::<Vec<warren_core::ExtraMount>>(&json)
                 })?,
                 seed_snapshot: columns.get("seed_snapshot")?,
                 state: columns.parse("state", |state| state.parse::<SandboxState>())?,

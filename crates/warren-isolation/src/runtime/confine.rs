@@ -20,28 +20,28 @@ use landlock::{
 /// rest); the layout's writable persistent mounts are added to it ([`writable`]).
 pub(crate) const WRITABLE: &[&str] = &["/home/gem", "/tmp", "/dev", "/usr/local", "/opt"];
 
-/// Everything the sandbox user may write to in a runtime of `layout`: [`WRITABLE`], the
-/// layout's home, and its writable persistent mounts (`/mnt/user-data` for DeerFlow's);
-/// its read-only mounts and the rest of the root stay read-only for Landlock too.
-pub(crate) fn writable(layout: &warren_core::Layout) -> Vec<&'static str> {
-    let mut paths = WRITABLE.to_vec();
-    let extra = std::iter::once(layout.home).chain(
-        layout
-            .mounts
-            .iter()
-            .filter(|m| m.writable)
-            .map(|m| m.target),
-    );
-    for path in extra {
+/// Everything the sandbox user may write to in a runtime of `layout` with `extra` mounts:
+/// [`WRITABLE`], the layout's home, and the view's writable persistent mounts
+/// (`/mnt/user-data` for DeerFlow's, a writable extra mount); read-only mounts and the
+/// rest of the root stay read-only for Landlock too.
+pub(crate) fn writable(
+    layout: &'static warren_core::Layout,
+    extra: &[warren_core::ExtraMount],
+) -> Vec<String> {
+    let mut paths: Vec<String> = WRITABLE.iter().map(|p| (*p).to_owned()).collect();
+    let view = warren_core::view_mounts(layout, extra);
+    let more =
+        std::iter::once(layout.home).chain(view.iter().filter(|m| m.writable).map(|m| m.target));
+    for path in more {
         // A path beneath one already listed (the ARS workspace in /home/gem) adds nothing.
         let covered = paths.iter().any(|p| {
-            path == *p
+            path == p
                 || path
-                    .strip_prefix(*p)
+                    .strip_prefix(p.as_str())
                     .is_some_and(|rest| rest.starts_with('/'))
         });
         if !covered {
-            paths.push(path);
+            paths.push(path.to_owned());
         }
     }
     paths.sort_unstable();
@@ -53,7 +53,7 @@ pub(crate) fn writable(layout: &warren_core::Layout) -> Vec<&'static str> {
 /// without Landlock keeps the mount layout as the boundary, which `warren doctor` and
 /// /health report).
 pub(crate) fn confine<'a>(
-    writable: &[&str],
+    writable: &[String],
     cgroup_dirs: impl Iterator<Item = BorrowedFd<'a>>,
 ) -> Result<bool, landlock::RulesetError> {
     let abi = ABI::V5;
@@ -81,9 +81,9 @@ mod tests {
 
     #[test]
     fn landlock_lets_each_layout_write_to_its_writable_mounts_and_nothing_more() {
-        let ars = writable(LayoutName::Ars.layout());
+        let ars = writable(LayoutName::Ars.layout(), &[]);
         assert_eq!(ars, ["/dev", "/home/gem", "/opt", "/tmp", "/usr/local"]);
-        let deerflow = writable(LayoutName::Deerflow.layout());
+        let deerflow = writable(LayoutName::Deerflow.layout(), &[]);
         assert_eq!(
             deerflow,
             [
@@ -96,5 +96,25 @@ mod tests {
             ]
         );
         assert!(!deerflow.iter().any(|p| p.starts_with("/mnt/skills")));
+    }
+
+    #[test]
+    fn landlock_lets_a_writable_extra_mount_be_written_and_a_read_only_one_not() {
+        let layout = LayoutName::Deerflow.layout();
+        let extra = |target: &str, writable| {
+            warren_core::ExtraMount::new(target, "/srv/df".into(), "x", writable, layout).unwrap()
+        };
+        let paths = writable(
+            layout,
+            &[
+                extra("/mnt/scratch", true),
+                extra("/mnt/acp-workspace", false),
+            ],
+        );
+        assert!(paths.iter().any(|p| p == "/mnt/scratch"), "{paths:?}");
+        assert!(
+            !paths.iter().any(|p| p == "/mnt/acp-workspace"),
+            "{paths:?}"
+        );
     }
 }

@@ -272,7 +272,8 @@ impl Init {
             None
         };
         let cgroup_dirs = cgroup.iter().flat_map(SandboxCgroup::directories);
-        let writable = crate::runtime::confine::writable(config.layout.layout());
+        let writable =
+            crate::runtime::confine::writable(config.layout.layout(), &config.extra_mounts);
         crate::runtime::confine::confine(&writable, cgroup_dirs).map_err(|e| SetupError {
             stage: "apply Landlock",
             source: std::io::Error::other(e.to_string()),

@@ -361,38 +361,41 @@ fn refuse_symlink(root: &Path, relative: &str) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// One of the layout's persistent mounts, its source open.
+/// One persistent mount of the runtime's view, its source open.
 struct OpenMount {
-    /// Where it goes inside the runtime (one of the layout's targets).
-    target: &'static str,
+    /// Where it goes inside the runtime (one of the view's targets).
+    target: String,
     /// The directory it shows, opened by descriptor.
     source: OwnedFd,
     writable: bool,
 }
 
 /// Opens the source of every persistent mount the config lists, each checked against the
-/// runtime's layout (a target the layout does not have is refused; whether it is writable
-/// is the layout's word). `beneath` is opened from the tree's descriptor with no symlink
-/// followed, no `..` and no mount crossed ([`warren_backend::HostMount::open`]): a workdir
-/// whose component a sandbox of the same uid swapped for a link to `/` or to another
-/// uid's tree fails here, before anything is mounted (I2).
+/// runtime's view (its layout and extra mounts, [`warren_core::view_mounts`]): a target
+/// the view does not have is refused, and whether it is writable is the view's word.
+/// `beneath` is opened from the tree's descriptor with no symlink followed, no `..` and
+/// no mount crossed ([`warren_backend::HostMount::open`]): a workdir whose component a
+/// sandbox of the same uid swapped for a link to `/` or to another uid's tree, or an
+/// extra mount's source someone replaced with a link, fails here, before anything is
+/// mounted (I2).
 fn open_mounts(config: &RuntimeConfig) -> Result<Vec<OpenMount>, SetupError> {
     let layout = config.layout.layout();
+    let view = warren_core::view_mounts(layout, &config.extra_mounts);
     config
         .mounts
         .iter()
         .map(|mount| {
-            let Some(expected) = layout.mounts.iter().find(|m| m.target == mount.target) else {
+            let Some(expected) = view.iter().find(|m| m.target == mount.target) else {
                 return Err(SetupError {
                     stage: "check the persistent mounts",
                     source: io::Error::other(format!(
-                        "{} is not a mount of the {} layout",
+                        "{} is not a mount of this runtime's view ({} layout)",
                         mount.target, layout.name
                     )),
                 });
             };
             let host = warren_backend::HostMount {
-                target: expected.target,
+                target: expected.target.to_owned(),
                 source: expected.source,
                 tree: mount.tree.clone(),
                 beneath: mount.beneath.clone(),
@@ -405,7 +408,7 @@ fn open_mounts(config: &RuntimeConfig) -> Result<Vec<OpenMount>, SetupError> {
                 source: io::Error::other(format!("for {}: {error}", expected.target)),
             })?;
             Ok(OpenMount {
-                target: expected.target,
+                target: expected.target.to_owned(),
                 source,
                 writable: expected.writable,
             })
@@ -459,7 +462,7 @@ fn home(config: &RuntimeConfig, root: &Path, mounts: &[OpenMount]) -> Result<(),
         )?;
     }
     for mount in mounts {
-        let target = mount_point(root, mount.target)?;
+        let target = mount_point(root, &mount.target)?;
         step(
             "bind a persistent mount",
             bind_fd(&mount.source, &target, !mount.writable),

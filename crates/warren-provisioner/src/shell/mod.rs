@@ -564,7 +564,7 @@ impl Provisioner {
         let mut record = self.start_runtime(sandbox).await?;
         let cwd = match &request.exec_dir {
             Some(dir) => self.exec_cwd(&record, dir).await?,
-            None => VirtualPath::parse(".", record.layout.layout(), &record.workdir)?,
+            None => VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?,
         }
         .to_string();
         // The shell gets the uid's agent environment, as every command does (I14).

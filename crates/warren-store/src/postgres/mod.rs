@@ -48,7 +48,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The columns of a sandbox row.
 const SANDBOX_COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend, state, \
      generation, created_at, last_active_at, updated_at, inherit_env, ephemeral, \
-     seed_snapshot, image, layout";
+     seed_snapshot, image, layout, extra_mounts";
 
 /// The columns of a run row.
 const RUN_COLUMNS: &str = "id, sandbox_id, generation, command, cwd, requested_by, status, \
@@ -244,11 +244,9 @@ impl StateStore for PostgresStore {
                 scope: new.runtime_scope.clone(),
             });
         }
-        let network = serde_json::to_string(&new.network).map_err(|e| StoreError::Corrupt {
-            table: "sandboxes",
-            column: "network",
-            detail: e.to_string(),
-        })?;
+        let network = crate::rows::json_column("sandboxes", "network", &new.network)?;
+        let extra_mounts =
+            crate::rows::json_column("sandboxes", "extra_mounts", &new.extra_mounts)?;
         let now = now_millis();
         let mut tx = self
             .pool
@@ -260,8 +258,8 @@ impl StateStore for PostgresStore {
         let inserted = sqlx::query(&format!(
             "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
              generation, created_at, last_active_at, updated_at, network, inherit_env, \
-             ephemeral, seed_snapshot, image, layout) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13) \
+             ephemeral, seed_snapshot, image, layout, extra_mounts) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (id) DO NOTHING RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
@@ -277,6 +275,7 @@ impl StateStore for PostgresStore {
         .bind(&new.seed_snapshot)
         .bind(&new.image)
         .bind(new.layout.as_str())
+        .bind(&extra_mounts)
         .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;
@@ -303,7 +302,7 @@ impl StateStore for PostgresStore {
             "UPDATE sandboxes SET workdir = $2, backend = $3, state = $4, \
              generation = generation + 1, created_at = $5, last_active_at = $5, \
              updated_at = $5, network = $6, inherit_env = $7, ephemeral = $8, \
-             seed_snapshot = $9, image = $10, layout = $11 WHERE id = $1 \
+             seed_snapshot = $9, image = $10, layout = $11, extra_mounts = $12 WHERE id = $1 \
              RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
@@ -317,6 +316,7 @@ impl StateStore for PostgresStore {
         .bind(&new.seed_snapshot)
         .bind(&new.image)
         .bind(new.layout.as_str())
+        .bind(&extra_mounts)
         .fetch_one(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;

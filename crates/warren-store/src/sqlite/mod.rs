@@ -44,7 +44,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 macro_rules! sandbox_columns {
     () => {
         "id, uid, runtime_scope, workdir, network, backend, state, generation, created_at, \
-         last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot, image, layout"
+         last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot, image, layout, \
+         extra_mounts"
     };
 }
 
@@ -384,11 +385,9 @@ impl StateStore for SqliteStore {
         let current = current.as_ref().map(sandbox_from_row).transpose()?;
 
         let now = now_millis();
-        let network = serde_json::to_string(&new.network).map_err(|e| StoreError::Corrupt {
-            table: "sandboxes",
-            column: "network",
-            detail: e.to_string(),
-        })?;
+        let network = crate::rows::json_column("sandboxes", "network", &new.network)?;
+        let extra_mounts =
+            crate::rows::json_column("sandboxes", "extra_mounts", &new.extra_mounts)?;
         let row = match current {
             Some(record) if record.state != SandboxState::Terminated => {
                 // Nothing to write; ending the transaction now releases the write lock
@@ -401,7 +400,7 @@ impl StateStore for SqliteStore {
                     "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
                      generation = generation + 1, created_at = ?5, last_active_at = ?5, \
                      updated_at = ?5, network = ?6, inherit_env = ?7, ephemeral = ?8, \
-                     seed_snapshot = ?9, image = ?10, layout = ?11 WHERE id = ?1 RETURNING ",
+                     seed_snapshot = ?9, image = ?10, layout = ?11, extra_mounts = ?12 WHERE id = ?1 RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -415,6 +414,7 @@ impl StateStore for SqliteStore {
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
                 .bind(new.layout.as_str())
+.bind(&extra_mounts)
                 .fetch_one(&mut *tx)
                 .await
             }
@@ -422,8 +422,8 @@ impl StateStore for SqliteStore {
                 sqlx::query(concat!(
                     "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
                      generation, created_at, last_active_at, updated_at, network, inherit_env, \
-                     ephemeral, seed_snapshot, image, layout) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+                     ephemeral, seed_snapshot, image, layout, extra_mounts) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
                      RETURNING ",
                     sandbox_columns!()
                 ))
@@ -440,6 +440,7 @@ impl StateStore for SqliteStore {
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
                 .bind(new.layout.as_str())
+.bind(&extra_mounts)
                 .fetch_one(&mut *tx)
                 .await
             }

@@ -154,6 +154,56 @@ pub async fn claiming_a_live_sandbox_under_another_env_policy_is_a_conflict(back
     assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(reclaimed));
 }
 
+pub async fn extra_mounts_are_stored_in_order_and_a_live_sandbox_keeps_them(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let layout = warren_core::Layout::DEERFLOW;
+    let mount = |target: &str, beneath: &str, writable| {
+        warren_core::ExtraMount::new(target, "/srv/df".into(), beneath, writable, &layout).unwrap()
+    };
+    let mut new = claim("alice", "thread-1", "threads/t1/user-data");
+    new.layout = LayoutName::Deerflow;
+    new.extra_mounts = vec![
+        mount("/mnt/scratch", "s/t1", true),
+        mount("/mnt/acp-workspace", "threads/t1/acp-workspace", false),
+    ];
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert_eq!(
+        created.extra_mounts, new.extra_mounts,
+        "kept in their order"
+    );
+    assert_eq!(
+        store.get_sandbox(&new.id).await.unwrap(),
+        Some(created.clone())
+    );
+    match store.claim_sandbox(&new).await.unwrap() {
+        SandboxClaim::Existing(record) => assert_eq!(record, created),
+        answer => panic!("the same mounts join, got {answer:?}"),
+    }
+    let mut reordered = new.clone();
+    reordered.extra_mounts.reverse();
+    let mut fewer = new.clone();
+    fewer.extra_mounts.pop();
+    for other in [reordered, fewer] {
+        match store.claim_sandbox(&other).await.unwrap() {
+            SandboxClaim::ExtraMountsConflict(record) => assert_eq!(record, created),
+            answer => panic!("expected an extra-mounts conflict, got {answer:?}"),
+        }
+    }
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap();
+    let mut none = new.clone();
+    none.extra_mounts.clear();
+    let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&none).await.unwrap() else {
+        panic!("a terminated sandbox is claimed anew");
+    };
+    assert!(
+        reclaimed.extra_mounts.is_empty(),
+        "a new generation takes its own"
+    );
+}
+
 pub async fn a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_another(
     backend: &dyn Backend,
 ) {

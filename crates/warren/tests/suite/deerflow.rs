@@ -408,7 +408,7 @@ async fn bad_ids_and_bodies_are_refused_with_400_never_422() {
 }
 
 #[tokio::test]
-async fn extra_mounts_are_refused_unless_the_operator_allowed_them_and_then_as_unsupported() {
+async fn extra_mounts_are_refused_unless_the_operator_allowed_them_and_their_source_is_no_link() {
     let roots = tempfile::tempdir().unwrap();
     let allowed_root = roots.path().join("deer-flow");
     let deerflow = Deerflow::start(
@@ -472,15 +472,14 @@ async fn extra_mounts_are_refused_unless_the_operator_allowed_them_and_then_as_u
             "duplicate",
         ),
         (
-            "allowed mounts, which this warren cannot mount yet",
-            vec![
-                mount(host("users/alice/acp"), "/mnt/acp-workspace"),
-                mount(host("users/alice/int"), "/mnt/skills/integrations"),
-            ],
-            "extra_mounts_unsupported",
-            "cannot mount them yet",
+            "a host path beneath a link under the root",
+            vec![mount(host("linked/acp"), "/mnt/acp-workspace")],
+            "extra_mount_unusable",
+            "symlinks are not followed",
         ),
     ];
+    std::fs::create_dir_all(&allowed_root).unwrap();
+    symlink("/etc", allowed_root.join("linked")).unwrap();
     for (what, mounts, code, words) in cases {
         let (status, body) = deerflow
             .send(deerflow.create_request("alice", "thread-1", json!({"extra_mounts": mounts})))
@@ -516,6 +515,116 @@ async fn extra_mounts_are_refused_unless_the_operator_allowed_them_and_then_as_u
             .contains("none are allowed now"),
         "{body}"
     );
+}
+
+/// Allowed extra mounts are mounted (issue 16): DeerFlow's `/mnt/acp-workspace` read-only,
+/// a writable one, and `/mnt/skills/custom` taking the place of the uid's own skills; the
+/// shell and the AIO file API both see them, through the same no-follow resolution as the
+/// layout's mounts, and a live sandbox never changes them.
+#[tokio::test]
+async fn allowed_extra_mounts_are_mounted_and_served_by_the_aio_file_api_with_no_link_followed() {
+    let roots = tempfile::tempdir().unwrap();
+    let root = roots.path().join("deer-flow");
+    let acp = root.join("threads/thread-1/acp-workspace");
+    std::fs::create_dir_all(&acp).unwrap();
+    std::fs::create_dir_all(root.join("skills/alice/mine")).unwrap();
+    std::fs::write(acp.join("result.md"), "from the ACP agent\n").unwrap();
+    std::fs::write(root.join("skills/alice/mine/SKILL.md"), "custom skill\n").unwrap();
+    symlink("/etc/passwd", acp.join("leak")).unwrap();
+    let deerflow = Deerflow::start(
+        "local",
+        &format!(
+            "extra_mount_paths = [\"/mnt/acp-workspace\", \"/mnt/scratch\", \"/mnt/skills/custom\"]\n\
+             extra_mount_roots = [\"{}\"]\n",
+            root.display()
+        ),
+    );
+    let mounts = json!([
+        {"host_path": acp.display().to_string(), "container_path": "/mnt/acp-workspace", "read_only": true},
+        // Not there yet: made beneath the operator's directory, as DirectoryOrCreate would.
+        {"host_path": root.join("scratch/thread-1").display().to_string(), "container_path": "/mnt/scratch", "read_only": false},
+        {"host_path": root.join("skills/alice").display().to_string(), "container_path": "/mnt/skills/custom", "read_only": true},
+    ]);
+    let (status, created) = deerflow
+        .send(deerflow.create_request("alice", "thread-1", json!({"extra_mounts": mounts})))
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let url = url_of(&created);
+
+    let (status, shell) = deerflow
+        .aio(
+            &url,
+            "/v1/shell/exec",
+            json!({"command": "cat /mnt/acp-workspace/result.md; ls /mnt/skills/custom; \
+                   echo new > /mnt/scratch/made.txt && echo wrote; \
+                   touch /mnt/acp-workspace/x 2>/dev/null || echo read-only"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{shell}");
+    assert_eq!(
+        shell["data"]["output"].as_str().unwrap().trim_end(),
+        "from the ACP agent\nmine\nwrote\nread-only",
+        "{shell}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("scratch/thread-1/made.txt")).unwrap(),
+        "new\n"
+    );
+
+    // The AIO file API: reads under every extra mount, writes only where writable.
+    let read = |file: &str| deerflow.aio(&url, "/v1/file/read", json!({"file": file}));
+    let (status, body) = read("/mnt/acp-workspace/result.md").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["content"], "from the ACP agent\n", "{body}");
+    let (status, body) = read("/mnt/skills/custom/mine/SKILL.md").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["content"], "custom skill\n", "{body}");
+    let write = |file: &str| {
+        deerflow.aio(
+            &url,
+            "/v1/file/write",
+            json!({"file": file, "content": "via the API\n"}),
+        )
+    };
+    let (status, body) = write("/mnt/scratch/api.txt").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("scratch/thread-1/api.txt")).unwrap(),
+        "via the API\n"
+    );
+    for refused in ["/mnt/acp-workspace/y.txt", "/mnt/skills/custom/y.txt"] {
+        let (status, body) = write(refused).await;
+        assert_ne!(status, 200, "{refused}: {body}");
+        assert_eq!(body["success"], false, "{refused}: {body}");
+    }
+    assert!(!acp.join("y.txt").exists());
+    // A link inside an extra mount, and `..` out of it, expose nothing of the host.
+    for attack in [
+        "/mnt/acp-workspace/leak",
+        "/mnt/acp-workspace/../user-data/x",
+        "/mnt/acp-workspacex/result.md",
+    ] {
+        let (status, body) = read(attack).await;
+        assert_ne!(status, 200, "{attack}: {body}");
+        let text = body.to_string();
+        assert!(!text.contains("root:"), "{attack}: host bytes: {text}");
+        assert!(
+            !text.contains(&roots.path().display().to_string()),
+            "{attack}: a host path: {text}"
+        );
+    }
+
+    // Created again as DeerFlow retries: the same sandbox. With other mounts: refused, the
+    // live runtime keeps its view (I16).
+    let (status, again) = deerflow
+        .send(deerflow.create_request("alice", "thread-1", json!({"extra_mounts": mounts})))
+        .await;
+    assert_eq!((status, url_of(&again)), (200, url.clone()), "{again}");
+    let (status, other) = deerflow
+        .send(deerflow.create_request("alice", "thread-1", json!({"extra_mounts": []})))
+        .await;
+    assert_eq!(status, 409, "{other}");
+    assert_eq!(other["error"]["code"], "extra_mounts_conflict", "{other}");
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 use warren_backend::{Backend, BackendKind, ExecRequest, RuntimeSpec};
-use warren_core::{LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{ExtraMount, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 use warren_test_support::TestServer;
 
 use super::bin;
@@ -31,6 +31,7 @@ conformance_suite!(
     the_backend_itself_refuses_a_workdir_a_link_leads_out_of_the_workspace,
     a_reaped_deerflow_runtime_resumes_its_home_from_a_snapshot_beside_its_workdir,
     a_deerflow_runtime_is_adopted_after_a_restart_and_never_taken_for_another_layout,
+    extra_mounts_show_the_operator_directories_as_asked_and_a_link_beneath_the_operator_root_is_refused,
 );
 
 const THREAD: &str = "threads/t1/user-data";
@@ -508,6 +509,41 @@ async fn run(backend: &dyn Backend, sandbox: &SandboxId, command: &str) -> Strin
     )
 }
 
+/// The sandbox of (alice, t) and its DeerFlow-layout runtime spec on `host` over these
+/// trees, by generation.
+fn deerflow_spec(
+    host: Host,
+    workspace: &Path,
+    projection: &Path,
+    extra_mounts: Vec<ExtraMount>,
+) -> (SandboxId, impl Fn(i64) -> RuntimeSpec) {
+    let uid = Uid::new("alice").unwrap();
+    let runtime_scope = RuntimeScope::new("t").unwrap();
+    let sandbox = SandboxId::derive(&uid, &runtime_scope);
+    let (workspace, projection) = (workspace.to_owned(), projection.to_owned());
+    let id = sandbox.clone();
+    let spec = move |generation| RuntimeSpec {
+        sandbox: id.clone(),
+        backend: match host {
+            Host::Local => BackendKind::Local,
+            Host::Docker => BackendKind::Docker,
+        },
+        image: (host == Host::Docker).then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
+        generation,
+        uid: uid.clone(),
+        runtime_scope: runtime_scope.clone(),
+        workdir: Workdir::new(THREAD).unwrap(),
+        layout: LayoutName::Deerflow,
+        extra_mounts: extra_mounts.clone(),
+        user_workspace: workspace.clone(),
+        skill_projection: projection.clone(),
+        env: BTreeMap::new(),
+        network: NetworkPolicy::None,
+        seed: None,
+    };
+    (sandbox, spec)
+}
+
 /// Seconds since the epoch, as Docker's `--since` takes them.
 fn now() -> f64 {
     std::time::SystemTime::now()
@@ -540,27 +576,7 @@ async fn the_backend_itself_refuses_a_workdir_a_link_leads_out_of_the_workspace(
     }
     std::fs::write(workspace.join(THREAD).join("mine"), "mine\n").unwrap();
     std::fs::write(outside.join("t1/user-data/host-secret"), "host\n").unwrap();
-    let uid = Uid::new("alice").unwrap();
-    let runtime_scope = RuntimeScope::new("t").unwrap();
-    let sandbox = SandboxId::derive(&uid, &runtime_scope);
-    let spec = |generation| RuntimeSpec {
-        sandbox: sandbox.clone(),
-        backend: match host {
-            Host::Local => BackendKind::Local,
-            Host::Docker => BackendKind::Docker,
-        },
-        image: (host == Host::Docker).then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
-        generation,
-        uid: uid.clone(),
-        runtime_scope: runtime_scope.clone(),
-        workdir: Workdir::new(THREAD).unwrap(),
-        layout: LayoutName::Deerflow,
-        user_workspace: workspace.clone(),
-        skill_projection: projection.clone(),
-        env: BTreeMap::new(),
-        network: NetworkPolicy::None,
-        seed: None,
-    };
+    let (sandbox, spec) = deerflow_spec(host, &workspace, &projection, Vec::new());
     let nothing_left = |what: &str| {
         let mut found = Vec::new();
         if data
@@ -695,6 +711,121 @@ async fn the_backend_itself_refuses_a_workdir_a_link_leads_out_of_the_workspace(
     );
     nothing_left("after the third refusal");
     no_container_since(since, "personal skills a link");
+}
+
+/// Extra mounts (DeerFlow's `extra_mounts`, issue 16) on each backend: read-only and
+/// writable ones where they were asked for, one taking the place of the layout's
+/// `/mnt/skills/custom`, reported by discovery so adoption requires exactly them; and a
+/// source someone swapped for a link beneath the operator's directory refused before
+/// anything is mounted (I2).
+async fn extra_mounts_show_the_operator_directories_as_asked_and_a_link_beneath_the_operator_root_is_refused(
+    host: Host,
+) {
+    let data = tempfile::tempdir().unwrap();
+    let _cleanup = BackendLeftovers(data.path().to_owned());
+    let backend = backend(host, data.path()).await;
+    let workspace = data.path().join("workspace");
+    let projection = data.path().join("projection");
+    let operator = data.path().join("operator");
+    let outside = data.path().join("outside");
+    for dir in [
+        workspace.join(THREAD),
+        workspace.join("agents/skills/own"),
+        projection.join("pdf"),
+        operator.join("threads/t1/acp-workspace"),
+        operator.join("scratch/t1"),
+        operator.join("skills/alice/mine"),
+        outside.join("acp-workspace"),
+    ] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(
+        operator.join("threads/t1/acp-workspace/result.md"),
+        "from acp\n",
+    )
+    .unwrap();
+    std::fs::write(outside.join("acp-workspace/result.md"), "host secret\n").unwrap();
+    // A writable mount is writable for the sandbox user where the directory lets it (the
+    // provisioner makes missing sources owned by 1000:1000; this one the operator made).
+    std::os::unix::fs::chown(operator.join("scratch/t1"), Some(1000), Some(1000)).unwrap();
+    let layout = LayoutName::Deerflow.layout();
+    let extra = |target, beneath, writable| {
+        ExtraMount::new(target, operator.clone(), beneath, writable, layout).unwrap()
+    };
+    let extra_mounts = vec![
+        extra("/mnt/acp-workspace", "threads/t1/acp-workspace", false),
+        extra("/mnt/scratch", "scratch/t1", true),
+        extra("/mnt/skills/custom", "skills/alice", false),
+    ];
+    let (sandbox, spec) = deerflow_spec(host, &workspace, &projection, extra_mounts.clone());
+    backend
+        .create(&spec(1))
+        .await
+        .expect("a runtime with extra mounts starts");
+    let seen = run(
+        &*backend,
+        &sandbox,
+        "cat /mnt/acp-workspace/result.md; ls /mnt/skills/custom; ls /mnt/skills/public; \
+         echo w > /mnt/scratch/new.txt && echo wrote; \
+         touch /mnt/acp-workspace/x 2>/dev/null || echo acp read-only; \
+         touch /mnt/skills/custom/x 2>/dev/null || echo custom read-only; \
+         stat -c %u:%g /mnt/scratch/new.txt",
+    )
+    .await;
+    assert_eq!(
+        seen, "from acp\nmine\npdf\nwrote\nacp read-only\ncustom read-only\n1000:1000\n",
+        "{host:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(operator.join("scratch/t1/new.txt")).unwrap(),
+        "w\n",
+        "{host:?}: the writable extra mount is the operator's directory"
+    );
+    // Discovery reports the extra mounts: the provisioner adopts a runtime only when they
+    // are exactly the sandbox's.
+    let found = backend.discover().await.expect("discover");
+    let runtime = found
+        .iter()
+        .find(|runtime| runtime.spec.sandbox == sandbox)
+        .expect("the runtime is discovered");
+    assert_eq!(runtime.spec.extra_mounts, extra_mounts, "{host:?}");
+    backend.destroy(&sandbox).await.expect("destroy");
+
+    // The acp-workspace swapped for a link to a look-alike outside the operator's tree:
+    // the next start is refused, naming the target, with no host path in the message.
+    let acp = operator.join("threads/t1/acp-workspace");
+    std::fs::rename(&acp, operator.join("threads/t1/acp-real")).unwrap();
+    std::os::unix::fs::symlink(outside.join("acp-workspace"), &acp).unwrap();
+    let error = backend
+        .create(&spec(2))
+        .await
+        .expect_err("an extra mount behind a link must be refused");
+    let text = chain(error);
+    assert!(
+        text.contains("/mnt/acp-workspace") && text.contains("symlinks are not followed"),
+        "{host:?}: a clear refusal: {text}"
+    );
+    assert!(
+        !text.contains(&data.path().to_string_lossy().into_owned()),
+        "{host:?}: a host path in the refusal (I1): {text}"
+    );
+    // A link higher up (the thread directory itself) is refused the same way.
+    std::fs::remove_file(&acp).unwrap();
+    std::fs::rename(operator.join("threads/t1/acp-real"), &acp).unwrap();
+    std::fs::rename(
+        operator.join("threads/t1"),
+        operator.join("threads/t1-real"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&outside, operator.join("threads/t1")).unwrap();
+    let error = backend
+        .create(&spec(3))
+        .await
+        .expect_err("a link in any component must be refused");
+    assert!(
+        chain(error).contains("symlinks are not followed"),
+        "{host:?}"
+    );
 }
 
 /// On an image root (an overlay, not the host profile's tmpfs) the mount points outside
