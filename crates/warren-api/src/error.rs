@@ -124,6 +124,7 @@ impl From<ProvisionerError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "extra_mounts_conflict", message)
             }
             P::ExtraMountSource { .. } => Self::bad_request("extra_mount_unusable", message),
+            P::InvalidNode(_) => Self::bad_request("invalid_node", message),
             P::BackendUnavailable { .. } => Self::bad_request("backend_unavailable", message),
             P::InvalidImage { .. } => Self::bad_request("invalid_image", message),
             P::NotInOutputs { .. } => Self::bad_request("not_in_outputs", message),

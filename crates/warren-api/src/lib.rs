@@ -12,6 +12,7 @@
 mod artifacts;
 mod auth;
 mod checkpoints;
+mod cluster;
 mod contract;
 mod env;
 mod error;
@@ -184,6 +185,7 @@ pub fn app(state: ApiState) -> Router {
         .route("/sandboxes/{id}/files/grep", post(files::grep))
         .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
         .route("/sandboxes/{id}/files/move", post(files::rename))
+        .route("/cluster", get(cluster::get))
         .route("/openapi.json", get(openapi::serve))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

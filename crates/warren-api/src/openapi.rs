@@ -10,6 +10,7 @@ use utoipa::{Modify, OpenApi};
     paths(
         crate::health,
         crate::metrics,
+        crate::cluster::get,
         crate::workdirs::create,
         crate::workdirs::list,
         crate::usage::get,

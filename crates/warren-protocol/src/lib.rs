@@ -478,6 +478,48 @@ pub struct GuardInfo {
     pub expires_at: String,
 }
 
+/// The cluster as the state store records it (issue 14): every node that registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterInfo {
+    /// The node that answered.
+    pub node_id: String,
+    /// Every node that ever registered, by id.
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterNode {
+    /// Its `--node-id`.
+    pub node_id: String,
+    /// The internal URL other replicas reach it at.
+    pub advertise: String,
+    /// Grows at every registration of this id; an older epoch can no longer act.
+    pub epoch: i64,
+    /// Its lease, by the state store's clock.
+    pub state: ClusterNodeState,
+    /// When this epoch registered (RFC 3339).
+    pub registered_at: String,
+    /// When the lease was last renewed (RFC 3339).
+    pub renewed_at: String,
+    /// When the lease lapses unless renewed (RFC 3339).
+    pub expires_at: String,
+    /// When it left cleanly (RFC 3339), if it did.
+    pub left_at: Option<String>,
+}
+
+/// Where a node's lease is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterNodeState {
+    /// Renewed within its TTL.
+    Live,
+    /// Not renewed within its TTL: dead, paused or cut off.
+    Lapsed,
+    /// Left cleanly when its server stopped.
+    Left,
+}
+
 /// One file system entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct FileEntry {

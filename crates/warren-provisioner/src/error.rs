@@ -99,6 +99,9 @@ pub enum ProvisionerError {
         /// The layout asked for.
         requested: warren_core::LayoutName,
     },
+    /// A cluster setting (node id, advertise URL, lease TTL) that cannot be used.
+    #[error("{0}")]
+    InvalidNode(String),
     /// The live sandbox of this identity shows other extra mounts (I16).
     #[error("sandbox {sandbox} of this uid and runtime scope runs with other extra mounts; a live runtime cannot change them (terminate it first)")]
     ExtraMountsConflict {

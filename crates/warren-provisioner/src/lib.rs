@@ -24,6 +24,7 @@ mod guard;
 mod init;
 mod kill;
 mod lifecycle;
+mod membership;
 mod metrics;
 mod quotas;
 mod recovery;
@@ -47,6 +48,7 @@ pub use files::{FileRead, Located, Written};
 pub use guard::{FencePermit, FenceToken, FENCE_HEADER, MAX_GUARD_HOLDER_BYTES, MAX_GUARD_TTL};
 pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
+pub use membership::NodeIdentity;
 pub use quotas::{
     volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,
     MIN_QUOTA_BYTES, MIN_QUOTA_INODES,
@@ -62,6 +64,7 @@ use warren_backend::{Backend, BackendKind};
 use warren_core::{DataLayout, SandboxId};
 pub use warren_snapshot::{GcStats, S3Config};
 use warren_store::StateStore;
+pub use warren_store::{NodeRecord, NodeState};
 
 /// Limits and defaults of one provisioner.
 #[derive(Debug, Clone)]
@@ -117,6 +120,8 @@ pub struct ProvisionerConfig {
     /// refused (I13). `None` only where no token exists (a provisioner embedded without a
     /// transport, as the library's own tests run it).
     pub token_finder: Option<warren_core::TokenFinder>,
+    /// This node's identity in the cluster (issue 14): one node, `local`, by default.
+    pub node: NodeIdentity,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -163,6 +168,11 @@ impl ProvisionerConfig {
             default_image: None,
             quotas: QuotaSettings::default(),
             token_finder: None,
+            node: NodeIdentity {
+                node_id: "local".to_owned(),
+                advertise: "http://127.0.0.1:7878".to_owned(),
+                ttl: Duration::from_secs(15),
+            },
         }
     }
 }
@@ -193,6 +203,8 @@ pub struct Provisioner {
     fence_gates: Arc<guard::FenceGates>,
     /// Persistent shell sessions, per sandbox (`shell.rs`).
     shells: shell::Registry,
+    /// This node's epoch in the cluster (`membership.rs`).
+    epoch: membership::Epoch,
 }
 
 impl Provisioner {
@@ -217,6 +229,7 @@ impl Provisioner {
             volume_lock: Arc::default(),
             fence_gates: Arc::default(),
             shells: shell::Registry::default(),
+            epoch: membership::Epoch::default(),
         }
     }
 

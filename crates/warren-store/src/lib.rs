@@ -10,6 +10,7 @@ mod aliases;
 mod error;
 mod guard;
 mod model;
+mod nodes;
 mod postgres;
 mod rows;
 mod sqlite;
@@ -21,6 +22,7 @@ pub use model::{
     NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, WorkdirRecord,
 };
+pub use nodes::{NodeRecord, NodeState};
 pub use postgres::{PostgresOptions, PostgresStore, ServerLock};
 pub use sqlite::SqliteStore;
 
@@ -372,6 +374,31 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Every alias of `namespace`, oldest first.
     async fn list_sandbox_aliases(&self, namespace: &str) -> Result<Vec<SandboxAlias>, StoreError>;
+
+    /// Registers `node_id` reachable at `advertise` with a lease of `ttl`: a new epoch,
+    /// larger than every earlier one of that id, which supersedes them (issue 14).
+    async fn register_node(
+        &self,
+        node_id: &str,
+        advertise: &str,
+        ttl: std::time::Duration,
+    ) -> Result<NodeRecord, StoreError>;
+
+    /// Renews the lease of `node_id` at `epoch` for `ttl` from now. `None` when that epoch
+    /// was superseded, left, or let its lease lapse: the node must register again.
+    async fn renew_node(
+        &self,
+        node_id: &str,
+        epoch: i64,
+        ttl: std::time::Duration,
+    ) -> Result<Option<NodeRecord>, StoreError>;
+
+    /// Ends the lease of `node_id` at `epoch` now (a node leaving cleanly); false when
+    /// that epoch was superseded or had left already.
+    async fn leave_node(&self, node_id: &str, epoch: i64) -> Result<bool, StoreError>;
+
+    /// Every node that ever registered, by id, with its state by the store's clock.
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
 }
 
 #[cfg(test)]

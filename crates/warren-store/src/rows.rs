@@ -221,6 +221,26 @@ macro_rules! row_decoders {
                 created_at: columns.time("created_at")?,
             })
         }
+
+        /// A node row read when the store's clock said `now` (unix milliseconds).
+        fn node_from_row(row: &$row, now: i64) -> Result<crate::NodeRecord, StoreError> {
+            let columns = Columns {
+                row,
+                table: "nodes",
+            };
+            let expires: i64 = columns.get("expires_at")?;
+            let left: Option<i64> = columns.get("left_at")?;
+            Ok(crate::NodeRecord {
+                node_id: columns.get("node_id")?,
+                advertise: columns.get("advertise")?,
+                epoch: columns.get("epoch")?,
+                registered_at: columns.time("registered_at")?,
+                renewed_at: columns.time("renewed_at")?,
+                expires_at: columns.time("expires_at")?,
+                left_at: columns.optional_time("left_at")?,
+                state: crate::NodeState::at(now, expires, left.is_some()),
+            })
+        }
     };
 }
 pub(crate) use row_decoders;

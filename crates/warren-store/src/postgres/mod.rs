@@ -17,6 +17,7 @@
 
 mod aliases;
 mod guard;
+mod nodes;
 mod server_lock;
 
 pub use server_lock::ServerLock;
@@ -1051,6 +1052,32 @@ impl StateStore for PostgresStore {
         namespace: &str,
     ) -> Result<Vec<crate::SandboxAlias>, StoreError> {
         aliases::list(&self.pool, namespace).await
+    }
+
+    async fn register_node(
+        &self,
+        node_id: &str,
+        advertise: &str,
+        ttl: Duration,
+    ) -> Result<crate::NodeRecord, StoreError> {
+        nodes::register(&self.pool, node_id, advertise, ttl).await
+    }
+
+    async fn renew_node(
+        &self,
+        node_id: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Option<crate::NodeRecord>, StoreError> {
+        nodes::renew(&self.pool, node_id, epoch, ttl).await
+    }
+
+    async fn leave_node(&self, node_id: &str, epoch: i64) -> Result<bool, StoreError> {
+        nodes::leave(&self.pool, node_id, epoch).await
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<crate::NodeRecord>, StoreError> {
+        nodes::list(&self.pool).await
     }
 }
 

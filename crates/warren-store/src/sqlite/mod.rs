@@ -24,6 +24,7 @@ use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Work
 
 mod aliases;
 mod guard;
+mod nodes;
 
 use crate::error::violation;
 use crate::rows::{millis_to_time, Columns};
@@ -1179,6 +1180,32 @@ impl StateStore for SqliteStore {
         namespace: &str,
     ) -> Result<Vec<crate::SandboxAlias>, StoreError> {
         aliases::list(&self.pool, namespace).await
+    }
+
+    async fn register_node(
+        &self,
+        node_id: &str,
+        advertise: &str,
+        ttl: Duration,
+    ) -> Result<crate::NodeRecord, StoreError> {
+        nodes::register(&self.pool, self.guard_now(), node_id, advertise, ttl).await
+    }
+
+    async fn renew_node(
+        &self,
+        node_id: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Option<crate::NodeRecord>, StoreError> {
+        nodes::renew(&self.pool, self.guard_now(), node_id, epoch, ttl).await
+    }
+
+    async fn leave_node(&self, node_id: &str, epoch: i64) -> Result<bool, StoreError> {
+        nodes::leave(&self.pool, self.guard_now(), node_id, epoch).await
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<crate::NodeRecord>, StoreError> {
+        nodes::list(&self.pool, self.guard_now()).await
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use warren_core::{AgentEnvVar, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
-    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewSandbox, RunOutcome,
-    RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
+    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewSandbox, NodeState,
+    RunOutcome, RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
 };
 
 use super::backends::Backend;
@@ -1362,4 +1362,143 @@ pub async fn an_alias_of_a_sandbox_never_claimed_is_refused(backend: &dyn Backen
         .await
         .unwrap()
         .is_empty());
+}
+
+pub async fn each_registration_of_a_node_takes_a_new_epoch_that_supersedes_the_old(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let ttl = Duration::from_secs(30);
+    let first = store
+        .register_node("node-a", "http://10.0.0.1:7878", ttl)
+        .await
+        .unwrap();
+    assert_eq!((first.epoch, first.state), (1, NodeState::Live));
+    assert_eq!(first.advertise, "http://10.0.0.1:7878");
+    assert!(first.expires_at > first.renewed_at);
+    let other = store
+        .register_node("node-b", "http://10.0.0.2:7878", ttl)
+        .await
+        .unwrap();
+    assert_eq!(other.epoch, 1, "epochs are per node id");
+    // The same id again (a restart, or a second process given it): a new epoch, and the
+    // old one can no longer renew or leave.
+    let second = store
+        .register_node("node-a", "http://10.0.0.9:7878", ttl)
+        .await
+        .unwrap();
+    assert_eq!(second.epoch, 2);
+    assert_eq!(store.renew_node("node-a", 1, ttl).await.unwrap(), None);
+    assert!(!store.leave_node("node-a", 1).await.unwrap());
+    let renewed = store
+        .renew_node("node-a", 2, ttl)
+        .await
+        .unwrap()
+        .expect("the newest epoch renews");
+    assert_eq!(renewed.epoch, 2);
+    assert!(renewed.expires_at >= second.expires_at);
+    let listed = store.list_nodes().await.unwrap();
+    let summary: Vec<_> = listed
+        .iter()
+        .map(|n| (n.node_id.as_str(), n.epoch, n.advertise.as_str(), n.state))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("node-a", 2, "http://10.0.0.9:7878", NodeState::Live),
+            ("node-b", 1, "http://10.0.0.2:7878", NodeState::Live),
+        ]
+    );
+}
+
+pub async fn a_node_lease_lapses_unless_renewed_and_a_lapsed_epoch_cannot_renew(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let short = Duration::from_millis(300);
+    let node = store
+        .register_node("node-a", "http://a", short)
+        .await
+        .unwrap();
+    let renewed = store
+        .renew_node("node-a", node.epoch, short)
+        .await
+        .unwrap()
+        .expect("a live lease renews");
+    assert!(renewed.expires_at >= node.expires_at);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listed = store.list_nodes().await.unwrap();
+    assert_eq!(listed[0].state, NodeState::Lapsed, "{listed:?}");
+    assert_eq!(
+        store
+            .renew_node("node-a", node.epoch, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        None,
+        "a lapsed epoch must register again, never renew"
+    );
+    let again = store
+        .register_node("node-a", "http://a", short)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.epoch, again.state),
+        (node.epoch + 1, NodeState::Live)
+    );
+}
+
+pub async fn a_node_that_leaves_is_listed_as_left_and_cannot_renew(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let ttl = Duration::from_secs(30);
+    let node = store
+        .register_node("node-a", "http://a", ttl)
+        .await
+        .unwrap();
+    assert!(store.leave_node("node-a", node.epoch).await.unwrap());
+    assert!(
+        !store.leave_node("node-a", node.epoch).await.unwrap(),
+        "leaving twice changes nothing"
+    );
+    let listed = store.list_nodes().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, NodeState::Left);
+    assert!(listed[0].left_at.is_some());
+    assert!(listed[0].expires_at <= listed[0].left_at.unwrap());
+    assert_eq!(
+        store.renew_node("node-a", node.epoch, ttl).await.unwrap(),
+        None
+    );
+    let back = store
+        .register_node("node-a", "http://a", ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        (back.epoch, back.state, back.left_at),
+        (2, NodeState::Live, None)
+    );
+}
+
+pub async fn concurrent_registrations_of_one_node_id_take_distinct_epochs(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let registrations = (0..8).map(|n| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .register_node("node-a", &format!("http://a{n}"), Duration::from_secs(30))
+                .await
+                .unwrap()
+                .epoch
+        })
+    });
+    let mut epochs = Vec::new();
+    for registration in registrations {
+        epochs.push(registration.await.unwrap());
+    }
+    epochs.sort_unstable();
+    assert_eq!(epochs, (1..=8).collect::<Vec<i64>>());
+    let listed = store.list_nodes().await.unwrap();
+    assert_eq!(
+        listed[0].epoch, 8,
+        "the newest registration is the one recorded"
+    );
 }

@@ -43,6 +43,8 @@ pub struct ConfigFile {
     pub state: StateSection,
     #[serde(default)]
     pub deerflow: DeerflowSection,
+    #[serde(default)]
+    pub cluster: ClusterSection,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent
@@ -66,6 +68,18 @@ pub struct LifecycleSection {
     pub reap_deadline_s: Option<u64>,
     /// Seconds a stopping server waits for requests in flight before it exits anyway.
     pub shutdown_grace_s: Option<u64>,
+}
+
+/// `[cluster]`: this node's identity among the replicas sharing a state store (issue 14).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Unique among the replicas [default: the host name].
+    pub node_id: Option<String>,
+    /// The internal URL other replicas reach this node at [default: the listen address].
+    pub advertise: Option<String>,
+    /// Seconds a node's lease lasts unless renewed (every third of it) [default: 15].
+    pub node_ttl_s: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

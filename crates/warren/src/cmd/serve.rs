@@ -75,6 +75,12 @@ pub struct ServeArgs {
     /// PostgreSQL database, or `sqlite:<path>` [default: <data-dir>/state.db].
     #[arg(long, env = "WARREN_STATE")]
     state: Option<String>,
+    /// This node's name among the replicas sharing a state store [default: the host name].
+    #[arg(long, env = "WARREN_NODE_ID")]
+    node_id: Option<String>,
+    /// The internal URL other replicas reach this node at [default: the listen address].
+    #[arg(long, env = "WARREN_ADVERTISE")]
+    advertise: Option<String>,
     /// Log lines as `text` [default] or `json` (one object per line, with the request id and
     /// sandbox id of the request each line belongs to).
     #[arg(long, value_enum, env = "WARREN_LOG_FORMAT")]
@@ -338,6 +344,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config.gc_grace = seconds("snapshots.gc_grace_s", grace)?;
     }
     config.snapshot_store = file.snapshots.store()?;
+    config.node = warren_provisioner::NodeIdentity::new(
+        args.node_id
+            .clone()
+            .or(file.cluster.node_id.clone())
+            .unwrap_or_else(default_node_id),
+        args.advertise
+            .clone()
+            .or(file.cluster.advertise.clone())
+            .unwrap_or_else(|| format!("http://{address}")),
+        seconds("cluster.node_ttl_s", file.cluster.node_ttl_s.unwrap_or(15))?,
+    )
+    .map_err(|error| anyhow::anyhow!("{error} (--node-id, --advertise, [cluster])"))?;
     if let Some(before_reap) = file.snapshots.before_reap {
         config.snapshot_before_reap = before_reap;
     }
@@ -439,6 +457,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cleanup_failures = recovered.cleanup_failures,
         "reconciled state with the backend"
     );
+    provisioner
+        .join_cluster()
+        .await
+        .context("cannot register this node in the state store")?;
+    provisioner.spawn_membership();
     provisioner.spawn_reaper(reap_interval);
     tracing::info!(%address, data_dir = %data_dir.display(), "warren is serving");
     // A machine-readable line for supervisors and tests that asked for port 0.
@@ -450,6 +473,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // threads stop at the next chunk), and requests still running after the grace are
     // left behind, so stopping takes bounded time whatever a sandbox holds.
     let stopping = provisioner.clone();
+    let membership_store = provisioner.clone();
     let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         shutdown_signal().await;
@@ -481,12 +505,33 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             tracing::warn!(grace_s = shutdown_grace.as_secs(), "requests still in flight after the shutdown grace; stopping without them");
         }
     }
+    // The node's lease ends now rather than lapsing: the others see it left.
+    match membership_store.leave_cluster().await {
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "could not record this node leaving the cluster"),
+    }
     // Held to the very end: nothing of this server touches the directory (or the
     // database) after this.
     drop(server_lock);
     drop(data_dir_lock);
     tracing::info!("warren stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The host name, when it is a usable node id; else `local`.
+fn default_node_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| {
+            warren_provisioner::NodeIdentity::new(
+                name.as_str(),
+                "http://x",
+                std::time::Duration::from_secs(15),
+            )
+            .is_ok()
+        })
+        .unwrap_or_else(|| "local".to_owned())
 }
 
 fn init_logging(format: LogFormat) {

@@ -5,6 +5,7 @@ mod artifacts;
 mod auth;
 mod checkpoints;
 mod cli;
+mod cluster;
 mod config;
 // Its `conformance_suite!` also runs the layout rules on every backend (`layouts`).
 #[macro_use]

@@ -10,7 +10,7 @@ use warren_test_support::TestServer;
 use super::{bin, write_config};
 
 /// Whether the process `pid` (a child of this test, so a zombie once it ends) has ended.
-fn has_exited(pid: u32) -> bool {
+pub(super) fn has_exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name.
         Ok(stat) => stat

@@ -12,7 +12,7 @@ use serde_json::json;
 use warren_test_support::{PostgresServer, TestServer};
 
 /// One cluster for this test binary; each test takes a database of its own.
-fn shared_postgres() -> &'static PostgresServer {
+pub(super) fn shared_postgres() -> &'static PostgresServer {
     static SERVER: OnceLock<PostgresServer> = OnceLock::new();
     SERVER.get_or_init(PostgresServer::start)
 }
