@@ -355,6 +355,7 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
             (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
         }
         F::RootUnavailable { .. }
+        | F::SharedDirUnsupported { .. }
         | F::Open { .. }
         | F::Stat { .. }
         | F::Read { .. }

@@ -5,59 +5,89 @@ use std::path::{Path, PathBuf};
 
 use crate::{SafeUid, SandboxId};
 
-/// The layout of warren's data directory.
+/// Where warren keeps things: the *workspace directory*, which every replica of a cluster
+/// shares (issue 14), and the *data directory*, this node's own. On one machine they are
+/// the same directory, as they always were.
 ///
 /// ```text
-/// <data>/user-data/shared/<safe_uid>/workspace   a uid's UserWorkspace (I3, I7)
-/// <data>/volumes/<safe_uid>.ext4                 its filesystem, with storage quotas (I23)
-/// <data>/skill-projections/<safe_uid>            a uid's read-only skill projection (I7)
-/// <data>/artifacts/<safe_uid>/<sha256>           a uid's presented artifacts (I26)
-/// <data>/scratch/<sandbox>/workspace             an ephemeral sandbox's stand-in workspace (I14)
-/// <data>/scratch/<sandbox>/skills                its empty read-only skills mount
-/// <data>/warren.db                               the SQLite state store
-/// <data>/token                                   the generated provisioner token (0600)
+/// shared: <workspace>/user-data/shared/<safe_uid>/workspace  a uid's UserWorkspace (I3, I7)
+///         <workspace>/skill-projections/<safe_uid>           its read-only skill projection (I7)
+///         <workspace>/artifacts/<safe_uid>/<sha256>          its presented artifacts (I26)
+///         <workspace>/snapshots/<safe_uid>                   its local snapshot store (I30, I31)
+/// node:   <data>/volumes/<safe_uid>.ext4                     its filesystem, with storage quotas (I23)
+///         <data>/scratch/<sandbox>/workspace                 an ephemeral sandbox's stand-in workspace (I14)
+///         <data>/scratch/<sandbox>/skills                    its empty read-only skills mount
+///         <data>/runtimes, <data>/docker, <data>/seeds       runtimes, binds, restore seeds
+///         <data>/warren.db                                   the SQLite state store
+///         <data>/token                                       the generated provisioner token (0600)
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataLayout {
     data_dir: PathBuf,
+    workspace_dir: PathBuf,
 }
 
 impl DataLayout {
-    /// A layout rooted at `data_dir`.
+    /// A layout with everything in `data_dir` (one machine).
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        let data_dir = data_dir.into();
         Self {
-            data_dir: data_dir.into(),
+            workspace_dir: data_dir.clone(),
+            data_dir,
         }
     }
 
-    /// The data directory itself.
+    /// The same layout with the shared trees in `workspace_dir` instead.
+    pub fn with_workspace_dir(mut self, workspace_dir: impl Into<PathBuf>) -> Self {
+        self.workspace_dir = workspace_dir.into();
+        self
+    }
+
+    /// The data directory: this node's own.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }
 
-    /// The UserWorkspace of `uid`, relative to the data directory.
+    /// The workspace directory: what every replica shares (the data directory on one
+    /// machine).
+    pub fn workspace_dir(&self) -> &Path {
+        &self.workspace_dir
+    }
+
+    /// Whether the shared trees live apart from the data directory.
+    pub fn is_split(&self) -> bool {
+        self.workspace_dir != self.data_dir
+    }
+
+    /// The UserWorkspace of `uid`, relative to the workspace directory.
     pub fn user_workspace_relative(uid: &SafeUid) -> String {
         format!("user-data/shared/{uid}/workspace")
     }
 
-    /// The skill projection of `uid`, relative to the data directory.
+    /// The skill projection of `uid`, relative to the workspace directory.
     pub fn skill_projection_relative(uid: &SafeUid) -> String {
         format!("skill-projections/{uid}")
     }
 
     /// The UserWorkspace of `uid` on the host.
     pub fn user_workspace(&self, uid: &SafeUid) -> PathBuf {
-        self.data_dir.join(Self::user_workspace_relative(uid))
+        self.workspace_dir.join(Self::user_workspace_relative(uid))
     }
 
     /// The skill projection of `uid` on the host.
     pub fn skill_projection(&self, uid: &SafeUid) -> PathBuf {
-        self.data_dir.join(Self::skill_projection_relative(uid))
+        self.workspace_dir
+            .join(Self::skill_projection_relative(uid))
     }
 
-    /// A uid's artifact store, relative to the data directory: blobs named by SHA-256.
+    /// A uid's artifact store, relative to the workspace directory: blobs named by SHA-256.
     pub fn artifacts_relative(uid: &SafeUid) -> String {
         format!("artifacts/{uid}")
+    }
+
+    /// A uid's local snapshot store (chunks and manifests), on the host.
+    pub fn local_snapshots(&self, uid: &SafeUid) -> PathBuf {
+        self.workspace_dir.join("snapshots").join(uid.as_str())
     }
 
     /// Where ephemeral sandboxes keep their scratch trees, relative to the data directory.
@@ -113,5 +143,31 @@ mod tests {
             layout.skill_projection(&alice),
             PathBuf::from("/srv/warren/skill-projections/alice")
         );
+        assert!(!layout.is_split());
+    }
+
+    #[test]
+    fn a_split_layout_puts_the_shared_trees_in_the_workspace_dir_and_the_rest_in_the_data_dir() {
+        let layout = DataLayout::new("/var/lib/warren").with_workspace_dir("/mnt/shared/warren");
+        let alice = Uid::new("alice").unwrap().safe();
+        assert!(layout.is_split());
+        for shared in [
+            layout.user_workspace(&alice),
+            layout.skill_projection(&alice),
+            layout.local_snapshots(&alice),
+        ] {
+            assert!(shared.starts_with("/mnt/shared/warren"), "{shared:?}");
+        }
+        let sandbox = SandboxId::derive(
+            &Uid::new("alice").unwrap(),
+            &crate::RuntimeScope::new("s").unwrap(),
+        );
+        for local in [
+            layout.scratch(&sandbox),
+            layout.state_db(),
+            layout.token_file(),
+        ] {
+            assert!(local.starts_with("/var/lib/warren"), "{local:?}");
+        }
     }
 }

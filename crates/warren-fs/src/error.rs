@@ -48,6 +48,15 @@ impl fmt::Display for InvalidPathReason {
 /// root itself is the empty string).
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
+    /// A directory meant to hold the UserWorkspaces lacks a semantic the file layer needs
+    /// ([`crate::check_shared_dir`]).
+    #[error("the workspace directory cannot {semantic}: {errno}")]
+    SharedDirUnsupported {
+        /// What it cannot do, in words.
+        semantic: &'static str,
+        /// What the kernel said.
+        errno: io::Error,
+    },
     /// The trusted host directory could not be opened as a workspace root.
     #[error("the workspace root cannot be opened: {errno}")]
     RootUnavailable {

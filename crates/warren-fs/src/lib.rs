@@ -31,6 +31,7 @@ mod path;
 mod remove;
 mod resolve;
 mod root;
+mod shared;
 mod tree;
 mod types;
 mod walk;
@@ -41,6 +42,7 @@ pub use etag::Etag;
 pub use path::{MAX_COMPONENT_LEN, MAX_PATH_LEN};
 pub use resolve::Resolver;
 pub use root::{Owner, WorkspaceRoot};
+pub use shared::check_shared_dir;
 pub use tree::CopyStats;
 pub use types::{
     ByteRange, EditResult, Entry, GrepMatch, GrepOptions, GrepResult, Kind, Listing, ReadResult,

@@ -166,7 +166,7 @@ impl Provisioner {
     ) -> Result<ReadResult, ProvisionerError> {
         let blobs = self
             .layout
-            .data_dir()
+            .workspace_dir()
             .join(DataLayout::artifacts_relative(&artifact.uid.safe()));
         let sha256 = artifact.sha256.clone();
         let cap = self.config.read_cap;
@@ -189,7 +189,7 @@ impl Provisioner {
         sha256: &str,
         bytes: Vec<u8>,
     ) -> Result<(), ProvisionerError> {
-        let data_dir = self.layout.data_dir().to_owned();
+        let data_dir = self.layout.workspace_dir().to_owned();
         let relative = DataLayout::artifacts_relative(uid);
         let name = sha256.to_owned();
         let store_error = |source| ProvisionerError::File {

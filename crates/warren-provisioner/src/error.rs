@@ -459,6 +459,7 @@ pub fn is_internal_file_error(error: &FsError) -> bool {
     matches!(
         error,
         FsError::RootUnavailable { .. }
+            | FsError::SharedDirUnsupported { .. }
             | FsError::Open { .. }
             | FsError::Stat { .. }
             | FsError::Read { .. }

@@ -48,7 +48,7 @@ pub use files::{FileRead, Located, Written};
 pub use guard::{FencePermit, FenceToken, FENCE_HEADER, MAX_GUARD_HOLDER_BYTES, MAX_GUARD_TTL};
 pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
-pub use membership::NodeIdentity;
+pub use membership::{check_workspace_dir, NodeIdentity};
 pub use quotas::{
     volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,
     MIN_QUOTA_BYTES, MIN_QUOTA_INODES,
@@ -69,8 +69,11 @@ pub use warren_store::{NodeRecord, NodeState};
 /// Limits and defaults of one provisioner.
 #[derive(Debug, Clone)]
 pub struct ProvisionerConfig {
-    /// warren's data directory (see [`DataLayout`]).
+    /// warren's data directory: this node's own (see [`DataLayout`]).
     pub data_dir: PathBuf,
+    /// The directory every replica shares (UserWorkspaces, skill projections, artifacts,
+    /// the local snapshot store); `None` keeps them in the data directory (one machine).
+    pub workspace_dir: Option<PathBuf>,
     /// Largest byte span one file read returns.
     pub read_cap: u64,
     /// Exec timeout when a call gives none.
@@ -147,6 +150,7 @@ impl ProvisionerConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
             data_dir: data_dir.into(),
+            workspace_dir: None,
             read_cap: 64 * 1024 * 1024,
             default_exec_timeout: Duration::from_secs(60),
             max_exec_timeout: Duration::from_secs(3600),
@@ -216,7 +220,10 @@ impl Provisioner {
     ) -> Self {
         let reap_slots = Arc::new(tokio::sync::Semaphore::new(config.reap_concurrency.max(1)));
         Self {
-            layout: DataLayout::new(config.data_dir.clone()),
+            layout: match &config.workspace_dir {
+                Some(shared) => DataLayout::new(config.data_dir.clone()).with_workspace_dir(shared),
+                None => DataLayout::new(config.data_dir.clone()),
+            },
             config,
             store,
             backend,

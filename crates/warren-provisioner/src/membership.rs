@@ -80,6 +80,19 @@ impl NodeIdentity {
     }
 }
 
+/// Checks that `dir` can hold the UserWorkspaces, shared by several nodes or not: atomic
+/// replace, `RENAME_EXCHANGE`, `flock` on directories, and (as root) handing files to the
+/// sandbox user ([`warren_fs::check_shared_dir`]). Run once at start-up.
+pub fn check_workspace_dir(dir: &std::path::Path) -> Result<(), ProvisionerError> {
+    let owner = rustix::process::geteuid()
+        .is_root()
+        .then_some(warren_fs::Owner::WORKSPACE);
+    warren_fs::check_shared_dir(dir, owner).map_err(|source| ProvisionerError::File {
+        path: "the workspace directory".to_owned(),
+        source,
+    })
+}
+
 /// The node's current epoch, 0 before it joined.
 #[derive(Debug, Default)]
 pub(crate) struct Epoch(AtomicI64);

@@ -154,7 +154,7 @@ fn volume_image(layout: &DataLayout, safe: &str) -> PathBuf {
 /// The workspace directory of the uid whose directory name is `safe` (a volume's mount point).
 fn workspace_dir(layout: &DataLayout, safe: &str) -> PathBuf {
     layout
-        .data_dir()
+        .workspace_dir()
         .join("user-data/shared")
         .join(safe)
         .join("workspace")
@@ -393,6 +393,16 @@ impl Provisioner {
     pub async fn prepare_volumes(&self) -> Result<usize, ProvisionerError> {
         let layout = self.layout.clone();
         let quotas = &self.config.quotas;
+        // A volume is a filesystem image one node loop-mounts: on a directory several
+        // nodes share, two of them would mount it at once and corrupt it.
+        if quotas.enforced() && layout.is_split() {
+            return Err(ProvisionerError::InvalidNode(
+                "[quotas] with volumes cannot be used with a separate workspace directory \
+                 (--workspace-dir): a volume is one node's loop-mounted filesystem; enforce \
+                 quotas on the shared filesystem itself and remove [quotas] here"
+                    .to_owned(),
+            ));
+        }
         // Which workspaces must be volumes: every uid's with default limits, else those
         // of the uids named in the overrides.
         let limited: Option<std::collections::BTreeSet<String>> = match quotas.default {
@@ -407,7 +417,7 @@ impl Provisioner {
             ),
         };
         self.blocking(move || {
-            let shared = layout.data_dir().join("user-data/shared");
+            let shared = layout.workspace_dir().join("user-data/shared");
             let mut unquoted = Vec::new();
             let mut volumes = 0;
             let entries = match std::fs::read_dir(&shared) {

@@ -95,15 +95,17 @@ impl Provisioner {
             Some(path) => Workdir::new(path)?,
             None => Workdir::new_project(),
         };
-        let data_dir = self.layout.data_dir().to_owned();
+        // The shared workspace directory (the data directory on one machine).
+        let data_dir = self.layout.workspace_dir().to_owned();
         let safe = uid.safe();
         let relative = workdir.as_str().to_owned();
         let volume = self.volume_job(uid);
         let created = self
             .blocking(move || -> Result<bool, ProvisionerError> {
                 let workspace_relative = DataLayout::user_workspace_relative(&safe);
-                // The data directory's own tree is the provisioner's (root-owned when run as
-                // root); only the UserWorkspace and what is inside it belong to 1000:1000 (I11).
+                // The workspace directory's own tree is the provisioner's (root-owned when run
+                // as root); only the UserWorkspace and what is inside it belong to 1000:1000
+                // (I11).
                 let data = WorkspaceRoot::open(&data_dir)
                     .map_err(|source| file_error("the data directory", source))?
                     .with_owner(None);

@@ -104,9 +104,9 @@ impl Provisioner {
     pub async fn sync_skills(&self, uid: &Uid) -> Result<SkillSyncReport, ProvisionerError> {
         let granted = self.store.granted_skills(uid).await?;
         let sources = self.config.skill_sources.clone();
-        let projections = self.layout.data_dir().join("skill-projections");
+        let projections = self.layout.workspace_dir().join("skill-projections");
         let name = uid.safe().as_str().to_owned();
-        let data_dir = self.layout.data_dir().to_owned();
+        let data_dir = self.layout.workspace_dir().to_owned();
         // One build at a time per uid: two would race for the switch.
         let lock = self.skills_lock(uid);
         let _guard = lock.lock().await;
@@ -148,7 +148,7 @@ impl Provisioner {
         }
         let retired = self
             .layout
-            .data_dir()
+            .workspace_dir()
             .join("skill-projections")
             .join(RETIRED);
         let owner = uid.safe().as_str().to_owned();
@@ -188,7 +188,7 @@ impl Provisioner {
             .collect();
         let retired = self
             .layout
-            .data_dir()
+            .workspace_dir()
             .join("skill-projections")
             .join(RETIRED);
         self.blocking(move || {

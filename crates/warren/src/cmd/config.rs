@@ -18,6 +18,9 @@ use warren_provisioner::{QuotaEnforcement, QuotaSettings};
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     pub data_dir: Option<PathBuf>,
+    /// The directory every replica shares (UserWorkspaces, projections, artifacts, local
+    /// snapshots); default: the data directory.
+    pub workspace_dir: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
     pub backend: Option<String>,
     pub rootfs: Option<PathBuf>,

@@ -31,6 +31,11 @@ pub struct ServeArgs {
     /// Default: /var/lib/warren as root, else ~/.local/share/warren.
     #[arg(long, env = "WARREN_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Where the UserWorkspaces, skill projections, artifacts and local snapshots live: a
+    /// directory every replica shares (NFSv4, CephFS, EFS). Default: the data directory,
+    /// which then keeps only this node's own state.
+    #[arg(long, env = "WARREN_WORKSPACE_DIR")]
+    workspace_dir: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:7878]. Never all interfaces unless you
     /// say so.
     #[arg(long, env = "WARREN_LISTEN")]
@@ -190,6 +195,41 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             data_dir.display()
         )
     })?;
+    // The shared directory, when there is one apart from the data directory: made
+    // private like it, and checked once for what the file layer needs of it.
+    let workspace_dir = match args.workspace_dir.clone().or(file.workspace_dir.clone()) {
+        Some(dir) => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .with_context(|| {
+                    format!("cannot create the workspace directory {}", dir.display())
+                })?;
+            let dir = dir.canonicalize().with_context(|| {
+                format!("cannot resolve the workspace directory {}", dir.display())
+            })?;
+            if dir.starts_with(&data_dir) || data_dir.starts_with(&dir) {
+                bail!(
+                    "the workspace directory {} and the data directory {} must not contain \
+                     each other: the first is shared by every replica, the second is this \
+                     node's own",
+                    dir.display(),
+                    data_dir.display()
+                );
+            }
+            Some(dir)
+        }
+        None => None,
+    };
+    let checked = workspace_dir.as_deref().unwrap_or(&data_dir);
+    warren_provisioner::check_workspace_dir(checked).with_context(|| {
+        format!(
+            "{} cannot hold the UserWorkspaces (see \"Running several replicas\" in README.md \
+             for what the filesystem must support)",
+            checked.display()
+        )
+    })?;
     // Before anything else touches the directory: one data directory, one server.
     let mut data_dir_lock = DataDirLock::acquire(&data_dir, &listen.to_string())?;
     // And the port next, so a server that cannot serve fails before it reconciles (and
@@ -308,6 +348,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(state = %state.describe(), "state store opened");
     let mut config = ProvisionerConfig::new(&data_dir);
+    config.workspace_dir = workspace_dir.clone();
     config.token_finder = Some(token.finder());
     config.idle_timeout = idle_timeout;
     config.max_lifetime = max_lifetime;
@@ -467,8 +508,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // A machine-readable line for supervisors and tests that asked for port 0.
     println!("warren listening on http://{address}");
     // Viewer links outlive a restart: their key is kept (0600) next to the state store.
-    let viewer_key = warren_api::ViewerKey::load_or_create(&data_dir)
-        .context("cannot read or create the Viewer's signing key (<data-dir>/viewer.key)")?;
+    // In the shared directory: a link one replica signs opens on every other.
+    let key_dir = workspace_dir.as_deref().unwrap_or(&data_dir);
+    let viewer_key = warren_api::ViewerKey::load_or_create(key_dir).with_context(|| {
+        format!(
+            "cannot read or create the Viewer's signing key ({}/viewer.key)",
+            key_dir.display()
+        )
+    })?;
     // On SIGTERM/SIGINT: no new connections, snapshots in flight cancelled (their blocking
     // threads stop at the next chunk), and requests still running after the grace are
     // left behind, so stopping takes bounded time whatever a sandbox holds.

@@ -164,3 +164,131 @@ fn a_bad_node_id_or_advertise_url_stops_the_server_with_a_message_naming_the_set
         );
     }
 }
+
+/// `--workspace-dir` (issue 14): the shared trees (UserWorkspaces, skill projections,
+/// artifacts, local snapshots, the Viewer's key) live there and nothing of them in the data
+/// directory, so another node with its own data directory on the same state store serves
+/// the same files and starts the sandbox's next runtime over them.
+#[tokio::test]
+async fn a_separate_workspace_directory_holds_the_shared_trees_and_another_node_serves_them() {
+    let postgres = super::state_postgres::shared_postgres();
+    let url = postgres.fresh_database();
+    let shared = tempfile::tempdir().unwrap();
+    let shared_dir = shared.path().to_str().unwrap().to_owned();
+    let args = |node: &'static str| {
+        vec![
+            "--backend".to_owned(),
+            "local".to_owned(),
+            "--state".to_owned(),
+            url.clone(),
+            "--workspace-dir".to_owned(),
+            shared_dir.clone(),
+            "--node-id".to_owned(),
+            node.to_owned(),
+        ]
+    };
+    let start = |node| {
+        let args = args(node);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        TestServer::start_with(bin(), &args)
+    };
+    let mut first = start("first");
+    let id = first.sandbox("alice", "s", "projects/p").await;
+    let made = first
+        .exec(&id, "echo from-the-runtime > made.txt && cat made.txt")
+        .await;
+    assert_eq!(made["stdout"], "from-the-runtime\n", "{made}");
+    let (status, body) = first
+        .send_json(
+            first
+                .request(
+                    Method::PUT,
+                    &format!("/v1/sandboxes/{id}/files?path=api.txt"),
+                )
+                .body("from-the-api\n"),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let workspace = shared
+        .path()
+        .join("user-data/shared/alice/workspace/projects/p");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("made.txt")).unwrap(),
+        "from-the-runtime\n"
+    );
+    assert!(
+        shared.path().join("viewer.key").is_file(),
+        "the Viewer key is shared"
+    );
+    for node_only in [
+        "user-data",
+        "skill-projections",
+        "artifacts",
+        "snapshots",
+        "viewer.key",
+    ] {
+        assert!(
+            !first.data_dir().join(node_only).exists(),
+            "{node_only} is in the node's data directory"
+        );
+    }
+    first.kill();
+
+    // Another node, its own data directory, the same database and workspace directory.
+    let second = start("second");
+    let (status, read) = second
+        .send_json(second.request(
+            Method::GET,
+            &format!("/v1/sandboxes/{id}/files?path=made.txt"),
+        ))
+        .await;
+    assert_eq!(status, 200, "{read}");
+    let again = second.exec(&id, "cat made.txt api.txt").await;
+    assert_eq!(
+        again["stdout"], "from-the-runtime\nfrom-the-api\n",
+        "the next runtime, on another node, sees every file: {again}"
+    );
+    assert_ne!(first.data_dir(), second.data_dir());
+}
+
+#[test]
+fn a_workspace_directory_inside_the_data_directory_or_with_volume_quotas_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let inside = data.path().join("shared");
+    let quotas = super::write_config("[quotas]\nbytes = 1073741824\n");
+    let outside = tempfile::tempdir().unwrap();
+    for (extra, words) in [
+        (
+            vec!["--workspace-dir", inside.to_str().unwrap()],
+            "must not contain each other",
+        ),
+        (
+            vec![
+                "--workspace-dir",
+                outside.path().to_str().unwrap(),
+                "--config",
+                quotas.path().to_str().unwrap(),
+            ],
+            "cannot be used with a separate workspace directory",
+        ),
+    ] {
+        let mut args = vec![
+            "serve",
+            "--backend",
+            "memory",
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ];
+        args.extend(extra.iter().copied());
+        let out = warren_test_support::run_to_exit(
+            bin(),
+            &args,
+            &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
+        );
+        assert!(!out.status.success(), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(words), "{extra:?}: {stderr}");
+    }
+}
