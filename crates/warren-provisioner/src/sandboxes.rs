@@ -355,8 +355,8 @@ impl Provisioner {
     }
 
     /// Makes each extra mount's source beneath its operator directory when it is missing
-    /// (as a hostPath of type DirectoryOrCreate would), by descriptor with no link
-    /// followed: a link planted anywhere beneath the operator's directory is refused, never
+    /// (as a hostPath of type DirectoryOrCreate would; the source owned by the sandbox
+    /// user, the directories above it by the server), by descriptor with no link followed: a link planted anywhere beneath the operator's directory is refused, never
     /// followed out of it (I2). The operator's directory itself must exist.
     async fn prepare_extra_mounts(&self, mounts: Vec<ExtraMount>) -> Result<(), ProvisionerError> {
         if mounts.is_empty() {
@@ -364,9 +364,19 @@ impl Provisioner {
         }
         self.blocking(move || {
             for mount in &mounts {
-                let made = WorkspaceRoot::open(&mount.root)
-                    .and_then(|root| root.mkdir_p(&mount.beneath).map(|_| root))
-                    .and_then(|root| root.subroot(mount.beneath.as_str()));
+                // The directories above the source stay the server's; only the source
+                // itself is handed to the sandbox user (I11), as a workdir is.
+                let made = (|| {
+                    let root = WorkspaceRoot::open(&mount.root)?;
+                    let owner = root.owner();
+                    let root = root.with_owner(None);
+                    if let Some((parent, _)) = mount.beneath.rsplit_once('/') {
+                        root.mkdir_p(parent)?;
+                    }
+                    let root = root.with_owner(owner);
+                    root.mkdir_p(&mount.beneath)?;
+                    root.subroot(mount.beneath.as_str())
+                })();
                 if let Err(source) = made {
                     return Err(ProvisionerError::ExtraMountSource {
                         target: mount.target.clone(),

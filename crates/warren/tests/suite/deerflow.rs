@@ -570,6 +570,14 @@ async fn allowed_extra_mounts_are_mounted_and_served_by_the_aio_file_api_with_no
         std::fs::read_to_string(root.join("scratch/thread-1/made.txt")).unwrap(),
         "new\n"
     );
+    // The source made for it belongs to the sandbox user, the directory above to warren.
+    use std::os::unix::fs::MetadataExt;
+    let owner = |path: &Path| {
+        let meta = std::fs::metadata(path).unwrap();
+        (meta.uid(), meta.gid())
+    };
+    assert_eq!(owner(&root.join("scratch/thread-1")), (1000, 1000));
+    assert_eq!(owner(&root.join("scratch")), (0, 0));
 
     // The AIO file API: reads under every extra mount, writes only where writable.
     let read = |file: &str| deerflow.aio(&url, "/v1/file/read", json!({"file": file}));
