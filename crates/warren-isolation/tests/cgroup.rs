@@ -383,17 +383,22 @@ fn killing_an_exec_leaf_takes_down_its_whole_tree_including_a_setsid_grandchild(
     open_gate(&mut command);
 
     let leaf = leaf_dir(&support, &name, "exec-1");
-    // sh, the setsid'd sleep, the inner sh and its sleep, and the last sleep.
-    wait_until("the tree is up", Duration::from_secs(5), || {
-        pids_in(&leaf).len() >= 5
-    });
-    let tree = pids_in(&leaf);
     let (_, session) = stat_of(pid_of(&command)).expect("sh is alive");
-    assert!(
-        tree.iter()
-            .any(|&pid| stat_of(pid).is_some_and(|(_, s)| s != session)),
-        "a process of the tree runs in its own session"
+    // sh, the setsid'd sleep, the inner sh and its sleep, and the last sleep, with the
+    // first in a session of its own. Both are waited for: a forked child is in the leaf
+    // before it has run setsid(2), so five pids alone do not yet make the shape tested.
+    wait_until(
+        "the tree is up, one process in its own session",
+        Duration::from_secs(5),
+        || {
+            let tree = pids_in(&leaf);
+            tree.len() >= 5
+                && tree
+                    .iter()
+                    .any(|&pid| stat_of(pid).is_some_and(|(_, s)| s != session))
+        },
     );
+    let tree = pids_in(&leaf);
 
     exec.kill().unwrap();
     assert!(exec.is_empty());
