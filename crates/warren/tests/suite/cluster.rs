@@ -27,6 +27,26 @@ fn node<'a>(cluster: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{id} is not listed: {cluster}"))
 }
 
+/// `warren serve --backend memory` on `data` with `extra` flags, for a start that is
+/// expected to fail: its exit status and output.
+fn serve_until_it_exits(data: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "serve",
+        "--backend",
+        "memory",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    warren_test_support::run_to_exit(
+        bin(),
+        &args,
+        &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
+    )
+}
+
 #[tokio::test]
 async fn a_server_registers_its_node_and_a_restart_takes_a_new_epoch() {
     let mut server = TestServer::start_with(
@@ -141,21 +161,7 @@ fn a_bad_node_id_or_advertise_url_stops_the_server_with_a_message_naming_the_set
         ("--advertise", "10.0.0.1:7878", "advertise URL"),
     ] {
         let data = tempfile::tempdir().unwrap();
-        let out = warren_test_support::run_to_exit(
-            bin(),
-            &[
-                "serve",
-                "--backend",
-                "memory",
-                "--data-dir",
-                data.path().to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-                flag,
-                value,
-            ],
-            &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
-        );
+        let out = serve_until_it_exits(data.path(), &[flag, value]);
         assert!(!out.status.success(), "{flag} {value}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -272,21 +278,7 @@ fn a_workspace_directory_inside_the_data_directory_or_with_volume_quotas_is_refu
             "cannot be used with a separate workspace directory",
         ),
     ] {
-        let mut args = vec![
-            "serve",
-            "--backend",
-            "memory",
-            "--data-dir",
-            data.path().to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ];
-        args.extend(extra.iter().copied());
-        let out = warren_test_support::run_to_exit(
-            bin(),
-            &args,
-            &[("WARREN_TOKEN", warren_test_support::TEST_TOKEN)],
-        );
+        let out = serve_until_it_exits(data.path(), &extra);
         assert!(!out.status.success(), "{extra:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(words), "{extra:?}: {stderr}");
