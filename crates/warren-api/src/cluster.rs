@@ -8,7 +8,7 @@ use warren_provisioner::{NodeRecord, NodeState};
 
 use crate::{ApiError, ApiState};
 
-fn node(record: &NodeRecord) -> ClusterNode {
+fn node(record: &NodeRecord, runtimes: u64) -> ClusterNode {
     let time = |at: &chrono::DateTime<chrono::Utc>| {
         at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     };
@@ -25,6 +25,7 @@ fn node(record: &NodeRecord) -> ClusterNode {
         renewed_at: time(&record.renewed_at),
         expires_at: time(&record.expires_at),
         left_at: record.left_at.as_ref().map(time),
+        runtimes,
     }
 }
 
@@ -40,8 +41,21 @@ fn node(record: &NodeRecord) -> ClusterNode {
 )]
 pub(crate) async fn get(State(state): State<ApiState>) -> Result<Json<ClusterInfo>, ApiError> {
     let nodes = state.provisioner.cluster_nodes().await?;
+    let owners = state.provisioner.runtime_owners().await?;
     Ok(Json(ClusterInfo {
         node_id: state.provisioner.node().node_id.clone(),
-        nodes: nodes.iter().map(node).collect(),
+        nodes: nodes
+            .iter()
+            .map(|record| {
+                let runtimes = owners
+                    .iter()
+                    .filter(|owner| {
+                        owner.node_id.as_deref() == Some(record.node_id.as_str())
+                            && owner.epoch == record.epoch
+                    })
+                    .count();
+                node(record, u64::try_from(runtimes).unwrap_or(u64::MAX))
+            })
+            .collect(),
     }))
 }

@@ -392,7 +392,11 @@ fn complete_operation(path: &str, method: &str, operation: &mut Value) {
         shared.push((
             "503",
             "state_store_unavailable: the state store cannot be reached (a PostgreSQL server \
-             restarting, a broken network); nothing was half-done, try again shortly",
+             restarting, a broken network); nothing was half-done, try again shortly. Among \
+             replicas (cluster mode), operations on a sandbox's runtime may also answer \
+             node_unreachable (its owner is out of reach; a takeover follows once its lease \
+             lapses), node_fenced (this replica lost the store and fenced itself), \
+             runtime_elsewhere or runtime_moved: each is retryable",
         ));
     }
     if let Some(body) = operation.get_mut("requestBody") {

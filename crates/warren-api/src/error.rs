@@ -19,7 +19,9 @@ use warren_provisioner::{is_disk_full, strip_relative_path};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     status: StatusCode,
-    code: &'static str,
+    /// Static for every answer made here; an owner's answer to a forwarded operation
+    /// carries the owner's code as it came.
+    code: std::borrow::Cow<'static, str>,
     message: String,
     /// `guard_held`: the holder and the expiry of the live guard, for the body.
     holder: Option<(String, String)>,
@@ -30,7 +32,7 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
-            code,
+            code: std::borrow::Cow::Borrowed(code),
             message: message.into(),
             holder: None,
         }
@@ -51,8 +53,8 @@ impl ApiError {
     }
 
     /// The stable code.
-    pub fn code(&self) -> &'static str {
-        self.code
+    pub fn code(&self) -> &str {
+        &self.code
     }
 
     /// The human message.
@@ -208,6 +210,39 @@ impl From<ProvisionerError> for ApiError {
             P::ExecUnsupported { .. } => {
                 Self::new(StatusCode::NOT_IMPLEMENTED, "exec_not_supported", message)
             }
+            // Cluster mode (issue 14): each is retryable, and another replica may serve.
+            P::NodeFenced { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "node_fenced", message)
+            }
+            P::RuntimeElsewhere { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "runtime_elsewhere",
+                message,
+            ),
+            P::PeerUnreachable { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "node_unreachable", message)
+            }
+            P::NotOwnerHere { .. } => Self::new(
+                StatusCode::CONFLICT,
+                warren_provisioner::NOT_OWNER_CODE,
+                message,
+            ),
+            P::NoPeerLink => Self::internal("no cluster link is configured", &error),
+            P::Forwarded {
+                status,
+                code,
+                message,
+            } => Self {
+                status: StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
+                code: std::borrow::Cow::Owned(code.clone()),
+                message: message.clone(),
+                holder: None,
+            },
+            P::Store(warren_store::StoreError::NotOwner { .. }) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "runtime_moved",
+                "the sandbox's runtime moved to another node; run the command again",
+            ),
             P::ReadOnlyPath { .. } => Self::new(StatusCode::FORBIDDEN, "read_only", message),
             P::InvalidCwd { .. } => Self::bad_request("invalid_cwd", message),
             // The uid's own volume is full (I23); other uids and the server are unaffected.

@@ -22,6 +22,7 @@ mod guard;
 mod leases;
 mod mcp;
 mod openapi;
+mod peer;
 mod sandboxes;
 mod skills;
 mod stream;
@@ -44,6 +45,7 @@ use warren_provisioner::Provisioner;
 pub use auth::{ProvisionerToken, TokenError};
 pub use error::ApiError;
 pub use openapi::openapi_document;
+pub use peer::{ClusterKey, PeerClient};
 pub use viewer::{ViewerKey, MAX_UPLOAD_BYTES};
 
 /// Shared state of every handler.
@@ -54,6 +56,8 @@ pub struct ApiState {
     viewer_key: Arc<ViewerKey>,
     /// DeerFlow's provisioner and AIO sandbox APIs, when `[deerflow] api_key` enables them.
     deerflow: Option<Arc<warren_deerflow::Deerflow>>,
+    /// The cluster key, when this node forwards to and serves other replicas (issue 14).
+    cluster_key: Option<peer::ClusterKey>,
 }
 
 impl ApiState {
@@ -65,7 +69,17 @@ impl ApiState {
             token: Arc::new(token),
             viewer_key: Arc::new(ViewerKey::ephemeral()),
             deerflow: None,
+            cluster_key: None,
         }
+    }
+
+    /// Links this node to the other replicas with `key`: runtime operations for runtimes
+    /// other nodes own are forwarded to them, and `/internal/v1` serves theirs.
+    pub fn with_cluster_key(mut self, key: peer::ClusterKey) -> Self {
+        self.provisioner
+            .set_peer_link(Arc::new(peer::PeerClient::new(key.clone())));
+        self.cluster_key = Some(key);
+        self
     }
 
     /// Serves DeerFlow's APIs under `/deerflow` as well; without this every `/deerflow`
@@ -207,6 +221,11 @@ pub fn app(state: ApiState) -> Router {
         Some(deerflow) => routes.merge(deerflow.router()),
         None => routes,
     };
+    // The node-to-node routes exist only on a node with a cluster key.
+    let routes = match &state.cluster_key {
+        Some(key) => routes.merge(peer::router(state.clone(), key.clone())),
+        None => routes,
+    };
     routes
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
@@ -243,8 +262,23 @@ pub fn app(state: ApiState) -> Router {
                 // One line per answer: status and latency, inside the request's span.
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
+        .layer(axum::middleware::from_fn(scope_request_id))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// Makes the request id known to the calls the request forwards to other nodes.
+async fn scope_request_id(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    peer::CURRENT_REQUEST_ID.scope(id, next.run(request)).await
 }
 
 /// Answers 400/404 in warren's error format before an MCP session is opened for a sandbox

@@ -71,58 +71,62 @@ pub(crate) fn exec_stream(
 ) -> Response {
     let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let (chunk_tx, mut chunk_rx) = tokio::sync::mpsc::channel::<OutputChunk>(64);
-    tokio::spawn(async move {
-        let exec = state
-            .provisioner
-            .exec_fenced(&id, input, Some(chunk_tx), permit);
-        tokio::pin!(exec);
-        let engine = base64::engine::general_purpose::STANDARD;
-        let mut client_gone = false;
-        let result = loop {
-            tokio::select! {
-                Some(chunk) = chunk_rx.recv() => {
-                    let data = engine.encode(&chunk.bytes);
-                    let event = match chunk.stream {
-                        OutputStream::Stdout => ExecEvent::Stdout { data },
-                        OutputStream::Stderr => ExecEvent::Stderr { data },
-                    };
-                    if body_tx.send(format.frame(&event)).await.is_err() {
+    // The task keeps the request id, for a command forwarded to the runtime's owner.
+    let request_id = crate::peer::current_request_id().unwrap_or_default();
+    tokio::spawn(
+        crate::peer::CURRENT_REQUEST_ID.scope(request_id, async move {
+            let exec = state
+                .provisioner
+                .exec_fenced(&id, input, Some(chunk_tx), permit);
+            tokio::pin!(exec);
+            let engine = base64::engine::general_purpose::STANDARD;
+            let mut client_gone = false;
+            let result = loop {
+                tokio::select! {
+                    Some(chunk) = chunk_rx.recv() => {
+                        let data = engine.encode(&chunk.bytes);
+                        let event = match chunk.stream {
+                            OutputStream::Stdout => ExecEvent::Stdout { data },
+                            OutputStream::Stderr => ExecEvent::Stderr { data },
+                        };
+                        if body_tx.send(format.frame(&event)).await.is_err() {
+                            client_gone = true;
+                            chunk_rx.close();
+                        }
+                    }
+                    // A silent command must not outlive its client either: notice the
+                    // disconnect itself, not only a failed send.
+                    () = body_tx.closed(), if !client_gone => {
                         client_gone = true;
+                        // Closing the sink makes the backend kill the command's tree (I24).
                         chunk_rx.close();
                     }
+                    result = &mut exec => break result,
                 }
-                // A silent command must not outlive its client either: notice the
-                // disconnect itself, not only a failed send.
-                () = body_tx.closed(), if !client_gone => {
-                    client_gone = true;
-                    // Closing the sink makes the backend kill the command's tree (I24).
-                    chunk_rx.close();
-                }
-                result = &mut exec => break result,
-            }
-        };
-        // Output that arrived after the command ended.
-        while let Ok(chunk) = chunk_rx.try_recv() {
-            let data = engine.encode(&chunk.bytes);
-            let event = match chunk.stream {
-                OutputStream::Stdout => ExecEvent::Stdout { data },
-                OutputStream::Stderr => ExecEvent::Stderr { data },
             };
-            let _ = body_tx.send(format.frame(&event)).await;
-        }
-        let last = match result {
-            Ok(report) => ExecEvent::Exit {
-                result: exec_result(report),
-            },
-            Err(error) => {
-                let error = ApiError::from(error);
-                ExecEvent::Error {
-                    error: ErrorDetail::new(error.code(), error.message()),
-                }
+            // Output that arrived after the command ended.
+            while let Ok(chunk) = chunk_rx.try_recv() {
+                let data = engine.encode(&chunk.bytes);
+                let event = match chunk.stream {
+                    OutputStream::Stdout => ExecEvent::Stdout { data },
+                    OutputStream::Stderr => ExecEvent::Stderr { data },
+                };
+                let _ = body_tx.send(format.frame(&event)).await;
             }
-        };
-        let _ = body_tx.send(format.frame(&last)).await;
-    });
+            let last = match result {
+                Ok(report) => ExecEvent::Exit {
+                    result: exec_result(report),
+                },
+                Err(error) => {
+                    let error = ApiError::from(error);
+                    ExecEvent::Error {
+                        error: ErrorDetail::new(error.code(), error.message()),
+                    }
+                }
+            };
+            let _ = body_tx.send(format.frame(&last)).await;
+        }),
+    );
     let stream = futures::stream::unfold(body_rx, |mut rx| async move {
         rx.recv()
             .await

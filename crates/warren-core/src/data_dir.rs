@@ -14,9 +14,9 @@ use crate::{SafeUid, SandboxId};
 ///         <workspace>/skill-projections/<safe_uid>           its read-only skill projection (I7)
 ///         <workspace>/artifacts/<safe_uid>/<sha256>          its presented artifacts (I26)
 ///         <workspace>/snapshots/<safe_uid>                   its local snapshot store (I30, I31)
+///         <workspace>/scratch/<sandbox>/workspace            an ephemeral sandbox's stand-in workspace (I14)
+///         <workspace>/scratch/<sandbox>/skills               its empty read-only skills mount
 /// node:   <data>/volumes/<safe_uid>.ext4                     its filesystem, with storage quotas (I23)
-///         <data>/scratch/<sandbox>/workspace                 an ephemeral sandbox's stand-in workspace (I14)
-///         <data>/scratch/<sandbox>/skills                    its empty read-only skills mount
 ///         <data>/runtimes, <data>/docker, <data>/seeds       runtimes, binds, restore seeds
 ///         <data>/warren.db                                   the SQLite state store
 ///         <data>/token                                       the generated provisioner token (0600)
@@ -90,13 +90,14 @@ impl DataLayout {
         self.workspace_dir.join("snapshots").join(uid.as_str())
     }
 
-    /// Where ephemeral sandboxes keep their scratch trees, relative to the data directory.
+    /// Where ephemeral sandboxes keep their scratch trees, relative to the workspace
+    /// directory: shared, so whichever node runs the sandbox's runtime mounts the same one.
     pub const SCRATCH_RELATIVE: &'static str = "scratch";
 
     /// The scratch tree of an ephemeral sandbox: it stands in for the uid's persistent
     /// mounts and is removed when the sandbox ends (I14).
     pub fn scratch(&self, sandbox: &SandboxId) -> PathBuf {
-        self.data_dir
+        self.workspace_dir
             .join(Self::SCRATCH_RELATIVE)
             .join(sandbox.as_str())
     }
@@ -151,22 +152,20 @@ mod tests {
         let layout = DataLayout::new("/var/lib/warren").with_workspace_dir("/mnt/shared/warren");
         let alice = Uid::new("alice").unwrap().safe();
         assert!(layout.is_split());
-        for shared in [
-            layout.user_workspace(&alice),
-            layout.skill_projection(&alice),
-            layout.local_snapshots(&alice),
-        ] {
-            assert!(shared.starts_with("/mnt/shared/warren"), "{shared:?}");
-        }
         let sandbox = SandboxId::derive(
             &Uid::new("alice").unwrap(),
             &crate::RuntimeScope::new("s").unwrap(),
         );
-        for local in [
+        // An ephemeral sandbox's scratch tree is shared: any node may run its runtime.
+        for shared in [
+            layout.user_workspace(&alice),
+            layout.skill_projection(&alice),
+            layout.local_snapshots(&alice),
             layout.scratch(&sandbox),
-            layout.state_db(),
-            layout.token_file(),
         ] {
+            assert!(shared.starts_with("/mnt/shared/warren"), "{shared:?}");
+        }
+        for local in [layout.state_db(), layout.token_file()] {
             assert!(local.starts_with("/var/lib/warren"), "{local:?}");
         }
     }

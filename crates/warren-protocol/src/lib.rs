@@ -506,6 +506,8 @@ pub struct ClusterNode {
     pub expires_at: String,
     /// When it left cleanly (RFC 3339), if it did.
     pub left_at: Option<String>,
+    /// Runtimes the state store records this node as owning at this epoch.
+    pub runtimes: u64,
 }
 
 /// Where a node's lease is.

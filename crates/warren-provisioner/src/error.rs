@@ -286,6 +286,48 @@ pub enum ProvisionerError {
         /// Its state.
         state: &'static str,
     },
+    /// This node fenced itself (its lease could not be renewed in time) and has not joined
+    /// the cluster again yet: it runs no runtime work meanwhile (issue 14).
+    #[error("node {node} lost contact with the state store and fenced itself; retry in a few seconds (another replica can serve the sandbox)")]
+    NodeFenced {
+        /// This node.
+        node: String,
+    },
+    /// The runtime is owned by another node and this one has no link to forward to it.
+    #[error("the runtime of sandbox {sandbox} runs on node {node}, which this node cannot reach (no cluster link configured)")]
+    RuntimeElsewhere {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The owner.
+        node: String,
+    },
+    /// No link to other nodes is configured.
+    #[error("this node has no cluster link to forward runtime operations with")]
+    NoPeerLink,
+    /// The node a runtime operation was forwarded to failed it: its answer, as it gave it.
+    #[error("{message}")]
+    Forwarded {
+        /// The HTTP status the owner answered.
+        status: u16,
+        /// Its stable error code.
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// The owner could not be reached to forward a runtime operation to.
+    #[error("the node {node} that runs this sandbox's runtime could not be reached: {reason}; retry in a few seconds")]
+    PeerUnreachable {
+        /// The owner.
+        node: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A runtime operation forwarded here found this node no longer owns the runtime.
+    #[error("this node does not own the runtime of sandbox {sandbox}")]
+    NotOwnerHere {
+        /// The sandbox.
+        sandbox: SandboxId,
+    },
     /// The backend does not run commands (the memory backend, I20).
     #[error(
         "the {backend} backend does not execute commands; restart warren with an isolating backend"
@@ -429,6 +471,9 @@ impl ProvisionerError {
             ) => error.to_string(),
             Self::Backend(_) => "the runtime failed on the server; try again".to_owned(),
             Self::Interrupted(_) => "the operation was interrupted; try again".to_owned(),
+            Self::PeerUnreachable { node, .. } => format!(
+                "the node {node} that runs this sandbox's runtime could not be reached; retry in a few seconds"
+            ),
             Self::Snapshot(
                 warren_snapshot::SnapshotError::Store { .. }
                 | warren_snapshot::SnapshotError::Io { .. }

@@ -13,7 +13,21 @@ use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
 use crate::env::{masking_relay, CommandEnv};
 use crate::metrics::FailureCause;
+use crate::ownership::{PeerNode, Placement};
 use crate::{FencePermit, Provisioner, ProvisionerError};
+
+/// The code an owner answers a forwarded operation with when it no longer owns the
+/// runtime ([`ProvisionerError::NotOwnerHere`]).
+pub const NOT_OWNER_CODE: &str = "not_owner";
+
+/// Whether a runtime operation may go to the runtime's owner elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// A request from a client: forwarded to the owner when that is another node.
+    ToOwner,
+    /// A request another node forwarded here: run here or not at all.
+    HereOnly,
+}
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +114,31 @@ impl Provisioner {
         sink: Option<OutputSink>,
         permit: FencePermit,
     ) -> Result<ExecReport, ProvisionerError> {
+        self.exec_routed(id, input, sink, permit, Route::ToOwner)
+            .await
+    }
+
+    /// Runs a command another node forwarded here because this node owns the runtime:
+    /// never forwarded again; answers [`ProvisionerError::NotOwnerHere`] when this node
+    /// does not own it (any more), so the sender asks the store again.
+    pub async fn exec_as_owner(
+        &self,
+        id: &SandboxId,
+        input: ExecInput,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecReport, ProvisionerError> {
+        self.exec_routed(id, input, sink, FencePermit::unfenced(), Route::HereOnly)
+            .await
+    }
+
+    async fn exec_routed(
+        &self,
+        id: &SandboxId,
+        input: ExecInput,
+        sink: Option<OutputSink>,
+        permit: FencePermit,
+        route: Route,
+    ) -> Result<ExecReport, ProvisionerError> {
         let mut permit = Some(permit);
         if let ProgramSpec::Argv(argv) = &input.program {
             if argv.is_empty() {
@@ -127,6 +166,16 @@ impl Provisioner {
             Some(t) => t.min(self.config.max_exec_timeout),
         };
         let record = self.runnable(id).await?;
+        // The runtime runs on one node (issue 14): a command for a runtime owned elsewhere
+        // goes there whole, checked again and recorded by the owner.
+        let mut fence = match self.place_for(id, route).await? {
+            Ok(fence) => fence,
+            Err(owner) => {
+                drop(permit.take());
+                return self.forward_exec(&owner, id, input, sink).await;
+            }
+        };
+        let forwardable = input.clone();
         let cwd = match input.cwd.as_deref() {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
             // The workdir was checked when the sandbox was created; if it vanished since,
@@ -147,23 +196,55 @@ impl Provisioner {
         let _running = self.command_running(id);
         let started = std::time::Instant::now();
         let mut record = record;
+        let mut moved = false;
         for attempt in 1..=2 {
-            record = self.ensure_runtime(record).await?;
-            let run_id = uuid::Uuid::new_v4().to_string();
-            self.store
-                .start_run(&NewRun {
-                    id: run_id.clone(),
-                    sandbox_id: id.clone(),
-                    generation: record.generation,
-                    // The run record keeps the command line, not a secret typed into it.
-                    command: String::from_utf8_lossy(
-                        &masker.mask(input.program.describe().as_bytes()),
-                    )
-                    .into_owned(),
-                    cwd: cwd.to_string(),
-                    requested_by: input.requested_by.clone(),
-                })
-                .await?;
+            let started_run = match self.ensure_runtime(record.clone(), &fence).await {
+                Ok(running) => {
+                    record = running;
+                    let run_id = uuid::Uuid::new_v4().to_string();
+                    self.store
+                        .start_run(&NewRun {
+                            id: run_id.clone(),
+                            sandbox_id: id.clone(),
+                            generation: record.generation,
+                            // The run record keeps the command line, not a secret typed into it.
+                            command: String::from_utf8_lossy(
+                                &masker.mask(input.program.describe().as_bytes()),
+                            )
+                            .into_owned(),
+                            cwd: cwd.to_string(),
+                            requested_by: input.requested_by.clone(),
+                            owner: Some(fence.clone()),
+                        })
+                        .await
+                        .map(|_| run_id)
+                        .map_err(ProvisionerError::Store)
+                }
+                Err(error) => Err(error),
+            };
+            let run_id = match started_run {
+                Ok(run_id) => run_id,
+                // Another node took the runtime over since this one claimed it: the runtime
+                // here is stale. Once, the command goes where the runtime is now.
+                Err(ProvisionerError::Store(warren_store::StoreError::NotOwner { .. }))
+                    if !moved =>
+                {
+                    moved = true;
+                    self.drop_stale_runtime(id).await;
+                    match self.place_for(id, route).await? {
+                        Ok(here) => {
+                            fence = here;
+                            record = self.runnable(id).await?;
+                            continue;
+                        }
+                        Err(owner) => {
+                            drop(permit.take());
+                            return self.forward_exec(&owner, id, forwardable, sink).await;
+                        }
+                    }
+                }
+                Err(error) => return Err(error),
+            };
             let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
             let _cancel_on_drop = CancelOnDrop(Some(cancel));
             // Injected secrets never leave in output (I13): streamed chunks pass a masking
@@ -209,6 +290,17 @@ impl Provisioner {
                     // started: mark it stopped and start a fresh one.
                     tracing::warn!(sandbox = %id, "runtime lost; starting a new one");
                     record = self.mark_runtime_lost(&record).await?;
+                }
+                Err(RunError::Store(warren_store::StoreError::RunAlreadyFinished { .. })) => {
+                    // The run's outcome was refused: another node took the runtime over
+                    // while the command ran, and recorded the run as node_lost.
+                    self.drop_stale_runtime(id).await;
+                    return Err(ProvisionerError::Store(
+                        warren_store::StoreError::NotOwner {
+                            sandbox: id.clone(),
+                            token: fence.token,
+                        },
+                    ));
                 }
                 Err(RunError::Backend(error)) => {
                     // A termination destroys the runtime under a running command (after its
@@ -264,10 +356,64 @@ impl Provisioner {
         if current.generation != seen.generation || current.state != SandboxState::Running {
             return Ok(current);
         }
+        // Only the owner says its runtime is gone (issue 14).
+        let Some(fence) = self.owner_fence(&seen.id) else {
+            return Ok(current);
+        };
         self.store
-            .set_sandbox_state(&seen.id, seen.generation, SandboxState::Stopped)
+            .set_runtime_state(&seen.id, seen.generation, SandboxState::Stopped, &fence)
             .await?
             .ok_or_else(|| ProvisionerError::SandboxNotFound(seen.id.clone()))
+    }
+
+    /// Where a runtime operation on `id` runs: `Ok` here under the fence, `Err` at the
+    /// owner elsewhere; for an operation forwarded here, only here.
+    pub(crate) async fn place_for(
+        &self,
+        id: &SandboxId,
+        route: Route,
+    ) -> Result<Result<warren_store::OwnerFence, PeerNode>, ProvisionerError> {
+        match (self.place_runtime(id).await?, route) {
+            (Placement::Here(fence), _) => Ok(Ok(fence)),
+            (Placement::Elsewhere(owner), Route::ToOwner) => Ok(Err(owner)),
+            (Placement::Elsewhere(_), Route::HereOnly) => Err(ProvisionerError::NotOwnerHere {
+                sandbox: id.clone(),
+            }),
+        }
+    }
+
+    /// Sends the command to the node that owns the runtime, with the caller's sink; the
+    /// owner records the run. Once, when the owner answers that it no longer owns the
+    /// runtime (it gave it up meanwhile), the store is asked again.
+    async fn forward_exec(
+        &self,
+        owner: &PeerNode,
+        id: &SandboxId,
+        input: ExecInput,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecReport, ProvisionerError> {
+        self.metrics.forwarded();
+        let link = self
+            .peer_link()
+            .map_err(|_| ProvisionerError::RuntimeElsewhere {
+                sandbox: id.clone(),
+                node: owner.node_id.clone(),
+            })?;
+        match link.exec(owner, id, input.clone(), sink.clone()).await {
+            Err(ProvisionerError::Forwarded { code, .. }) if code == NOT_OWNER_CODE => {
+                match self.place_runtime(id).await? {
+                    Placement::Elsewhere(now) if now != *owner => {
+                        link.exec(&now, id, input, sink).await
+                    }
+                    Placement::Elsewhere(_) => Err(ProvisionerError::PeerUnreachable {
+                        node: owner.node_id.clone(),
+                        reason: "it does not own the runtime the store says it owns".into(),
+                    }),
+                    Placement::Here(_) => Box::pin(self.exec_as_owner(id, input, sink)).await,
+                }
+            }
+            other => other,
+        }
     }
 
     /// The sandbox, when a command may run in it now: its backend runs commands and no
@@ -291,9 +437,29 @@ impl Provisioner {
     /// Starts the sandbox's runtime now unless it runs already, for transports whose
     /// clients expect a sandbox to be up before its first command (DeerFlow's readiness
     /// probe). Refused behind the cleanup fence, and on backends that cannot run commands.
+    /// A runtime that runs on another node counts as started.
     pub async fn start_runtime(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
         let record = self.runnable(id).await?;
-        self.ensure_runtime(record).await
+        match self.place_runtime(id).await? {
+            Placement::Here(fence) => self.ensure_runtime(record, &fence).await,
+            Placement::Elsewhere(_) => Ok(record),
+        }
+    }
+
+    /// Starts the runtime *on this node* for work that must run here (a persistent shell
+    /// session lives in this process); refused when another node owns it.
+    pub(crate) async fn start_runtime_here(
+        &self,
+        id: &SandboxId,
+    ) -> Result<(SandboxRecord, warren_store::OwnerFence), ProvisionerError> {
+        let record = self.runnable(id).await?;
+        match self.place_runtime(id).await? {
+            Placement::Here(fence) => Ok((self.ensure_runtime(record, &fence).await?, fence)),
+            Placement::Elsewhere(owner) => Err(ProvisionerError::RuntimeElsewhere {
+                sandbox: id.clone(),
+                node: owner.node_id,
+            }),
+        }
     }
 
     /// Starts the sandbox's runtime unless it runs already (I12). Serialised per sandbox, so
@@ -301,6 +467,7 @@ impl Provisioner {
     async fn ensure_runtime(
         &self,
         record: SandboxRecord,
+        fence: &warren_store::OwnerFence,
     ) -> Result<SandboxRecord, ProvisionerError> {
         if record.state == SandboxState::Running {
             return Ok(record);
@@ -351,14 +518,26 @@ impl Provisioner {
             return Err(ProvisionerError::Backend(error));
         }
         self.metrics.runtime_started(started.elapsed());
-        self.store
-            .set_sandbox_state(&record.id, record.generation, SandboxState::Running)
-            .await?
-            .ok_or_else(|| {
-                ProvisionerError::Backend(BackendError::RuntimeNotFound {
-                    sandbox: record.id.clone(),
-                })
+        // A fence that went up while the runtime started did not see it: it goes here,
+        // under the same lifecycle lock the fence takes (see `fence_self`).
+        if self.is_fenced() {
+            let _ = self.backend.destroy(&record.id).await;
+            self.refuse_if_fenced()?;
+        }
+        let running = self
+            .store
+            .set_runtime_state(&record.id, record.generation, SandboxState::Running, fence)
+            .await;
+        if let Err(warren_store::StoreError::NotOwner { .. }) = &running {
+            // Taken over while it started: the new owner runs the sandbox, not this one.
+            let _ = self.backend.destroy(&record.id).await;
+            self.ownership_lost(&record.id);
+        }
+        running?.ok_or_else(|| {
+            ProvisionerError::Backend(BackendError::RuntimeNotFound {
+                sandbox: record.id.clone(),
             })
+        })
     }
 }
 

@@ -13,10 +13,11 @@
 //! (`fence_stale`). There is no window between "token is current" and "write done" in
 //! which a newer token can appear.
 //!
-//! The lock lives in this process: it is exact for one warren server (SQLite or a
-//! PostgreSQL store used by one server). Several replicas on one database (cluster mode)
-//! must take the same decision inside the database instead, e.g. a row lock on the guard
-//! row held across the write (see ARCHITECTURE.md).
+//! The gate lives in this process: it is exact for one warren server. Where several
+//! replicas share a PostgreSQL store (cluster mode, issue 14) the store takes the same
+//! decision across processes: `hold_fence` keeps the guard row locked `FOR SHARE` in a
+//! transaction for as long as the permit is held, and an acquisition's upsert of that row
+//! waits for it (the permit's `store_hold`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -182,6 +183,9 @@ impl<G> Drop for GateHold<G> {
 /// behave as they did before guards existed.
 #[must_use = "the mutation is fenced only while the permit is held"]
 pub struct FencePermit {
+    /// The store's hold, where other processes issue tokens too (PostgreSQL replicas).
+    /// Fields drop in order: this one goes first, then the gate.
+    _store_hold: Option<warren_store::FenceHold>,
     hold: Option<GateHold<OwnedRwLockReadGuard<()>>>,
     token: Option<FenceToken>,
 }
@@ -191,6 +195,7 @@ impl FencePermit {
     pub fn unfenced() -> Self {
         Self {
             hold: None,
+            _store_hold: None,
             token: None,
         }
     }
@@ -232,19 +237,20 @@ impl Provisioner {
             return Ok(FencePermit::unfenced());
         };
         let hold = self.fence_gates.read(sandbox).await;
-        match self.store.check_fence(sandbox, token.get()).await {
-            Ok(FenceCheck::Current) => Ok(FencePermit {
+        match self.store.hold_fence(sandbox, token.get()).await {
+            Ok((FenceCheck::Current, store_hold)) => Ok(FencePermit {
                 hold: Some(hold),
+                _store_hold: store_hold,
                 token: Some(token),
             }),
-            Ok(FenceCheck::Stale { newest }) => {
+            Ok((FenceCheck::Stale { newest }, _)) => {
                 self.metrics.fence_refused();
                 Err(ProvisionerError::FenceStale {
                     token: token.get(),
                     newest,
                 })
             }
-            Ok(FenceCheck::Unknown { newest }) => {
+            Ok((FenceCheck::Unknown { newest }, _)) => {
                 // An unknown sandbox is 404 like everywhere else, not a token problem.
                 self.sandbox(sandbox).await?;
                 Err(ProvisionerError::FenceInvalid {

@@ -4,7 +4,7 @@
 
 use warren_core::SandboxId;
 
-use crate::exec::refuse_fenced;
+use crate::exec::{refuse_fenced, Route};
 use crate::{Provisioner, ProvisionerError};
 
 impl Provisioner {
@@ -17,8 +17,21 @@ impl Provisioner {
     /// Refused with 409 `sandbox_terminated` behind the cleanup fence (I24): a runtime
     /// being destroyed is killed by its destroy.
     pub async fn kill_processes(&self, id: &SandboxId) -> Result<u64, ProvisionerError> {
+        self.kill_routed(id, Route::ToOwner).await
+    }
+
+    /// [`Provisioner::kill_processes`] forwarded here by another node: only here.
+    pub async fn kill_processes_as_owner(&self, id: &SandboxId) -> Result<u64, ProvisionerError> {
+        self.kill_routed(id, Route::HereOnly).await
+    }
+
+    async fn kill_routed(&self, id: &SandboxId, route: Route) -> Result<u64, ProvisionerError> {
         let record = self.sandbox(id).await?;
         refuse_fenced(&record)?;
+        if let Err(owner) = self.place_for(id, route).await? {
+            self.metrics.forwarded();
+            return self.peer_link()?.kill_processes(&owner, id).await;
+        }
         // A runtime being started or destroyed right now is never half killed.
         let lock = self.lifecycle_lock(id);
         let _held = lock.lock().await;

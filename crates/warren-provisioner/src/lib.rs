@@ -16,6 +16,7 @@
 mod aliases;
 mod artifacts;
 mod checkpoints;
+mod drain;
 mod env;
 mod error;
 mod exec;
@@ -26,6 +27,7 @@ mod kill;
 mod lifecycle;
 mod membership;
 mod metrics;
+mod ownership;
 mod quotas;
 mod recovery;
 mod sandboxes;
@@ -40,15 +42,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
+pub use drain::DrainReport;
 pub use error::{
     error_chain, is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError,
 };
-pub use exec::{ExecInput, ExecReport, ProgramSpec};
+pub use exec::{ExecInput, ExecReport, ProgramSpec, NOT_OWNER_CODE};
 pub use files::{FileRead, Located, Written};
 pub use guard::{FencePermit, FenceToken, FENCE_HEADER, MAX_GUARD_HOLDER_BYTES, MAX_GUARD_TTL};
 pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use membership::{check_workspace_dir, NodeIdentity};
+pub use ownership::{PeerLink, PeerNode, FENCE_AFTER};
 pub use quotas::{
     volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,
     MIN_QUOTA_BYTES, MIN_QUOTA_INODES,
@@ -209,6 +213,10 @@ pub struct Provisioner {
     shells: shell::Registry,
     /// This node's epoch in the cluster (`membership.rs`).
     epoch: membership::Epoch,
+    /// The runtimes this node owns, and whether it is fenced (`ownership.rs`).
+    ownership: ownership::Ownership,
+    /// How runtime operations reach their owner elsewhere; `None` on a lone node.
+    peers: Mutex<Option<Arc<dyn ownership::PeerLink>>>,
 }
 
 impl Provisioner {
@@ -237,6 +245,8 @@ impl Provisioner {
             fence_gates: Arc::default(),
             shells: shell::Registry::default(),
             epoch: membership::Epoch::default(),
+            ownership: ownership::Ownership::default(),
+            peers: Mutex::new(None),
         }
     }
 

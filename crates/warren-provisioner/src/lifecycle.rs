@@ -109,6 +109,8 @@ impl Provisioner {
             .await?
             .into_iter()
             .filter(|record| record.state == SandboxState::Running)
+            // Each node reaps the runtimes it owns (issue 14).
+            .filter(|record| self.owner_fence(&record.id).is_some())
             .filter_map(|record| {
                 let claim = self.claim_for_reaping(&record.id)?;
                 Some((record, claim))
@@ -260,13 +262,22 @@ impl Provisioner {
         if current.state != SandboxState::Running || current.generation != generation {
             return Ok(false);
         }
+        let Some(fence) = self.owner_fence(id) else {
+            return Ok(false);
+        };
         if let Err(error) = self.backend.destroy(id).await {
             self.metrics.failed(FailureCause::Destroy);
             return Err(ProvisionerError::Backend(error));
         }
-        self.store
-            .set_sandbox_state(id, generation, SandboxState::Stopped)
-            .await?;
+        match self
+            .store
+            .set_runtime_state(id, generation, SandboxState::Stopped, &fence)
+            .await
+        {
+            Ok(_) => self.release_runtime(id).await,
+            Err(warren_store::StoreError::NotOwner { .. }) => self.ownership_lost(id),
+            Err(error) => return Err(error.into()),
+        }
         Ok(true)
     }
 }

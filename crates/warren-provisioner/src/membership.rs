@@ -9,11 +9,15 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use warren_store::NodeRecord;
 
+use crate::ownership::fence_deadline;
 use crate::{Provisioner, ProvisionerError};
+
+/// How often the watchdog looks at the time since the last renewal.
+const WATCHDOG_TICK: Duration = Duration::from_millis(200);
 
 /// Longest node id: DNS label length, so it can name a host or a pod.
 const MAX_NODE_ID: usize = 63;
@@ -116,53 +120,106 @@ impl Provisioner {
     /// Registers this node with a new epoch and a fresh lease.
     pub async fn join_cluster(&self) -> Result<NodeRecord, ProvisionerError> {
         let node = &self.config.node;
+        let sent = Instant::now();
         let record = self
             .store
             .register_node(&node.node_id, &node.advertise, node.ttl)
             .await?;
         self.epoch.set(record.epoch);
+        self.ownership.renewed(sent);
         tracing::info!(node = %record.node_id, epoch = record.epoch, advertise = %record.advertise, ttl_s = node.ttl.as_secs(), "joined the cluster");
         Ok(record)
     }
 
-    /// One renewal of this node's lease; a superseded or lapsed epoch registers again.
+    /// One renewal of this node's lease. A superseded or lapsed epoch fences this node
+    /// first (its runtimes may be taken over by now) and registers again; so does a node
+    /// that fenced itself because renewals failed for too long.
     pub async fn renew_membership(&self) -> Result<NodeRecord, ProvisionerError> {
         let node = &self.config.node;
         let epoch = self.epoch.get();
+        if self.ownership.is_fenced() {
+            let record = self.join_cluster().await?;
+            self.unfence();
+            return Ok(record);
+        }
+        let sent = Instant::now();
         match self
             .store
             .renew_node(&node.node_id, epoch, node.ttl)
             .await?
         {
-            Some(record) => Ok(record),
+            Some(record) => {
+                self.ownership.renewed(sent);
+                Ok(record)
+            }
+            None if self.is_clustered() => {
+                tracing::error!(node = %node.node_id, epoch, "this node's lease lapsed or another process registered its id; fencing, then joining again with a new epoch");
+                self.fence_self().await;
+                let record = self.join_cluster().await?;
+                self.unfence();
+                Ok(record)
+            }
             None => {
-                tracing::error!(node = %node.node_id, epoch, "this node's lease lapsed or another process registered its id; joining again with a new epoch");
-                self.join_cluster().await
+                // The only server on its store (no other replica can have taken anything
+                // over): it joins again and keeps its runtimes at the new epoch.
+                tracing::warn!(node = %node.node_id, epoch, "this node's lease lapsed (the state store was out of reach); joining again with a new epoch and keeping its runtimes");
+                let record = self.join_cluster().await?;
+                self.readopt_owned().await?;
+                Ok(record)
             }
         }
     }
 
-    /// Renews the lease every third of the TTL until the server shuts down; a failed
-    /// renewal (the store unreachable) is retried at the next tick.
+    /// Renews the lease every third of the TTL until the node leaves; a renewal that
+    /// fails (the store unreachable) or hangs past the next tick is retried then. Beside it
+    /// a watchdog fences this node once no renewal succeeded for [`fence_deadline`] of the
+    /// TTL, whatever the renewal itself is stuck on.
     pub fn spawn_membership(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let provisioner = Arc::clone(self);
+        let watchdog = Arc::clone(self);
+        let limit = fence_deadline(self.config.node.ttl);
         tokio::spawn(async move {
-            let every = provisioner.config.node.ttl / 3;
             loop {
-                tokio::time::sleep(every).await;
-                if provisioner.is_shutting_down() {
+                tokio::time::sleep(WATCHDOG_TICK).await;
+                if watchdog.ownership.has_left() {
                     return;
                 }
-                if let Err(error) = provisioner.renew_membership().await {
-                    tracing::warn!(%error, "could not renew this node's lease; retrying");
+                // Only a replica among others fences itself: a lone server's runtimes can
+                // be taken by nobody, so it keeps them through an outage of its store.
+                if watchdog.is_clustered()
+                    && !watchdog.ownership.is_fenced()
+                    && watchdog.ownership.overdue(limit)
+                {
+                    watchdog.fence_self().await;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let every = provisioner.config.node.ttl / 3;
+            // Renewals go on through a shutdown's drain, which may outlast the TTL: the
+            // runtimes being handed back are still this node's until then.
+            loop {
+                tokio::time::sleep(every).await;
+                if provisioner.ownership.has_left() {
+                    return;
+                }
+                match tokio::time::timeout(every, provisioner.renew_membership()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "could not renew this node's lease; retrying");
+                    }
+                    Err(_) => tracing::warn!(
+                        "renewing this node's lease took longer than a third of its TTL; retrying"
+                    ),
                 }
             }
         })
     }
 
-    /// Ends this node's lease now: the server is stopping.
+    /// Ends this node's lease now: the server is stopping. Renewals stop.
     pub async fn leave_cluster(&self) -> Result<bool, ProvisionerError> {
         let node = &self.config.node;
+        self.ownership.leave();
         Ok(self
             .store
             .leave_node(&node.node_id, self.epoch.get())
@@ -172,6 +229,13 @@ impl Provisioner {
     /// Every node registered in the state store, by id.
     pub async fn cluster_nodes(&self) -> Result<Vec<NodeRecord>, ProvisionerError> {
         Ok(self.store.list_nodes().await?)
+    }
+
+    /// Every runtime some node owns, as the state store records it.
+    pub async fn runtime_owners(
+        &self,
+    ) -> Result<Vec<warren_store::RuntimeOwner>, ProvisionerError> {
+        Ok(self.store.runtime_owners().await?)
     }
 
     /// This node's current epoch (0 before it joined).

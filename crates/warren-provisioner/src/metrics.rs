@@ -62,6 +62,9 @@ pub(crate) struct Metrics {
     stale_fences: Counter,
     reaps: Family<ReasonLabel, Counter>,
     failures: Family<CauseLabel, Counter>,
+    takeovers: Counter,
+    self_fences: Counter,
+    forwarded: Counter,
 }
 
 impl Metrics {
@@ -76,6 +79,24 @@ impl Metrics {
         let stale_fences = Counter::default();
         let reaps = Family::<ReasonLabel, Counter>::default();
         let failures = Family::<CauseLabel, Counter>::default();
+        let takeovers = Counter::default();
+        let self_fences = Counter::default();
+        let forwarded = Counter::default();
+        registry.register(
+            "takeovers",
+            "Runtimes this node took over from a node whose lease lapsed (issue 14)",
+            takeovers.clone(),
+        );
+        registry.register(
+            "self_fences",
+            "Times this node fenced itself: its lease could not be renewed in time",
+            self_fences.clone(),
+        );
+        registry.register(
+            "forwarded",
+            "Runtime operations forwarded to the node that owns the runtime",
+            forwarded.clone(),
+        );
         registry.register(
             "sandboxes",
             "Sandboxes by state (created, running, stopped, terminating, terminated)",
@@ -126,6 +147,9 @@ impl Metrics {
             stale_fences,
             reaps,
             failures,
+            takeovers,
+            self_fences,
+            forwarded,
         }
     }
 
@@ -147,6 +171,18 @@ impl Metrics {
 
     pub(crate) fn reaped(&self, reason: ReapReason) {
         self.reaps.get_or_create(&reason.label()).inc();
+    }
+
+    pub(crate) fn took_over(&self) {
+        self.takeovers.inc();
+    }
+
+    pub(crate) fn self_fenced(&self) {
+        self.self_fences.inc();
+    }
+
+    pub(crate) fn forwarded(&self) {
+        self.forwarded.inc();
     }
 
     pub(crate) fn failed(&self, cause: FailureCause) {

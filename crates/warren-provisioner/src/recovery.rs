@@ -33,13 +33,34 @@ impl Provisioner {
     /// A runtime is adopted only if it matches its sandbox's record exactly: same id,
     /// generation, uid, runtime scope, workdir, layout, extra mounts and network policy (I16). Anything
     /// else the backend hosts is destroyed; workspace files are never touched (I15).
+    ///
+    /// In a cluster (issue 14) it is this node's reconciliation only: it must have joined
+    /// (a new epoch) first. It closes this node's runs, adopts a runtime only while the
+    /// store still names this node its owner (re-owned at the new epoch, same token),
+    /// destroys one another node took over meanwhile, and leaves the sandboxes other nodes
+    /// own alone.
     pub async fn recover(&self) -> Result<RecoveryReport, ProvisionerError> {
+        let me = self.config.node.node_id.clone();
         let mut report = RecoveryReport {
             runs_failed: self
                 .store
-                .fail_running_runs("provisioner_restarted")
+                .fail_running_runs(&me, "provisioner_restarted")
                 .await?,
             ..RecoveryReport::default()
+        };
+        let owners: HashMap<_, _> = self
+            .store
+            .runtime_owners()
+            .await?
+            .into_iter()
+            .map(|owner| (owner.sandbox_id.clone(), owner))
+            .collect();
+        // A sandbox nobody owns is this node's to reconcile (a lone node's, from before
+        // ownership was recorded); one another node owns is that node's.
+        let ours = |id: &warren_core::SandboxId| {
+            owners
+                .get(id)
+                .is_none_or(|owner| owner.node_id.as_deref() == Some(me.as_str()))
         };
         let records: HashMap<_, _> = self
             .store
@@ -70,7 +91,15 @@ impl Provisioner {
                         == self.mounts(record)
                     && matches!(record.state, SandboxState::Running | SandboxState::Created)
             });
-            if owner.is_some() {
+            let adopted = match owner {
+                Some(_) => self
+                    .store
+                    .adopt_runtime(&spec.sandbox, &me, self.node_epoch())
+                    .await?
+                    .inspect(|token| self.ownership.insert(&spec.sandbox, *token)),
+                None => None,
+            };
+            if adopted.is_some() {
                 live.insert(spec.sandbox.clone());
                 report.runtimes_adopted += 1;
             } else {
@@ -85,21 +114,65 @@ impl Provisioner {
             }
         }
         for record in records.values() {
+            if !ours(&record.id) {
+                continue;
+            }
             match record.state {
                 SandboxState::Running if !live.contains(&record.id) => {
-                    self.store
-                        .set_sandbox_state(&record.id, record.generation, SandboxState::Stopped)
-                        .await?;
+                    match owners.get(&record.id) {
+                        Some(owner) => {
+                            let fence = warren_store::OwnerFence {
+                                node_id: me.clone(),
+                                token: owner.token,
+                            };
+                            match self
+                                .store
+                                .set_runtime_state(
+                                    &record.id,
+                                    record.generation,
+                                    SandboxState::Stopped,
+                                    &fence,
+                                )
+                                .await
+                            {
+                                Ok(_) => {
+                                    self.store
+                                        .release_runtime(&record.id, &me, owner.token)
+                                        .await?;
+                                }
+                                // Taken over since the list was read: the new owner's.
+                                Err(warren_store::StoreError::NotOwner { .. }) => continue,
+                                Err(error) => return Err(error.into()),
+                            }
+                        }
+                        None => {
+                            self.store
+                                .set_sandbox_state(
+                                    &record.id,
+                                    record.generation,
+                                    SandboxState::Stopped,
+                                )
+                                .await?;
+                        }
+                    }
                     report.sandboxes_stopped += 1;
                 }
                 SandboxState::Created if live.contains(&record.id) => {
                     // The runtime started but the record never said so (a crash between).
-                    self.store
-                        .set_sandbox_state(&record.id, record.generation, SandboxState::Running)
-                        .await?;
+                    if let Some(fence) = self.owner_fence(&record.id) {
+                        self.store
+                            .set_runtime_state(
+                                &record.id,
+                                record.generation,
+                                SandboxState::Running,
+                                &fence,
+                            )
+                            .await?;
+                    }
                 }
                 SandboxState::Terminating => match self.backend.destroy(&record.id).await {
                     Ok(()) => {
+                        self.release_runtime(&record.id).await;
                         self.store
                             .set_sandbox_state(
                                 &record.id,
@@ -122,7 +195,7 @@ impl Provisioner {
         // whatever no live ephemeral sandbox owns goes now (I14).
         let scratch_dir = self
             .layout
-            .data_dir()
+            .workspace_dir()
             .join(warren_core::DataLayout::SCRATCH_RELATIVE);
         let entries = match std::fs::read_dir(&scratch_dir) {
             Ok(entries) => entries.filter_map(Result::ok).collect::<Vec<_>>(),

@@ -465,12 +465,12 @@ impl Provisioner {
     ) -> Result<(), ProvisionerError> {
         let lock = self.lifecycle_lock(&record.id);
         let _guard = lock.lock().await;
-        let data_dir = self.layout.data_dir().to_owned();
+        let data_dir = self.layout.workspace_dir().to_owned();
         let sandbox = record.id.as_str().to_owned();
         let workdir = record.workdir.as_str().to_owned();
         self.blocking(move || {
             let data = WorkspaceRoot::open(&data_dir)
-                .map_err(|source| file_error("the data directory", source))?
+                .map_err(|source| file_error("the workspace directory", source))?
                 .with_owner(None);
             data.mkdir_p(DataLayout::SCRATCH_RELATIVE)
                 .map_err(|source| file_error("the scratch directory", source))?;
@@ -513,7 +513,10 @@ impl Provisioner {
         &self,
         sandbox: String,
     ) -> Result<(), ProvisionerError> {
-        let scratch_dir = self.layout.data_dir().join(DataLayout::SCRATCH_RELATIVE);
+        let scratch_dir = self
+            .layout
+            .workspace_dir()
+            .join(DataLayout::SCRATCH_RELATIVE);
         self.blocking(move || {
             let scratch = match WorkspaceRoot::open(&scratch_dir) {
                 Ok(root) => root.with_owner(None),
@@ -605,17 +608,13 @@ impl Provisioner {
             .set_sandbox_state(id, record.generation, SandboxState::Terminating)
             .await?
             .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
-        // Commands in flight hold no lifecycle lock, so they finish (or not) while this
-        // waits; nothing new can start behind the fence.
-        let waiting = tokio::time::Instant::now();
-        let deadline = waiting + grace;
-        while self.inflight(id) > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(GRACE_POLL.min(deadline - tokio::time::Instant::now())).await;
-        }
-        self.metrics.fence_waited(waiting.elapsed());
-        if let Err(error) = self.backend.destroy(id).await {
-            self.metrics.failed(FailureCause::Destroy);
-            return Err(ProvisionerError::Backend(error));
+        // The runtime ends where it runs (issue 14): here, or at its owner.
+        match self.place_runtime(id).await? {
+            crate::ownership::Placement::Here(_) => self.end_runtime_here(id, grace).await?,
+            crate::ownership::Placement::Elsewhere(owner) => {
+                self.metrics.forwarded();
+                self.peer_link()?.end_runtime(&owner, id, grace).await?;
+            }
         }
         if fenced.ephemeral {
             // The scratch tree is the ephemeral sandbox's only state. If it cannot go now,
@@ -632,6 +631,49 @@ impl Provisioner {
             .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
         tracing::info!(sandbox = %id, generation = terminated.generation, "sandbox terminated; workspace kept");
         Ok(terminated)
+    }
+
+    /// Ends this node's runtime of `id` once its commands finished or `grace` passed, and
+    /// gives its ownership up. The sandbox's fence is up already: nothing new starts.
+    async fn end_runtime_here(
+        &self,
+        id: &SandboxId,
+        grace: Duration,
+    ) -> Result<(), ProvisionerError> {
+        // Commands in flight hold no lifecycle lock, so they finish (or not) while this
+        // waits; nothing new can start behind the fence.
+        let waiting = tokio::time::Instant::now();
+        let deadline = waiting + grace;
+        while self.inflight(id) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(GRACE_POLL.min(deadline - tokio::time::Instant::now())).await;
+        }
+        self.metrics.fence_waited(waiting.elapsed());
+        if let Err(error) = self.backend.destroy(id).await {
+            self.metrics.failed(FailureCause::Destroy);
+            return Err(ProvisionerError::Backend(error));
+        }
+        self.release_runtime(id).await;
+        Ok(())
+    }
+
+    /// Ends the runtime of `id` for the node that terminates the sandbox: forwarded here
+    /// because this node owns it. Nothing to do when it does not (any more).
+    pub async fn end_runtime_as_owner(
+        &self,
+        id: &SandboxId,
+        grace: Duration,
+    ) -> Result<(), ProvisionerError> {
+        if grace > MAX_TERMINATE_GRACE {
+            return Err(ProvisionerError::BadRequest(
+                "grace_s must be between 0 and 300 seconds",
+            ));
+        }
+        if self.owner_fence(id).is_none() {
+            return Ok(());
+        }
+        let lock = self.lifecycle_lock(id);
+        let _guard = lock.lock().await;
+        self.end_runtime_here(id, grace).await
     }
 
     /// The workdir `workdir` of `uid` as a file root of its own (the Viewer's boundary),

@@ -43,10 +43,29 @@ impl Provisioner {
         reason: &str,
         deadline: Option<std::time::Instant>,
     ) -> Result<RuntimeSnapshot, ProvisionerError> {
+        self.snapshot_runtime_with(id, reason, self.snapshot_limits(deadline))
+            .await
+    }
+
+    /// A runtime snapshot under explicit limits (a drain's are not cancelled by the
+    /// shutdown that asked for it).
+    pub(crate) async fn snapshot_runtime_with(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+        limits: warren_snapshot::SnapshotLimits,
+    ) -> Result<RuntimeSnapshot, ProvisionerError> {
         let record = self.sandbox(id).await?;
         if record.state != SandboxState::Running {
             return Err(ProvisionerError::RuntimeNotRunning {
                 sandbox: id.clone(),
+            });
+        }
+        // The owner's runtime is snapshotted by the owner (issue 14).
+        if let crate::ownership::Placement::Elsewhere(owner) = self.place_runtime(id).await? {
+            return Err(ProvisionerError::RuntimeElsewhere {
+                sandbox: id.clone(),
+                node: owner.node_id,
             });
         }
         let roots = self
@@ -67,7 +86,6 @@ impl Provisioner {
             .filter(|snapshot| snapshot.generation == record.generation);
         let store = self.snapshot_store(&record.uid)?;
         let started = std::time::Instant::now();
-        let limits = self.snapshot_limits(deadline);
         let (cow, home, bytes) = self
             .blocking(move || {
                 let open = |path: &PathBuf, what: &str| {

@@ -107,6 +107,16 @@ pub enum StoreError {
         bound: SandboxId,
     },
 
+    /// A write about a runtime was made under an ownership that was superseded: another
+    /// node took the runtime over (issue 14).
+    #[error("this node no longer owns the runtime of sandbox {sandbox} (fencing token {token} was superseded)")]
+    NotOwner {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The token the write was made under.
+        token: i64,
+    },
+
     /// No run with this id was ever started.
     #[error("run {run_id:?} is not recorded")]
     UnknownRun {

@@ -100,6 +100,26 @@ pub(crate) fn ttl_millis(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A fencing token's check held open in the store (PostgreSQL: the guard row locked in a
+/// transaction), so no newer token can be issued by any process until it is dropped.
+pub struct FenceHold {
+    _held: std::sync::Mutex<Box<dyn Send>>,
+}
+
+impl FenceHold {
+    pub(crate) fn new(held: impl Send + 'static) -> Self {
+        Self {
+            _held: std::sync::Mutex::new(Box::new(held)),
+        }
+    }
+}
+
+impl std::fmt::Debug for FenceHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FenceHold")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

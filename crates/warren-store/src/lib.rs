@@ -11,18 +11,20 @@ mod error;
 mod guard;
 mod model;
 mod nodes;
+mod owners;
 mod postgres;
 mod rows;
 mod sqlite;
 
 pub use aliases::SandboxAlias;
 pub use error::StoreError;
-pub use guard::{FenceCheck, Guard, GuardAcquire, ManualClock};
+pub use guard::{FenceCheck, FenceHold, Guard, GuardAcquire, ManualClock};
 pub use model::{
     NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, WorkdirRecord,
 };
 pub use nodes::{NodeRecord, NodeState};
+pub use owners::{OwnerFence, RuntimeClaim, RuntimeOwner, TakenOver, NODE_LOST};
 pub use postgres::{PostgresOptions, PostgresStore, ServerLock};
 pub use sqlite::SqliteStore;
 
@@ -199,9 +201,11 @@ pub trait StateStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<RunRecord>, StoreError>;
 
-    /// Closes every run still running as [`RunStatus::Failed`] with `reason`, as after a
-    /// provisioner restart nobody is left to finish them. Returns how many were closed.
-    async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError>;
+    /// Closes every run still running on `node_id` (and every running run that names no
+    /// node: from before runs recorded one) as [`RunStatus::Failed`] with `reason`, as after
+    /// that node's provisioner restarted nobody is left to finish them; other nodes' runs
+    /// are theirs. Returns how many were closed.
+    async fn fail_running_runs(&self, node_id: &str, reason: &str) -> Result<u64, StoreError>;
 
     /// Records a lease on the sandbox's current `generation`, live for `ttl`. Fails with
     /// [`StoreError::UnknownSandbox`] for a sandbox never claimed.
@@ -355,6 +359,17 @@ pub trait StateStore: Send + Sync + 'static {
     /// How `token` compares with the newest token issued for the sandbox.
     async fn check_fence(&self, sandbox: &SandboxId, token: i64) -> Result<FenceCheck, StoreError>;
 
+    /// [`StateStore::check_fence`], and while the token is current a [`FenceHold`] that
+    /// keeps every process from issuing a newer token until it is dropped. A store one
+    /// process owns (SQLite) holds nothing: that process's own gate is exact.
+    async fn hold_fence(
+        &self,
+        sandbox: &SandboxId,
+        token: i64,
+    ) -> Result<(FenceCheck, Option<FenceHold>), StoreError> {
+        Ok((self.check_fence(sandbox, token).await?, None))
+    }
+
     /// Records that `alias` in `namespace` names `sandbox` (idempotent) and returns the
     /// record. An alias already naming another sandbox is [`StoreError::AliasConflict`]
     /// and changes nothing; a sandbox never claimed is [`StoreError::UnknownSandbox`].
@@ -399,6 +414,56 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Every node that ever registered, by id, with its state by the store's clock.
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
+
+    /// Claims the runtime of `sandbox` for `node_id` at `epoch` (see `owners.rs`): kept
+    /// or taken when free, deferred to a live owner, taken over from an owner whose epoch
+    /// is not live (its runs in flight closed as [`NODE_LOST`], a running sandbox marked
+    /// stopped), refused when the claimer's own epoch is not live. One atomic decision.
+    /// With `sole` the claimer is the only server on the store (its `ServerLock` says
+    /// so): every other node's ownership is stale and taken over at once.
+    async fn claim_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        epoch: i64,
+        sole: bool,
+    ) -> Result<RuntimeClaim, StoreError>;
+
+    /// Re-owns, at `epoch`, a runtime `node_id` found running at start-up: `Some(token)`
+    /// when the store still names this node as its owner (at any epoch) or never named
+    /// an owner; `None` when it was released or taken over meanwhile (the runtime is
+    /// stale and must go).
+    async fn adopt_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        epoch: i64,
+    ) -> Result<Option<i64>, StoreError>;
+
+    /// Gives up the runtime of `sandbox` (it was destroyed); false when `node_id` no
+    /// longer owns it with `token`.
+    async fn release_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        token: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// The recorded ownership of a sandbox's runtime.
+    async fn runtime_owner(&self, sandbox: &SandboxId) -> Result<Option<RuntimeOwner>, StoreError>;
+
+    /// Every runtime some node owns, by sandbox id.
+    async fn runtime_owners(&self) -> Result<Vec<RuntimeOwner>, StoreError>;
+
+    /// Sets a sandbox's state like [`StateStore::set_sandbox_state`], under an ownership:
+    /// refused with [`StoreError::NotOwner`] unless `fence` still holds the runtime.
+    async fn set_runtime_state(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        state: SandboxState,
+        fence: &OwnerFence,
+    ) -> Result<Option<SandboxRecord>, StoreError>;
 }
 
 #[cfg(test)]

@@ -284,6 +284,10 @@ pub struct NewRun {
     pub cwd: String,
     /// Who asked for the run.
     pub requested_by: String,
+    /// The node executing it and the ownership it holds: the run is refused with
+    /// [`StoreError::NotOwner`](crate::StoreError::NotOwner) once another node took the
+    /// runtime over. `None`: unfenced, and no node recorded.
+    pub owner: Option<crate::OwnerFence>,
 }
 
 /// How a run ended, as recorded by [`StateStore::finish_run`](crate::StateStore::finish_run).

@@ -34,6 +34,8 @@ pub struct TestServer {
     extra_args: Vec<String>,
     /// Where the server's stderr goes at level `info`, when the test reads its logs.
     log: Option<tempfile::NamedTempFile>,
+    /// The network namespace the server runs in, if not the test's own.
+    netns: Option<String>,
     http: Client,
 }
 
@@ -45,8 +47,17 @@ fn spawn_server(
     token: Option<&str>,
     user: Option<(u32, u32)>,
     log: Option<&Path>,
+    netns: Option<&str>,
 ) -> (Child, String) {
-    let mut command = Command::new(bin);
+    // `ip netns exec` enters the namespace and execs the server: the child is the server.
+    let mut command = match netns {
+        Some(netns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", netns]).arg(bin);
+            command
+        }
+        None => Command::new(bin),
+    };
     if let Some((uid, gid)) = user {
         // As root, std also drops every supplementary group when a uid is set.
         std::os::unix::process::CommandExt::uid(&mut command, uid);
@@ -64,7 +75,12 @@ fn spawn_server(
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["--listen", "127.0.0.1:0"])
+        // A test that names its own address (a namespace's) gives `--listen` itself.
+        .args(if extra_args.contains(&"--listen") {
+            &[][..]
+        } else {
+            &["--listen", "127.0.0.1:0"][..]
+        })
         .args(extra_args)
         .env("WARREN_LOG", if log.is_some() { "info" } else { "warn" })
         .stdin(Stdio::null())
@@ -137,7 +153,7 @@ impl TestServer {
         extra_args: &[&str],
         token: Option<&str>,
     ) -> Self {
-        let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token, None, None);
+        let (child, url) = spawn_server(bin, data_dir.path(), extra_args, token, None, None, None);
         let token = match token {
             Some(token) => token.to_owned(),
             None => std::fs::read_to_string(data_dir.path().join("token"))
@@ -152,6 +168,7 @@ impl TestServer {
             bin: bin.to_owned(),
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             log: None,
+            netns: None,
             http: Client::new(),
         }
     }
@@ -168,6 +185,7 @@ impl TestServer {
             Some(TEST_TOKEN),
             None,
             Some(log.path()),
+            None,
         );
         Self {
             child,
@@ -178,6 +196,35 @@ impl TestServer {
             bin: bin.to_owned(),
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             log: Some(log),
+            netns: None,
+            http: Client::new(),
+        }
+    }
+
+    /// [`TestServer::start_logging`] inside the network namespace `netns` (`ip netns`);
+    /// `extra_args` give `--listen` on an address of that namespace.
+    pub fn start_logging_in_netns(bin: &Path, netns: &str, extra_args: &[&str]) -> Self {
+        let data_dir = tempfile::tempdir().expect("create a temporary data dir");
+        let log = tempfile::NamedTempFile::new().expect("create a log file");
+        let (child, url) = spawn_server(
+            bin,
+            data_dir.path(),
+            extra_args,
+            Some(TEST_TOKEN),
+            None,
+            Some(log.path()),
+            Some(netns),
+        );
+        Self {
+            child,
+            url,
+            token: TEST_TOKEN.to_owned(),
+            data_dir,
+            data_subdir: None,
+            bin: bin.to_owned(),
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            log: Some(log),
+            netns: Some(netns.to_owned()),
             http: Client::new(),
         }
     }
@@ -208,8 +255,15 @@ impl TestServer {
         let data = home.path().join("data");
         std::fs::create_dir(&data).unwrap();
         own(&data);
-        let (child, url) =
-            spawn_server(&copy, &data, &[], Some(TEST_TOKEN), Some((uid, gid)), None);
+        let (child, url) = spawn_server(
+            &copy,
+            &data,
+            &[],
+            Some(TEST_TOKEN),
+            Some((uid, gid)),
+            None,
+            None,
+        );
         Self {
             child,
             url,
@@ -219,6 +273,7 @@ impl TestServer {
             bin: copy,
             extra_args: Vec::new(),
             log: None,
+            netns: None,
             http: Client::new(),
         }
     }
@@ -227,6 +282,27 @@ impl TestServer {
     /// same data directory and token, on a new port.
     pub fn restart_after_kill(&mut self) {
         self.kill();
+        self.start_again();
+    }
+
+    /// Waits up to `within` for the server to exit by itself (after SIGTERM, `warren
+    /// drain`); its exit status, or `None` if it still runs.
+    pub fn wait_for_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the server again on the same data directory, token and flags, on a new port,
+    /// once the previous process has exited.
+    pub fn start_again(&mut self) {
         let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
         let log = self.log.as_ref().map(|log| log.path().to_owned());
         let (child, url) = spawn_server(
@@ -236,6 +312,7 @@ impl TestServer {
             Some(&self.token),
             None,
             log.as_deref(),
+            self.netns.as_deref(),
         );
         self.child = child;
         self.url = url;

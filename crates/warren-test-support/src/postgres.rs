@@ -79,6 +79,11 @@ impl PostgresServer {
         server
     }
 
+    /// The port it listens on, on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `postgres://postgres@127.0.0.1:<port>/<database>`.
     pub fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)

@@ -110,6 +110,7 @@ async fn measure(
                                     command: "[\"true\"]".to_owned(),
                                     cwd: "/home/gem".to_owned(),
                                     requested_by: "bench".to_owned(),
+                                    owner: None,
                                 })
                                 .await
                                 .unwrap();

@@ -561,7 +561,7 @@ impl Provisioner {
             self.shells.forget(&existing);
         }
         self.shells.make_room(sandbox, implicit)?;
-        let mut record = self.start_runtime(sandbox).await?;
+        let mut record = self.start_runtime_here(sandbox).await?.0;
         let cwd = match &request.exec_dir {
             Some(dir) => self.exec_cwd(&record, dir).await?,
             None => VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?,
@@ -595,7 +595,7 @@ impl Provisioner {
                     // as a native exec would.
                     tracing::warn!(%sandbox, "runtime lost; starting a new one for a shell session");
                     let lost = self.mark_runtime_lost(&record).await?;
-                    record = self.start_runtime(&lost.id).await?;
+                    record = self.start_runtime_here(&lost.id).await?.0;
                 }
                 Err(StartFailure::Backend(error)) => return Err(ProvisionerError::Backend(error)),
                 Err(StartFailure::Shell(reason)) => {
@@ -723,6 +723,7 @@ impl Provisioner {
                     .into_owned(),
                 cwd,
                 requested_by: command.requested_by.clone(),
+                owner: self.owner_fence(&session.sandbox),
             })
             .await?;
         let command_id = uuid::Uuid::new_v4().to_string();

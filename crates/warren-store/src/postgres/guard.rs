@@ -148,3 +148,25 @@ pub(super) async fn check_fence(
         .map_err(StoreError::query("check a fencing token"))?;
     Ok(FenceCheck::of(token, newest))
 }
+
+/// [`check_fence`] that keeps the guard row locked `FOR SHARE` in a transaction of its own
+/// while the token is current, so an acquisition on any replica (its upsert updates the
+/// row) waits until the hold is dropped: the fenced write and the check are one critical
+/// section across processes, as the fence gate makes them within one.
+pub(super) async fn hold_fence(
+    pool: &PgPool,
+    sandbox: &SandboxId,
+    token: i64,
+) -> Result<(FenceCheck, Option<crate::FenceHold>), StoreError> {
+    const OPERATION: &str = "hold a fencing token";
+    let mut tx = pool.begin().await.map_err(StoreError::query(OPERATION))?;
+    let newest: Option<i64> =
+        sqlx::query_scalar("SELECT token FROM guards WHERE sandbox_id = $1 FOR SHARE")
+            .bind(sandbox.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+    let check = FenceCheck::of(token, newest);
+    let hold = (check == FenceCheck::Current).then(|| crate::FenceHold::new(tx));
+    Ok((check, hold))
+}

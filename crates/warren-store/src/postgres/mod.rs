@@ -18,6 +18,7 @@
 mod aliases;
 mod guard;
 mod nodes;
+mod owners;
 mod server_lock;
 
 pub use server_lock::ServerLock;
@@ -398,9 +399,13 @@ impl StateStore for PostgresStore {
     }
 
     async fn start_run(&self, new: &NewRun) -> Result<RunRecord, StoreError> {
+        // A fenced run is written only while its node still owns the runtime (issue 14):
+        // the check and the insert are one statement.
         let row = sqlx::query(&format!(
             "INSERT INTO runs (id, sandbox_id, generation, command, cwd, requested_by, status, \
-             started_at, timed_out) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, FALSE) \
+             started_at, timed_out, node_id) SELECT $1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9 \
+             WHERE $10::bigint IS NULL OR EXISTS (SELECT 1 FROM runtime_owners \
+             WHERE sandbox_id = $2 AND node_id = $9 AND token = $10) \
              RETURNING {RUN_COLUMNS}"
         ))
         .bind(&new.id)
@@ -411,7 +416,9 @@ impl StateStore for PostgresStore {
         .bind(&new.requested_by)
         .bind(RunStatus::Running.as_str())
         .bind(now_millis())
-        .fetch_one(&self.pool)
+        .bind(new.owner.as_ref().map(|owner| owner.node_id.as_str()))
+        .bind(new.owner.as_ref().map(|owner| owner.token))
+        .fetch_optional(&self.pool)
         .await
         .map_err(|error| match violation(&error) {
             Some(ErrorKind::UniqueViolation) => StoreError::DuplicateRun {
@@ -419,7 +426,13 @@ impl StateStore for PostgresStore {
             },
             _ => StoreError::on_sandbox("start a run", &new.sandbox_id)(error),
         })?;
-        run_from_row(&row)
+        match row {
+            Some(row) => run_from_row(&row),
+            None => Err(StoreError::NotOwner {
+                sandbox: new.sandbox_id.clone(),
+                token: new.owner.as_ref().map_or(0, |owner| owner.token),
+            }),
+        }
     }
 
     async fn finish_run(
@@ -485,13 +498,14 @@ impl StateStore for PostgresStore {
         rows.iter().map(run_from_row).collect()
     }
 
-    async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError> {
+    async fn fail_running_runs(&self, node_id: &str, reason: &str) -> Result<u64, StoreError> {
         let result = sqlx::query(
             "UPDATE runs SET status = 'failed', finished_at = $1, failure_reason = $2 \
-             WHERE status = 'running'",
+             WHERE status = 'running' AND (node_id = $3 OR node_id IS NULL)",
         )
         .bind(now_millis())
         .bind(reason)
+        .bind(node_id)
         .execute(&self.pool)
         .await
         .map_err(StoreError::query("fail running runs"))?;
@@ -1030,6 +1044,14 @@ impl StateStore for PostgresStore {
         guard::check_fence(&self.pool, sandbox, token).await
     }
 
+    async fn hold_fence(
+        &self,
+        sandbox: &SandboxId,
+        token: i64,
+    ) -> Result<(crate::FenceCheck, Option<crate::FenceHold>), StoreError> {
+        guard::hold_fence(&self.pool, sandbox, token).await
+    }
+
     async fn put_sandbox_alias(
         &self,
         namespace: &str,
@@ -1078,6 +1100,74 @@ impl StateStore for PostgresStore {
 
     async fn list_nodes(&self) -> Result<Vec<crate::NodeRecord>, StoreError> {
         nodes::list(&self.pool).await
+    }
+
+    async fn claim_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        epoch: i64,
+        sole: bool,
+    ) -> Result<crate::RuntimeClaim, StoreError> {
+        owners::claim(&self.pool, sandbox, node_id, epoch, sole).await
+    }
+
+    async fn adopt_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        epoch: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        owners::adopt(&self.pool, sandbox, node_id, epoch).await
+    }
+
+    async fn release_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        token: i64,
+    ) -> Result<bool, StoreError> {
+        owners::release(&self.pool, sandbox, node_id, token).await
+    }
+
+    async fn runtime_owner(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<crate::RuntimeOwner>, StoreError> {
+        owners::get(&self.pool, sandbox).await
+    }
+
+    async fn runtime_owners(&self) -> Result<Vec<crate::RuntimeOwner>, StoreError> {
+        owners::list(&self.pool).await
+    }
+
+    async fn set_runtime_state(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        state: SandboxState,
+        fence: &crate::OwnerFence,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "UPDATE sandboxes SET state = $3, updated_at = $4 \
+             WHERE id = $1 AND generation = $2 AND EXISTS (SELECT 1 FROM runtime_owners \
+             WHERE sandbox_id = $1 AND node_id = $5 AND token = $6) RETURNING {SANDBOX_COLUMNS}"
+        ))
+        .bind(id.as_str())
+        .bind(generation)
+        .bind(state.as_str())
+        .bind(now_millis())
+        .bind(&fence.node_id)
+        .bind(fence.token)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("set a runtime's state"))?;
+        match row {
+            Some(row) => sandbox_from_row(&row).map(Some),
+            None => owners::refuse_unless_owner(&self.pool, id, fence)
+                .await
+                .map(|()| None),
+        }
     }
 }
 

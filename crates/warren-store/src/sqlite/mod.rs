@@ -25,6 +25,7 @@ use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Work
 mod aliases;
 mod guard;
 mod nodes;
+mod owners;
 
 use crate::error::violation;
 use crate::rows::{millis_to_time, Columns};
@@ -522,9 +523,13 @@ impl StateStore for SqliteStore {
 
     async fn start_run(&self, new: &NewRun) -> Result<RunRecord, StoreError> {
         let now = now_millis();
+        // A fenced run is written only while its node still owns the runtime (issue 14):
+        // the check and the insert are one statement.
         let row = sqlx::query(concat!(
             "INSERT INTO runs (id, sandbox_id, generation, command, cwd, requested_by, status, \
-             started_at, timed_out) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0) RETURNING ",
+             started_at, timed_out, node_id) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9 \
+             WHERE ?10 IS NULL OR EXISTS (SELECT 1 FROM runtime_owners \
+             WHERE sandbox_id = ?2 AND node_id = ?9 AND token = ?10) RETURNING ",
             run_columns!()
         ))
         .bind(&new.id)
@@ -535,7 +540,9 @@ impl StateStore for SqliteStore {
         .bind(&new.requested_by)
         .bind(RunStatus::Running.as_str())
         .bind(now)
-        .fetch_one(&self.pool)
+        .bind(new.owner.as_ref().map(|owner| owner.node_id.as_str()))
+        .bind(new.owner.as_ref().map(|owner| owner.token))
+        .fetch_optional(&self.pool)
         .await
         .map_err(|error| match violation(&error) {
             Some(ErrorKind::UniqueViolation) => StoreError::DuplicateRun {
@@ -543,7 +550,13 @@ impl StateStore for SqliteStore {
             },
             _ => StoreError::on_sandbox("start a run", &new.sandbox_id)(error),
         })?;
-        run_from_row(&row)
+        match row {
+            Some(row) => run_from_row(&row),
+            None => Err(StoreError::NotOwner {
+                sandbox: new.sandbox_id.clone(),
+                token: new.owner.as_ref().map_or(0, |owner| owner.token),
+            }),
+        }
     }
 
     async fn finish_run(
@@ -701,14 +714,15 @@ impl StateStore for SqliteStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    async fn fail_running_runs(&self, reason: &str) -> Result<u64, StoreError> {
+    async fn fail_running_runs(&self, node_id: &str, reason: &str) -> Result<u64, StoreError> {
         let now = now_millis();
         let result = sqlx::query(
             "UPDATE runs SET status = 'failed', finished_at = ?1, failure_reason = ?2 \
-             WHERE status = 'running'",
+             WHERE status = 'running' AND (node_id = ?3 OR node_id IS NULL)",
         )
         .bind(now)
         .bind(reason)
+        .bind(node_id)
         .execute(&self.pool)
         .await
         .map_err(StoreError::query("fail running runs"))?;
@@ -1206,6 +1220,75 @@ impl StateStore for SqliteStore {
 
     async fn list_nodes(&self) -> Result<Vec<crate::NodeRecord>, StoreError> {
         nodes::list(&self.pool, self.guard_now()).await
+    }
+
+    async fn claim_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        epoch: i64,
+        sole: bool,
+    ) -> Result<crate::RuntimeClaim, StoreError> {
+        owners::claim(&self.pool, self.guard_now(), sandbox, node_id, epoch, sole).await
+    }
+
+    async fn adopt_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        epoch: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        owners::adopt(&self.pool, self.guard_now(), sandbox, node_id, epoch).await
+    }
+
+    async fn release_runtime(
+        &self,
+        sandbox: &SandboxId,
+        node_id: &str,
+        token: i64,
+    ) -> Result<bool, StoreError> {
+        owners::release(&self.pool, self.guard_now(), sandbox, node_id, token).await
+    }
+
+    async fn runtime_owner(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<crate::RuntimeOwner>, StoreError> {
+        owners::get(&self.pool, sandbox).await
+    }
+
+    async fn runtime_owners(&self) -> Result<Vec<crate::RuntimeOwner>, StoreError> {
+        owners::list(&self.pool).await
+    }
+
+    async fn set_runtime_state(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        state: SandboxState,
+        fence: &crate::OwnerFence,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let row = sqlx::query(concat!(
+            "UPDATE sandboxes SET state = ?3, updated_at = ?4 \
+             WHERE id = ?1 AND generation = ?2 AND EXISTS (SELECT 1 FROM runtime_owners \
+             WHERE sandbox_id = ?1 AND node_id = ?5 AND token = ?6) RETURNING ",
+            sandbox_columns!()
+        ))
+        .bind(id.as_str())
+        .bind(generation)
+        .bind(state.as_str())
+        .bind(now_millis())
+        .bind(&fence.node_id)
+        .bind(fence.token)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("set a runtime's state"))?;
+        match row {
+            Some(row) => sandbox_from_row(&row).map(Some),
+            None => owners::refuse_unless_owner(&self.pool, id, fence)
+                .await
+                .map(|()| None),
+        }
     }
 }
 

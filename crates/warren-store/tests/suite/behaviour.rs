@@ -10,7 +10,8 @@ use std::time::Duration;
 use warren_core::{AgentEnvVar, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewSandbox, NodeState,
-    RunOutcome, RunStatus, SandboxClaim, SandboxState, StateStore, StoreError,
+    OwnerFence, RunOutcome, RunStatus, RuntimeClaim, SandboxClaim, SandboxRecord, SandboxState,
+    StateStore, StoreError, TakenOver, NODE_LOST,
 };
 
 use super::backends::Backend;
@@ -940,7 +941,7 @@ pub async fn failing_running_runs_closes_only_the_runs_still_running(backend: &d
     let done = store.finish_run("done", &exited(0)).await.unwrap();
 
     let closed = store
-        .fail_running_runs("the provisioner restarted")
+        .fail_running_runs("node-a", "the provisioner restarted")
         .await
         .unwrap();
 
@@ -955,7 +956,7 @@ pub async fn failing_running_runs_closes_only_the_runs_still_running(backend: &d
         assert!(stuck.finished_at.is_some());
     }
     assert!(runs.contains(&done));
-    assert_eq!(store.fail_running_runs("again").await.unwrap(), 0);
+    assert_eq!(store.fail_running_runs("node-a", "again").await.unwrap(), 0);
 }
 
 pub async fn recording_a_workdir_twice_reports_it_new_only_once(backend: &dyn Backend) {
@@ -1501,4 +1502,396 @@ pub async fn concurrent_registrations_of_one_node_id_take_distinct_epochs(backen
         listed[0].epoch, 8,
         "the newest registration is the one recorded"
     );
+}
+
+/// A sandbox claimed for the ownership tests, and its id.
+async fn owned_sandbox(store: &dyn StateStore, scope: &str) -> SandboxRecord {
+    store
+        .claim_sandbox(&claim("alice", scope, "projects/a"))
+        .await
+        .unwrap()
+        .into_record()
+}
+
+pub async fn a_runtime_has_one_owner_and_a_live_owner_is_deferred_to(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let ttl = Duration::from_secs(30);
+    let a = store
+        .register_node("node-a", "http://a:7878", ttl)
+        .await
+        .unwrap();
+    let b = store
+        .register_node("node-b", "http://b:7878", ttl)
+        .await
+        .unwrap();
+    let sandbox = owned_sandbox(store.as_ref(), "owners-1").await;
+    assert_eq!(store.runtime_owner(&sandbox.id).await.unwrap(), None);
+
+    let first = store
+        .claim_runtime(&sandbox.id, "node-a", a.epoch, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        RuntimeClaim::Owned {
+            token: 1,
+            took_over: None
+        }
+    );
+    // Claiming again keeps the same ownership and token.
+    assert_eq!(
+        store
+            .claim_runtime(&sandbox.id, "node-a", a.epoch, false)
+            .await
+            .unwrap(),
+        first
+    );
+    // Another live node is sent to the owner, and changes nothing.
+    assert_eq!(
+        store
+            .claim_runtime(&sandbox.id, "node-b", b.epoch, false)
+            .await
+            .unwrap(),
+        RuntimeClaim::Elsewhere {
+            node_id: "node-a".into(),
+            advertise: "http://a:7878".into(),
+            token: 1
+        }
+    );
+    let owners = store.runtime_owners().await.unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].node_id.as_deref(), Some("node-a"));
+
+    // Released, the runtime is free, and the next owner's token is larger.
+    assert!(!store
+        .release_runtime(&sandbox.id, "node-b", 1)
+        .await
+        .unwrap());
+    assert!(store
+        .release_runtime(&sandbox.id, "node-a", 1)
+        .await
+        .unwrap());
+    assert!(store.runtime_owners().await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .claim_runtime(&sandbox.id, "node-b", b.epoch, false)
+            .await
+            .unwrap(),
+        RuntimeClaim::Owned {
+            token: 2,
+            took_over: None
+        }
+    );
+    // A stale epoch of a node may claim nothing: it must join again first.
+    let superseded = store
+        .register_node("node-a", "http://a:7878", ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .claim_runtime(&sandbox.id, "node-a", a.epoch, false)
+            .await
+            .unwrap(),
+        RuntimeClaim::NotMember
+    );
+    assert_eq!(
+        store
+            .claim_runtime(&sandbox.id, "node-a", superseded.epoch, false)
+            .await
+            .unwrap(),
+        RuntimeClaim::Elsewhere {
+            node_id: "node-b".into(),
+            advertise: "http://b:7878".into(),
+            token: 2
+        }
+    );
+    // The only server on the store (its lock says so) takes a live-looking owner's
+    // runtime over: that owner is a dead server's node.
+    assert_eq!(
+        store
+            .claim_runtime(&sandbox.id, "node-a", superseded.epoch, true)
+            .await
+            .unwrap(),
+        RuntimeClaim::Owned {
+            token: 3,
+            took_over: Some(TakenOver {
+                node_id: "node-b".into(),
+                epoch: b.epoch,
+                lost_runs: 0
+            })
+        }
+    );
+}
+
+pub async fn a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_runs(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let short = Duration::from_millis(300);
+    let long = Duration::from_secs(30);
+    let a = store
+        .register_node("node-a", "http://a", short)
+        .await
+        .unwrap();
+    let b = store
+        .register_node("node-b", "http://b", long)
+        .await
+        .unwrap();
+    let sandbox = owned_sandbox(store.as_ref(), "owners-2").await;
+    let RuntimeClaim::Owned { token, .. } = store
+        .claim_runtime(&sandbox.id, "node-a", a.epoch, false)
+        .await
+        .unwrap()
+    else {
+        panic!("a free runtime is taken");
+    };
+    let fence_a = OwnerFence {
+        node_id: "node-a".into(),
+        token,
+    };
+    let running = store
+        .set_runtime_state(&sandbox.id, 1, SandboxState::Running, &fence_a)
+        .await
+        .unwrap()
+        .expect("the owner sets the state");
+    assert_eq!(running.state, SandboxState::Running);
+    let mut in_flight = run("on-a", &sandbox.id, 1);
+    in_flight.owner = Some(fence_a.clone());
+    store.start_run(&in_flight).await.unwrap();
+
+    // node-a stops renewing; once its lease lapsed, node-b takes the runtime over.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let claim = store
+        .claim_runtime(&sandbox.id, "node-b", b.epoch, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        claim,
+        RuntimeClaim::Owned {
+            token: token + 1,
+            took_over: Some(TakenOver {
+                node_id: "node-a".into(),
+                epoch: a.epoch,
+                lost_runs: 1
+            })
+        }
+    );
+    let lost = store.list_runs(&sandbox.id, 10).await.unwrap();
+    assert_eq!(lost[0].status, RunStatus::Failed);
+    assert_eq!(lost[0].failure_reason.as_deref(), Some(NODE_LOST));
+    let after = store.get_sandbox(&sandbox.id).await.unwrap().unwrap();
+    assert_eq!(
+        after.state,
+        SandboxState::Stopped,
+        "the new owner starts a runtime afresh"
+    );
+
+    // Every late write of node-a is refused; its late outcome does not overwrite node_lost.
+    let mut late = run("late-on-a", &sandbox.id, 1);
+    late.owner = Some(fence_a.clone());
+    let error = store.start_run(&late).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::NotOwner { token: t, .. } if t == token),
+        "{error:?}"
+    );
+    let error = store
+        .set_runtime_state(&sandbox.id, 1, SandboxState::Running, &fence_a)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::NotOwner { .. }), "{error:?}");
+    assert!(matches!(
+        store.finish_run("on-a", &exited(0)).await.unwrap_err(),
+        StoreError::RunAlreadyFinished { .. }
+    ));
+    assert!(!store
+        .release_runtime(&sandbox.id, "node-a", token)
+        .await
+        .unwrap());
+    assert_eq!(store.list_runs(&sandbox.id, 10).await.unwrap().len(), 1);
+    // The new owner's writes pass.
+    let fence_b = OwnerFence {
+        node_id: "node-b".into(),
+        token: token + 1,
+    };
+    let mut next = run("on-b", &sandbox.id, 1);
+    next.owner = Some(fence_b.clone());
+    store.start_run(&next).await.unwrap();
+    assert!(store
+        .set_runtime_state(&sandbox.id, 1, SandboxState::Running, &fence_b)
+        .await
+        .unwrap()
+        .is_some());
+    // A generation that is not the sandbox's is no refusal of ownership: just no change.
+    assert_eq!(
+        store
+            .set_runtime_state(&sandbox.id, 7, SandboxState::Stopped, &fence_b)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+pub async fn a_restarted_node_adopts_only_the_runtimes_still_recorded_as_its_own(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let ttl = Duration::from_secs(30);
+    let a = store
+        .register_node("node-a", "http://a", ttl)
+        .await
+        .unwrap();
+    let b = store
+        .register_node("node-b", "http://b", ttl)
+        .await
+        .unwrap();
+    let kept = owned_sandbox(store.as_ref(), "adopt-kept").await;
+    let lost = owned_sandbox(store.as_ref(), "adopt-lost").await;
+    let released = owned_sandbox(store.as_ref(), "adopt-released").await;
+    let legacy = owned_sandbox(store.as_ref(), "adopt-legacy").await;
+    for sandbox in [&kept, &lost, &released] {
+        store
+            .claim_runtime(&sandbox.id, "node-a", a.epoch, false)
+            .await
+            .unwrap();
+    }
+    assert!(store.release_runtime(&lost.id, "node-a", 1).await.unwrap());
+    store
+        .claim_runtime(&lost.id, "node-b", b.epoch, false)
+        .await
+        .unwrap();
+    assert!(store
+        .release_runtime(&released.id, "node-a", 1)
+        .await
+        .unwrap());
+
+    // node-a restarts: a new epoch, and its runtimes survived the restart.
+    let again = store
+        .register_node("node-a", "http://a", ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .adopt_runtime(&kept.id, "node-a", again.epoch)
+            .await
+            .unwrap(),
+        Some(1),
+        "still ours: kept, with its token"
+    );
+    assert_eq!(
+        store
+            .claim_runtime(&kept.id, "node-b", b.epoch, false)
+            .await
+            .unwrap(),
+        RuntimeClaim::Elsewhere {
+            node_id: "node-a".into(),
+            advertise: "http://a".into(),
+            token: 1
+        },
+        "adopted at the live epoch, so nobody takes it over"
+    );
+    assert_eq!(
+        store
+            .adopt_runtime(&lost.id, "node-a", again.epoch)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .adopt_runtime(&released.id, "node-a", again.epoch)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .adopt_runtime(&legacy.id, "node-a", again.epoch)
+            .await
+            .unwrap(),
+        Some(1),
+        "a runtime from before ownership was recorded is adopted"
+    );
+}
+
+pub async fn recovery_closes_only_the_runs_of_its_own_node(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let ttl = Duration::from_secs(30);
+    let a = store
+        .register_node("node-a", "http://a", ttl)
+        .await
+        .unwrap();
+    let b = store
+        .register_node("node-b", "http://b", ttl)
+        .await
+        .unwrap();
+    let on_a = owned_sandbox(store.as_ref(), "runs-a").await;
+    let on_b = owned_sandbox(store.as_ref(), "runs-b").await;
+    for (sandbox, node, epoch) in [(&on_a, "node-a", a.epoch), (&on_b, "node-b", b.epoch)] {
+        let RuntimeClaim::Owned { token, .. } = store
+            .claim_runtime(&sandbox.id, node, epoch, false)
+            .await
+            .unwrap()
+        else {
+            panic!("free runtimes are taken");
+        };
+        let mut new = run(&format!("run-{node}"), &sandbox.id, 1);
+        new.owner = Some(OwnerFence {
+            node_id: node.into(),
+            token,
+        });
+        store.start_run(&new).await.unwrap();
+    }
+    assert_eq!(
+        store
+            .fail_running_runs("node-a", "provisioner_restarted")
+            .await
+            .unwrap(),
+        1
+    );
+    let b_runs = store.list_runs(&on_b.id, 10).await.unwrap();
+    assert_eq!(
+        b_runs[0].status,
+        RunStatus::Running,
+        "node-b's run is node-b's"
+    );
+}
+
+pub async fn concurrent_claims_of_one_runtime_leave_exactly_one_owner(backend: &dyn Backend) {
+    let ttl = Duration::from_secs(30);
+    let setup = backend.open().await;
+    let sandbox = owned_sandbox(setup.as_ref(), "owners-race").await;
+    let mut nodes = Vec::new();
+    for n in 0..8 {
+        let id = format!("node-{n}");
+        let record = setup.register_node(&id, "http://n", ttl).await.unwrap();
+        nodes.push((id, record.epoch));
+    }
+    let mut claims = Vec::new();
+    for (id, epoch) in nodes {
+        // Separate handles where the backend shares its data, so the race is real.
+        let store = if backend.is_shared() {
+            backend.open().await
+        } else {
+            setup.clone()
+        };
+        let sandbox = sandbox.id.clone();
+        claims.push(tokio::spawn(async move {
+            (
+                id.clone(),
+                store
+                    .claim_runtime(&sandbox, &id, epoch, false)
+                    .await
+                    .unwrap(),
+            )
+        }));
+    }
+    let mut owners = Vec::new();
+    for claim in claims {
+        let (id, claim) = claim.await.unwrap();
+        if let RuntimeClaim::Owned { token, .. } = claim {
+            owners.push((id, token));
+        }
+    }
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0].1, 1);
 }

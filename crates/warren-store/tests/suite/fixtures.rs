@@ -29,6 +29,7 @@ pub fn run(id: &str, sandbox: &SandboxId, generation: i64) -> NewRun {
         command: r#"["echo","hello"]"#.to_owned(),
         cwd: "/home/gem/user-data/projects/a".to_owned(),
         requested_by: "agent-1".to_owned(),
+        owner: None,
     }
 }
 

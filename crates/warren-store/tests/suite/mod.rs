@@ -60,6 +60,11 @@ macro_rules! behaviour_suite {
                 a_node_lease_lapses_unless_renewed_and_a_lapsed_epoch_cannot_renew,
                 a_node_that_leaves_is_listed_as_left_and_cannot_renew,
                 concurrent_registrations_of_one_node_id_take_distinct_epochs,
+                a_runtime_has_one_owner_and_a_live_owner_is_deferred_to,
+                a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_runs,
+                a_restarted_node_adopts_only_the_runtimes_still_recorded_as_its_own,
+                recovery_closes_only_the_runs_of_its_own_node,
+                concurrent_claims_of_one_runtime_leave_exactly_one_owner,
             );
         }
     };

@@ -166,3 +166,53 @@ async fn two_store_handles_racing_to_claim_create_exactly_one_sandbox() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_fencing_token_makes_acquisitions_in_other_processes_wait_until_it_is_dropped() {
+    let backend = Postgres::new();
+    let holder = connect(backend.url()).await;
+    let acquirer = connect(backend.url()).await;
+    let sandbox = holder
+        .claim_sandbox(&claim("alice", "held-fence", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let ttl = Duration::from_millis(200);
+    let first = match holder.acquire_guard(&sandbox.id, "one", ttl).await.unwrap() {
+        warren_store::GuardAcquire::Acquired(guard) => guard,
+        held => panic!("{held:?}"),
+    };
+    let (check, hold) = holder.hold_fence(&sandbox.id, first.token).await.unwrap();
+    assert_eq!(check, warren_store::FenceCheck::Current);
+    let hold = hold.expect("PostgreSQL holds the token's row");
+    // The guard lapses; another store (another replica) acquires, and must wait.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = sandbox.id.clone();
+    let acquiring = tokio::spawn(async move {
+        acquirer
+            .acquire_guard(&id, "two", Duration::from_secs(30))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !acquiring.is_finished(),
+        "no newer token while the hold is kept"
+    );
+    drop(hold);
+    let second = tokio::time::timeout(Duration::from_secs(10), acquiring)
+        .await
+        .expect("the acquisition goes on once the hold is dropped")
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&second, warren_store::GuardAcquire::Acquired(g) if g.token == first.token + 1),
+        "{second:?}"
+    );
+    // A stale token holds nothing.
+    let (check, hold) = holder.hold_fence(&sandbox.id, first.token).await.unwrap();
+    assert!(
+        matches!(check, warren_store::FenceCheck::Stale { .. }),
+        "{check:?}"
+    );
+    assert!(hold.is_none());
+}

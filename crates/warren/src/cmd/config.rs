@@ -83,6 +83,9 @@ pub struct ClusterSection {
     pub advertise: Option<String>,
     /// Seconds a node's lease lasts unless renewed (every third of it) [default: 15].
     pub node_ttl_s: Option<u64>,
+    /// A file holding the cluster key the replicas authenticate each other with; setting
+    /// it is what runs this node as one replica of several (PostgreSQL state only).
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -4,6 +4,7 @@ mod client;
 mod config;
 mod data_dir_lock;
 mod doctor;
+mod drain;
 mod image;
 pub mod output;
 mod serve;
@@ -28,6 +29,9 @@ enum Command {
     Openapi,
     /// Show which isolation features this host supports.
     Doctor,
+    /// Drain the server of this node's data directory and stop it, as SIGTERM does: in
+    /// cluster mode its runtimes are snapshotted and handed back to the other replicas.
+    Drain(drain::DrainArgs),
     /// Import root filesystems for runtimes (offline; works on the data directory).
     Image(image::ImageArgs),
     /// Manage workdirs of a user (client of a running server).
@@ -67,6 +71,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => doctor::run(),
+        Command::Drain(args) => drain::run(args),
         Command::Image(args) => image::run(args),
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,

@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// The internal URL other replicas reach this node at [default: the listen address].
     #[arg(long, env = "WARREN_ADVERTISE")]
     advertise: Option<String>,
+    /// A file holding the cluster key (32+ characters) the replicas authenticate each other
+    /// with; given, this node runs as one replica of several on a PostgreSQL state store.
+    #[arg(long, env = "WARREN_CLUSTER_KEY_FILE")]
+    cluster_key_file: Option<PathBuf>,
     /// Log lines as `text` [default] or `json` (one object per line, with the request id and
     /// sandbox id of the request each line belongs to).
     #[arg(long, value_enum, env = "WARREN_LOG_FORMAT")]
@@ -310,7 +314,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(url) => StateChoice::parse(url)?,
         None => StateChoice::Sqlite(None),
     };
-    // Held until the server ends: one PostgreSQL database serves one server.
+    // A cluster key makes this node one replica of several (issue 14); without one, one
+    // PostgreSQL database serves one server, held by its lock until the server ends.
+    let cluster_key = match args
+        .cluster_key_file
+        .as_deref()
+        .or(file.cluster.key_file.as_deref())
+    {
+        Some(path) => Some(read_cluster_key(path)?),
+        None => None,
+    };
+    if cluster_key.is_some() && matches!(state, StateChoice::Sqlite(_)) {
+        bail!(
+            "a cluster key makes this node one replica of several, which needs a state store \
+             they share: give --state postgres://… (a SQLite file belongs to one server)"
+        );
+    }
     let mut server_lock = None;
     let store: Arc<dyn StateStore> = match &state {
         StateChoice::Sqlite(path) => {
@@ -338,11 +357,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                         state.describe()
                     )
                 })?;
-            server_lock = Some(
-                PostgresStore::hold_server_lock(url)
-                    .await
-                    .with_context(|| format!("cannot serve on {}", state.describe()))?,
-            );
+            if cluster_key.is_none() {
+                server_lock = Some(
+                    PostgresStore::hold_server_lock(url)
+                        .await
+                        .with_context(|| format!("cannot serve on {}", state.describe()))?,
+                );
+            }
             Arc::new(store)
         }
     };
@@ -484,6 +505,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "STORAGE QUOTAS ARE NOT ENFORCED on this host ([quotas] unenforced = true): one workspace can fill the data filesystem"
         ),
     }
+    provisioner
+        .join_cluster()
+        .await
+        .context("cannot register this node in the state store")?;
+    // Reconciliation is this node's, at its new epoch: it adopts only what it still owns.
     let recovered = provisioner
         .recover()
         .await
@@ -498,10 +524,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cleanup_failures = recovered.cleanup_failures,
         "reconciled state with the backend"
     );
-    provisioner
-        .join_cluster()
-        .await
-        .context("cannot register this node in the state store")?;
     provisioner.spawn_membership();
     provisioner.spawn_reaper(reap_interval);
     tracing::info!(%address, data_dir = %data_dir.display(), "warren is serving");
@@ -521,6 +543,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // left behind, so stopping takes bounded time whatever a sandbox holds.
     let stopping = provisioner.clone();
     let membership_store = provisioner.clone();
+    let clustered = cluster_key.is_some();
+    let reap_deadline = provisioner.config().reap_deadline;
     let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         shutdown_signal().await;
@@ -542,6 +566,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         api = api.with_deerflow(deerflow);
     }
+    if let Some(key) = cluster_key {
+        tracing::info!("cluster mode: runtime operations for runtimes other replicas own are forwarded to them, and /internal/v1 serves theirs");
+        api = api.with_cluster_key(key);
+    }
     tokio::select! {
         served = warren_api::serve(
             listener,
@@ -551,6 +579,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         () = grace_over => {
             tracing::warn!(grace_s = shutdown_grace.as_secs(), "requests still in flight after the shutdown grace; stopping without them");
         }
+    }
+    // One replica of several hands its runtimes back before it goes (issue 14): the next
+    // request on any replica resumes each from the snapshot taken now. A lone server
+    // leaves them running for the next server on this data directory to adopt (I16).
+    if clustered {
+        let drained = membership_store.drain(reap_deadline).await;
+        tracing::info!(
+            handed_back = drained.handed_back,
+            without_snapshot = drained.without_snapshot,
+            failed = drained.failed,
+            "drained: every runtime this node owned is handed back"
+        );
     }
     // The node's lease ends now rather than lapsing: the others see it left.
     match membership_store.leave_cluster().await {
@@ -563,6 +603,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     drop(data_dir_lock);
     tracing::info!("warren stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cluster key, from a file only the server reads (it is a secret of the replicas).
+fn read_cluster_key(path: &std::path::Path) -> anyhow::Result<warren_api::ClusterKey> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the cluster key file {}", path.display()))?;
+    warren_api::ClusterKey::new(text.trim())
+        .map_err(|error| anyhow::anyhow!("{error} (in {})", path.display()))
 }
 
 /// The host name, when it is a usable node id; else `local`.

@@ -30,6 +30,7 @@ mod openapi;
 mod path_attacks;
 mod quotas;
 mod reaper;
+mod replicas;
 mod runtime;
 mod sandboxes;
 mod skills;

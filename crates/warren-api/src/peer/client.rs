@@ -1,0 +1,212 @@
+//! The forwarding side: [`PeerClient`] is the provisioner's [`PeerLink`] over HTTP.
+
+use std::time::Duration;
+
+use warren_backend::{OutputChunk, OutputSink, OutputStream};
+use warren_core::SandboxId;
+use warren_provisioner::{ExecInput, ExecReport, PeerLink, PeerNode, ProvisionerError};
+
+use super::wire::{decode, EndRuntime, ForwardedExec, Frame, Killed, SILENCE_LIMIT};
+use super::{current_request_id, ClusterKey, REQUEST_ID_HEADER};
+
+/// How long connecting to another replica may take before it counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Forwards runtime operations to the node that owns the runtime.
+#[derive(Debug, Clone)]
+pub struct PeerClient {
+    http: reqwest::Client,
+    key: ClusterKey,
+}
+
+impl PeerClient {
+    /// A client that authenticates with `key`.
+    pub fn new(key: ClusterKey) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // Node-to-node calls go to the advertised address, never through a proxy.
+            .no_proxy()
+            .build()
+            .unwrap_or_default();
+        Self { http, key }
+    }
+
+    fn post(&self, owner: &PeerNode, sandbox: &SandboxId, what: &str) -> reqwest::RequestBuilder {
+        let url = format!(
+            "{}/internal/v1/sandboxes/{sandbox}/{what}",
+            owner.advertise.trim_end_matches('/')
+        );
+        let request = self
+            .http
+            .post(url)
+            .header(reqwest::header::AUTHORIZATION, self.key.header_value());
+        match current_request_id() {
+            Some(id) if !id.is_empty() => request.header(REQUEST_ID_HEADER, id),
+            _ => request,
+        }
+    }
+
+    async fn send(
+        &self,
+        owner: &PeerNode,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ProvisionerError> {
+        // A paused owner accepts the connection and never answers: the answer's head must
+        // come within the silence limit (the body may take as long as the command).
+        let response = match tokio::time::timeout(SILENCE_LIMIT, request.send()).await {
+            Ok(sent) => sent.map_err(|error| unreachable(owner, &error))?,
+            Err(_) => {
+                return Err(ProvisionerError::PeerUnreachable {
+                    node: owner.node_id.clone(),
+                    reason: format!("it did not answer within {} s", SILENCE_LIMIT.as_secs()),
+                })
+            }
+        };
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|error| unreachable(owner, &error))?;
+        let field = |name: &str| {
+            body.pointer(&format!("/error/{name}"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        Err(ProvisionerError::Forwarded {
+            status,
+            code: field("code"),
+            message: field("message"),
+        })
+    }
+}
+
+fn unreachable(owner: &PeerNode, error: &reqwest::Error) -> ProvisionerError {
+    tracing::warn!(node = %owner.node_id, advertise = %owner.advertise, %error, "a forwarded runtime operation failed on the way");
+    ProvisionerError::PeerUnreachable {
+        node: owner.node_id.clone(),
+        reason: error.to_string(),
+    }
+}
+
+#[async_trait::async_trait]
+impl PeerLink for PeerClient {
+    async fn exec(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        input: ExecInput,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecReport, ProvisionerError> {
+        let body = ForwardedExec::new(input, sink.is_some());
+        let mut response = self
+            .send(owner, self.post(owner, sandbox, "exec").json(&body))
+            .await?;
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let chunk = tokio::select! {
+                chunk = tokio::time::timeout(SILENCE_LIMIT, response.chunk()) => match chunk {
+                    Ok(chunk) => chunk.map_err(|error| unreachable(owner, &error))?,
+                    // No heartbeat: the owner is paused, cut off or gone. Dropping the
+                    // answer closes the connection; an owner that wakes kills the command.
+                    Err(_) => return Err(ProvisionerError::PeerUnreachable {
+                        node: owner.node_id.clone(),
+                        reason: format!("it sent nothing for {} s", SILENCE_LIMIT.as_secs()),
+                    }),
+                },
+                // The caller's client left: dropping the response closes the connection,
+                // and the owner kills the command (I24).
+                () = closed(sink.as_ref()) => {
+                    return Err(ProvisionerError::Forwarded {
+                        status: 499,
+                        code: "client_disconnected".into(),
+                        message: "the client went away".into(),
+                    });
+                }
+            };
+            let Some(chunk) = chunk else {
+                return Err(ProvisionerError::PeerUnreachable {
+                    node: owner.node_id.clone(),
+                    reason: "the answer ended before the command's result".into(),
+                });
+            };
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let frame: Frame = serde_json::from_slice(&line).map_err(|error| {
+                    ProvisionerError::PeerUnreachable {
+                        node: owner.node_id.clone(),
+                        reason: format!("an answer line is not understood: {error}"),
+                    }
+                })?;
+                let bad = |what: &str| ProvisionerError::PeerUnreachable {
+                    node: owner.node_id.clone(),
+                    reason: what.to_owned(),
+                };
+                match frame {
+                    Frame::Alive => {}
+                    Frame::Stdout(data) => {
+                        let bytes = decode(&data).ok_or_else(|| bad("output is not base64"))?;
+                        forward(sink.as_ref(), OutputStream::Stdout, bytes).await;
+                    }
+                    Frame::Stderr(data) => {
+                        let bytes = decode(&data).ok_or_else(|| bad("output is not base64"))?;
+                        forward(sink.as_ref(), OutputStream::Stderr, bytes).await;
+                    }
+                    Frame::Report(report) => return report.into_report().map_err(bad),
+                    Frame::Error(error) => {
+                        return Err(ProvisionerError::Forwarded {
+                            status: error.status,
+                            code: error.code,
+                            message: error.message,
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    async fn kill_processes(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+    ) -> Result<u64, ProvisionerError> {
+        let response = self.send(owner, self.post(owner, sandbox, "kill")).await?;
+        let killed: Killed = response
+            .json()
+            .await
+            .map_err(|error| unreachable(owner, &error))?;
+        Ok(killed.killed)
+    }
+
+    async fn end_runtime(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        grace: Duration,
+    ) -> Result<(), ProvisionerError> {
+        let body = EndRuntime {
+            grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+        };
+        self.send(owner, self.post(owner, sandbox, "end-runtime").json(&body))
+            .await?;
+        Ok(())
+    }
+}
+
+async fn forward(sink: Option<&OutputSink>, stream: OutputStream, bytes: Vec<u8>) {
+    if let Some(sink) = sink {
+        let _ = sink.send(OutputChunk { stream, bytes }).await;
+    }
+}
+
+/// Resolves once the caller's sink is closed; never without a sink.
+async fn closed(sink: Option<&OutputSink>) {
+    match sink {
+        Some(sink) => sink.closed().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,159 @@
+//! The owner's side: `/internal/v1/sandboxes/{id}/…`, behind the cluster key. Each route
+//! calls the provisioner's `*_as_owner` method, which runs the operation here or answers
+//! `not_owner` (409) when this node does not own the runtime (any more).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use warren_backend::{OutputChunk, OutputStream};
+
+use super::wire::{
+    encode, EndRuntime, ForwardedExec, Frame, Killed, RemoteError, Report, HEARTBEAT,
+};
+use super::ClusterKey;
+use crate::extract::{ApiJson, SandboxPath};
+use crate::{ApiError, ApiState};
+
+/// The internal routes, when this node has a cluster key.
+pub(crate) fn router(state: ApiState, key: ClusterKey) -> Router {
+    Router::new()
+        .route("/internal/v1/sandboxes/{id}/exec", post(exec))
+        .route("/internal/v1/sandboxes/{id}/kill", post(kill))
+        .route("/internal/v1/sandboxes/{id}/end-runtime", post(end_runtime))
+        .route_layer(axum::middleware::from_fn_with_state(
+            key,
+            require_cluster_key,
+        ))
+        .with_state(state)
+}
+
+async fn require_cluster_key(
+    State(key): State<ClusterKey>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let presented = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    match presented {
+        Some(presented) if key.matches(presented.trim()) => Ok(next.run(request).await),
+        _ => Err(ApiError::unauthorized(
+            "node-to-node calls need the cluster key: `Authorization: Bearer <cluster key>`",
+        )),
+    }
+}
+
+fn remote(error: &ApiError) -> RemoteError {
+    RemoteError {
+        status: error.status().as_u16(),
+        code: error.code().to_owned(),
+        message: error.message().to_owned(),
+    }
+}
+
+fn line(frame: &Frame) -> Bytes {
+    // Serialising these plain structs cannot fail.
+    let mut text = serde_json::to_vec(frame).unwrap_or_default();
+    text.push(b'\n');
+    Bytes::from(text)
+}
+
+/// Runs a forwarded command and answers with NDJSON frames: output as it comes (when the
+/// caller streams), then the report or the error. When the caller goes away (its own
+/// client left, or its node died) the body is dropped, and so is the exec: the command's
+/// tree is killed and the run recorded `client_disconnected` (I24).
+async fn exec(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(forwarded): ApiJson<ForwardedExec>,
+) -> Result<Response, ApiError> {
+    let stream = forwarded.stream;
+    let input = forwarded
+        .into_input()
+        .map_err(|message| ApiError::bad_request("invalid_request", message))?;
+    let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let (chunk_tx, mut chunk_rx) = tokio::sync::mpsc::channel::<OutputChunk>(64);
+    let request_id = super::current_request_id().unwrap_or_default();
+    tokio::spawn(super::CURRENT_REQUEST_ID.scope(request_id, async move {
+        let sink = stream.then_some(chunk_tx);
+        let exec = state.provisioner.exec_as_owner(&id, input, sink);
+        tokio::pin!(exec);
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        let result = loop {
+            tokio::select! {
+                _ = heartbeat.tick() => {
+                    if body_tx.send(line(&Frame::Alive)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(chunk) = chunk_rx.recv() => {
+                    let data = encode(&chunk.bytes);
+                    let frame = match chunk.stream {
+                        OutputStream::Stdout => Frame::Stdout(data),
+                        OutputStream::Stderr => Frame::Stderr(data),
+                    };
+                    if body_tx.send(line(&frame)).await.is_err() {
+                        return;
+                    }
+                }
+                // The caller left: dropping the exec kills the command.
+                () = body_tx.closed() => return,
+                result = &mut exec => break result,
+            }
+        };
+        while let Ok(chunk) = chunk_rx.try_recv() {
+            let data = encode(&chunk.bytes);
+            let frame = match chunk.stream {
+                OutputStream::Stdout => Frame::Stdout(data),
+                OutputStream::Stderr => Frame::Stderr(data),
+            };
+            let _ = body_tx.send(line(&frame)).await;
+        }
+        let last = match result {
+            Ok(report) => Frame::Report(Report::new(report)),
+            Err(error) => Frame::Error(remote(&ApiError::from(error))),
+        };
+        let _ = body_tx.send(line(&last)).await;
+    }));
+    let body = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, Infallible>(bytes), rx))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(response)
+}
+
+async fn kill(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+) -> Result<Json<Killed>, ApiError> {
+    let killed = state.provisioner.kill_processes_as_owner(&id).await?;
+    Ok(Json(Killed { killed }))
+}
+
+async fn end_runtime(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(body): ApiJson<EndRuntime>,
+) -> Result<Response, ApiError> {
+    state
+        .provisioner
+        .end_runtime_as_owner(&id, Duration::from_millis(body.grace_ms))
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,349 @@
+//! One owner per runtime (issue 14): which node runs a sandbox's runtime, and what this
+//! node does about the runtimes it owns.
+//!
+//! The store decides ownership (`claim_runtime`, one transaction; see warren-store's
+//! `owners.rs`); this module keeps the tokens this node holds, so the hot path (an exec in
+//! a runtime this node owns) asks the store nothing more than before, and names its token
+//! in every write about the runtime (`OwnerFence`), which the store refuses once another
+//! node took the runtime over. A runtime owned by a live node elsewhere is reached through
+//! a [`PeerLink`]: runtime operations are forwarded to the owner, never run here.
+//!
+//! **Self-fencing.** A node that cannot renew its lease by [`FENCE_AFTER`] of the TTL
+//! after the last renewal it sent kills every runtime it hosts, before any other node may
+//! take one over (that needs the whole TTL to pass on the store's clock since the renewal
+//! arrived, which is later than it was sent). So two runtimes of one sandbox never run at
+//! once, even across a partition. It then joins again with a new epoch and owns nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use warren_backend::OutputSink;
+use warren_core::SandboxId;
+use warren_store::{OwnerFence, RuntimeClaim};
+
+use crate::{ExecInput, ExecReport, Provisioner, ProvisionerError};
+
+/// The part of the node lease TTL after which a node that could not renew fences itself:
+/// the rest of the TTL is the margin for killing its runtimes before anyone may take over.
+pub const FENCE_AFTER: (u32, u32) = (2, 3);
+
+/// Another node of the cluster, as runtime operations are forwarded to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerNode {
+    /// Its node id.
+    pub node_id: String,
+    /// Its internal URL (`--advertise`).
+    pub advertise: String,
+}
+
+/// How runtime operations reach the node that owns the runtime. Implemented by the
+/// transport that links replicas (warren-api's node-to-node client); the owner serves
+/// each call with the `*_as_owner` methods of [`Provisioner`].
+#[async_trait::async_trait]
+pub trait PeerLink: Send + Sync + 'static {
+    /// Runs `input` in the owner's runtime of `sandbox`, streaming output to `sink`.
+    /// Dropping the future ends the call, and the owner kills the command (I24).
+    async fn exec(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        input: ExecInput,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecReport, ProvisionerError>;
+
+    /// Kills the processes of the owner's runtime of `sandbox`.
+    async fn kill_processes(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+    ) -> Result<u64, ProvisionerError>;
+
+    /// Ends the owner's runtime of `sandbox`, after at most `grace` for its commands.
+    async fn end_runtime(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        grace: Duration,
+    ) -> Result<(), ProvisionerError>;
+}
+
+/// Where a sandbox's runtime runs, for one operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// Here: this node owns it, and writes about it name this fence.
+    Here(OwnerFence),
+    /// At a live node elsewhere.
+    Elsewhere(PeerNode),
+}
+
+/// What this node knows of its own ownership.
+#[derive(Debug, Default)]
+pub(crate) struct Ownership {
+    /// The runtimes this node owns, with their tokens.
+    owned: Mutex<HashMap<SandboxId, i64>>,
+    /// Set while the node is fenced: its lease could not be renewed in time, its runtimes
+    /// were killed, and it must join again before it owns anything.
+    fenced: AtomicBool,
+    /// When the last renewal (or join) that succeeded was sent.
+    renewed_at: Mutex<Option<Instant>>,
+    /// Set when the node left the cluster: renewals stop.
+    left: AtomicBool,
+}
+
+impl Ownership {
+    fn token(&self, sandbox: &SandboxId) -> Option<i64> {
+        let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.get(sandbox).copied()
+    }
+
+    pub(crate) fn insert(&self, sandbox: &SandboxId, token: i64) {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.insert(sandbox.clone(), token);
+    }
+
+    fn remove(&self, sandbox: &SandboxId) -> Option<i64> {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.remove(sandbox)
+    }
+
+    fn take_all(&self) -> Vec<SandboxId> {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.drain().map(|(id, _)| id).collect()
+    }
+
+    pub(crate) fn owned_ids(&self) -> Vec<SandboxId> {
+        let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.keys().cloned().collect()
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.owned.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn leave(&self) {
+        self.left.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn has_left(&self) -> bool {
+        self.left.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let mut at = self.renewed_at.lock().unwrap_or_else(|e| e.into_inner());
+        // A slow answer to an older renewal never moves the deadline back.
+        if at.is_none_or(|previous| sent > previous) {
+            *at = Some(sent);
+        }
+    }
+
+    /// Whether the last renewal sent is older than `limit`.
+    pub(crate) fn overdue(&self, limit: Duration) -> bool {
+        let at = self.renewed_at.lock().unwrap_or_else(|e| e.into_inner());
+        at.is_some_and(|sent| sent.elapsed() > limit)
+    }
+}
+
+/// The local deadline of a node lease of `ttl`.
+pub(crate) fn fence_deadline(ttl: Duration) -> Duration {
+    ttl * FENCE_AFTER.0 / FENCE_AFTER.1
+}
+
+impl Provisioner {
+    /// Installs the link runtime operations are forwarded over to other nodes.
+    pub fn set_peer_link(&self, link: std::sync::Arc<dyn PeerLink>) {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        *peers = Some(link);
+    }
+
+    pub(crate) fn peer_link(&self) -> Result<std::sync::Arc<dyn PeerLink>, ProvisionerError> {
+        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.clone().ok_or(ProvisionerError::NoPeerLink)
+    }
+
+    /// Whether this node is one replica of several (it has a link to the others).
+    pub(crate) fn is_clustered(&self) -> bool {
+        self.peer_link().is_ok()
+    }
+
+    /// Re-owns, at the current epoch, every runtime this node owns (a lone server whose
+    /// lease lapsed and who joined again); one the store gives no more is destroyed.
+    pub(crate) async fn readopt_owned(&self) -> Result<(), ProvisionerError> {
+        for sandbox in self.ownership.owned_ids() {
+            match self
+                .store
+                .adopt_runtime(&sandbox, &self.config.node.node_id, self.node_epoch())
+                .await?
+            {
+                Some(token) => self.ownership.insert(&sandbox, token),
+                None => self.drop_stale_runtime(&sandbox).await,
+            }
+        }
+        Ok(())
+    }
+
+    /// The fence of a runtime this node owns, if it does (no store round trip).
+    pub(crate) fn owner_fence(&self, sandbox: &SandboxId) -> Option<OwnerFence> {
+        self.ownership.token(sandbox).map(|token| OwnerFence {
+            node_id: self.config.node.node_id.clone(),
+            token,
+        })
+    }
+
+    /// Refuses runtime work while this node is fenced.
+    pub(crate) fn refuse_if_fenced(&self) -> Result<(), ProvisionerError> {
+        if self.ownership.is_fenced() {
+            return Err(ProvisionerError::NodeFenced {
+                node: self.config.node.node_id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Where the runtime of `sandbox` runs: here (claimed now if nobody owns it, or taken
+    /// over from a node whose lease lapsed), or at its live owner.
+    pub(crate) async fn place_runtime(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Placement, ProvisionerError> {
+        self.refuse_if_fenced()?;
+        if let Some(fence) = self.owner_fence(sandbox) {
+            return Ok(Placement::Here(fence));
+        }
+        for _ in 0..2 {
+            let epoch = self.node_epoch();
+            // Without a link to other replicas this is the only server on the store (one
+            // PostgreSQL database, one server, held by its lock; or a SQLite file): any
+            // other node's ownership is a dead server's.
+            let sole = !self.is_clustered();
+            match self
+                .store
+                .claim_runtime(sandbox, &self.config.node.node_id, epoch, sole)
+                .await?
+            {
+                RuntimeClaim::Owned { token, took_over } => {
+                    if let Some(lost) = took_over {
+                        tracing::warn!(
+                            %sandbox,
+                            from = %lost.node_id,
+                            from_epoch = lost.epoch,
+                            token,
+                            lost_runs = lost.lost_runs,
+                            "took over a runtime whose node's lease lapsed; its runs in flight are recorded as node_lost and the runtime starts here from its latest snapshot"
+                        );
+                        self.metrics.took_over();
+                    }
+                    // A fence that went up meanwhile wins: the claim is given back.
+                    if self.ownership.is_fenced() {
+                        let _ = self
+                            .store
+                            .release_runtime(sandbox, &self.config.node.node_id, token)
+                            .await;
+                        self.refuse_if_fenced()?;
+                    }
+                    self.ownership.insert(sandbox, token);
+                    return Ok(Placement::Here(OwnerFence {
+                        node_id: self.config.node.node_id.clone(),
+                        token,
+                    }));
+                }
+                RuntimeClaim::Elsewhere {
+                    node_id, advertise, ..
+                } => {
+                    return Ok(Placement::Elsewhere(PeerNode { node_id, advertise }));
+                }
+                RuntimeClaim::NotMember => {
+                    // Our epoch lapsed without the renewal loop noticing yet.
+                    self.renew_membership().await?;
+                }
+            }
+        }
+        Err(ProvisionerError::NodeFenced {
+            node: self.config.node.node_id.clone(),
+        })
+    }
+
+    /// Gives up a runtime this node destroyed.
+    pub(crate) async fn release_runtime(&self, sandbox: &SandboxId) {
+        if let Some(token) = self.ownership.remove(sandbox) {
+            if let Err(error) = self
+                .store
+                .release_runtime(sandbox, &self.config.node.node_id, token)
+                .await
+            {
+                // The row stays ours at this epoch; the next claim keeps or re-releases it.
+                tracing::warn!(%sandbox, %error, "could not record giving up a runtime");
+            }
+        }
+    }
+
+    /// Forgets a runtime this node no longer owns, without touching the backend.
+    pub(crate) fn ownership_lost(&self, sandbox: &SandboxId) {
+        self.ownership.remove(sandbox);
+    }
+
+    /// Forgets a runtime another node took over (a write was refused as `NotOwner`): the
+    /// runtime here is stale and goes.
+    pub(crate) async fn drop_stale_runtime(&self, sandbox: &SandboxId) {
+        self.ownership.remove(sandbox);
+        tracing::warn!(%sandbox, "another node owns this runtime now; destroying the stale one here");
+        let lock = self.lifecycle_lock(sandbox);
+        let _held = lock.lock().await;
+        if let Err(error) = self.backend.destroy(sandbox).await {
+            tracing::error!(%sandbox, %error, "could not destroy a stale runtime");
+        }
+    }
+
+    /// Kills every runtime this node hosts and refuses runtime work until it joined again:
+    /// its lease could not be renewed in time, so another node may soon take its runtimes
+    /// over.
+    pub(crate) async fn fence_self(&self) {
+        if self.ownership.fenced.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut sandboxes = self.ownership.take_all();
+        match self.backend.discover().await {
+            Ok(found) => sandboxes.extend(found.into_iter().map(|runtime| runtime.spec.sandbox)),
+            Err(error) => tracing::error!(%error, "self-fencing could not list the runtimes here"),
+        }
+        sandboxes.sort();
+        sandboxes.dedup();
+        tracing::error!(
+            node = %self.config.node.node_id,
+            runtimes = sandboxes.len(),
+            "this node could not renew its lease in time: fencing itself, killing every runtime it hosts before another node may take them over"
+        );
+        self.metrics.self_fenced();
+        for sandbox in sandboxes {
+            // Under the lifecycle lock: a runtime being started now is seen by its starter
+            // to be fenced, and destroyed there.
+            let lock = self.lifecycle_lock(&sandbox);
+            let _held = lock.lock().await;
+            if let Err(error) = self.backend.destroy(&sandbox).await {
+                tracing::error!(%sandbox, %error, "self-fencing could not destroy a runtime");
+            }
+        }
+    }
+
+    /// Lifts the fence after joining again with a new epoch.
+    pub(crate) fn unfence(&self) {
+        if self.ownership.fenced.swap(false, Ordering::SeqCst) {
+            tracing::warn!(node = %self.config.node.node_id, epoch = self.node_epoch(), "joined the cluster again after fencing; this node owns no runtime until it claims one");
+        }
+    }
+
+    /// Whether this node is fenced now.
+    pub fn is_fenced(&self) -> bool {
+        self.ownership.is_fenced()
+    }
+
+    /// How many runtimes this node owns.
+    pub fn owned_runtimes(&self) -> usize {
+        self.ownership.count()
+    }
+}
