@@ -89,7 +89,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let mut nodes = vec![start(0), start(1)];
+    let mut nodes = [start(0), start(1)];
     println!("cluster mode on this machine: two replicas, PostgreSQL, one shared directory, node TTL {TTL_S} s");
     let (mut forwarded, mut direct) = runtime.block_on(async {
         nodes[0].workdir("bench", "projects/p").await;
