@@ -299,6 +299,14 @@ pub async fn serve(
     state: ApiState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Small answers (an exec's result, a forwarded command's frames) go out at once:
+    // without TCP_NODELAY a second small write waits for the peer's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::warn!(%error, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
         .await

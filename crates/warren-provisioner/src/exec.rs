@@ -121,13 +121,16 @@ impl Provisioner {
     /// Runs a command another node forwarded here because this node owns the runtime:
     /// never forwarded again; answers [`ProvisionerError::NotOwnerHere`] when this node
     /// does not own it (any more), so the sender asks the store again.
+    /// The sender's execution guard token comes along and is checked here, by the owner,
+    /// so the command's start stays the acceptance point (I33) across the link.
     pub async fn exec_as_owner(
         &self,
         id: &SandboxId,
         input: ExecInput,
         sink: Option<OutputSink>,
+        permit: FencePermit,
     ) -> Result<ExecReport, ProvisionerError> {
-        self.exec_routed(id, input, sink, FencePermit::unfenced(), Route::HereOnly)
+        self.exec_routed(id, input, sink, permit, Route::HereOnly)
             .await
     }
 
@@ -165,16 +168,22 @@ impl Provisioner {
             }
             Some(t) => t.min(self.config.max_exec_timeout),
         };
-        let record = self.runnable(id).await?;
+        let mut record = self.runnable(id).await?;
         // The runtime runs on one node (issue 14): a command for a runtime owned elsewhere
         // goes there whole, checked again and recorded by the owner.
+        let known = self.owner_fence(id).is_some();
         let mut fence = match self.place_for(id, route).await? {
             Ok(fence) => fence,
             Err(owner) => {
-                drop(permit.take());
-                return self.forward_exec(&owner, id, input, sink).await;
+                // The owner checks the token again when the command starts there.
+                let fence = permit.take().and_then(|permit| permit.token());
+                return self.forward_exec(&owner, id, input, sink, fence).await;
             }
         };
+        if !known {
+            // Claimed just now: a takeover marked the sandbox stopped after it was read.
+            record = self.runnable(id).await?;
+        }
         let forwardable = input.clone();
         let cwd = match input.cwd.as_deref() {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
@@ -195,7 +204,6 @@ impl Provisioner {
         };
         let _running = self.command_running(id);
         let started = std::time::Instant::now();
-        let mut record = record;
         let mut moved = false;
         for attempt in 1..=2 {
             let started_run = match self.ensure_runtime(record.clone(), &fence).await {
@@ -238,8 +246,10 @@ impl Provisioner {
                             continue;
                         }
                         Err(owner) => {
-                            drop(permit.take());
-                            return self.forward_exec(&owner, id, forwardable, sink).await;
+                            let fence = permit.take().and_then(|permit| permit.token());
+                            return self
+                                .forward_exec(&owner, id, forwardable, sink, fence)
+                                .await;
                         }
                     }
                 }
@@ -391,6 +401,7 @@ impl Provisioner {
         id: &SandboxId,
         input: ExecInput,
         sink: Option<OutputSink>,
+        fence: Option<crate::FenceToken>,
     ) -> Result<ExecReport, ProvisionerError> {
         self.metrics.forwarded();
         let link = self
@@ -399,17 +410,29 @@ impl Provisioner {
                 sandbox: id.clone(),
                 node: owner.node_id.clone(),
             })?;
-        match link.exec(owner, id, input.clone(), sink.clone()).await {
+        match link
+            .exec(owner, id, input.clone(), sink.clone(), fence)
+            .await
+        {
+            Err(error @ ProvisionerError::PeerUnreachable { .. }) => {
+                // Ask the store next time: the owner may be gone, its runtime taken over.
+                self.ownership.forget_owner(id);
+                Err(error)
+            }
             Err(ProvisionerError::Forwarded { code, .. }) if code == NOT_OWNER_CODE => {
+                self.ownership.forget_owner(id);
                 match self.place_runtime(id).await? {
                     Placement::Elsewhere(now) if now != *owner => {
-                        link.exec(&now, id, input, sink).await
+                        link.exec(&now, id, input, sink, fence).await
                     }
                     Placement::Elsewhere(_) => Err(ProvisionerError::PeerUnreachable {
                         node: owner.node_id.clone(),
                         reason: "it does not own the runtime the store says it owns".into(),
                     }),
-                    Placement::Here(_) => Box::pin(self.exec_as_owner(id, input, sink)).await,
+                    Placement::Here(_) => {
+                        let permit = self.fence(id, fence).await?;
+                        Box::pin(self.exec_as_owner(id, input, sink, permit)).await
+                    }
                 }
             }
             other => other,
@@ -441,7 +464,8 @@ impl Provisioner {
     pub async fn start_runtime(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
         let record = self.runnable(id).await?;
         match self.place_runtime(id).await? {
-            Placement::Here(fence) => self.ensure_runtime(record, &fence).await,
+            // Read after the claim: a takeover marks the sandbox stopped.
+            Placement::Here(fence) => self.ensure_runtime(self.runnable(id).await?, &fence).await,
             Placement::Elsewhere(_) => Ok(record),
         }
     }
@@ -452,9 +476,12 @@ impl Provisioner {
         &self,
         id: &SandboxId,
     ) -> Result<(SandboxRecord, warren_store::OwnerFence), ProvisionerError> {
-        let record = self.runnable(id).await?;
+        self.runnable(id).await?;
         match self.place_runtime(id).await? {
-            Placement::Here(fence) => Ok((self.ensure_runtime(record, &fence).await?, fence)),
+            Placement::Here(fence) => {
+                let record = self.runnable(id).await?;
+                Ok((self.ensure_runtime(record, &fence).await?, fence))
+            }
             Placement::Elsewhere(owner) => Err(ProvisionerError::RuntimeElsewhere {
                 sandbox: id.clone(),
                 node: owner.node_id,

@@ -30,7 +30,8 @@ impl Provisioner {
         refuse_fenced(&record)?;
         if let Err(owner) = self.place_for(id, route).await? {
             self.metrics.forwarded();
-            return self.peer_link()?.kill_processes(&owner, id).await;
+            let killed = self.peer_link()?.kill_processes(&owner, id).await;
+            return self.after_forward(id, killed);
         }
         // A runtime being started or destroyed right now is never half killed.
         let lock = self.lifecycle_lock(id);

@@ -43,14 +43,16 @@ pub struct PeerNode {
 /// each call with the `*_as_owner` methods of [`Provisioner`].
 #[async_trait::async_trait]
 pub trait PeerLink: Send + Sync + 'static {
-    /// Runs `input` in the owner's runtime of `sandbox`, streaming output to `sink`.
-    /// Dropping the future ends the call, and the owner kills the command (I24).
+    /// Runs `input` in the owner's runtime of `sandbox`, streaming output to `sink`, fenced
+    /// by the caller's execution guard token (checked by the owner). Dropping the future
+    /// ends the call, and the owner kills the command (I24).
     async fn exec(
         &self,
         owner: &PeerNode,
         sandbox: &SandboxId,
         input: ExecInput,
         sink: Option<OutputSink>,
+        fence: Option<crate::FenceToken>,
     ) -> Result<ExecReport, ProvisionerError>;
 
     /// Kills the processes of the owner's runtime of `sandbox`.
@@ -90,6 +92,10 @@ pub(crate) struct Ownership {
     renewed_at: Mutex<Option<Instant>>,
     /// Set when the node left the cluster: renewals stop.
     left: AtomicBool,
+    /// Where runtimes owned elsewhere were found, and when: a forward skips the claim for
+    /// a third of the node TTL. Only a hint: the owner refuses what it no longer owns
+    /// (`not_owner`), and a forward that fails forgets the entry.
+    elsewhere: Mutex<HashMap<SandboxId, (PeerNode, Instant)>>,
 }
 
 impl Ownership {
@@ -111,6 +117,28 @@ impl Ownership {
     fn take_all(&self) -> Vec<SandboxId> {
         let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
         owned.drain().map(|(id, _)| id).collect()
+    }
+
+    fn remembered_owner(&self, sandbox: &SandboxId, valid: Duration) -> Option<PeerNode> {
+        let elsewhere = self.elsewhere.lock().unwrap_or_else(|e| e.into_inner());
+        elsewhere
+            .get(sandbox)
+            .filter(|(_, seen)| seen.elapsed() < valid)
+            .map(|(owner, _)| owner.clone())
+    }
+
+    fn remember_owner(&self, sandbox: &SandboxId, owner: &PeerNode) {
+        let mut elsewhere = self.elsewhere.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: entries past their validity go whenever the map grows large.
+        if elsewhere.len() >= 4096 {
+            elsewhere.retain(|_, (_, seen)| seen.elapsed() < Duration::from_secs(600));
+        }
+        elsewhere.insert(sandbox.clone(), (owner.clone(), Instant::now()));
+    }
+
+    pub(crate) fn forget_owner(&self, sandbox: &SandboxId) {
+        let mut elsewhere = self.elsewhere.lock().unwrap_or_else(|e| e.into_inner());
+        elsewhere.remove(sandbox);
     }
 
     pub(crate) fn owned_ids(&self) -> Vec<SandboxId> {
@@ -166,6 +194,21 @@ impl Provisioner {
         peers.clone().ok_or(ProvisionerError::NoPeerLink)
     }
 
+    /// A forwarded operation's result, forgetting where the runtime was thought to be
+    /// when the owner could not be reached or no longer owns it.
+    pub(crate) fn after_forward<T>(
+        &self,
+        sandbox: &SandboxId,
+        result: Result<T, ProvisionerError>,
+    ) -> Result<T, ProvisionerError> {
+        if let Err(ProvisionerError::PeerUnreachable { .. } | ProvisionerError::Forwarded { .. }) =
+            &result
+        {
+            self.ownership.forget_owner(sandbox);
+        }
+        result
+    }
+
     /// Whether this node is one replica of several (it has a link to the others).
     pub(crate) fn is_clustered(&self) -> bool {
         self.peer_link().is_ok()
@@ -215,6 +258,12 @@ impl Provisioner {
         if let Some(fence) = self.owner_fence(sandbox) {
             return Ok(Placement::Here(fence));
         }
+        if let Some(owner) = self
+            .ownership
+            .remembered_owner(sandbox, self.config.node.ttl / 3)
+        {
+            return Ok(Placement::Elsewhere(owner));
+        }
         for _ in 0..2 {
             let epoch = self.node_epoch();
             // Without a link to other replicas this is the only server on the store (one
@@ -227,6 +276,7 @@ impl Provisioner {
                 .await?
             {
                 RuntimeClaim::Owned { token, took_over } => {
+                    self.ownership.forget_owner(sandbox);
                     if let Some(lost) = took_over {
                         tracing::warn!(
                             %sandbox,
@@ -255,7 +305,9 @@ impl Provisioner {
                 RuntimeClaim::Elsewhere {
                     node_id, advertise, ..
                 } => {
-                    return Ok(Placement::Elsewhere(PeerNode { node_id, advertise }));
+                    let owner = PeerNode { node_id, advertise };
+                    self.ownership.remember_owner(sandbox, &owner);
+                    return Ok(Placement::Elsewhere(owner));
                 }
                 RuntimeClaim::NotMember => {
                     // Our epoch lapsed without the renewal loop noticing yet.

@@ -613,7 +613,8 @@ impl Provisioner {
             crate::ownership::Placement::Here(_) => self.end_runtime_here(id, grace).await?,
             crate::ownership::Placement::Elsewhere(owner) => {
                 self.metrics.forwarded();
-                self.peer_link()?.end_runtime(&owner, id, grace).await?;
+                let ended = self.peer_link()?.end_runtime(&owner, id, grace).await;
+                self.after_forward(id, ended)?;
             }
         }
         if fenced.ephemeral {

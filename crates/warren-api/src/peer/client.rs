@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use warren_backend::{OutputChunk, OutputSink, OutputStream};
 use warren_core::SandboxId;
-use warren_provisioner::{ExecInput, ExecReport, PeerLink, PeerNode, ProvisionerError};
+use warren_provisioner::{ExecInput, ExecReport, FenceToken, PeerLink, PeerNode, ProvisionerError};
 
 use super::wire::{decode, EndRuntime, ForwardedExec, Frame, Killed, SILENCE_LIMIT};
 use super::{current_request_id, ClusterKey, REQUEST_ID_HEADER};
@@ -24,6 +24,7 @@ impl PeerClient {
     pub fn new(key: ClusterKey) -> Self {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
             // Node-to-node calls go to the advertised address, never through a proxy.
             .no_proxy()
             .build()
@@ -100,8 +101,9 @@ impl PeerLink for PeerClient {
         sandbox: &SandboxId,
         input: ExecInput,
         sink: Option<OutputSink>,
+        fence: Option<FenceToken>,
     ) -> Result<ExecReport, ProvisionerError> {
-        let body = ForwardedExec::new(input, sink.is_some());
+        let body = ForwardedExec::new(input, sink.is_some(), fence.map(FenceToken::get));
         let mut response = self
             .send(owner, self.post(owner, sandbox, "exec").json(&body))
             .await?;

@@ -78,17 +78,26 @@ async fn exec(
     ApiJson(forwarded): ApiJson<ForwardedExec>,
 ) -> Result<Response, ApiError> {
     let stream = forwarded.stream;
+    let fence = forwarded
+        .fence
+        .map(warren_provisioner::FenceToken::new)
+        .transpose()?;
     let input = forwarded
         .into_input()
         .map_err(|message| ApiError::bad_request("invalid_request", message))?;
+    // Checked here, at the owner, before the answer starts: a stale token is the caller's
+    // 409 `fence_stale`, as on the owner's own API.
+    let permit = state.provisioner.fence(&id, fence).await?;
     let (body_tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let (chunk_tx, mut chunk_rx) = tokio::sync::mpsc::channel::<OutputChunk>(64);
     let request_id = super::current_request_id().unwrap_or_default();
     tokio::spawn(super::CURRENT_REQUEST_ID.scope(request_id, async move {
         let sink = stream.then_some(chunk_tx);
-        let exec = state.provisioner.exec_as_owner(&id, input, sink);
+        let exec = state.provisioner.exec_as_owner(&id, input, sink, permit);
         tokio::pin!(exec);
-        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        // The first beat after one period: a quick command answers with its report alone.
+        let mut heartbeat =
+            tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
         let result = loop {
             tokio::select! {
                 _ = heartbeat.tick() => {

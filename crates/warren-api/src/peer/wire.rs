@@ -21,6 +21,8 @@ pub(crate) struct ForwardedExec {
     pub(crate) requested_by: String,
     /// Whether the caller streams output (the owner sends it as it comes).
     pub(crate) stream: bool,
+    /// The caller's execution guard token, checked by the owner at the command's start.
+    pub(crate) fence: Option<i64>,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -32,7 +34,7 @@ pub(crate) enum Program {
 }
 
 impl ForwardedExec {
-    pub(crate) fn new(input: ExecInput, stream: bool) -> Self {
+    pub(crate) fn new(input: ExecInput, stream: bool, fence: Option<i64>) -> Self {
         Self {
             program: match input.program {
                 ProgramSpec::Shell(line) => Program::Shell(line),
@@ -47,6 +49,7 @@ impl ForwardedExec {
             stdin_b64: B64.encode(&input.stdin),
             requested_by: input.requested_by,
             stream,
+            fence,
         }
     }
 
@@ -188,9 +191,11 @@ mod tests {
             stdin: vec![0, 255, 10],
             requested_by: "agent".into(),
         };
-        let json = serde_json::to_string(&ForwardedExec::new(input.clone(), true)).unwrap();
+        let json =
+            serde_json::to_string(&ForwardedExec::new(input.clone(), true, Some(7))).unwrap();
         let back: ForwardedExec = serde_json::from_str(&json).unwrap();
         assert!(back.stream);
+        assert_eq!(back.fence, Some(7));
         assert_eq!(back.into_input().unwrap(), input);
     }
 }

@@ -860,3 +860,56 @@ async fn a_partitioned_owner_stops_its_runtime_before_another_replica_starts_one
     assert_eq!(owner(&sandbox), "node-1 2");
     drop(nodes);
 }
+
+#[tokio::test]
+async fn a_forwarded_command_is_fenced_by_the_owner_with_the_callers_guard_token() {
+    let cluster = Cluster::start(2);
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    a.workdir("alice", "projects/one").await;
+    let sandbox = a.sandbox("alice", "one", "projects/one").await;
+    let (status, _) = exec(a, &sandbox, "true").await;
+    assert_eq!(status, 200);
+    // Two holders in turn, through node-1: the first one's token is superseded.
+    let acquire = |holder: &'static str| {
+        b.request(Method::POST, &format!("/v1/sandboxes/{sandbox}/guard"))
+            .json(&json!({ "holder": holder, "ttl_s": 30 }))
+    };
+    let (status, first) = b.send_json(acquire("worker-1")).await;
+    assert_eq!(status, 201, "{first}");
+    let old = first["token"].as_i64().unwrap();
+    let (status, _) = b
+        .send_json(b.request(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{sandbox}/guard?token={old}"),
+        ))
+        .await;
+    assert_eq!(status, 204);
+    let (status, second) = b.send_json(acquire("worker-2")).await;
+    assert_eq!(status, 201, "{second}");
+    let new = second["token"].as_i64().unwrap();
+    let fenced = |token: i64| {
+        b.request(Method::POST, &format!("/v1/sandboxes/{sandbox}/exec"))
+            .header("x-warren-fence", token.to_string())
+            .json(&json!({ "command": "echo ran >> fenced.txt" }))
+    };
+    let (status, stale) = b.send_json(fenced(old)).await;
+    assert_eq!(
+        (status, &stale["error"]["code"]),
+        (409, &json!("fence_stale")),
+        "{stale}"
+    );
+    let (status, ran) = b.send_json(fenced(new)).await;
+    assert_eq!(status, 200, "{ran}");
+    let file = a
+        .request(
+            Method::GET,
+            &format!("/v1/sandboxes/{sandbox}/files?path=fenced.txt"),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(file, "ran\n", "only the current holder's command ran");
+}
