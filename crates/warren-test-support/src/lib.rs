@@ -176,34 +176,16 @@ impl TestServer {
     /// Starts `bin serve <extra args>` with its log (level `info`) going to a file the test
     /// reads with [`TestServer::log_lines`].
     pub fn start_logging(bin: &Path, extra_args: &[&str]) -> Self {
-        let data_dir = tempfile::tempdir().expect("create a temporary data dir");
-        let log = tempfile::NamedTempFile::new().expect("create a log file");
-        let (child, url) = spawn_server(
-            bin,
-            data_dir.path(),
-            extra_args,
-            Some(TEST_TOKEN),
-            None,
-            Some(log.path()),
-            None,
-        );
-        Self {
-            child,
-            url,
-            token: TEST_TOKEN.to_owned(),
-            data_dir,
-            data_subdir: None,
-            bin: bin.to_owned(),
-            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
-            log: Some(log),
-            netns: None,
-            http: Client::new(),
-        }
+        Self::start_logging_in(bin, None, extra_args)
     }
 
     /// [`TestServer::start_logging`] inside the network namespace `netns` (`ip netns`);
     /// `extra_args` give `--listen` on an address of that namespace.
     pub fn start_logging_in_netns(bin: &Path, netns: &str, extra_args: &[&str]) -> Self {
+        Self::start_logging_in(bin, Some(netns), extra_args)
+    }
+
+    fn start_logging_in(bin: &Path, netns: Option<&str>, extra_args: &[&str]) -> Self {
         let data_dir = tempfile::tempdir().expect("create a temporary data dir");
         let log = tempfile::NamedTempFile::new().expect("create a log file");
         let (child, url) = spawn_server(
@@ -213,7 +195,7 @@ impl TestServer {
             Some(TEST_TOKEN),
             None,
             Some(log.path()),
-            Some(netns),
+            netns,
         );
         Self {
             child,
@@ -224,7 +206,7 @@ impl TestServer {
             bin: bin.to_owned(),
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             log: Some(log),
-            netns: Some(netns.to_owned()),
+            netns: netns.map(str::to_owned),
             http: Client::new(),
         }
     }
@@ -887,6 +869,35 @@ const SERVE_SETTINGS: [&str; 18] = [
     "WARREN_URL",
     "WARREN_DEERFLOW_API_KEY",
 ];
+
+/// The files replicas of one cluster share: a cluster key and a `warren.toml` naming it
+/// with a node lease of `ttl_s` (flags cannot set the TTL).
+pub struct ClusterFiles {
+    _dir: tempfile::TempDir,
+    /// The `warren.toml` to give each replica with `--config`.
+    pub config: PathBuf,
+}
+
+impl ClusterFiles {
+    /// Writes `key` and the configuration into a temporary directory.
+    pub fn new(key: &str, ttl_s: u64) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary dir for the cluster's files");
+        let key_file = dir.path().join("cluster.key");
+        std::fs::write(&key_file, key).expect("write the cluster key");
+        let config = dir.path().join("warren.toml");
+        std::fs::write(
+            &config,
+            format!("[cluster]\nnode_ttl_s = {ttl_s}\nkey_file = {key_file:?}\n"),
+        )
+        .expect("write the cluster's warren.toml");
+        Self { _dir: dir, config }
+    }
+
+    /// The configuration's path, as a flag value.
+    pub fn config_arg(&self) -> &str {
+        self.config.to_str().expect("a UTF-8 temporary path")
+    }
+}
 
 /// Runs `bin` with `args` and `env` (nothing else of the test's environment that matters to
 /// warren), waiting at most 30 s, and returns its output.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::json;
 use warren_test_support::latency::{ms, percentile, row};
-use warren_test_support::{PostgresServer, TestServer};
+use warren_test_support::{ClusterFiles, PostgresServer, TestServer};
 
 const TTL_S: u64 = 3;
 const KEY: &str = "bench-cluster-key-0123456789abcdef0123456789";
@@ -59,15 +59,7 @@ fn main() {
     let postgres = PostgresServer::start();
     let database = postgres.fresh_database();
     let shared = tempfile::tempdir().unwrap();
-    let config = tempfile::tempdir().unwrap();
-    let key_file = config.path().join("cluster.key");
-    std::fs::write(&key_file, KEY).unwrap();
-    let toml = config.path().join("warren.toml");
-    std::fs::write(
-        &toml,
-        format!("[cluster]\nnode_ttl_s = {TTL_S}\nkey_file = {key_file:?}\n"),
-    )
-    .unwrap();
+    let files = ClusterFiles::new(KEY, TTL_S);
     let start = |node: usize| {
         TestServer::start_with(
             bin,
@@ -81,7 +73,7 @@ fn main() {
                 "--node-id",
                 &format!("bench-{node}"),
                 "--config",
-                toml.to_str().unwrap(),
+                files.config_arg(),
             ],
         )
     };

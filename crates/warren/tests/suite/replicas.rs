@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_test_support::TestServer;
+use warren_test_support::{ClusterFiles, TestServer};
 
 use super::bin;
 use super::state_postgres::shared_postgres;
@@ -24,25 +24,14 @@ struct Cluster {
     nodes: Vec<TestServer>,
     database: String,
     _shared: tempfile::TempDir,
-    _config: tempfile::TempDir,
+    _files: ClusterFiles,
 }
 
 impl Cluster {
     fn start(count: usize) -> Self {
         let database = shared_postgres().fresh_database();
         let shared = tempfile::tempdir().unwrap();
-        let config = tempfile::tempdir().unwrap();
-        let key_file = config.path().join("cluster.key");
-        std::fs::write(&key_file, CLUSTER_KEY).unwrap();
-        let toml = config.path().join("warren.toml");
-        std::fs::write(
-            &toml,
-            format!(
-                "[cluster]\nnode_ttl_s = {TTL_S}\nkey_file = {:?}\n",
-                key_file.to_str().unwrap()
-            ),
-        )
-        .unwrap();
+        let files = ClusterFiles::new(CLUSTER_KEY, TTL_S);
         let nodes = (0..count)
             .map(|n| {
                 TestServer::start_logging(
@@ -57,7 +46,7 @@ impl Cluster {
                         "--node-id",
                         &format!("node-{n}"),
                         "--config",
-                        toml.to_str().unwrap(),
+                        files.config_arg(),
                     ],
                 )
             })
@@ -66,7 +55,7 @@ impl Cluster {
             nodes,
             database,
             _shared: shared,
-            _config: config,
+            _files: files,
         }
     }
 
@@ -748,15 +737,7 @@ async fn a_partitioned_owner_stops_its_runtime_before_another_replica_starts_one
         &bridge.pg_relay,
     );
     let shared = tempfile::tempdir().unwrap();
-    let config = tempfile::tempdir().unwrap();
-    let key_file = config.path().join("cluster.key");
-    std::fs::write(&key_file, CLUSTER_KEY).unwrap();
-    let toml = config.path().join("warren.toml");
-    std::fs::write(
-        &toml,
-        format!("[cluster]\nnode_ttl_s = {TTL_S}\nkey_file = {key_file:?}\n"),
-    )
-    .unwrap();
+    let files = ClusterFiles::new(CLUSTER_KEY, TTL_S);
     let nodes: Vec<TestServer> = (0..3)
         .map(|n| {
             let listen = format!("{}:0", bridge.address(n));
@@ -775,7 +756,7 @@ async fn a_partitioned_owner_stops_its_runtime_before_another_replica_starts_one
                     "--node-id",
                     &format!("node-{n}"),
                     "--config",
-                    toml.to_str().unwrap(),
+                    files.config_arg(),
                 ],
             )
         })
