@@ -78,17 +78,21 @@ impl std::fmt::Debug for ProvisionerToken {
     }
 }
 
+/// The credential of an `Authorization: Bearer …` header, if the request has one.
+pub(crate) fn bearer(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+}
+
 pub(crate) async fn require_bearer(
     State(state): State<ApiState>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let presented = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    match presented {
+    match bearer(&request) {
         Some(token) if state.token.matches(token.trim()) => Ok(next.run(request).await),
         Some(_) => Err(ApiError::unauthorized("the bearer token is not valid")),
         None => Err(ApiError::unauthorized(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -40,12 +40,7 @@ async fn require_cluster_key(
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let presented = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    match presented {
+    match crate::auth::bearer(&request) {
         Some(presented) if key.matches(presented.trim()) => Ok(next.run(request).await),
         _ => Err(ApiError::unauthorized(
             "node-to-node calls need the cluster key: `Authorization: Bearer <cluster key>`",

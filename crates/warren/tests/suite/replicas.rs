@@ -23,38 +23,54 @@ const CLUSTER_KEY: &str = "cluster-key-0123456789abcdef0123456789abcdef";
 struct Cluster {
     nodes: Vec<TestServer>,
     database: String,
-    _shared: tempfile::TempDir,
+    shared: tempfile::TempDir,
     _files: ClusterFiles,
 }
 
 impl Cluster {
     fn start(count: usize) -> Self {
-        let database = shared_postgres().fresh_database();
+        Self::start_on(count, None)
+    }
+
+    /// Replicas on loopback, or each in its namespace of `bridge`, reaching PostgreSQL
+    /// through the bridge's relay.
+    fn start_on(count: usize, bridge: Option<&Bridge>) -> Self {
+        let mut database = shared_postgres().fresh_database();
+        if let Some(bridge) = bridge {
+            let direct = format!("127.0.0.1:{}", shared_postgres().port());
+            database = database.replace(&direct, &bridge.pg_relay);
+        }
         let shared = tempfile::tempdir().unwrap();
         let files = ClusterFiles::new(CLUSTER_KEY, TTL_S);
         let nodes = (0..count)
             .map(|n| {
-                TestServer::start_logging(
-                    bin(),
-                    &[
-                        "--backend",
-                        "local",
-                        "--state",
-                        &database,
-                        "--workspace-dir",
-                        shared.path().to_str().unwrap(),
-                        "--node-id",
-                        &format!("node-{n}"),
-                        "--config",
-                        files.config_arg(),
-                    ],
-                )
+                let node_id = format!("node-{n}");
+                let mut args = vec![
+                    "--backend",
+                    "local",
+                    "--state",
+                    &database,
+                    "--workspace-dir",
+                    shared.path().to_str().unwrap(),
+                    "--node-id",
+                    &node_id,
+                    "--config",
+                    files.config_arg(),
+                ];
+                match bridge {
+                    Some(bridge) => {
+                        let listen = format!("{}:0", bridge.address(n));
+                        args.extend(["--listen", &listen]);
+                        TestServer::start_logging_in_netns(bin(), &bridge.namespaces[n], &args)
+                    }
+                    None => TestServer::start_logging(bin(), &args),
+                }
             })
             .collect();
         Self {
             nodes,
             database,
-            _shared: shared,
+            shared,
             _files: files,
         }
     }
@@ -731,49 +747,9 @@ fn ticks(file: &Path) -> Vec<(u64, u128)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_owner_stops_its_runtime_before_another_replica_starts_one() {
     let bridge = Bridge::new(3);
-    let database = shared_postgres().fresh_database();
-    let database = database.replace(
-        &format!("127.0.0.1:{}", shared_postgres().port()),
-        &bridge.pg_relay,
-    );
-    let shared = tempfile::tempdir().unwrap();
-    let files = ClusterFiles::new(CLUSTER_KEY, TTL_S);
-    let nodes: Vec<TestServer> = (0..3)
-        .map(|n| {
-            let listen = format!("{}:0", bridge.address(n));
-            TestServer::start_logging_in_netns(
-                bin(),
-                &bridge.namespaces[n],
-                &[
-                    "--listen",
-                    &listen,
-                    "--backend",
-                    "local",
-                    "--state",
-                    &database,
-                    "--workspace-dir",
-                    shared.path().to_str().unwrap(),
-                    "--node-id",
-                    &format!("node-{n}"),
-                    "--config",
-                    files.config_arg(),
-                ],
-            )
-        })
-        .collect();
-    let owner = |sandbox: &str| {
-        let name = database.rsplit('/').next().unwrap();
-        shared_postgres()
-            .psql_in(
-                name,
-                &format!(
-                    "SELECT coalesce(node_id, '-') || ' ' || token FROM runtime_owners \
-                     WHERE sandbox_id = '{sandbox}'"
-                ),
-            )
-            .trim()
-            .to_owned()
-    };
+    let cluster = Cluster::start_on(3, Some(&bridge));
+    let nodes = &cluster.nodes;
+    let owner = |sandbox: &str| cluster.owner(sandbox);
     nodes[0].workdir("alice", "projects/p").await;
     let sandbox = nodes[0].sandbox("alice", "s", "projects/p").await;
     let ticker = |token: u64| {
@@ -786,7 +762,8 @@ async fn a_partitioned_owner_stops_its_runtime_before_another_replica_starts_one
     let started = nodes[0].exec_with(&sandbox, ticker(1)).await;
     assert_eq!(started["exit_code"], 0, "{started}");
     assert_eq!(owner(&sandbox), "node-0 1");
-    let file = shared
+    let file = cluster
+        .shared
         .path()
         .join("user-data/shared/alice/workspace/projects/p/ticks");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -839,7 +816,9 @@ async fn a_partitioned_owner_stops_its_runtime_before_another_replica_starts_one
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["stdout"], "via-node-0\n");
     assert_eq!(owner(&sandbox), "node-1 2");
-    drop(nodes);
+    // The replicas go before their namespaces.
+    drop(cluster);
+    drop(bridge);
 }
 
 #[tokio::test]
