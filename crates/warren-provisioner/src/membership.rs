@@ -122,8 +122,10 @@ impl Provisioner {
         let node = &self.config.node;
         let sent = Instant::now();
         let record = self
-            .store
-            .register_node(&node.node_id, &node.advertise, node.ttl)
+            .bounded(
+                self.store
+                    .register_node(&node.node_id, &node.advertise, node.ttl),
+            )
             .await?;
         self.epoch.set(record.epoch);
         self.ownership.renewed(sent);
@@ -131,21 +133,42 @@ impl Provisioner {
         Ok(record)
     }
 
+    /// A membership call to the store, bounded by a third of the TTL: one that hangs (a
+    /// partition) fails and is tried again at the next tick.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, warren_store::StoreError>>,
+    ) -> Result<T, ProvisionerError> {
+        match tokio::time::timeout(self.config.node.ttl / 3, call).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(ProvisionerError::NodeFenced {
+                node: self.config.node.node_id.clone(),
+            }),
+        }
+    }
+
+    /// Joins again with a new epoch once a fence is complete, and lifts it.
+    async fn rejoin_after_fence(&self) -> Result<NodeRecord, ProvisionerError> {
+        // The fence's kills finish before anything of this node may run again.
+        let _fencing = self.ownership.fencing.lock().await;
+        let record = self.join_cluster().await?;
+        self.unfence();
+        Ok(record)
+    }
+
     /// One renewal of this node's lease. A superseded or lapsed epoch fences this node
     /// first (its runtimes may be taken over by now) and registers again; so does a node
-    /// that fenced itself because renewals failed for too long.
+    /// that fenced itself because renewals failed for too long. Only the store calls are
+    /// bounded in time: a fence, once begun, is never cut short.
     pub async fn renew_membership(&self) -> Result<NodeRecord, ProvisionerError> {
         let node = &self.config.node;
         let epoch = self.epoch.get();
         if self.ownership.is_fenced() {
-            let record = self.join_cluster().await?;
-            self.unfence();
-            return Ok(record);
+            return self.rejoin_after_fence().await;
         }
         let sent = Instant::now();
         match self
-            .store
-            .renew_node(&node.node_id, epoch, node.ttl)
+            .bounded(self.store.renew_node(&node.node_id, epoch, node.ttl))
             .await?
         {
             Some(record) => {
@@ -155,9 +178,7 @@ impl Provisioner {
             None if self.is_clustered() => {
                 tracing::error!(node = %node.node_id, epoch, "this node's lease lapsed or another process registered its id; fencing, then joining again with a new epoch");
                 self.fence_self().await;
-                let record = self.join_cluster().await?;
-                self.unfence();
-                Ok(record)
+                self.rejoin_after_fence().await
             }
             None => {
                 // The only server on its store (no other replica can have taken anything
@@ -171,7 +192,8 @@ impl Provisioner {
     }
 
     /// Renews the lease every third of the TTL until the node leaves; a renewal that
-    /// fails (the store unreachable) or hangs past the next tick is retried then. Beside it
+    /// fails (the store unreachable, or no answer within a third of the TTL) is retried
+    /// at the next tick. Beside it
     /// a watchdog fences this node once no renewal succeeded for [`fence_deadline`] of the
     /// TTL, whatever the renewal itself is stuck on.
     pub fn spawn_membership(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
@@ -203,14 +225,8 @@ impl Provisioner {
                 if provisioner.ownership.has_left() {
                     return;
                 }
-                match tokio::time::timeout(every, provisioner.renew_membership()).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(error)) => {
-                        tracing::warn!(%error, "could not renew this node's lease; retrying");
-                    }
-                    Err(_) => tracing::warn!(
-                        "renewing this node's lease took longer than a third of its TTL; retrying"
-                    ),
+                if let Err(error) = provisioner.renew_membership().await {
+                    tracing::warn!(%error, "could not renew this node's lease; retrying");
                 }
             }
         })

@@ -92,6 +92,9 @@ pub(crate) struct Ownership {
     renewed_at: Mutex<Option<Instant>>,
     /// Set when the node left the cluster: renewals stop.
     left: AtomicBool,
+    /// Held for a whole fence, and by a join that lifts one: the kills finish before
+    /// the node may own anything again, and a second fence waits for the first.
+    pub(crate) fencing: tokio::sync::Mutex<()>,
     /// Where runtimes owned elsewhere were found, and when: a forward skips the claim for
     /// a third of the node TTL. Only a hint: the owner refuses what it no longer owns
     /// (`not_owner`), and a forward that fails forgets the entry.
@@ -310,8 +313,13 @@ impl Provisioner {
                     return Ok(Placement::Elsewhere(owner));
                 }
                 RuntimeClaim::NotMember => {
-                    // Our epoch lapsed without the renewal loop noticing yet.
-                    self.renew_membership().await?;
+                    // Our epoch is not live (lapsed or superseded). The membership loop
+                    // joins again, fencing first where replicas could take over; nothing
+                    // here waits for it, since a caller may hold a lifecycle lock the
+                    // fence takes. A join that happened meanwhile is tried once more.
+                    if self.node_epoch() == epoch {
+                        break;
+                    }
                 }
             }
         }
@@ -355,6 +363,7 @@ impl Provisioner {
     /// its lease could not be renewed in time, so another node may soon take its runtimes
     /// over.
     pub(crate) async fn fence_self(&self) {
+        let _fencing = self.ownership.fencing.lock().await;
         if self.ownership.fenced.swap(true, Ordering::SeqCst) {
             return;
         }

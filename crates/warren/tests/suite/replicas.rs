@@ -688,19 +688,20 @@ impl Bridge {
 
 impl Drop for Bridge {
     fn drop(&mut self) {
-        for netns in &self.namespaces {
+        // Deleting a namespace deletes its veth pair too; whatever is gone already is fine.
+        let quiet = |args: &[&str]| {
             let _ = std::process::Command::new("ip")
-                .args(["netns", "del", netns])
+                .args(args)
+                .stderr(std::process::Stdio::null())
                 .status();
+        };
+        for netns in &self.namespaces {
+            quiet(&["netns", "del", netns]);
         }
         for link in &self.host_links {
-            let _ = std::process::Command::new("ip")
-                .args(["link", "del", link])
-                .status();
+            quiet(&["link", "del", link]);
         }
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", &self.name])
-            .status();
+        quiet(&["link", "del", &self.name]);
     }
 }
 
@@ -872,4 +873,49 @@ async fn a_forwarded_command_is_fenced_by_the_owner_with_the_callers_guard_token
         .await
         .unwrap();
     assert_eq!(file, "ran\n", "only the current holder's command ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_server_whose_lease_lapses_in_a_database_outage_keeps_its_runtimes() {
+    // A database of its own: this test stops it for longer than the node lease.
+    let mut postgres = warren_test_support::PostgresServer::start();
+    let database = postgres.fresh_database();
+    let config = tempfile::tempdir().unwrap();
+    let toml = config.path().join("warren.toml");
+    std::fs::write(&toml, format!("[cluster]\nnode_ttl_s = {TTL_S}\n")).unwrap();
+    let server = TestServer::start_logging(
+        bin(),
+        &[
+            "--backend",
+            "local",
+            "--state",
+            &database,
+            "--config",
+            toml.to_str().unwrap(),
+        ],
+    );
+    server.workdir("alice", "projects/one").await;
+    let sandbox = server.sandbox("alice", "one", "projects/one").await;
+    let (status, _) = exec(&server, &sandbox, "echo kept > /home/gem/marker").await;
+    assert_eq!(status, 200);
+    postgres.stop();
+    tokio::time::sleep(Duration::from_secs(TTL_S + 2)).await;
+    postgres.resume();
+    // Nobody else can take its runtimes: it joins again and keeps them, /home/gem and all.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut status, mut found) = exec(&server, &sandbox, "cat /home/gem/marker").await;
+    while status != 200 && Instant::now() < deadline {
+        assert_ne!(found["error"]["code"], "node_fenced", "{found}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (status, found) = exec(&server, &sandbox, "cat /home/gem/marker").await;
+    }
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found["stdout"], "kept\n", "the same runtime: {found}");
+    assert!(
+        !server
+            .log_lines()
+            .iter()
+            .any(|l| l.contains("fencing itself")),
+        "a lone server never fences itself"
+    );
 }
