@@ -55,6 +55,15 @@ pub trait PeerLink: Send + Sync + 'static {
         fence: Option<crate::FenceToken>,
     ) -> Result<ExecReport, ProvisionerError>;
 
+    /// Has the owner snapshot its runtime of `sandbox` (I30); the id of the snapshot it
+    /// recorded in the shared store.
+    async fn snapshot_runtime(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        reason: &str,
+    ) -> Result<String, ProvisionerError>;
+
     /// Kills the processes of the owner's runtime of `sandbox`.
     async fn kill_processes(
         &self,

@@ -17,6 +17,7 @@ use warren_core::SandboxId;
 use warren_fs::WorkspaceRoot;
 use warren_store::{RuntimeSnapshot, SandboxRecord, SandboxState};
 
+use crate::exec::Route;
 use crate::{Provisioner, ProvisionerError};
 
 /// Runtime snapshots kept per sandbox: resume needs the latest; a few more allow a
@@ -27,12 +28,51 @@ impl Provisioner {
     /// Records the running runtime's ephemeral state. `reason` says why (`api`, `reap`).
     /// Holes of sparse files are recorded, not read; more file data than
     /// `snapshot_max_bytes` fails with `snapshot_too_large`.
+    ///
+    /// The runtime's owner takes it (issue 14): asked of another replica, the snapshot is
+    /// forwarded there and its record read back from the shared store.
     pub async fn snapshot_runtime(
         &self,
         id: &SandboxId,
         reason: &str,
     ) -> Result<RuntimeSnapshot, ProvisionerError> {
-        self.snapshot_runtime_within(id, reason, None).await
+        self.snapshot_routed(id, reason, Route::ToOwner).await
+    }
+
+    /// [`Provisioner::snapshot_runtime`] forwarded here by another node: only here.
+    pub async fn snapshot_runtime_as_owner(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+    ) -> Result<RuntimeSnapshot, ProvisionerError> {
+        self.snapshot_routed(id, reason, Route::HereOnly).await
+    }
+
+    async fn snapshot_routed(
+        &self,
+        id: &SandboxId,
+        reason: &str,
+        route: Route,
+    ) -> Result<RuntimeSnapshot, ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        if record.state != SandboxState::Running {
+            return Err(ProvisionerError::RuntimeNotRunning {
+                sandbox: id.clone(),
+            });
+        }
+        match self.place_for(id, route).await? {
+            Ok(_) => self.snapshot_runtime_within(id, reason, None).await,
+            Err(owner) => {
+                self.metrics.forwarded();
+                let taken = self.peer_link()?.snapshot_runtime(&owner, id, reason).await;
+                let snapshot_id = self.after_forward(id, taken)?;
+                self.store.get_runtime_snapshot(&snapshot_id).await?.ok_or(
+                    ProvisionerError::SnapshotNotFound {
+                        snapshot: snapshot_id,
+                    },
+                )
+            }
+        }
     }
 
     /// [`Provisioner::snapshot_runtime`] that stops (`snapshot_cancelled`) once `deadline`
@@ -61,13 +101,12 @@ impl Provisioner {
                 sandbox: id.clone(),
             });
         }
-        // The owner's runtime is snapshotted by the owner (issue 14).
-        if let crate::ownership::Placement::Elsewhere(owner) = self.place_runtime(id).await? {
-            return Err(ProvisionerError::RuntimeElsewhere {
+        // Only the owner snapshots its runtime, and records it under its token (issue 14).
+        let fence = self
+            .owner_fence(id)
+            .ok_or_else(|| ProvisionerError::NotOwnerHere {
                 sandbox: id.clone(),
-                node: owner.node_id,
-            });
-        }
+            })?;
         let roots = self
             .backend
             .ephemeral_roots(id)
@@ -118,16 +157,19 @@ impl Provisioner {
             .await?;
         let snapshot = self
             .store
-            .record_runtime_snapshot(&RuntimeSnapshot {
-                id: format!("snap-{}", uuid::Uuid::new_v4().simple()),
-                sandbox_id: id.clone(),
-                generation: record.generation,
-                cow_manifest: cow,
-                home_manifest: home,
-                bytes,
-                reason: reason.to_owned(),
-                created_at: chrono::Utc::now(),
-            })
+            .record_runtime_snapshot(
+                &RuntimeSnapshot {
+                    id: format!("snap-{}", uuid::Uuid::new_v4().simple()),
+                    sandbox_id: id.clone(),
+                    generation: record.generation,
+                    cow_manifest: cow,
+                    home_manifest: home,
+                    bytes,
+                    reason: reason.to_owned(),
+                    created_at: chrono::Utc::now(),
+                },
+                Some(&fence),
+            )
             .await?;
         tracing::info!(sandbox = %id, snapshot = %snapshot.id, %reason, bytes, elapsed_ms = started.elapsed().as_millis() as u64, "runtime snapshot recorded");
         let all = self.store.list_runtime_snapshots(id).await?;

@@ -264,10 +264,14 @@ pub trait StateStore: Send + Sync + 'static {
     /// The checkpoints of a sandbox, oldest first.
     async fn list_checkpoints(&self, sandbox: &SandboxId) -> Result<Vec<Checkpoint>, StoreError>;
 
-    /// Records a runtime snapshot (its `created_at` is ignored: now is used).
+    /// Records a runtime snapshot (its `created_at` is ignored: now is used). With an
+    /// `owner` fence it is recorded only while that ownership holds the runtime
+    /// ([`StoreError::NotOwner`] otherwise): a node that lost the runtime while it read it
+    /// never leaves a snapshot a later resume would pick.
     async fn record_runtime_snapshot(
         &self,
         snapshot: &RuntimeSnapshot,
+        owner: Option<&OwnerFence>,
     ) -> Result<RuntimeSnapshot, StoreError>;
 
     /// One runtime snapshot, whichever sandbox took it.

@@ -6,7 +6,9 @@ use warren_backend::{OutputChunk, OutputSink, OutputStream};
 use warren_core::SandboxId;
 use warren_provisioner::{ExecInput, ExecReport, FenceToken, PeerLink, PeerNode, ProvisionerError};
 
-use super::wire::{decode, EndRuntime, ForwardedExec, Frame, Killed, SILENCE_LIMIT};
+use super::wire::{
+    decode, EndRuntime, ForwardedExec, Frame, Killed, SnapshotTaken, TakeSnapshot, SILENCE_LIMIT,
+};
 use super::{current_request_id, ClusterKey, REQUEST_ID_HEADER};
 
 /// How long connecting to another replica may take before it counts as unreachable.
@@ -169,6 +171,27 @@ impl PeerLink for PeerClient {
                 }
             }
         }
+    }
+
+    async fn snapshot_runtime(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        reason: &str,
+    ) -> Result<String, ProvisionerError> {
+        let body = TakeSnapshot {
+            reason: reason.to_owned(),
+        };
+        // A snapshot takes as long as the runtime's state is large: only the answer's
+        // head is bounded (see `send`), the owner's own limits bound the rest.
+        let response = self
+            .send(owner, self.post(owner, sandbox, "snapshot").json(&body))
+            .await?;
+        let taken: SnapshotTaken = response
+            .json()
+            .await
+            .map_err(|error| unreachable(owner, &error))?;
+        Ok(taken.snapshot_id)
     }
 
     async fn kill_processes(

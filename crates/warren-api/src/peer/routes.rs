@@ -16,7 +16,8 @@ use axum::{Json, Router};
 use warren_backend::{OutputChunk, OutputStream};
 
 use super::wire::{
-    encode, EndRuntime, ForwardedExec, Frame, Killed, RemoteError, Report, HEARTBEAT,
+    encode, EndRuntime, ForwardedExec, Frame, Killed, RemoteError, Report, SnapshotTaken,
+    TakeSnapshot, HEARTBEAT,
 };
 use super::ClusterKey;
 use crate::extract::{ApiJson, SandboxPath};
@@ -27,6 +28,7 @@ pub(crate) fn router(state: ApiState, key: ClusterKey) -> Router {
     Router::new()
         .route("/internal/v1/sandboxes/{id}/exec", post(exec))
         .route("/internal/v1/sandboxes/{id}/kill", post(kill))
+        .route("/internal/v1/sandboxes/{id}/snapshot", post(snapshot))
         .route("/internal/v1/sandboxes/{id}/end-runtime", post(end_runtime))
         .route_layer(axum::middleware::from_fn_with_state(
             key,
@@ -148,6 +150,20 @@ async fn kill(
 ) -> Result<Json<Killed>, ApiError> {
     let killed = state.provisioner.kill_processes_as_owner(&id).await?;
     Ok(Json(Killed { killed }))
+}
+
+async fn snapshot(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(body): ApiJson<TakeSnapshot>,
+) -> Result<Json<SnapshotTaken>, ApiError> {
+    let snapshot = state
+        .provisioner
+        .snapshot_runtime_as_owner(&id, &body.reason)
+        .await?;
+    Ok(Json(SnapshotTaken {
+        snapshot_id: snapshot.id,
+    }))
 }
 
 async fn end_runtime(

@@ -171,6 +171,19 @@ pub(crate) struct EndRuntime {
     pub(crate) grace_ms: u64,
 }
 
+/// The body of a forwarded runtime snapshot.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TakeSnapshot {
+    pub(crate) reason: String,
+}
+
+/// The answer to a forwarded runtime snapshot.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SnapshotTaken {
+    pub(crate) snapshot_id: String,
+}
+
 /// The answer to a forwarded kill.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Killed {

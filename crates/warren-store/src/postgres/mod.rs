@@ -806,10 +806,13 @@ impl StateStore for PostgresStore {
     async fn record_runtime_snapshot(
         &self,
         snapshot: &RuntimeSnapshot,
+        owner: Option<&crate::OwnerFence>,
     ) -> Result<RuntimeSnapshot, StoreError> {
         let row = sqlx::query(&format!(
             "INSERT INTO runtime_snapshots ({SNAPSHOT_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {SNAPSHOT_COLUMNS}"
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE $10::bigint IS NULL OR EXISTS \
+             (SELECT 1 FROM runtime_owners WHERE sandbox_id = $2 AND node_id = $9 \
+             AND token = $10) RETURNING {SNAPSHOT_COLUMNS}"
         ))
         .bind(&snapshot.id)
         .bind(snapshot.sandbox_id.as_str())
@@ -819,13 +822,21 @@ impl StateStore for PostgresStore {
         .bind(i64::try_from(snapshot.bytes).unwrap_or(i64::MAX))
         .bind(&snapshot.reason)
         .bind(now_millis())
-        .fetch_one(&self.pool)
+        .bind(owner.map(|owner| owner.node_id.as_str()))
+        .bind(owner.map(|owner| owner.token))
+        .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::on_sandbox(
             "record a runtime snapshot",
             &snapshot.sandbox_id,
         ))?;
-        runtime_snapshot_from_row(&row)
+        match row {
+            Some(row) => runtime_snapshot_from_row(&row),
+            None => Err(StoreError::NotOwner {
+                sandbox: snapshot.sandbox_id.clone(),
+                token: owner.map_or(0, |owner| owner.token),
+            }),
+        }
     }
 
     async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError> {

@@ -918,10 +918,13 @@ impl StateStore for SqliteStore {
     async fn record_runtime_snapshot(
         &self,
         snapshot: &RuntimeSnapshot,
+        owner: Option<&crate::OwnerFence>,
     ) -> Result<RuntimeSnapshot, StoreError> {
         let row = sqlx::query(
             "INSERT INTO runtime_snapshots (id, sandbox_id, generation, cow_manifest, \
-             home_manifest, bytes, reason, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+             home_manifest, bytes, reason, created_at) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE ?10 IS NULL OR EXISTS (SELECT 1 \
+             FROM runtime_owners WHERE sandbox_id = ?2 AND node_id = ?9 AND token = ?10) \
              RETURNING id, sandbox_id, generation, cow_manifest, home_manifest, bytes, reason, \
              created_at",
         )
@@ -933,13 +936,21 @@ impl StateStore for SqliteStore {
         .bind(i64::try_from(snapshot.bytes).unwrap_or(i64::MAX))
         .bind(&snapshot.reason)
         .bind(now_millis())
-        .fetch_one(&self.pool)
+        .bind(owner.map(|owner| owner.node_id.as_str()))
+        .bind(owner.map(|owner| owner.token))
+        .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::on_sandbox(
             "record a runtime snapshot",
             &snapshot.sandbox_id,
         ))?;
-        runtime_snapshot_from_row(&row)
+        match row {
+            Some(row) => runtime_snapshot_from_row(&row),
+            None => Err(StoreError::NotOwner {
+                sandbox: snapshot.sandbox_id.clone(),
+                token: owner.map_or(0, |owner| owner.token),
+            }),
+        }
     }
 
     async fn get_runtime_snapshot(&self, id: &str) -> Result<Option<RuntimeSnapshot>, StoreError> {

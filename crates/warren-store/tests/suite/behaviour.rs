@@ -1703,6 +1703,26 @@ pub async fn a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_run
         store.finish_run("on-a", &exited(0)).await.unwrap_err(),
         StoreError::RunAlreadyFinished { .. }
     ));
+    let late_snapshot = warren_store::RuntimeSnapshot {
+        id: "snap-late".into(),
+        sandbox_id: sandbox.id.clone(),
+        generation: 1,
+        cow_manifest: "c".into(),
+        home_manifest: "h".into(),
+        bytes: 1,
+        reason: "reap".into(),
+        created_at: chrono::Utc::now(),
+    };
+    let error = store
+        .record_runtime_snapshot(&late_snapshot, Some(&fence_a))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::NotOwner { .. }), "{error:?}");
+    assert!(store
+        .list_runtime_snapshots(&sandbox.id)
+        .await
+        .unwrap()
+        .is_empty());
     assert!(!store
         .release_runtime(&sandbox.id, "node-a", token)
         .await

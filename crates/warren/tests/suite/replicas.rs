@@ -210,6 +210,18 @@ async fn a_command_sent_to_any_replica_runs_in_the_one_runtime_its_owner_hosts()
         (json!(1), json!(0)),
         "{info}"
     );
+    // A runtime snapshot asked of node-1 is taken by the owner, recorded under its token.
+    let (status, snapshot) = b
+        .send_json(b.request(Method::POST, &format!("/v1/sandboxes/{sandbox}/snapshots")))
+        .await;
+    assert_eq!(status, 201, "{snapshot}");
+    assert!(
+        snapshot["snapshot_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("snap-"),
+        "{snapshot}"
+    );
     // Terminating through node-1 ends node-0's runtime.
     let ended = b.terminate(&sandbox).await;
     assert_eq!(ended["state"], "terminated", "{ended}");
