@@ -327,26 +327,14 @@ async fn a_dead_owners_runtime_is_taken_over_from_its_latest_snapshot_with_its_r
     // The next command, through node-1, waits out node-0's lease, takes the runtime over
     // and finds it as of the snapshot; the workspace is whole.
     let b = &cluster.nodes[1];
-    let (status, found) = exec(
-        b,
-        &sandbox,
-        "cat /home/gem/tool; ls /home/gem/after-snapshot 2>&1 | head -c 0; \
-         test -e /home/gem/after-snapshot && echo after || echo no-after; \
-         cat /home/gem/user-data/projects/one/notes.txt",
-    )
-    .await;
+    let check = "cat /home/gem/tool; \
+                 test -e /home/gem/after-snapshot && echo after || echo no-after; \
+                 cat /home/gem/user-data/projects/one/notes.txt";
     // Until node-0's lease lapsed the command could only be forwarded to it, and failed.
-    let mut status = status;
-    let mut found = found;
+    let (mut status, mut found) = exec(b, &sandbox, check).await;
     while status != 200 && killed_at.elapsed() < Duration::from_secs(TTL_S + 10) {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        (status, found) = exec(
-            b,
-            &sandbox,
-            "cat /home/gem/tool; test -e /home/gem/after-snapshot && echo after || echo no-after; \
-             cat /home/gem/user-data/projects/one/notes.txt",
-        )
-        .await;
+        (status, found) = exec(b, &sandbox, check).await;
     }
     assert_eq!(status, 200, "{found}");
     assert_eq!(found["stdout"], "installed\nno-after\nkept\n", "{found}");
