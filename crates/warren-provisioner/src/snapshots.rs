@@ -235,9 +235,13 @@ impl Provisioner {
                 ("cow", &snapshot.cow_manifest),
                 ("home", &snapshot.home_manifest),
             ] {
-                if let Err(error) =
-                    warren_snapshot::restore_with(&root, tree, store.as_ref(), manifest, &limits)
-                {
+                if let Err(error) = warren_snapshot::restore_transient_with(
+                    &root,
+                    tree,
+                    store.as_ref(),
+                    manifest,
+                    &limits,
+                ) {
                     // A seed half restored is of no use (the runtime starts cold).
                     let _ = data.remove(&format!("seeds/{name}"), true);
                     return Err(ProvisionerError::Snapshot(error));

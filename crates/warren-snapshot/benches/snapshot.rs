@@ -12,12 +12,13 @@
 //! manifest, one before a restored tree is swapped in), so the anchors end with
 //! `sync -f` on what they wrote: the same work, compared.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use warren_fs::WorkspaceRoot;
 use warren_snapshot::{restore, snapshot, LocalStore};
+use warren_test_support::workload::{generate_workspace, sh, tar_zstd};
 
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -72,85 +73,6 @@ fn run_child(step: &[&str]) -> (Duration, String, u64, u64) {
     (elapsed, id, stored, peak)
 }
 
-fn sh(script: &str) -> Duration {
-    let started = Instant::now();
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .status()
-        .expect("sh");
-    assert!(status.success(), "{script}");
-    started.elapsed()
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so every run generates the same tree.
-struct Noise(u64);
-
-impl Noise {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            let bytes = self.0.to_le_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
-        }
-    }
-}
-
-/// A workspace of about `size` bytes: a source tree (many small, compressible files), a
-/// virtualenv-like tree (many small modules and a few shared objects) and binaries.
-fn generate(dir: &Path, size: u64) -> Vec<PathBuf> {
-    let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
-    let mut files = Vec::new();
-    let mut written = 0u64;
-    let words = [
-        "fn", "let", "match", "return", "self", "impl", "struct", "pub", "use", "mod",
-    ];
-    let mut n = 0usize;
-    while written < size {
-        n += 1;
-        let (path, bytes): (PathBuf, Vec<u8>) = match n % 10 {
-            0..=5 => {
-                let mut text = String::new();
-                let lines = 20 + (n % 200);
-                for line in 0..lines {
-                    let word = words[(n + line) % words.len()];
-                    text.push_str(&format!(
-                        "    {word} item_{n}_{line} = value({line}, {n});\n"
-                    ));
-                }
-                (
-                    dir.join(format!("src/mod{}/file{n}.rs", n % 97)),
-                    text.into_bytes(),
-                )
-            }
-            6..=8 => {
-                let mut text = format!("# module {n}\nimport os\n");
-                for line in 0..(10 + n % 60) {
-                    text.push_str(&format!("def f_{line}(x):\n    return x * {line} + {n}\n"));
-                }
-                (
-                    dir.join(format!("venv/lib/site-packages/pkg{}/m{n}.py", n % 53)),
-                    text.into_bytes(),
-                )
-            }
-            _ => {
-                let len = 256 * 1024 + (n % 7) * 512 * 1024;
-                let mut bytes = vec![0u8; len];
-                noise.fill(&mut bytes);
-                let place = if n % 20 == 9 { "venv/lib" } else { "bin" };
-                (dir.join(format!("{place}/blob{n}.so")), bytes)
-            }
-        };
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        written += bytes.len() as u64;
-        std::fs::write(&path, bytes).unwrap();
-        files.push(path);
-    }
-    files
-}
-
 fn ratio(ours: Duration, theirs: Duration) -> String {
     format!("{:.2}x", ours.as_secs_f64() / theirs.as_secs_f64())
 }
@@ -171,7 +93,7 @@ fn main() {
     let root = work.path().join("root");
     let wd = root.join("projects/w");
     std::fs::create_dir_all(&wd).unwrap();
-    let files = generate(&wd, size_mib * 1024 * 1024);
+    let files = generate_workspace(&wd, size_mib * 1024 * 1024);
     let store = work.path().join("store");
     let tar_out = work.path().join("full.tar.zst");
     let (root_s, store_s) = (root.to_str().unwrap(), store.to_str().unwrap());
@@ -181,12 +103,7 @@ fn main() {
     );
     sh("sync");
 
-    let tar_full = sh(&format!(
-        "tar -cf - -C {} . | zstd -1 -q -T1 -o {} && sync -f {}",
-        wd.display(),
-        tar_out.display(),
-        tar_out.display()
-    ));
+    let tar_full = tar_zstd(&wd, &tar_out);
     let tar_size = std::fs::metadata(&tar_out).unwrap().len();
     let (ours_full, manifest, stored_full, peak_full) =
         run_child(&["snapshot", root_s, "projects/w", store_s]);
@@ -233,12 +150,7 @@ fn main() {
     sh("sync");
     let (ours_incr, manifest_2, stored_incr, peak_incr) =
         run_child(&["snapshot", root_s, "projects/w", store_s, &manifest]);
-    let tar_again = sh(&format!(
-        "tar -cf - -C {} . | zstd -1 -q -T1 -f -o {} && sync -f {}",
-        wd.display(),
-        tar_out.display(),
-        tar_out.display()
-    ));
+    let tar_again = tar_zstd(&wd, &tar_out);
     print!(
         "incremental (1% of files, {} MiB touched)  warren {:.2} s, {} KiB stored (peak RSS {} MiB)   full tar|zstd -1 {:.2} s   ratio {}",
         changed_bytes >> 20,

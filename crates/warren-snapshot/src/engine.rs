@@ -10,22 +10,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use fastcdc::v2020::StreamCDC;
+use std::borrow::Cow;
+
+use fastcdc::v2020::{FastCDC, StreamCDC};
 use serde::Serialize;
 use warren_fs::{Entry, FsError, Kind, WorkspaceRoot, MAX_WALK_DEPTH};
 
+use crate::fetch::{with_feed, ChunkFeed, Plan};
 use crate::manifest::{ChunkRef, Hole};
+use crate::pack::{save_index, PackIndex, PackWriter};
 use crate::{EntryKind, Manifest, ManifestEntry, ObjectStore, SnapshotError};
 
 /// Chunk sizes (restic's order of magnitude): an edit re-stores at most a few hundred KiB,
-/// and a large file is a few objects per MiB, not dozens. Each object is a file in the
-/// local store, and creating files, not hashing or compressing, is what a full snapshot
-/// spends its time on; smaller chunks made it several times slower.
+/// and a large file is a few chunks per MiB, not dozens. Chunks are gathered into packs
+/// (`pack.rs`), so their number is no longer the number of objects the store creates.
 const MIN_CHUNK: usize = 128 * 1024;
 const AVG_CHUNK: usize = 512 * 1024;
 const MAX_CHUNK: usize = 2 * 1024 * 1024;
 /// zstd level 1: the fast end, as `zstd -1`; chunks that do not compress cost little.
 const ZSTD_LEVEL: i32 = 1;
+/// Files with at most this much data are read whole and cut in memory; larger ones are
+/// streamed through a buffer of the largest chunk.
+const WHOLE_FILE: u64 = 8 * 1024 * 1024;
 /// Most entries one tree may have.
 const MAX_ENTRIES: usize = 5_000_000;
 /// Most bytes of file data (holes not counted) one snapshot reads unless told otherwise:
@@ -129,10 +135,6 @@ pub struct SnapshotStats {
     pub files_unchanged: u64,
 }
 
-fn chunk_key(hash: &str) -> String {
-    format!("chunks/{hash}")
-}
-
 /// The entries under `base` with paths relative to it (the exact bytes of their names),
 /// parents first; the base itself comes first with the empty path.
 fn walk(root: &WorkspaceRoot, base: &str) -> Result<Vec<(OsString, Entry)>, SnapshotError> {
@@ -181,11 +183,18 @@ fn shown(relative: &OsStr) -> String {
     relative.to_string_lossy().into_owned()
 }
 
-/// A chunk on its way to the store: compressed and written by the uploader thread while
+/// A chunk on its way to the store: compressed and packed by the uploader thread while
 /// the walker reads on.
 struct Upload {
-    key: String,
+    hash: String,
     data: Vec<u8>,
+}
+
+/// What one snapshot knows is stored already: the store's index as it was read at the
+/// start, and the chunks this snapshot has sent since (a tree may hold a chunk twice).
+struct Known {
+    index: PackIndex,
+    sent: std::collections::HashSet<String>,
 }
 
 /// The data extents `(offset, length)` of a file of `size` bytes, in order, found with
@@ -363,8 +372,9 @@ fn chunk_file(
     shown: &str,
     size: u64,
     budget: &mut Budget<'_>,
+    scratch: &mut Vec<u8>,
     upload: Option<(
-        &dyn ObjectStore,
+        &mut Known,
         &std::sync::mpsc::SyncSender<Upload>,
         &mut SnapshotStats,
     )>,
@@ -372,8 +382,9 @@ fn chunk_file(
     let file = root.open_file(path)?;
     let extents = data_extents(&file, size, shown, budget.limits)?;
     budget.spend(extents.iter().map(|&(_, len)| len).sum(), shown)?;
+    let data_len: u64 = extents.iter().map(|&(_, len)| len).sum();
     let holes = holes_between(&extents, size);
-    let reader = ExtentReader {
+    let mut reader = ExtentReader {
         file: &file,
         extents,
         index: 0,
@@ -381,25 +392,20 @@ fn chunk_file(
     };
     let mut chunks = Vec::new();
     let mut upload = upload;
-    for chunk in StreamCDC::new(reader, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK) {
+    let mut take = |data: Cow<'_, [u8]>| -> Result<(), SnapshotError> {
         budget.limits.check()?;
-        let chunk = chunk.map_err(|error| SnapshotError::Io {
-            path: shown.to_owned(),
-            source: std::io::Error::other(error.to_string()),
-        })?;
-        let hash = blake3::hash(&chunk.data).to_hex().to_string();
-        let length = u32::try_from(chunk.length).unwrap_or(u32::MAX);
-        if let Some((store, sender, stats)) = upload.as_mut() {
-            stats.bytes_read += chunk.data.len() as u64;
+        let hash = blake3::hash(&data).to_hex().to_string();
+        let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        if let Some((known, sender, stats)) = upload.as_mut() {
+            stats.bytes_read += data.len() as u64;
             stats.chunks += 1;
-            let key = chunk_key(&hash);
-            if !store.contains(&key)? {
+            if !known.index.contains(&hash) && known.sent.insert(hash.clone()) {
                 // A closed channel means the uploader failed; its error is reported at
                 // the end.
                 if sender
                     .send(Upload {
-                        key,
-                        data: chunk.data,
+                        hash: hash.clone(),
+                        data: data.into_owned(),
                     })
                     .is_err()
                 {
@@ -411,29 +417,55 @@ fn chunk_file(
             }
         }
         chunks.push(ChunkRef { hash, len: length });
+        Ok(())
+    };
+    let io = |error: std::io::Error| SnapshotError::Io {
+        path: shown.to_owned(),
+        source: error,
+    };
+    if data_len <= WHOLE_FILE {
+        // Read whole into the walk's buffer and cut in place: the same cut points as the
+        // stream below, without its buffer of the largest chunk zeroed for every file.
+        scratch.clear();
+        scratch.resize(usize::try_from(data_len).unwrap_or(usize::MAX), 0);
+        reader.read_exact(scratch).map_err(io)?;
+        for chunk in FastCDC::new(scratch, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK) {
+            take(Cow::Borrowed(
+                &scratch[chunk.offset..chunk.offset + chunk.length],
+            ))?;
+        }
+    } else {
+        for chunk in StreamCDC::new(reader, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK) {
+            let chunk = chunk.map_err(|error| io(std::io::Error::other(error.to_string())))?;
+            take(Cow::Owned(chunk.data))?;
+        }
     }
     Ok((chunks, holes))
 }
 
-/// Compresses and stores chunks until the channel closes; returns (chunks written,
-/// compressed bytes written).
+/// Compresses chunks into packs until the channel closes, writing each pack and then an
+/// index naming it (so a snapshot stopped later still leaves reusable chunks); returns
+/// (chunks written, compressed bytes written).
 fn uploader(
     store: &dyn ObjectStore,
     receiver: std::sync::mpsc::Receiver<Upload>,
 ) -> Result<(u64, u64), SnapshotError> {
-    let mut written = (0u64, 0u64);
     let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)
         .map_err(|e| SnapshotError::store("start compressing", e))?;
+    let mut packs = PackWriter::new(store);
     for upload in receiver {
-        let compressed = compressor
-            .compress(&upload.data)
-            .map_err(|e| SnapshotError::store("compress a chunk", e))?;
-        if store.put(&upload.key, &compressed)? {
-            written.0 += 1;
-            written.1 += compressed.len() as u64;
+        let len = u32::try_from(upload.data.len()).unwrap_or(u32::MAX);
+        let packed = packs.add_with(upload.hash, len, upload.data.len(), |pack| {
+            compressor.compress_to_buffer(&upload.data, pack)
+        })?;
+        if let Some(pack) = packed {
+            save_index(store, vec![pack])?;
         }
     }
-    Ok(written)
+    if let Some(pack) = packs.flush()? {
+        save_index(store, vec![pack])?;
+    }
+    Ok((packs.chunks_written, packs.bytes_written))
 }
 
 /// The parent snapshot's entries by path, for reusing unchanged files' chunk lists.
@@ -461,7 +493,7 @@ fn parent_entries(
 /// The parent's chunk list for a file that has not changed since, if its chunks are all
 /// still in the store.
 fn unchanged_chunks(
-    store: &dyn ObjectStore,
+    known: &Known,
     parent: &HashMap<OsString, ManifestEntry>,
     relative: &OsStr,
     entry: &Entry,
@@ -477,10 +509,12 @@ fn unchanged_chunks(
     if !same {
         return Ok(None);
     }
-    for chunk in &old.chunks {
-        if !store.contains(&chunk_key(&chunk.hash))? {
-            return Ok(None);
-        }
+    if !old
+        .chunks
+        .iter()
+        .all(|chunk| known.index.contains(&chunk.hash))
+    {
+        return Ok(None);
     }
     Ok(Some(old.clone()))
 }
@@ -516,11 +550,15 @@ pub fn snapshot_with(
 ) -> Result<(String, SnapshotStats), SnapshotError> {
     limits.check()?;
     let parent = parent_entries(store, parent);
+    let mut known = Known {
+        index: PackIndex::load(store)?,
+        sent: std::collections::HashSet::new(),
+    };
     let entries = walk(root, base)?;
-    let (sender, receiver) = std::sync::mpsc::sync_channel::<Upload>(8);
+    let (sender, receiver) = std::sync::mpsc::sync_channel::<Upload>(4);
     let (walked, uploaded) = std::thread::scope(|scope| {
         let upload = scope.spawn(move || uploader(store, receiver));
-        let walked = record_entries(root, base, store, &parent, entries, sender, limits);
+        let walked = record_entries(root, base, &mut known, &parent, entries, sender, limits);
         let uploaded = upload.join().unwrap_or_else(|_| {
             Err(SnapshotError::store(
                 "write chunks",
@@ -546,7 +584,7 @@ pub fn snapshot_with(
 fn record_entries(
     root: &WorkspaceRoot,
     base: &str,
-    store: &dyn ObjectStore,
+    known: &mut Known,
     parent: &HashMap<OsString, ManifestEntry>,
     entries: Vec<(OsString, Entry)>,
     sender: std::sync::mpsc::SyncSender<Upload>,
@@ -554,6 +592,7 @@ fn record_entries(
 ) -> Result<(Vec<ManifestEntry>, SnapshotStats), SnapshotError> {
     let mut stats = SnapshotStats::default();
     let mut budget = Budget { limits, used: 0 };
+    let mut scratch = Vec::new();
     let mut manifest_entries = Vec::with_capacity(entries.len());
     // inode → the first path of a file with several links (one device per root).
     let mut first_link: HashMap<u64, OsString> = HashMap::new();
@@ -600,7 +639,7 @@ fn record_entries(
                 }
                 stats.files += 1;
                 (record.chunks, record.holes) =
-                    match unchanged_chunks(store, parent, &relative, &entry)? {
+                    match unchanged_chunks(known, parent, &relative, &entry)? {
                         Some(old) => {
                             // Not read again, but still this tree's data: the limit is
                             // the same whatever the parent.
@@ -615,7 +654,8 @@ fn record_entries(
                             &shown(&relative),
                             entry.size,
                             &mut budget,
-                            Some((store, &sender, &mut stats)),
+                            &mut scratch,
+                            Some((known, &sender, &mut stats)),
                         )?,
                     };
             }
@@ -666,6 +706,7 @@ pub fn diff_with(
 ) -> Result<Diff, SnapshotError> {
     limits.check()?;
     let mut budget = Budget { limits, used: 0 };
+    let mut scratch = Vec::new();
     let manifest = Manifest::load(store, id)?;
     let before: BTreeMap<&OsStr, &ManifestEntry> = manifest
         .entries
@@ -714,6 +755,7 @@ pub fn diff_with(
                                 &shown(relative),
                                 entry.size,
                                 &mut budget,
+                                &mut scratch,
                                 None,
                             ) {
                                 Ok((chunks, holes)) => {
@@ -767,6 +809,38 @@ pub fn restore_with(
     id: &str,
     limits: &SnapshotLimits,
 ) -> Result<(), SnapshotError> {
+    restore_tree(root, base, store, id, limits, Durability::Synced)
+}
+
+/// [`restore_with`] into a tree nothing relies on after a crash: a runtime's seed, which a
+/// crash of the node makes useless (its runtime dies with it) and the next start restores
+/// from the store again. The tree is not synced to disk before it is swapped in, so the
+/// restore costs what fetching and writing cost, not the disk's write-back as well.
+pub fn restore_transient_with(
+    root: &WorkspaceRoot,
+    base: &str,
+    store: &dyn ObjectStore,
+    id: &str,
+    limits: &SnapshotLimits,
+) -> Result<(), SnapshotError> {
+    restore_tree(root, base, store, id, limits, Durability::Transient)
+}
+
+/// Whether a restored tree is made durable before it is swapped in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    Synced,
+    Transient,
+}
+
+fn restore_tree(
+    root: &WorkspaceRoot,
+    base: &str,
+    store: &dyn ObjectStore,
+    id: &str,
+    limits: &SnapshotLimits,
+    durability: Durability,
+) -> Result<(), SnapshotError> {
     limits.check()?;
     let manifest = Manifest::load(store, id)?;
     let (parent, name) = base.rsplit_once('/').unwrap_or(("", base));
@@ -777,8 +851,12 @@ pub fn restore_with(
     root.mkdir_p(&staging)?;
     // Durable before it is swapped in: a crash after the swap must not leave a tree of
     // empty files.
-    let built =
-        build(root, &staging, store, &manifest, limits).and_then(|()| Ok(root.sync_filesystem()?));
+    let built = build(root, &staging, store, &manifest, limits).and_then(|()| {
+        if durability == Durability::Synced {
+            root.sync_filesystem()?;
+        }
+        Ok(())
+    });
     if let Err(error) = built {
         let _ = root.remove(&staging, true);
         return Err(error);
@@ -814,6 +892,40 @@ fn build(
         .iter()
         .map(|entry| (entry.path.as_os_str(), entry))
         .collect();
+    // Every chunk is placed before anything is written: one the store lacks fails now.
+    let writes_content = |entry: &ManifestEntry| {
+        entry.kind == EntryKind::File
+            && !entry
+                .link_to
+                .as_ref()
+                .is_some_and(|first| by_path.contains_key(first.as_os_str()))
+    };
+    let plan = Plan::new(
+        &PackIndex::load(store)?,
+        manifest
+            .entries
+            .iter()
+            .filter(|entry| writes_content(entry))
+            .flat_map(|entry| {
+                entry
+                    .chunks
+                    .iter()
+                    .map(|chunk| (chunk, entry.path.as_os_str()))
+            }),
+    )?;
+    with_feed(store, plan, |feed| {
+        build_with(root, staging, manifest, &by_path, feed, limits)
+    })
+}
+
+fn build_with(
+    root: &WorkspaceRoot,
+    staging: &str,
+    manifest: &Manifest,
+    by_path: &HashMap<&OsStr, &ManifestEntry>,
+    feed: &mut ChunkFeed<'_>,
+    limits: &SnapshotLimits,
+) -> Result<(), SnapshotError> {
     let mut restorer = Restorer::new()?;
     // Parents come before children in a manifest, so one pass creates everything.
     for entry in &manifest.entries {
@@ -838,7 +950,7 @@ fn build(
                     &path,
                     &shown(&entry.path),
                     entry,
-                    store,
+                    feed,
                     &mut restorer,
                     limits,
                 )?,
@@ -863,7 +975,7 @@ fn write_file(
     path: &OsStr,
     shown: &str,
     entry: &ManifestEntry,
-    store: &dyn ObjectStore,
+    feed: &mut ChunkFeed<'_>,
     scratch: &mut Restorer,
     limits: &SnapshotLimits,
 ) -> Result<(), SnapshotError> {
@@ -886,14 +998,8 @@ fn write_file(
     let mut extent = extents.next();
     for chunk in &entry.chunks {
         limits.check()?;
-        let compressed =
-            store
-                .get(&chunk_key(&chunk.hash))?
-                .ok_or_else(|| SnapshotError::MissingChunk {
-                    hash: chunk.hash.clone(),
-                    path: shown.to_owned(),
-                })?;
-        let mut bytes = scratch.decompress(&compressed, chunk)?;
+        let compressed = feed.next(chunk, shown)?;
+        let mut bytes = scratch.decompress(compressed, chunk)?;
         while !bytes.is_empty() {
             let Some((offset, len)) = extent.as_mut() else {
                 return Err(SnapshotError::Corrupt {
@@ -952,5 +1058,35 @@ impl Restorer {
             return Err(corrupt());
         }
         Ok(&self.buffer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_read_whole_is_cut_exactly_where_the_stream_cuts_it() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..5 * 1024 * 1024)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 24) as u8
+            })
+            .collect();
+        let whole: Vec<(usize, usize)> = FastCDC::new(&data, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK)
+            .map(|chunk| (chunk.offset, chunk.length))
+            .collect();
+        let streamed: Vec<(usize, usize)> =
+            StreamCDC::new(data.as_slice(), MIN_CHUNK, AVG_CHUNK, MAX_CHUNK)
+                .map(|chunk| {
+                    let chunk = chunk.unwrap();
+                    (chunk.offset as usize, chunk.length)
+                })
+                .collect();
+        assert!(whole.len() > 3, "{whole:?}");
+        assert_eq!(whole, streamed);
     }
 }

@@ -16,16 +16,18 @@
 #![deny(missing_docs)]
 
 mod engine;
+mod fetch;
 mod gc;
 mod manifest;
+mod pack;
 mod redis_store;
 mod s3;
 mod sql;
 mod store;
 
 pub use engine::{
-    diff, diff_with, restore, restore_with, snapshot, snapshot_with, CancelFlag, Diff,
-    SnapshotLimits, SnapshotStats, DEFAULT_MAX_BYTES,
+    diff, diff_with, restore, restore_transient_with, restore_with, snapshot, snapshot_with,
+    CancelFlag, Diff, SnapshotLimits, SnapshotStats, DEFAULT_MAX_BYTES,
 };
 pub use gc::{collect_garbage, GcStats};
 pub use manifest::{EntryKind, Hole, Manifest, ManifestEntry};

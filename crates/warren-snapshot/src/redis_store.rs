@@ -72,6 +72,32 @@ impl ObjectStore for RedisStore {
         Ok(value.map(|value| value.get(8..).unwrap_or_default().to_vec()))
     }
 
+    fn get_range(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, SnapshotError> {
+        if len == 0 {
+            return Ok(self.contains(key)?.then(Vec::new));
+        }
+        // GETRANGE's end is inclusive, and the value starts with its 8-byte stamp.
+        let start = offset.saturating_add(8);
+        let end = start.saturating_add(len - 1);
+        let bytes: Vec<u8> = self.run(
+            "read an object",
+            redis::cmd("GETRANGE")
+                .arg(self.name(key)?)
+                .arg(start)
+                .arg(end),
+        )?;
+        // A missing key reads as empty too: only then is it worth asking.
+        if bytes.is_empty() && !self.contains(key)? {
+            return Ok(None);
+        }
+        Ok(Some(bytes))
+    }
+
     fn contains(&self, key: &str) -> Result<bool, SnapshotError> {
         self.run(
             "look up an object",

@@ -82,6 +82,26 @@ impl S3Store {
         Ok(ObjectPath::from(format!("{}/{key}", self.prefix)))
     }
 
+    /// One GET with `options`; `None` when the object does not exist.
+    fn fetch(
+        &self,
+        key: &str,
+        options: object_store::GetOptions,
+    ) -> Result<Option<Vec<u8>>, SnapshotError> {
+        let path = self.path(key)?;
+        self.runtime.block_on(async {
+            match self.client.get_opts(&path, options).await {
+                Ok(result) => result
+                    .bytes()
+                    .await
+                    .map(|bytes| Some(bytes.to_vec()))
+                    .map_err(|e| s3_error("read an object", e)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(error) => Err(s3_error("read an object", error)),
+            }
+        })
+    }
+
     fn head(&self, key: &str) -> Result<Option<object_store::ObjectMeta>, SnapshotError> {
         let path = self.path(key)?;
         match self.runtime.block_on(self.client.head(&path)) {
@@ -94,30 +114,48 @@ impl S3Store {
 
 impl ObjectStore for S3Store {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<bool, SnapshotError> {
+        self.put_owned(key, bytes.to_vec())
+    }
+
+    fn put_owned(&self, key: &str, bytes: Vec<u8>) -> Result<bool, SnapshotError> {
         // Objects are named by their content: a racing writer puts the same bytes.
         if self.head(key)?.is_some() {
             return Ok(false);
         }
         let path = self.path(key)?;
         self.runtime
-            .block_on(self.client.put(&path, PutPayload::from(bytes.to_vec())))
+            .block_on(self.client.put(&path, PutPayload::from(bytes)))
             .map_err(|e| s3_error("write an object", e))?;
         Ok(true)
     }
 
+    fn get_range(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, SnapshotError> {
+        // One ranged GET; a range past the end is cut to it, as S3 does.
+        self.fetch(
+            key,
+            object_store::GetOptions {
+                range: Some(object_store::GetRange::Bounded(
+                    offset..offset.saturating_add(len),
+                )),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn parallel_reads(&self) -> usize {
+        // Measured against s3s-fs on loopback (the cluster benchmark's resume row): a
+        // 200 MiB restore took 1.5x one GET of its bytes one read at a time, 1.44-1.67x
+        // two at a time, 1.15-1.25x four, 1.17x six.
+        4
+    }
+
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, SnapshotError> {
-        let path = self.path(key)?;
-        self.runtime.block_on(async {
-            match self.client.get(&path).await {
-                Ok(result) => result
-                    .bytes()
-                    .await
-                    .map(|bytes| Some(bytes.to_vec()))
-                    .map_err(|e| s3_error("read an object", e)),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(error) => Err(s3_error("read an object", error)),
-            }
-        })
+        self.fetch(key, object_store::GetOptions::default())
     }
 
     fn contains(&self, key: &str) -> Result<bool, SnapshotError> {
@@ -125,7 +163,14 @@ impl ObjectStore for S3Store {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<String>, SnapshotError> {
-        let base = ObjectPath::from(self.prefix.clone());
+        // Listed beneath the key's kind (`chunks`, `packs`, ...): one kind's objects, not
+        // the owner's whole store.
+        let kind = prefix.split('/').next().unwrap_or_default();
+        let base = if kind.is_empty() {
+            ObjectPath::from(self.prefix.clone())
+        } else {
+            ObjectPath::from(format!("{}/{kind}", self.prefix))
+        };
         let strip = format!("{}/", self.prefix);
         let metas: Vec<object_store::ObjectMeta> = self
             .runtime

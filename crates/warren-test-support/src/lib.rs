@@ -16,6 +16,7 @@ use reqwest::{Client, Method, RequestBuilder};
 
 mod postgres;
 pub use postgres::PostgresServer;
+pub mod workload;
 
 /// A token long enough for `warren serve` (I13).
 pub const TEST_TOKEN: &str = "test-token-0123456789abcdef0123456789abcdef";

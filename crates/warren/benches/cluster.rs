@@ -2,31 +2,42 @@
 //! asserts nothing, it prints.
 //!
 //! `cargo bench -p warren --bench cluster` (as root, for the runtimes; `-- --kills N`
-//! changes the takeover rounds, default 10).
+//! changes the takeover rounds, default 10; `-- --snapshots-only` prints rows 3 and 4
+//! alone).
 //!
 //! 1. Warm exec p50 through a replica that does not own the runtime (forwarded over the
 //!    node-to-node link) beside the same exec through the owner: the forwarding's cost.
 //! 2. Takeover time after `kill -9` of the owner (its runtimes killed with it, as when a
 //!    machine dies): from the kill to the first exec through another replica that
 //!    succeeds, p50 and max over the rounds, beside the target of the node TTL + 2 s.
+//! 3. A full snapshot of a generated workspace (`--snapshot-mib`, default 1024) into the
+//!    local store beside `tar | zstd -1` of the same tree (target: at most 1.25x).
+//! 4. A resume's restore of a generated environment (`--resume-mib`, default 200) from
+//!    an S3 server (a real `s3s-fs` on loopback), the way another node resumes a sandbox,
+//!    beside one GET of an object as large as everything the restore read, through the
+//!    same client from the same server (target: at most 1.5x). Median of three each.
 
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
+use warren_fs::WorkspaceRoot;
+use warren_snapshot::{LocalStore, ObjectStore, S3Config, S3Store, SnapshotLimits};
 use warren_test_support::latency::{ms, percentile, row};
-use warren_test_support::{ClusterFiles, PostgresServer, TestServer};
+use warren_test_support::workload::{generate_workspace, sh, tar_zstd, Noise};
+use warren_test_support::{ClusterFiles, PostgresServer, S3Server, TestServer};
 
 const TTL_S: u64 = 3;
 const KEY: &str = "bench-cluster-key-0123456789abcdef0123456789";
 
-fn kills_from_args() -> usize {
+/// The number after `flag` on the command line, or `default`.
+fn arg(flag: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
-        .position(|a| a == "--kills")
+        .position(|a| a == flag)
         .and_then(|i| args.get(i + 1))
         .and_then(|n| n.parse().ok())
-        .unwrap_or(10)
+        .unwrap_or(default)
 }
 
 async fn warm_execs(server: &TestServer, sandbox: &str, count: usize) -> Vec<Duration> {
@@ -54,7 +65,20 @@ async fn exec_status(server: &TestServer, sandbox: &str) -> u16 {
 }
 
 fn main() {
-    let kills = kills_from_args();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if !std::env::args().any(|a| a == "--snapshots-only") {
+        replicas_rows(&runtime);
+    }
+    full_snapshot_row(arg("--snapshot-mib", 1024));
+    resume_from_s3_row(arg("--resume-mib", 200), &runtime);
+}
+
+/// Rows 1 and 2: two replicas on PostgreSQL.
+fn replicas_rows(runtime: &tokio::runtime::Runtime) {
+    let kills = arg("--kills", 10) as usize;
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_warren"));
     let postgres = PostgresServer::start();
     let database = postgres.fresh_database();
@@ -77,10 +101,6 @@ fn main() {
             ],
         )
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let mut nodes = [start(0), start(1)];
     println!("cluster mode on this machine: two replicas, PostgreSQL, one shared directory, node TTL {TTL_S} s");
     let (mut forwarded, mut direct) = runtime.block_on(async {
@@ -132,5 +152,108 @@ fn main() {
         ms(target),
         max.as_secs_f64() / target.as_secs_f64(),
         kills
+    );
+}
+
+/// Row 3: a full snapshot into the local store beside `tar | zstd -1`, median of three
+/// rounds each (this machine's disk times writes very unevenly).
+fn full_snapshot_row(size_mib: u64) {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    let tree = root.join("w");
+    std::fs::create_dir_all(&tree).unwrap();
+    let files = generate_workspace(&tree, size_mib << 20);
+    let (store_dir, archive) = (work.path().join("store"), work.path().join("full.tar.zst"));
+    let (mut ours, mut anchor, mut stored) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..3 {
+        let _ = std::fs::remove_dir_all(&store_dir);
+        let _ = std::fs::remove_file(&archive);
+        sh("sync");
+        anchor.push(tar_zstd(&tree, &archive));
+        let store = LocalStore::open(&store_dir).unwrap();
+        let started = Instant::now();
+        let (_, stats) =
+            warren_snapshot::snapshot(&WorkspaceRoot::open(&root).unwrap(), "w", &store, None)
+                .unwrap();
+        ours.push(started.elapsed());
+        stored = stats.bytes_stored;
+    }
+    let (ours, anchor) = (median(ours), median(anchor));
+    println!(
+        "{:<40} warren {:>10}  tar|zstd -1 {:>10}   ratio {:.2}x  (target 1.25x; {} files, {size_mib} MiB, {} MiB stored)",
+        "full snapshot (local store)",
+        ms(ours),
+        ms(anchor),
+        ours.as_secs_f64() / anchor.as_secs_f64(),
+        files.len(),
+        stored >> 20,
+    );
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    percentile(&mut times, 0.5)
+}
+
+/// Row 4: a resume's restore from S3 beside one GET of as many bytes.
+fn resume_from_s3_row(size_mib: u64, runtime: &tokio::runtime::Runtime) {
+    let server = S3Server::start();
+    let config = S3Config {
+        endpoint: server.endpoint.clone(),
+        bucket: server.bucket.clone(),
+        region: "us-east-1".into(),
+        access_key_id: server.access_key.clone(),
+        secret_access_key: server.secret_key.clone(),
+    };
+    let store = S3Store::open(&config, "snapshots/bench", runtime.handle().clone()).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let source = work.path().join("source");
+    std::fs::create_dir_all(source.join("env")).unwrap();
+    let files = generate_workspace(&source.join("env"), size_mib << 20);
+    let (manifest, _) =
+        warren_snapshot::snapshot(&WorkspaceRoot::open(&source).unwrap(), "env", &store, None)
+            .unwrap();
+    // Everything a restore reads: the manifest, the index and the packs.
+    let stored: u64 = ["manifests/", "indexes/", "packs/"]
+        .iter()
+        .flat_map(|kind| store.list(kind).unwrap())
+        .map(|key| store.get(&key).unwrap().unwrap().len() as u64)
+        .sum();
+    let mut restores = Vec::new();
+    for round in 0..3 {
+        let target = work.path().join(format!("seed-{round}"));
+        std::fs::create_dir_all(&target).unwrap();
+        let root = WorkspaceRoot::open(&target).unwrap();
+        let started = Instant::now();
+        warren_snapshot::restore_transient_with(
+            &root,
+            "env",
+            &store,
+            &manifest,
+            &SnapshotLimits::default(),
+        )
+        .unwrap();
+        restores.push(started.elapsed());
+        std::fs::remove_dir_all(&target).unwrap();
+    }
+    let mut blob = vec![0u8; stored as usize];
+    Noise(0x5eed).fill(&mut blob);
+    let key = format!("packs/{}", "0f".repeat(32));
+    store.put_owned(&key, blob).unwrap();
+    let mut gets = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let bytes = store.get(&key).unwrap().unwrap();
+        gets.push(started.elapsed());
+        assert_eq!(bytes.len() as u64, stored);
+    }
+    let (ours, anchor) = (median(restores), median(gets));
+    println!(
+        "{:<40} warren {:>10}  one GET {:>10}       ratio {:.2}x  (target 1.5x; {} files, {size_mib} MiB, {} MiB read)",
+        "resume's restore from S3 (s3s-fs)",
+        ms(ours),
+        ms(anchor),
+        ours.as_secs_f64() / anchor.as_secs_f64(),
+        files.len(),
+        stored >> 20,
     );
 }

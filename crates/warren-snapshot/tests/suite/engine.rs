@@ -9,7 +9,9 @@ use warren_snapshot::{
     collect_garbage, diff, restore, snapshot, LocalStore, Manifest, ObjectStore, SnapshotError,
 };
 
-use super::{describe, Tree};
+use warren_test_support::workload::Noise;
+
+use super::{describe, TestStore, Tree};
 
 /// A tree with one of everything a workdir can hold.
 fn plant(wd: &Path) {
@@ -149,17 +151,22 @@ fn a_corrupt_or_missing_chunk_fails_the_restore_and_leaves_the_tree_alone() {
         let (id, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
         std::fs::write(tree.wd().join("after.txt"), "written after the snapshot").unwrap();
         let current = describe(&tree.wd());
-        let chunks = store.list("chunks/").unwrap();
-        let victim = &chunks[chunks.len() / 2];
+        let packs = store.list("packs/").unwrap();
+        assert_eq!(packs.len(), 1, "a small tree is one pack");
+        let victim = &packs[0];
         match damage {
             "corrupt" => {
-                let bytes = zstd::bulk::compress(b"not what the hash says", 3).unwrap();
+                // One byte in the middle of the pack: whichever chunk holds it fails its
+                // hash (or does not even decompress).
                 let path = tree
                     .store_dir
                     .path()
-                    .join("chunks")
-                    .join(&victim["chunks/".len().."chunks/".len() + 2])
-                    .join(&victim["chunks/".len()..]);
+                    .join("packs")
+                    .join(&victim["packs/".len().."packs/".len() + 2])
+                    .join(&victim["packs/".len()..]);
+                let mut bytes = std::fs::read(&path).unwrap();
+                let middle = bytes.len() / 2;
+                bytes[middle] ^= 0x55;
                 std::fs::write(path, bytes).unwrap();
             }
             _ => store.delete(victim).unwrap(),
@@ -193,82 +200,72 @@ fn a_corrupt_or_missing_chunk_fails_the_restore_and_leaves_the_tree_alone() {
     }
 }
 
-/// A store that fails after a number of writes, like a process killed mid-upload.
-struct FailingStore {
-    inner: LocalStore,
-    writes_left: std::sync::atomic::AtomicUsize,
-}
-
-impl ObjectStore for FailingStore {
-    fn put(&self, key: &str, bytes: &[u8]) -> Result<bool, SnapshotError> {
-        use std::sync::atomic::Ordering;
-        if self.writes_left.fetch_sub(1, Ordering::SeqCst) == 0 {
-            return Err(SnapshotError::Store {
-                operation: "write an object",
-                source: std::io::Error::other("the process died here"),
-            });
-        }
-        self.inner.put(key, bytes)
-    }
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, SnapshotError> {
-        self.inner.get(key)
-    }
-    fn contains(&self, key: &str) -> Result<bool, SnapshotError> {
-        self.inner.contains(key)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<String>, SnapshotError> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<(), SnapshotError> {
-        self.inner.delete(key)
-    }
-    fn sync(&self) -> Result<(), SnapshotError> {
-        self.inner.sync()
-    }
-    fn age(&self, key: &str) -> Result<Option<std::time::Duration>, SnapshotError> {
-        self.inner.age(key)
+/// A tree of about `packs` packs' worth (8 MiB each) of incompressible data.
+fn plant_packs(wd: &Path, packs: usize) {
+    let mut noise = Noise(0x2545_f491_4f6c_dd1d);
+    for file in 0..packs * 2 {
+        let mut bytes = vec![0u8; 4 * 1024 * 1024];
+        noise.fill(&mut bytes);
+        std::fs::write(wd.join(format!("blob{file}")), bytes).unwrap();
     }
 }
 
 #[test]
 fn an_interrupted_snapshot_is_never_visible_whenever_it_stops() {
     let tree = Tree::new();
-    plant(&tree.wd());
-    let chunks = {
+    plant_packs(&tree.wd(), 3);
+    // Every write a whole snapshot makes: packs, an index after each, the manifest.
+    let writes = {
         let probe = tempfile::tempdir().unwrap();
-        let store = LocalStore::open(probe.path()).unwrap();
-        snapshot(&tree.ws(), "projects/a", &store, None)
-            .unwrap()
-            .1
-            .chunks_new as usize
+        let store = TestStore::new(LocalStore::open(probe.path()).unwrap());
+        snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
+        store.counts().0
     };
-    // Stop after 0, 1, half and all of the chunk writes (the last case fails on the
-    // manifest itself).
-    for writes in [0, 1, chunks / 2, chunks] {
+    assert!(
+        writes >= 7,
+        "three packs, three indexes, a manifest: {writes}"
+    );
+    // Stop after 0, 1, half and all but the last write (the manifest itself).
+    for stop in [0, 1, writes / 2, writes - 1] {
         let fresh = tempfile::tempdir().unwrap();
-        let store = FailingStore {
-            inner: LocalStore::open(fresh.path()).unwrap(),
-            writes_left: writes.into(),
-        };
+        let store = TestStore::failing_after(LocalStore::open(fresh.path()).unwrap(), stop);
         assert!(
             snapshot(&tree.ws(), "projects/a", &store, None).is_err(),
-            "{writes}"
+            "{stop}"
         );
         assert!(
             store.list("manifests/").unwrap().is_empty(),
-            "stopping after {writes} writes left a manifest"
+            "stopping after {stop} writes left a manifest"
         );
     }
-    // What was uploaded before the stop is reused by the next complete snapshot.
-    let halfway = FailingStore {
-        inner: tree.store(),
-        writes_left: (chunks / 2).into(),
+    // What was packed and indexed before the stop is reused by the next complete
+    // snapshot.
+    let (_, whole) = {
+        let probe = tempfile::tempdir().unwrap();
+        snapshot(
+            &tree.ws(),
+            "projects/a",
+            &LocalStore::open(probe.path()).unwrap(),
+            None,
+        )
+        .unwrap()
     };
+    let halfway = TestStore::failing_after(tree.store(), writes / 2);
     assert!(snapshot(&tree.ws(), "projects/a", &halfway, None).is_err());
     let (id, stats) = snapshot(&tree.ws(), "projects/a", &tree.store(), None).unwrap();
-    assert!(stats.chunks_new < chunks as u64, "{stats:?}");
-    assert!(Manifest::load(&tree.store(), &id).is_ok());
-    unlock(&tree.wd());
+    assert!(
+        stats.chunks_new < whole.chunks_new,
+        "{stats:?} vs {whole:?}"
+    );
+    assert!(stats.chunks_new > 0, "{stats:?}");
+    std::fs::remove_file(tree.wd().join("blob0")).unwrap();
+    let before = describe(&tree.wd());
+    restore(&tree.ws(), "projects/a", &tree.store(), &id).unwrap();
+    assert_ne!(describe(&tree.wd()), before, "blob0 came back");
+    assert_eq!(
+        std::fs::metadata(tree.wd().join("blob0")).unwrap().len(),
+        4 << 20
+    );
 }
 
 #[test]
@@ -334,13 +331,20 @@ fn a_restore_never_follows_a_link_planted_where_the_tree_was() {
 fn garbage_collection_removes_only_what_no_live_snapshot_needs() {
     let tree = Tree::new();
     std::fs::write(tree.wd().join("kept.txt"), "in both snapshots").unwrap();
-    std::fs::write(tree.wd().join("dropped.txt"), "only in the first").unwrap();
+    std::fs::write(
+        tree.wd().join("dropped.txt"),
+        "only in the first snapshot, and longer than the file both keep",
+    )
+    .unwrap();
     let store = tree.store();
     let (first, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     std::fs::remove_file(tree.wd().join("dropped.txt")).unwrap();
     std::fs::write(tree.wd().join("new.txt"), "only in the second").unwrap();
     let (second, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
-    assert_eq!(store.list("chunks/").unwrap().len(), 3);
+    // Two packs (one per snapshot) with an index each; no chunk stored on its own.
+    assert_eq!(store.list("packs/").unwrap().len(), 2);
+    assert_eq!(store.list("indexes/").unwrap().len(), 2);
+    assert!(store.list("chunks/").unwrap().is_empty());
 
     // Within the grace period nothing goes, live or not: an upload may be in flight.
     let spared = collect_garbage(
@@ -349,7 +353,15 @@ fn garbage_collection_removes_only_what_no_live_snapshot_needs() {
         std::time::Duration::from_secs(3600),
     )
     .unwrap();
-    assert_eq!((spared.chunks_removed, spared.manifests_removed), (0, 0));
+    assert_eq!(
+        (
+            spared.chunks_removed,
+            spared.manifests_removed,
+            spared.packs_removed
+        ),
+        (0, 0, 0),
+        "{spared:?}"
+    );
 
     let swept = collect_garbage(
         &store,
@@ -357,12 +369,21 @@ fn garbage_collection_removes_only_what_no_live_snapshot_needs() {
         std::time::Duration::ZERO,
     )
     .unwrap();
+    // The first pack holds "kept" (needed) and "dropped" (not): half dead, so its needed
+    // chunk moves to a new pack and "dropped" goes with the old one.
     assert_eq!(
         (swept.chunks_removed, swept.manifests_removed),
         (1, 1),
         "{swept:?}"
     );
-    assert_eq!(swept.chunks_kept, 2);
+    assert_eq!(swept.chunks_kept, 2, "{swept:?}");
+    assert_eq!(swept.packs_repacked, 1, "{swept:?}");
+    assert_eq!(
+        store.list("indexes/").unwrap().len(),
+        1,
+        "the indexes are folded into one"
+    );
+    assert_eq!(store.list("packs/").unwrap().len(), 2);
     assert!(Manifest::load(&store, &first).is_err());
     // The live snapshot still restores whole.
     std::fs::write(tree.wd().join("kept.txt"), "overwritten").unwrap();
@@ -375,12 +396,21 @@ fn garbage_collection_removes_only_what_no_live_snapshot_needs() {
         std::fs::read_to_string(tree.wd().join("new.txt")).unwrap(),
         "only in the second"
     );
+    assert!(!tree.wd().join("dropped.txt").exists());
+
+    // Once no snapshot is live, every pack goes.
+    let emptied = collect_garbage(&store, &[], std::time::Duration::ZERO).unwrap();
+    assert_eq!(emptied.packs_removed, 2, "{emptied:?}");
+    assert!(store.list("packs/").unwrap().is_empty());
+    assert!(store.list("indexes/").unwrap().is_empty());
 
     // An unreadable live manifest stops the collection before it removes anything.
+    let (third, _) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
     let error = collect_garbage(&store, &["f".repeat(64)], std::time::Duration::ZERO).unwrap_err();
     assert!(
         matches!(error, SnapshotError::ManifestNotFound(_)),
         "{error}"
     );
-    assert_eq!(store.list("chunks/").unwrap().len(), 2);
+    assert!(Manifest::load(&store, &third).is_ok());
+    assert_eq!(store.list("packs/").unwrap().len(), 1);
 }

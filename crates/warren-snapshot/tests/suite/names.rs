@@ -7,9 +7,9 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::Path;
 
-use warren_snapshot::{diff, restore, snapshot, Manifest, ObjectStore};
+use warren_snapshot::{diff, restore, snapshot, Manifest};
 
-use super::{describe, Tree};
+use super::{describe, put_legacy_chunk, put_manifest, Tree};
 
 fn os(bytes: &[u8]) -> &OsStr {
     OsStr::from_bytes(bytes)
@@ -122,17 +122,8 @@ fn a_manifest_of_version_2_still_restores() {
     let tree = Tree::new();
     let store = tree.store();
     let content = b"middle";
-    let hash = blake3::hash(content).to_hex().to_string();
-    store
-        .put(
-            &format!("chunks/{hash}"),
-            &zstd::bulk::compress(content, 1).unwrap(),
-        )
-        .unwrap();
-    let json = VERSION_2.replace("HASH", &hash);
-    let bytes = zstd::bulk::compress(json.as_bytes(), 3).unwrap();
-    let id = blake3::hash(&bytes).to_hex().to_string();
-    store.put(&format!("manifests/{id}"), &bytes).unwrap();
+    let hash = put_legacy_chunk(&store, content);
+    let id = put_manifest(&store, VERSION_2.replace("HASH", &hash).as_bytes());
 
     let manifest = Manifest::load(&store, &id).unwrap();
     assert_eq!(manifest.version, 2);

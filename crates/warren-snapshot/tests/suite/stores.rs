@@ -120,6 +120,19 @@ fn objects_are_written_once_read_back_listed_and_deleted(kind: &dyn Kind) {
         "a second put of one name writes nothing"
     );
     assert_eq!(store.get(&key).unwrap().as_deref(), Some(&b"bytes"[..]));
+    // Range reads: a part, a part cut at the end, nothing of a missing object.
+    assert_eq!(
+        store.get_range(&key, 1, 3).unwrap().as_deref(),
+        Some(&b"yte"[..])
+    );
+    assert_eq!(
+        store.get_range(&key, 3, 100).unwrap().as_deref(),
+        Some(&b"es"[..])
+    );
+    assert_eq!(
+        store.get_range(&format!("packs/{HASH}"), 0, 4).unwrap(),
+        None
+    );
     assert!(store.contains(&key).unwrap());
     assert!(store.age(&key).unwrap().unwrap() < Duration::from_secs(60));
     store.put("manifests/0123abcd", b"m").unwrap();
@@ -198,11 +211,18 @@ fn a_tree_snapshots_restores_and_collects_through_the_store(kind: &dyn Kind) {
         Duration::ZERO,
     )
     .unwrap();
+    // The first snapshot's pack is mostly big.bin, still needed: it stays, and the one
+    // dead chunk in it ("small") with it.
     assert_eq!(
-        (swept.manifests_removed, swept.chunks_removed),
-        (1, 1),
+        (
+            swept.manifests_removed,
+            swept.packs_removed,
+            swept.packs_kept
+        ),
+        (1, 0, 2),
         "{swept:?}"
     );
+    assert_eq!(store.list("indexes/").unwrap().len(), 1, "{swept:?}");
     restore(&root, "projects/a", store.as_ref(), &second).unwrap();
     assert_eq!(
         std::fs::read_to_string(wd.join("small.txt")).unwrap(),

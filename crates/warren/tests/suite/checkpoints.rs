@@ -137,10 +137,10 @@ async fn a_damaged_store_fails_the_restore_and_keeps_the_workdir() {
         .unwrap()
         .to_owned();
     server.exec(&id, "echo current > f").await;
-    // Corrupt every chunk of alice's store.
-    let chunks = server.data_dir().join("snapshots/alice/chunks");
+    // Corrupt every pack of alice's store.
+    let packs = server.data_dir().join("snapshots/alice/packs");
     let mut damaged = 0;
-    for fan in std::fs::read_dir(&chunks).unwrap() {
+    for fan in std::fs::read_dir(&packs).unwrap() {
         for chunk in std::fs::read_dir(fan.unwrap().path()).unwrap() {
             std::fs::write(chunk.unwrap().path(), b"garbage").unwrap();
             damaged += 1;
@@ -166,7 +166,7 @@ async fn a_damaged_store_fails_the_restore_and_keeps_the_workdir() {
     let bob = server.sandbox("bob", "t", "projects/b").await;
     server.exec(&bob, "echo original > f").await;
     checkpoint(&server, &bob).await;
-    assert!(server.data_dir().join("snapshots/bob/chunks").is_dir());
+    assert!(server.data_dir().join("snapshots/bob/packs").is_dir());
 }
 
 #[tokio::test]
@@ -210,11 +210,14 @@ async fn old_checkpoints_are_dropped_and_their_unshared_chunks_collected() {
         .await;
     assert_eq!(status, 200, "{stats}");
     assert_eq!(stats["chunks_kept"], 2, "{stats}");
-    let chunks = std::fs::read_dir(server.data_dir().join("snapshots/alice/chunks"))
+    let packs = std::fs::read_dir(server.data_dir().join("snapshots/alice/packs"))
         .unwrap()
         .map(|fan| std::fs::read_dir(fan.unwrap().path()).unwrap().count())
         .sum::<usize>();
-    assert_eq!(chunks, 2, "the first round's chunk was not collected");
+    assert_eq!(
+        packs, 2,
+        "the first round's pack was not collected: {stats}"
+    );
     // What is kept still restores.
     let (status, _) = restore(&server, &id, &ids[1]).await;
     assert_eq!(status, 200);

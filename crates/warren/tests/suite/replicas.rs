@@ -622,6 +622,16 @@ struct Bridge {
     namespaces: Vec<String>,
     host_links: Vec<String>,
     pg_relay: String,
+    /// Whether an iptables rule lets the bridge's traffic through (removed on drop).
+    firewalled: bool,
+}
+
+/// The iptables arguments that insert (`-I`) or delete (`-D`) the rule accepting traffic
+/// from `bridge` to itself.
+fn forward_rule<'a>(action: &'a str, bridge: &'a str) -> [&'a str; 8] {
+    [
+        action, "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT",
+    ]
 }
 
 fn ip(args: &[&str]) {
@@ -645,12 +655,21 @@ impl Bridge {
         ip(&["link", "add", &name, "type", "bridge"]);
         ip(&["addr", "add", &format!("{subnet}.1/24"), "dev", &name]);
         ip(&["link", "set", &name, "up"]);
+        // Replicas reach each other across the bridge, so the host's firewall sees that
+        // traffic when bridged frames go through iptables (br_netfilter, loaded by dockerd,
+        // which also sets FORWARD's policy to DROP): let this bridge's own traffic through,
+        // as dockerd does for docker0, until the bridge goes.
+        let firewalled = std::process::Command::new("iptables")
+            .args(forward_rule("-I", &name))
+            .status()
+            .is_ok_and(|status| status.success());
         let mut bridge = Self {
             name,
             subnet,
             namespaces: Vec::new(),
             host_links: Vec::new(),
             pg_relay: String::new(),
+            firewalled,
         };
         for n in 0..count {
             let netns = format!("wns{tag}-{n}");
@@ -702,6 +721,11 @@ impl Drop for Bridge {
             quiet(&["link", "del", link]);
         }
         quiet(&["link", "del", &self.name]);
+        if self.firewalled {
+            let _ = std::process::Command::new("iptables")
+                .args(forward_rule("-D", &self.name))
+                .status();
+        }
     }
 }
 
