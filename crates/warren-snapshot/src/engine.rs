@@ -32,6 +32,9 @@ const ZSTD_LEVEL: i32 = 1;
 /// Files with at most this much data are read whole and cut in memory; larger ones are
 /// streamed through a buffer of the largest chunk.
 const WHOLE_FILE: u64 = 8 * 1024 * 1024;
+/// Packs one index object names (the last index of a snapshot may name fewer): a snapshot
+/// stopped midway leaves at most this many packs unindexed, so unused by the next one.
+const PACKS_PER_INDEX: usize = 4;
 /// Most entries one tree may have.
 const MAX_ENTRIES: usize = 5_000_000;
 /// Most bytes of file data (holes not counted) one snapshot reads unless told otherwise:
@@ -443,9 +446,9 @@ fn chunk_file(
     Ok((chunks, holes))
 }
 
-/// Compresses chunks into packs until the channel closes, writing each pack and then an
-/// index naming it (so a snapshot stopped later still leaves reusable chunks); returns
-/// (chunks written, compressed bytes written).
+/// Compresses chunks into packs until the channel closes, writing each pack and, every
+/// [`PACKS_PER_INDEX`] packs and at the end, an index naming them (so a snapshot stopped
+/// later still leaves reusable chunks); returns (chunks written, compressed bytes written).
 fn uploader(
     store: &dyn ObjectStore,
     receiver: std::sync::mpsc::Receiver<Upload>,
@@ -453,17 +456,22 @@ fn uploader(
     let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)
         .map_err(|e| SnapshotError::store("start compressing", e))?;
     let mut packs = PackWriter::new(store);
+    // Packs written since the last index: one index per few packs, not per pack (each is
+    // an object to create), and every pack indexed before the manifest.
+    let mut unindexed = Vec::new();
     for upload in receiver {
         let len = u32::try_from(upload.data.len()).unwrap_or(u32::MAX);
         let packed = packs.add_with(upload.hash, len, upload.data.len(), |pack| {
             compressor.compress_to_buffer(&upload.data, pack)
         })?;
-        if let Some(pack) = packed {
-            save_index(store, vec![pack])?;
+        unindexed.extend(packed);
+        if unindexed.len() >= PACKS_PER_INDEX {
+            save_index(store, std::mem::take(&mut unindexed))?;
         }
     }
-    if let Some(pack) = packs.flush()? {
-        save_index(store, vec![pack])?;
+    unindexed.extend(packs.flush()?);
+    if !unindexed.is_empty() {
+        save_index(store, unindexed)?;
     }
     Ok((packs.chunks_written, packs.bytes_written))
 }

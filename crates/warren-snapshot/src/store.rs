@@ -105,12 +105,24 @@ impl LocalStore {
 
     fn path(&self, key: &str) -> Result<PathBuf, SnapshotError> {
         let (kind, name) = check_key(key)?;
+        if !fanned_out(kind) {
+            return Ok(self.root.join(kind).join(name));
+        }
         let fan = name.get(..2).unwrap_or("00");
         Ok(self.root.join(kind).join(fan).join(name))
     }
 }
 
 use std::os::unix::fs::DirBuilderExt;
+
+/// Whether objects of `kind` live under two-character fan-out directories. Chunks (one
+/// object each, before packs) and manifests do, as they always have; packs and indexes are
+/// few (a pack per 8 MiB) and sit in their kind's directory: a fresh store need not make
+/// hundreds of fan-out directories, and ext4 spent more on creating those (and files
+/// spread over them) than on writing the bytes.
+fn fanned_out(kind: &str) -> bool {
+    matches!(kind, "chunks" | "manifests")
+}
 
 /// The most bytes one `write` hands the kernel (see `put`).
 const WRITE_PIECE: usize = 1024 * 1024;
@@ -186,29 +198,32 @@ impl ObjectStore for LocalStore {
 
     fn list(&self, prefix: &str) -> Result<Vec<String>, SnapshotError> {
         let kind = prefix.split('/').next().unwrap_or_default();
-        let dir = self.root.join(kind);
-        let mut keys = Vec::new();
-        let fans = match std::fs::read_dir(&dir) {
-            Ok(fans) => fans,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(keys),
-            Err(error) => return Err(SnapshotError::store("list the store", error)),
+        let failed = |e| SnapshotError::store("list the store", e);
+        let read = |dir: &Path| match std::fs::read_dir(dir) {
+            Ok(entries) => entries
+                .map(|entry| entry.map(|entry| entry.file_name()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(failed),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(error) => Err(failed(error)),
         };
-        for fan in fans {
-            let fan = fan.map_err(|e| SnapshotError::store("list the store", e))?;
-            for object in std::fs::read_dir(fan.path())
-                .map_err(|e| SnapshotError::store("list the store", e))?
-            {
-                let object = object.map_err(|e| SnapshotError::store("list the store", e))?;
-                let name = object.file_name().to_string_lossy().into_owned();
-                if name.starts_with(".tmp-") {
-                    continue;
-                }
-                let key = format!("{kind}/{name}");
-                if key.starts_with(prefix) {
-                    keys.push(key);
-                }
+        let dir = self.root.join(kind);
+        let names = if fanned_out(kind) {
+            let mut names = Vec::new();
+            for fan in read(&dir)? {
+                names.extend(read(&dir.join(fan))?);
             }
-        }
+            names
+        } else {
+            read(&dir)?
+        };
+        let mut keys: Vec<String> = names
+            .into_iter()
+            .map(|name| name.to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with(".tmp-"))
+            .map(|name| format!("{kind}/{name}"))
+            .filter(|key| key.starts_with(prefix))
+            .collect();
         keys.sort();
         Ok(keys)
     }

@@ -158,12 +158,7 @@ fn a_corrupt_or_missing_chunk_fails_the_restore_and_leaves_the_tree_alone() {
             "corrupt" => {
                 // One byte in the middle of the pack: whichever chunk holds it fails its
                 // hash (or does not even decompress).
-                let path = tree
-                    .store_dir
-                    .path()
-                    .join("packs")
-                    .join(&victim["packs/".len().."packs/".len() + 2])
-                    .join(&victim["packs/".len()..]);
+                let path = tree.store_dir.path().join(victim);
                 let mut bytes = std::fs::read(&path).unwrap();
                 let middle = bytes.len() / 2;
                 bytes[middle] ^= 0x55;
@@ -213,18 +208,16 @@ fn plant_packs(wd: &Path, packs: usize) {
 #[test]
 fn an_interrupted_snapshot_is_never_visible_whenever_it_stops() {
     let tree = Tree::new();
-    plant_packs(&tree.wd(), 3);
-    // Every write a whole snapshot makes: packs, an index after each, the manifest.
+    plant_packs(&tree.wd(), 5);
+    // Every write a whole snapshot makes: five packs, an index after the fourth and after
+    // the fifth, the manifest.
     let writes = {
         let probe = tempfile::tempdir().unwrap();
         let store = TestStore::new(LocalStore::open(probe.path()).unwrap());
         snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
         store.counts().0
     };
-    assert!(
-        writes >= 7,
-        "three packs, three indexes, a manifest: {writes}"
-    );
+    assert!(writes >= 8, "five packs, two indexes, a manifest: {writes}");
     // Stop after 0, 1, half and all but the last write (the manifest itself).
     for stop in [0, 1, writes / 2, writes - 1] {
         let fresh = tempfile::tempdir().unwrap();
@@ -238,8 +231,7 @@ fn an_interrupted_snapshot_is_never_visible_whenever_it_stops() {
             "stopping after {stop} writes left a manifest"
         );
     }
-    // What was packed and indexed before the stop is reused by the next complete
-    // snapshot.
+    // What was packed and indexed before a stop is reused by the next complete snapshot.
     let (_, whole) = {
         let probe = tempfile::tempdir().unwrap();
         snapshot(
@@ -250,7 +242,8 @@ fn an_interrupted_snapshot_is_never_visible_whenever_it_stops() {
         )
         .unwrap()
     };
-    let halfway = TestStore::failing_after(tree.store(), writes / 2);
+    // Stopped after the first index: the four packs it names are reused.
+    let halfway = TestStore::failing_after(tree.store(), writes - 3);
     assert!(snapshot(&tree.ws(), "projects/a", &halfway, None).is_err());
     let (id, stats) = snapshot(&tree.ws(), "projects/a", &tree.store(), None).unwrap();
     assert!(

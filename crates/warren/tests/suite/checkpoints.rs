@@ -140,11 +140,9 @@ async fn a_damaged_store_fails_the_restore_and_keeps_the_workdir() {
     // Corrupt every pack of alice's store.
     let packs = server.data_dir().join("snapshots/alice/packs");
     let mut damaged = 0;
-    for fan in std::fs::read_dir(&packs).unwrap() {
-        for chunk in std::fs::read_dir(fan.unwrap().path()).unwrap() {
-            std::fs::write(chunk.unwrap().path(), b"garbage").unwrap();
-            damaged += 1;
-        }
+    for pack in std::fs::read_dir(&packs).unwrap() {
+        std::fs::write(pack.unwrap().path(), b"garbage").unwrap();
+        damaged += 1;
     }
     assert!(damaged > 0);
     let (status, body) = restore(&server, &id, &cid).await;
@@ -212,8 +210,7 @@ async fn old_checkpoints_are_dropped_and_their_unshared_chunks_collected() {
     assert_eq!(stats["chunks_kept"], 2, "{stats}");
     let packs = std::fs::read_dir(server.data_dir().join("snapshots/alice/packs"))
         .unwrap()
-        .map(|fan| std::fs::read_dir(fan.unwrap().path()).unwrap().count())
-        .sum::<usize>();
+        .count();
     assert_eq!(
         packs, 2,
         "the first round's pack was not collected: {stats}"
