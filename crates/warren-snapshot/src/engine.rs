@@ -908,8 +908,7 @@ fn build(
                 .as_ref()
                 .is_some_and(|first| by_path.contains_key(first.as_os_str()))
     };
-    let plan = Plan::new(
-        &PackIndex::load(store)?,
+    let needed = || {
         manifest
             .entries
             .iter()
@@ -919,8 +918,14 @@ fn build(
                     .chunks
                     .iter()
                     .map(|chunk| (chunk, entry.path.as_os_str()))
-            }),
-    )?;
+            })
+    };
+    let plan = match Plan::new(&PackIndex::load(store)?, needed()) {
+        // A collector elsewhere may have moved a chunk to a new pack between this
+        // restore's listing of the indexes and of the packs: look once more.
+        Err(SnapshotError::MissingChunk { .. }) => Plan::new(&PackIndex::load(store)?, needed())?,
+        plan => plan?,
+    };
     with_feed(store, plan, |feed| {
         build_with(root, staging, manifest, &by_path, feed, limits)
     })

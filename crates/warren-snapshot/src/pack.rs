@@ -136,10 +136,7 @@ impl PackIndex {
             let mut vanished = false;
             for key in store.list("indexes/")? {
                 match read_index(store, &key)? {
-                    IndexRead::Packs(packs) => {
-                        index.add(&packs);
-                        index.files.push((key, packs));
-                    }
+                    IndexRead::Packs(packs) => index.files.push((key, packs)),
                     IndexRead::Gone => vanished = true,
                     IndexRead::Corrupt => {
                         tracing::warn!(%key, "a snapshot index is corrupt; its packs are not used");
@@ -151,6 +148,24 @@ impl PackIndex {
                 break index;
             }
         };
+        // Only packs that exist place chunks: an index can name a pack that is gone (two
+        // collectors at once, one folding in what the other deleted), and a chunk placed
+        // there would be reused by a snapshot that then cannot be restored.
+        let present: HashSet<String> = store
+            .list("packs/")?
+            .into_iter()
+            .filter_map(|key| key.strip_prefix("packs/").map(str::to_owned))
+            .collect();
+        let files = std::mem::take(&mut index.files);
+        for (_, packs) in &files {
+            let existing: Vec<PackRecord> = packs
+                .iter()
+                .filter(|pack| present.contains(&pack.id))
+                .cloned()
+                .collect();
+            index.add(&existing);
+        }
+        index.files = files;
         index.legacy = store
             .list("chunks/")?
             .into_iter()

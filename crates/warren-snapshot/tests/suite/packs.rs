@@ -175,3 +175,24 @@ fn a_restore_fetching_several_packs_at_once_puts_every_byte_back_in_order() {
     let indexes = store.list("indexes/").unwrap().len();
     assert_eq!(reads, 1 + indexes + packs, "{packs} packs");
 }
+
+#[test]
+fn an_index_naming_a_pack_that_is_gone_never_lets_a_snapshot_reuse_its_chunks() {
+    let tree = Tree::new();
+    std::fs::write(tree.wd().join("f.txt"), "kept somewhere that must exist").unwrap();
+    let store = tree.store();
+    snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
+    // What two collectors at once can leave: an index that names a deleted pack.
+    for pack in store.list("packs/").unwrap() {
+        store.delete(&pack).unwrap();
+    }
+    assert_eq!(store.list("indexes/").unwrap().len(), 1);
+    let (id, stats) = snapshot(&tree.ws(), "projects/a", &store, None).unwrap();
+    assert_eq!(stats.chunks_new, 1, "the chunk was stored again: {stats:?}");
+    std::fs::write(tree.wd().join("f.txt"), "changed").unwrap();
+    restore(&tree.ws(), "projects/a", &store, &id).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(tree.wd().join("f.txt")).unwrap(),
+        "kept somewhere that must exist"
+    );
+}
