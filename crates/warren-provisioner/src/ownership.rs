@@ -260,6 +260,13 @@ impl Provisioner {
         Ok(())
     }
 
+    /// The node this one last found owning `sandbox`'s runtime, within a third of the
+    /// node TTL: a hint, which the owner checks (it refuses what it no longer owns).
+    pub(crate) fn remembered_owner(&self, sandbox: &SandboxId) -> Option<PeerNode> {
+        self.ownership
+            .remembered_owner(sandbox, self.config.node.ttl / 3)
+    }
+
     /// Where the runtime of `sandbox` runs: here (claimed now if nobody owns it, or taken
     /// over from a node whose lease lapsed), or at its live owner.
     pub(crate) async fn place_runtime(
@@ -270,10 +277,7 @@ impl Provisioner {
         if let Some(fence) = self.owner_fence(sandbox) {
             return Ok(Placement::Here(fence));
         }
-        if let Some(owner) = self
-            .ownership
-            .remembered_owner(sandbox, self.config.node.ttl / 3)
-        {
+        if let Some(owner) = self.remembered_owner(sandbox) {
             return Ok(Placement::Elsewhere(owner));
         }
         for _ in 0..2 {

@@ -230,6 +230,16 @@ async fn a_command_sent_to_any_replica_runs_in_the_one_runtime_its_owner_hosts()
         "the owner's runtime is gone"
     );
     assert_eq!(cluster.owner(&sandbox), "- 1");
+    // A command for it now gets the same refusal through either replica, whether or not
+    // the one asked still remembers where the runtime ran.
+    let (through_b, refused_b) = exec(b, &sandbox, "true").await;
+    let (through_a, refused_a) = exec(a, &sandbox, "true").await;
+    assert_eq!(
+        (through_b, &refused_b["error"]["code"]),
+        (through_a, &refused_a["error"]["code"]),
+        "{refused_b} vs {refused_a}"
+    );
+    assert_eq!(through_a, 409, "{refused_a}");
 }
 
 #[tokio::test]
