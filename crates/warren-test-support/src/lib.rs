@@ -646,6 +646,17 @@ impl S3Server {
     }
 }
 
+impl S3Server {
+    /// `[snapshots]` tables that put a server's snapshot store on this S3 server.
+    pub fn snapshots_config(&self) -> String {
+        format!(
+            "[snapshots]\nstore = \"s3\"\n[snapshots.s3]\nendpoint = \"{}\"\nbucket = \"{}\"\n\
+             access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
+            self.endpoint, self.bucket, self.access_key, self.secret_key
+        )
+    }
+}
+
 impl Drop for S3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -892,6 +903,13 @@ impl ClusterFiles {
         )
         .expect("write the cluster's warren.toml");
         Self { _dir: dir, config }
+    }
+
+    /// Adds `toml` (whole tables) to the configuration.
+    pub fn add_config(&self, toml: &str) {
+        let mut config = std::fs::read_to_string(&self.config).expect("read warren.toml");
+        config.push_str(toml);
+        std::fs::write(&self.config, config).expect("write warren.toml");
     }
 
     /// The configuration's path, as a flag value.

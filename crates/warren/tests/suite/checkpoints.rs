@@ -224,11 +224,7 @@ async fn old_checkpoints_are_dropped_and_their_unshared_chunks_collected() {
 #[tokio::test]
 async fn checkpoints_can_live_in_an_s3_compatible_store() {
     let s3 = warren_test_support::S3Server::start();
-    let config = super::write_config(&format!(
-        "[snapshots]\nstore = \"s3\"\n[snapshots.s3]\nendpoint = \"{}\"\nbucket = \"{}\"\n\
-         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
-        s3.endpoint, s3.bucket, s3.access_key, s3.secret_key
-    ));
+    let config = super::write_config(&s3.snapshots_config());
     let server = TestServer::start_with(
         super::bin(),
         &[

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_test_support::{ClusterFiles, TestServer};
+use warren_test_support::{ClusterFiles, S3Server, TestServer};
 
 use super::bin;
 use super::state_postgres::shared_postgres;
@@ -19,12 +19,15 @@ const TTL_S: u64 = 3;
 
 const CLUSTER_KEY: &str = "cluster-key-0123456789abcdef0123456789abcdef";
 
-/// Replicas of one cluster: their servers, the database and the shared directory.
+/// Replicas of one cluster: their servers, the database, the shared directory and, for
+/// replicas on loopback, the S3 server their snapshots go to (replicas in namespaces of
+/// their own keep snapshots in the shared directory: the S3 server listens on loopback).
 struct Cluster {
     nodes: Vec<TestServer>,
     database: String,
     shared: tempfile::TempDir,
     _files: ClusterFiles,
+    _s3: Option<S3Server>,
 }
 
 impl Cluster {
@@ -42,6 +45,10 @@ impl Cluster {
         }
         let shared = tempfile::tempdir().unwrap();
         let files = ClusterFiles::new(CLUSTER_KEY, TTL_S);
+        let s3 = bridge.is_none().then(S3Server::start);
+        if let Some(s3) = &s3 {
+            files.add_config(&s3.snapshots_config());
+        }
         let nodes = (0..count)
             .map(|n| {
                 let node_id = format!("node-{n}");
@@ -72,6 +79,7 @@ impl Cluster {
             database,
             shared,
             _files: files,
+            _s3: s3,
         }
     }
 
@@ -349,6 +357,11 @@ async fn a_dead_owners_runtime_is_taken_over_from_its_latest_snapshot_with_its_r
     assert_eq!(status, 200, "{found}");
     assert_eq!(found["stdout"], "installed\nno-after\nkept\n", "{found}");
     assert_eq!(cluster.owner(&sandbox), "node-1 2");
+    // The environment came from the S3 server: nothing of it was in the shared directory.
+    assert!(
+        !cluster.shared.path().join("snapshots").exists(),
+        "snapshots were kept in the shared directory, not in S3"
+    );
     let runs = cluster.runs(&sandbox);
     let lost: Vec<_> = runs
         .iter()
