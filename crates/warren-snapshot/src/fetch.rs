@@ -166,7 +166,7 @@ fn prefetch(
     }
 }
 
-/// Runs `work` with a [`ChunkFeed`] serving `plan`'s chunks, fetched by a second thread.
+/// Runs `work` with a [`ChunkFeed`] serving `plan`'s chunks, fetched on other threads.
 pub(crate) fn with_feed<T>(
     store: &dyn ObjectStore,
     plan: Plan,
