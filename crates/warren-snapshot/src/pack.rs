@@ -217,7 +217,7 @@ pub(crate) fn save_index(
     let bytes =
         zstd::bulk::compress(&json, 3).map_err(|e| SnapshotError::store("compress an index", e))?;
     let key = index_key(&blake3::hash(&bytes).to_hex());
-    store.put_owned(&key, bytes)?;
+    store.put(&key, &bytes)?;
     Ok(key)
 }
 

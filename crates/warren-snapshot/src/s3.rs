@@ -114,17 +114,13 @@ impl S3Store {
 
 impl ObjectStore for S3Store {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<bool, SnapshotError> {
-        self.put_owned(key, bytes.to_vec())
-    }
-
-    fn put_owned(&self, key: &str, bytes: Vec<u8>) -> Result<bool, SnapshotError> {
         // Objects are named by their content: a racing writer puts the same bytes.
         if self.head(key)?.is_some() {
             return Ok(false);
         }
         let path = self.path(key)?;
         self.runtime
-            .block_on(self.client.put(&path, PutPayload::from(bytes)))
+            .block_on(self.client.put(&path, PutPayload::from(bytes.to_vec())))
             .map_err(|e| s3_error("write an object", e))?;
         Ok(true)
     }

@@ -14,11 +14,6 @@ use crate::SnapshotError;
 pub trait ObjectStore: Send + Sync {
     /// Stores `bytes` under `key` unless it is there already; `true` when written now.
     fn put(&self, key: &str, bytes: &[u8]) -> Result<bool, SnapshotError>;
-    /// [`ObjectStore::put`] of a buffer the caller gives up: a store that would copy it
-    /// (an HTTP request body) takes it as it is. Packs are megabytes each.
-    fn put_owned(&self, key: &str, bytes: Vec<u8>) -> Result<bool, SnapshotError> {
-        self.put(key, &bytes)
-    }
     /// The object under `key`, or `None`.
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, SnapshotError>;
     /// `len` bytes of the object under `key` from `offset` (fewer where it ends sooner), or

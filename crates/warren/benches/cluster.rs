@@ -238,7 +238,7 @@ fn resume_from_s3_row(size_mib: u64, runtime: &tokio::runtime::Runtime) {
     let mut blob = vec![0u8; stored as usize];
     Noise(0x5eed).fill(&mut blob);
     let key = format!("packs/{}", "0f".repeat(32));
-    store.put_owned(&key, blob).unwrap();
+    store.put(&key, &blob).unwrap();
     let mut gets = Vec::new();
     for _ in 0..3 {
         let started = Instant::now();

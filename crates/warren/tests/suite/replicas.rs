@@ -182,6 +182,25 @@ async fn a_command_sent_to_any_replica_runs_in_the_one_runtime_its_owner_hosts()
         a.log_lines().iter().any(|line| line.contains(request_id)),
         "the owner logs the forwarded request under its id"
     );
+    // node-1 now remembers the owner and forwards at once, without reading the sandbox
+    // itself: a refusal comes from the owner, exactly as the owner gives it.
+    let bad_cwd = json!({ "command": "true", "cwd": "../outside" });
+    let mut answers = Vec::new();
+    for server in [b, a] {
+        let url = format!("/v1/sandboxes/{sandbox}/exec");
+        answers.push(
+            server
+                .send_json(server.request(Method::POST, &url).json(&bad_cwd))
+                .await,
+        );
+    }
+    let [(via_b, refused_b), (via_a, refused_a)] = <[_; 2]>::try_from(answers).unwrap();
+    assert_eq!(
+        (via_b, &refused_b["error"]),
+        (via_a, &refused_a["error"]),
+        "{refused_b} vs {refused_a}"
+    );
+    assert!((400..500).contains(&via_a), "{refused_a}");
     // Streaming through node-1: output arrives as NDJSON events, then the exit.
     let response = b
         .request(Method::POST, &format!("/v1/sandboxes/{sandbox}/exec"))
