@@ -60,7 +60,7 @@ impl ProvisionerToken {
 
     /// The token's SHA-256 digest, for deriving keys bound to it (DeerFlow's sandbox URL
     /// capabilities): a secret, never logged or sent.
-    pub(crate) fn secret_digest(&self) -> [u8; 32] {
+    pub fn secret_digest(&self) -> [u8; 32] {
         self.digest
     }
 

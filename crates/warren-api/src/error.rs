@@ -348,6 +348,33 @@ fn backend_error(error: &BackendError) -> ApiError {
         BackendError::Destroy { .. } => {
             ApiError::internal("the runtime could not be destroyed", error)
         }
+        // The cluster's own answers (issue 15): a refusal of warren's service account is
+        // the operator's to fix; overload or an outage, after the retries Kubernetes
+        // allows, is worth trying again; anything else is the cluster rejecting warren.
+        BackendError::Cluster { code: 403, .. } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "cluster_forbidden",
+            format!(
+                "{error}; grant warren's service account the Role `warren k8s manifests` writes"
+            ),
+        ),
+        BackendError::Cluster { code, .. } if *code == 0 || *code == 429 || *code >= 500 => {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cluster_unavailable",
+                format!("{error}; try again"),
+            )
+        }
+        BackendError::Cluster { .. } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "cluster_refused",
+            error.to_string(),
+        ),
+        BackendError::NotReady { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "runtime_not_ready",
+            error.to_string(),
+        ),
     }
 }
 

@@ -9,13 +9,17 @@
 
 #![deny(missing_docs)]
 
+mod limits;
 mod memory;
+mod mount;
 mod set;
 mod spec;
 
 use async_trait::async_trait;
 
+pub use limits::RuntimeLimits;
 pub use memory::{MemoryBackend, MemoryEvent};
+pub use mount::bind_fd;
 pub use set::BackendSet;
 pub use spec::{
     BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
@@ -81,6 +85,30 @@ pub enum BackendError {
         /// What failed underneath.
         #[source]
         source: std::io::Error,
+    },
+    /// The cluster refused or failed a request about the sandbox's runtime (after the
+    /// retries Kubernetes allows for its answer).
+    #[error("the cluster answered {code} {reason} to {operation}: {message}")]
+    Cluster {
+        /// The sandbox, when the request was about one.
+        sandbox: Option<SandboxId>,
+        /// What was being done (`create the pod`, `list pods`, ...).
+        operation: String,
+        /// The HTTP status (0 when no answer came).
+        code: u16,
+        /// The Kubernetes reason (`Forbidden`, `TooManyRequests`, ...).
+        reason: String,
+        /// The cluster's message.
+        message: String,
+    },
+    /// The runtime did not become ready; the reason names what the cluster reported
+    /// (`ImagePullBackOff`, `Unschedulable`, a failed init container, the wait's end).
+    #[error("the runtime of sandbox {sandbox} did not become ready: {reason}")]
+    NotReady {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Why, in the cluster's words.
+        reason: String,
     },
     /// Destroying the runtime failed; it may still hold resources.
     #[error("could not destroy the runtime of sandbox {sandbox}")]

@@ -18,6 +18,8 @@ pub enum BackendKind {
     Local,
     /// One container per sandbox on a Docker Engine (I18).
     Docker,
+    /// One pod per sandbox on a Kubernetes cluster (issue 15).
+    Kubernetes,
 }
 
 impl BackendKind {
@@ -27,11 +29,18 @@ impl BackendKind {
             Self::Memory => "memory",
             Self::Local => "local",
             Self::Docker => "docker",
+            Self::Kubernetes => "kubernetes",
         }
     }
 
     /// Every backend warren knows.
-    pub const ALL: [Self; 3] = [Self::Memory, Self::Local, Self::Docker];
+    pub const ALL: [Self; 4] = [Self::Memory, Self::Local, Self::Docker, Self::Kubernetes];
+
+    /// Whether its runtimes come from an image the sandbox names (the others run the
+    /// host's own system directories, or an image fixed at start-up).
+    pub fn takes_image(self) -> bool {
+        matches!(self, Self::Docker | Self::Kubernetes)
+    }
 
     /// The backend a name in configuration or a request stands for.
     pub fn parse(name: &str) -> Option<Self> {

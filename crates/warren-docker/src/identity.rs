@@ -44,7 +44,7 @@ pub(crate) struct Identity {
     pub spec: RuntimeSpec,
     /// The engine says it runs.
     pub running: bool,
-    /// The agent's host pid and birth (see `warren_isolation::client::process_birth`),
+    /// The agent's host pid and birth (see `warren_agent::client::process_birth`),
     /// once known: how its `/home/gem` is reached for snapshots.
     pub agent: Option<(i32, String)>,
 }

@@ -33,7 +33,6 @@
 
 #![deny(missing_docs)]
 
-mod bundle;
 mod identity;
 mod staging;
 
@@ -52,18 +51,18 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder,
 };
 use bollard::Docker;
+use warren_agent::bundle::{self, AgentBundle};
+use warren_agent::client::{self, RunError};
+use warren_agent::AgentConfig;
+use warren_backend::RuntimeLimits;
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
     ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec,
 };
 use warren_core::SandboxId;
-use warren_isolation::client::{self, RunError};
-use warren_isolation::config::RuntimeLimits;
-use warren_isolation::AgentConfig;
 
 pub use identity::{LayoutProblem, LABEL_INSTANCE, LABEL_SANDBOX};
 
-use crate::bundle::AgentBundle;
 use crate::identity::Identity;
 
 /// Where the agent bundle is mounted in a container (read-only).
@@ -333,7 +332,7 @@ impl DockerBackend {
     /// Takes a runtime into this provisioner's care; serves its egress if it has any.
     fn adopt(&self, identity: Identity) {
         if identity.spec.network.has_egress() {
-            if let Err(error) = warren_isolation::egress::spawn_egress(
+            if let Err(error) = warren_agent::egress::spawn_egress(
                 self.socket_dir(&identity.spec.sandbox),
                 identity.spec.network.clone(),
                 tokio::runtime::Handle::current(),
@@ -393,7 +392,8 @@ impl DockerBackend {
             generation: spec.generation,
             nofile: self.config.limits.nofile,
             egress: spec.network.has_egress(),
-            socket_dir: PathBuf::from(SOCKET_MOUNT),
+            socket_dir: Some(PathBuf::from(SOCKET_MOUNT)),
+            listen: None,
             home: PathBuf::from(spec.layout.layout().home),
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
@@ -551,7 +551,7 @@ impl DockerBackend {
                 "--library-path".into(),
                 format!("{AGENT_MOUNT}/lib"),
                 format!("{AGENT_MOUNT}/{}", bundle::PROGRAM),
-                warren_isolation::CONTAINER_AGENT_ARG.into(),
+                warren_agent::CONTAINER_AGENT_ARG.into(),
                 agent,
             ]),
             cmd: Some(Vec::new()),
@@ -881,7 +881,7 @@ impl Backend for DockerBackend {
             cow: self.no_cow.clone(),
             home: PathBuf::from(format!(
                 "/proc/{pid}/fd/{}/.",
-                warren_isolation::config::HOME_FD
+                warren_agent::environment::HOME_FD
             )),
         }))
     }
@@ -992,7 +992,7 @@ fn seed_home(seed: &Path, agent: i32, layout: &warren_core::Layout) -> std::io::
     let source = WorkspaceRoot::open(seed).map_err(io)?.read_only();
     let home = PathBuf::from(format!(
         "/proc/{agent}/fd/{}/.",
-        warren_isolation::config::HOME_FD
+        warren_agent::environment::HOME_FD
     ));
     let target = WorkspaceRoot::open(&home).map_err(io)?;
     let top = source.list("", 1, 100_000).map_err(io)?;

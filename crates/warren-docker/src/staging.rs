@@ -98,7 +98,7 @@ impl StagedBinds {
                     what: "a staging directory",
                     source,
                 })?;
-            warren_isolation::bind_fd(&fd, &path, !mount.writable).map_err(|error| {
+            warren_backend::bind_fd(&fd, &path, !mount.writable).map_err(|error| {
                 refused(
                     if error.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) {
                         format!("staging its bind needs root ({error})")

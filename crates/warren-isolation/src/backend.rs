@@ -21,11 +21,11 @@ use warren_backend::{
 use warren_core::{NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
-use crate::client::{exec_spec, ping, ping_full, process_birth, run, RunError};
 use crate::config::{IdMap, MountConfig, RootSource, RuntimeConfig, RuntimeLimits};
 use crate::host::HostReport;
 use crate::runtime::RUNTIME_INIT_ARG;
 use crate::IsolationError;
+use warren_agent::client::{exec_spec, ping, ping_full, process_birth, run, RunError};
 
 /// Configuration of the local backend.
 #[derive(Debug, Clone)]
@@ -206,7 +206,7 @@ impl LocalBackend {
     /// policy lets anything out, serves its egress.
     fn adopt(&self, sandbox: &SandboxId, identity: RuntimeIdentity) {
         if identity.network.has_egress() {
-            if let Err(error) = crate::egress::spawn_egress(
+            if let Err(error) = warren_agent::egress::spawn_egress(
                 self.runtime_dir(sandbox),
                 identity.network.clone(),
                 tokio::runtime::Handle::current(),
@@ -677,7 +677,8 @@ impl Backend for LocalBackend {
         if self.find(sandbox).await.is_none() {
             return Ok(None);
         }
-        let killed = crate::client::kill_all_processes(self.runtime_dir(sandbox), sandbox).await?;
+        let killed =
+            warren_agent::client::kill_all_processes(self.runtime_dir(sandbox), sandbox).await?;
         if killed.is_none() {
             // Init died meanwhile: nothing of the runtime runs any more.
             self.lock().remove(sandbox);

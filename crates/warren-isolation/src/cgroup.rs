@@ -1043,6 +1043,41 @@ struct ProcsFile {
     path: String,
 }
 
+/// The agent's server puts each command in a leaf of the sandbox's cgroups.
+impl warren_agent::server::CommandGroups for SandboxCgroup {
+    fn group(&self, n: u64) -> io::Result<Box<dyn warren_agent::server::CommandGroup>> {
+        self.exec_leaf(n)
+            .map(|leaf| Box::new(leaf) as Box<dyn warren_agent::server::CommandGroup>)
+            .map_err(io::Error::other)
+    }
+}
+
+impl warren_agent::server::CommandGroup for ExecCgroup {
+    fn name(&self) -> &str {
+        ExecCgroup::name(self)
+    }
+
+    fn spawn_target(&self) -> Option<BorrowedFd<'_>> {
+        ExecCgroup::spawn_target(self)
+    }
+
+    fn add_self(&self) -> Result<(), Errno> {
+        ExecCgroup::add_self(self)
+    }
+
+    fn kill(&self) -> io::Result<u64> {
+        ExecCgroup::kill(self).map_err(io::Error::other)
+    }
+
+    fn is_empty(&self) -> bool {
+        ExecCgroup::is_empty(self)
+    }
+
+    fn remove(self: Box<Self>) -> io::Result<()> {
+        ExecCgroup::remove(*self).map_err(io::Error::other)
+    }
+}
+
 impl ExecCgroup {
     /// Moves the calling process into the leaf (and, on v1, into the sandbox's other
     /// cgroups) by writing `0` to the pre-opened `cgroup.procs` files. Async-signal-safe:

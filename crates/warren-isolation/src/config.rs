@@ -1,15 +1,14 @@
 //! What the provisioner side hands a runtime's init process, as JSON on its stdin.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use warren_core::LayoutName;
 
-/// The uid and gid every command runs as (I11).
-pub const SANDBOX_UID: u32 = 1000;
-/// See [`SANDBOX_UID`].
-pub const SANDBOX_GID: u32 = 1000;
+pub use warren_agent::environment::{
+    base_environment, sandbox_user, HOME_FD, PROXY_PORT, SANDBOX_GID, SANDBOX_UID,
+};
+pub use warren_backend::RuntimeLimits;
 
 /// Everything the init process needs to build and run one runtime.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,24 +77,10 @@ impl From<&warren_backend::HostMount> for MountConfig {
     }
 }
 
-/// The sandbox user's name and home. Every layout has the same ones (a test holds them
-/// to it): the host profile's `/etc/passwd` is built once for all runtimes, so a layout
-/// with another user or home would need a profile of its own.
-pub fn sandbox_user() -> (&'static str, &'static str) {
-    let layout = LayoutName::default().layout();
-    (layout.user, layout.home)
-}
-
 /// The descriptor number at which init keeps its copy-on-write layer open, so the
 /// provisioner can snapshot it through `/proc/<init>/fd/<n>` (the layer is mounted
 /// nowhere a path from outside reaches, and nowhere inside the runtime either).
 pub const COW_FD: i32 = 200;
-
-/// The descriptor number at which a container's agent keeps `/home/gem` open, so the
-/// provisioner can snapshot and seed it through `/proc/<agent>/fd/<n>`: resolved by the
-/// agent inside the container, never through a path of the image's (which could hold
-/// symlinks that mean something else on the host).
-pub const HOME_FD: i32 = 201;
 
 /// The one id mapping of an unprivileged runtime's user namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,10 +90,6 @@ pub struct IdMap {
     /// The provisioner's gid on the host, which is 1000 inside.
     pub outside_gid: u32,
 }
-
-/// The loopback port inside a runtime where its egress proxy listens (network `open` or
-/// `allowlist`); init hands each connection to the provisioner, which filters it.
-pub const PROXY_PORT: u16 = 3128;
 
 /// The root filesystem of a runtime; writes land in a per-runtime copy-on-write layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,83 +106,4 @@ pub enum RootSource {
         /// The directory.
         path: PathBuf,
     },
-}
-
-/// Resource limits of one runtime (I23).
-///
-/// The ephemeral file systems (CoW layer, `/home/gem`, `/tmp`, `/dev/shm`) are tmpfs: their
-/// pages count against `memory_bytes`. The defaults keep their sum well below the memory
-/// limit, so filling them answers "No space left on device" rather than the OOM killer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimeLimits {
-    /// Memory of the whole runtime, bytes.
-    pub memory_bytes: Option<u64>,
-    /// Processes and threads of the whole runtime.
-    pub pids_max: Option<u64>,
-    /// CPU quota in thousandths of a CPU (1000 = one CPU).
-    pub cpu_millis: Option<u64>,
-    /// Size of the copy-on-write layer over the root filesystem, bytes.
-    pub cow_bytes: u64,
-    /// Size of the ephemeral `/home/gem`, bytes.
-    pub home_bytes: u64,
-    /// Size of `/tmp`, bytes.
-    pub tmp_bytes: u64,
-    /// Size of `/dev/shm`, bytes.
-    pub shm_bytes: u64,
-    /// Open files per process.
-    pub nofile: u64,
-}
-
-impl Default for RuntimeLimits {
-    fn default() -> Self {
-        const MIB: u64 = 1024 * 1024;
-        Self {
-            memory_bytes: Some(2048 * MIB),
-            pids_max: Some(512),
-            cpu_millis: Some(1000),
-            cow_bytes: 512 * MIB,
-            home_bytes: 256 * MIB,
-            tmp_bytes: 256 * MIB,
-            shm_bytes: 64 * MIB,
-            nofile: 1024,
-        }
-    }
-}
-
-/// The clean environment every command starts from (I13, I14); the sandbox and call
-/// environments are layered over it by the provisioner side.
-pub fn base_environment() -> BTreeMap<String, String> {
-    let (user, home) = sandbox_user();
-    [
-        (
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ),
-        ("HOME", home),
-        ("USER", user),
-        ("LOGNAME", user),
-        ("SHELL", "/bin/sh"),
-        ("LANG", "C.UTF-8"),
-        ("LC_ALL", "C.UTF-8"),
-        ("TMPDIR", "/tmp"),
-        ("TERM", "dumb"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_layout_has_the_one_sandbox_user_the_host_profile_names() {
-        for name in LayoutName::ALL {
-            let layout = name.layout();
-            assert_eq!((layout.user, layout.home), sandbox_user(), "{name}");
-        }
-        let env = base_environment();
-        assert_eq!((env["USER"].as_str(), env["HOME"].as_str()), sandbox_user());
-    }
 }

@@ -48,7 +48,7 @@ impl HostReport {
                 .lines()
                 .any(|l| l.trim_end().ends_with("overlay")),
             seccomp: status.lines().any(|l| l.starts_with("Seccomp:")),
-            landlock_abi: crate::sys::landlock_abi(),
+            landlock_abi: warren_agent::sys::landlock_abi(),
             openat2: openat2_exists(),
             unprivileged_userns: max_userns > 0 && userns_clone,
             cgroups: CgroupSupport::detect()
@@ -63,7 +63,7 @@ impl HostReport {
         if self.landlock_abi.is_none() {
             warnings.push("Landlock is not enabled in this kernel: file access is confined by the mount layout alone".to_owned());
         }
-        warnings.extend(crate::egress::nonlocal_bind_warning());
+        warnings.extend(warren_agent::egress::nonlocal_bind_warning());
         warnings
     }
 }

@@ -7,27 +7,19 @@
 //! cgroup per command inside the runtime's cgroup ([`cgroup`]), so limits hold for the whole
 //! runtime and a timeout kills a command's whole tree.
 //!
-//! **Architecture invariant:** all `unsafe` of the crate is in `sys` (plus test code), each
-//! block with a `// SAFETY:` comment.
+//! Init serves commands with `warren_agent`'s server, and every raw system call it needs
+//! is `warren_agent::sys`'s: this crate holds no `unsafe` of its own.
 
 mod backend;
 pub mod cgroup;
-pub mod client;
 pub mod config;
-pub mod control;
-pub mod egress;
 mod host;
 pub mod profile;
 mod runtime;
-pub mod seccomp;
-mod sys;
 
 pub use backend::{LocalBackend, LocalBackendConfig};
 pub use host::HostReport;
-pub use runtime::rootfs::bind_fd;
-pub use runtime::{
-    container_agent_main, runtime_init_main, AgentConfig, CONTAINER_AGENT_ARG, RUNTIME_INIT_ARG,
-};
+pub use runtime::{runtime_init_main, RUNTIME_INIT_ARG};
 
 /// Why the local backend could not start or clean up.
 #[derive(Debug, thiserror::Error)]

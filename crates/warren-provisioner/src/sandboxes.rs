@@ -417,11 +417,11 @@ impl Provisioner {
             }
             (None, None) => self.backend.kind(),
         };
-        if kind != BackendKind::Docker {
+        if !kind.takes_image() {
             return match image {
                 Some(_) => Err(ProvisionerError::InvalidImage {
                     reason: format!(
-                        "the {} backend takes no image; `image` is for \"backend\": \"docker\"",
+                        "the {} backend takes no image; `image` is for \"backend\": \"docker\" or \"kubernetes\"",
                         kind.as_str()
                     ),
                 }),

@@ -16,6 +16,7 @@ use reqwest::{Client, Method, RequestBuilder};
 
 mod postgres;
 pub use postgres::PostgresServer;
+pub mod kube;
 pub mod workload;
 
 /// A token long enough for `warren serve` (I13).
@@ -38,6 +39,9 @@ pub struct TestServer {
     /// The network namespace the server runs in, if not the test's own.
     netns: Option<String>,
     http: Client,
+    /// What must live as long as the server (a fake API server and its kubelet), dropped
+    /// after it.
+    held: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Starts `bin serve` on `data_dir` and waits for the address it reports.
@@ -171,6 +175,7 @@ impl TestServer {
             log: None,
             netns: None,
             http: Client::new(),
+            held: Vec::new(),
         }
     }
 
@@ -209,6 +214,7 @@ impl TestServer {
             log: Some(log),
             netns: netns.map(str::to_owned),
             http: Client::new(),
+            held: Vec::new(),
         }
     }
 
@@ -258,6 +264,7 @@ impl TestServer {
             log: None,
             netns: None,
             http: Client::new(),
+            held: Vec::new(),
         }
     }
 
@@ -436,9 +443,37 @@ impl TestServer {
     }
 }
 
+impl TestServer {
+    /// Starts `bin serve` with the Kubernetes backend on a fresh [`kube::TestCluster`]
+    /// (a fake API server and a simulated kubelet, held as long as the server), with more
+    /// `[kubernetes]` settings in `extra`.
+    pub fn start_kubernetes(bin: &Path, extra: &str) -> Self {
+        let cluster = kube::TestCluster::start(bin);
+        let config = tempfile::NamedTempFile::new().expect("a config file");
+        std::fs::write(config.path(), cluster.config("test", extra)).expect("write the config");
+        let path = config.path().display().to_string();
+        let mut server = Self::start_with(bin, &["--config", &path]);
+        server.hold(config);
+        server.hold(cluster);
+        server
+    }
+
+    /// The simulated cluster of a server from [`TestServer::start_kubernetes`].
+    pub fn cluster(&self) -> Option<&kube::TestCluster> {
+        self.held.iter().find_map(|held| held.downcast_ref())
+    }
+
+    /// Keeps `value` alive until the server is gone (it is dropped after the server).
+    pub fn hold(&mut self, value: impl std::any::Any + Send + Sync) {
+        self.held.push(Box::new(value));
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
+        // A simulated cluster's pods go before the directories they mount.
+        self.held.clear();
         // Runtimes outlive the server by design; a test must not leave them behind.
         reap_runtimes(&self.data_dir());
         remove_docker_runtimes(&self.data_dir());

@@ -18,9 +18,35 @@ fn main() -> ExitCode {
     }
     // The same for the agent inside a Docker container: a single-threaded fork server.
     let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() == Some(warren_isolation::CONTAINER_AGENT_ARG.as_ref()) {
+    if args.next().as_deref() == Some(warren_agent::CONTAINER_AGENT_ARG.as_ref()) {
         let config = args.next().unwrap_or_default();
-        warren_isolation::container_agent_main(&config.to_string_lossy());
+        warren_agent::container_agent_main(&config.to_string_lossy());
+    }
+    // The steps of a Kubernetes sandbox pod's init containers (warren's image): no async
+    // runtime needed, and none wanted as root in the pod.
+    let mut args = std::env::args_os().skip(1);
+    match args.next() {
+        Some(arg) if arg == warren_kubernetes::AGENT_BUNDLE_ARG => {
+            let dir = std::path::PathBuf::from(args.next().unwrap_or_default());
+            let written = std::env::current_exe()
+                .and_then(|program| warren_agent::bundle::write_into(&program, &dir));
+            return match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!(
+                        "warren: cannot write the agent bundle into {}: {error}",
+                        dir.display()
+                    );
+                    ExitCode::from(1)
+                }
+            };
+        }
+        Some(arg) if arg == warren_kubernetes::PREPARE_ARG => {
+            let config = args.next().unwrap_or_default();
+            let code = warren_kubernetes::prepare_main(&config.to_string_lossy());
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+        _ => {}
     }
     let cli = cmd::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -5,35 +5,22 @@
 //! warren serve ──spawn──▶ warren __runtime-init   (launcher: joins the cgroup, unshares)
 //!                               └─fork─▶ init (PID 1): assembles /, serves control.sock
 //!                                             └─fork─▶ command (1000:1000, seccomp, ...)
+//!
+//! Init is `warren_agent`'s server (the same loop the Docker and Kubernetes agents run),
+//! given this runtime's cgroups.
 //! ```
 //!
 //! The launcher exits as soon as init reports ready, so the runtime belongs to no
 //! provisioner process and survives a provisioner restart.
 
-pub(crate) mod agent;
-pub(crate) mod child;
 pub(crate) mod confine;
 pub(crate) mod init;
 pub(crate) mod rootfs;
-pub(crate) mod sweep;
+#[cfg(test)]
+mod sweep_tests;
 
-use std::io;
-
-pub use agent::{container_agent_main, AgentConfig, CONTAINER_AGENT_ARG};
 pub use init::runtime_init_main;
+pub(crate) use warren_agent::server::SetupError;
 
 /// The argument `warren` recognises to become a runtime launcher.
 pub const RUNTIME_INIT_ARG: &str = "__runtime-init";
-
-/// A failed setup step, reported to the provisioner by name.
-#[derive(Debug)]
-pub(crate) struct SetupError {
-    pub stage: &'static str,
-    pub source: io::Error,
-}
-
-impl std::fmt::Display for SetupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.stage, self.source)
-    }
-}

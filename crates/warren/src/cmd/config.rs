@@ -48,6 +48,9 @@ pub struct ConfigFile {
     pub deerflow: DeerflowSection,
     #[serde(default)]
     pub cluster: ClusterSection,
+    /// The Kubernetes backend's cluster (issue 15): `warren k8s manifests` writes it.
+    #[serde(default)]
+    pub kubernetes: Option<warren_kubernetes::KubernetesSettings>,
     /// `text` (default) or `json`: one JSON object per log line.
     pub log_format: Option<String>,
     /// Environment every command of a sandbox that inherits it gets (I14); the uid's agent

@@ -36,7 +36,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     }
     outln!(
         "seccomp denies         {}",
-        warren_isolation::seccomp::SeccompProgram::denied_syscalls().join(" ")
+        warren_agent::seccomp::SeccompProgram::denied_syscalls().join(" ")
     );
     let usable = (report.root || report.unprivileged_userns) && report.overlayfs && report.seccomp;
     if usable {

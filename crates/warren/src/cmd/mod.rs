@@ -6,6 +6,7 @@ mod data_dir_lock;
 mod doctor;
 mod drain;
 mod image;
+mod kubernetes;
 pub mod output;
 mod serve;
 
@@ -34,6 +35,8 @@ enum Command {
     Drain(drain::DrainArgs),
     /// Import root filesystems for runtimes (offline; works on the data directory).
     Image(image::ImageArgs),
+    /// Run warren on Kubernetes: print the manifests (offline).
+    K8s(kubernetes::K8sArgs),
     /// Manage workdirs of a user (client of a running server).
     Workdir(client::WorkdirArgs),
     /// Manage sandboxes (client of a running server).
@@ -73,6 +76,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor => doctor::run(),
         Command::Drain(args) => drain::run(args),
         Command::Image(args) => image::run(args),
+        Command::K8s(args) => kubernetes::run(args),
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Checkpoint(args) => client::checkpoint(args).await,

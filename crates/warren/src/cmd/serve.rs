@@ -110,6 +110,9 @@ enum BackendChoice {
     Local,
     /// One container per sandbox on a Docker engine, from `--image`.
     Docker,
+    /// One pod per sandbox on a Kubernetes cluster (the `[kubernetes]` section of
+    /// warren.toml), from `--image`.
+    Kubernetes,
     /// Records and isolates nothing, runs no command: for tests only.
     Memory,
 }
@@ -131,7 +134,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         (Some(choice), _) => choice,
         (None, Some(name)) => BackendChoice::from_str(name, true).map_err(|_| {
             anyhow::anyhow!(
-                "backend = {name:?} in the configuration: use \"local\", \"docker\" or \"memory\""
+                "backend = {name:?} in the configuration: use \"local\", \"docker\", \"kubernetes\" or \"memory\""
             )
         })?,
         (None, None) => BackendChoice::Local,
@@ -139,8 +142,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let rootfs = args.rootfs.clone().or(file.rootfs.clone());
     let mut image = args.image.clone().or(file.image.clone());
     let docker_image = match backend_choice {
-        // With Docker the default backend, `image` names the Docker image.
-        BackendChoice::Docker => image
+        // With Docker or Kubernetes the default backend, `image` names the sandbox image.
+        BackendChoice::Docker | BackendChoice::Kubernetes => image
             .take()
             .or(args.docker_image.clone())
             .or(file.docker.image.clone()),
@@ -282,6 +285,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let default: Arc<dyn Backend> = match backend_choice {
         BackendChoice::Docker => docker.clone().expect("enabled with --backend docker"),
+        BackendChoice::Kubernetes => {
+            let settings = file.kubernetes.clone().context(
+                "--backend kubernetes needs the [kubernetes] section of warren.toml (`warren k8s \
+                 manifests` writes one)",
+            )?;
+            let image = docker_image.clone().context(
+                "--backend kubernetes needs the image of sandboxes that name none (--image)",
+            )?;
+            super::kubernetes::backend(
+                settings,
+                image,
+                &token,
+                &data_dir,
+                workspace_dir.as_deref().unwrap_or(&data_dir),
+                limits.clone(),
+            )
+            .await?
+        }
         BackendChoice::Local => {
             let backend = LocalBackend::new(LocalBackendConfig {
                 data_dir: data_dir.clone(),

@@ -1,5 +1,6 @@
 //! One module per area of the API contract.
 
+mod agent_tcp;
 mod aio_shell;
 mod artifacts;
 mod auth;
@@ -21,6 +22,7 @@ mod guard;
 mod image;
 mod init;
 mod kill;
+mod kubernetes;
 mod layouts;
 mod lifecycle;
 mod mcp;

@@ -10,15 +10,15 @@ use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 
-use crate::cgroup::ExecCgroup;
-use crate::config::{SANDBOX_GID, SANDBOX_UID};
-use crate::control::ExecSpec;
+use crate::environment::{SANDBOX_GID, SANDBOX_UID};
+use crate::protocol::ExecSpec;
 use crate::seccomp::SeccompProgram;
+use crate::server::CommandGroup;
 use crate::sys;
 
 /// Who the process is before it becomes the sandbox user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Credentials {
+pub enum Credentials {
     /// Root of the runtime (init as root): every id is switched and groups dropped.
     Root,
     /// 1000:1000 of the runtime's own user namespace, holding that namespace's capabilities.
@@ -32,7 +32,7 @@ pub(crate) enum Credentials {
 pub(crate) fn exec_command(
     spec: &ExecSpec,
     stdio: [OwnedFd; 3],
-    cgroup: Option<&ExecCgroup>,
+    cgroup: Option<&dyn CommandGroup>,
     seccomp: &SeccompProgram,
     nofile: u64,
     credentials: Credentials,

@@ -12,13 +12,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The loader's name in the bundle.
-pub(crate) const LOADER: &str = "ld.so";
+pub const LOADER: &str = "ld.so";
 /// The executable's name in the bundle.
-pub(crate) const PROGRAM: &str = "warren";
+pub const PROGRAM: &str = "warren";
 
 /// A prepared bundle directory.
 #[derive(Debug, Clone)]
-pub(crate) struct AgentBundle {
+pub struct AgentBundle {
     dir: PathBuf,
 }
 
@@ -26,15 +26,7 @@ impl AgentBundle {
     /// Makes (or reuses) `<root>/agent-<key>` for `program`.
     pub fn prepare(program: &Path, root: &Path) -> io::Result<Self> {
         let libraries = loaded_libraries()?;
-        let loader = libraries
-            .iter()
-            .find(|path| {
-                path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                    n.starts_with("ld-linux") || n.starts_with("ld64") || n.starts_with("ld-musl")
-                })
-            })
-            .cloned()
-            .ok_or_else(|| io::Error::other("no dynamic loader is mapped into this process"))?;
+        let loader = find_loader(&libraries)?;
         let meta = std::fs::metadata(program)?;
         let mut key = blake3::Hasher::new();
         key.update(program.as_os_str().as_encoded_bytes());
@@ -58,22 +50,7 @@ impl AgentBundle {
         }
         let staging = root.join(format!("agent-staging-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&staging);
-        std::fs::create_dir_all(staging.join("lib"))?;
-        // A hard link costs nothing when the data directory shares the executable's file
-        // system (and pins this build's inode); otherwise a copy.
-        if std::fs::hard_link(program, staging.join(PROGRAM)).is_err() {
-            std::fs::copy(program, staging.join(PROGRAM))?;
-        }
-        std::fs::copy(&loader, staging.join(LOADER))?;
-        for library in &libraries {
-            let name = library
-                .file_name()
-                .ok_or_else(|| io::Error::other("a library without a name"))?;
-            std::fs::copy(library, staging.join("lib").join(name))?;
-        }
-        for path in [staging.clone(), staging.join("lib")] {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
-        }
+        fill(program, &loader, &libraries, &staging)?;
         match std::fs::rename(&staging, &dir) {
             Ok(()) => {}
             // Another warren process on the same data directory made it first.
@@ -89,6 +66,52 @@ impl AgentBundle {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Writes the bundle of `program` (with this process's loader and libraries) into `dir`,
+/// which must not exist or be empty: what a pod's agent-bundle init container does into
+/// the `emptyDir` the sandbox container runs the agent from (Kubernetes, where no host
+/// directory can be mounted).
+pub fn write_into(program: &Path, dir: &Path) -> io::Result<()> {
+    let libraries = loaded_libraries()?;
+    let loader = find_loader(&libraries)?;
+    fill(program, &loader, &libraries, dir)
+}
+
+fn find_loader(libraries: &[PathBuf]) -> io::Result<PathBuf> {
+    libraries
+        .iter()
+        .find(|path| {
+            path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("ld-linux") || n.starts_with("ld64") || n.starts_with("ld-musl")
+            })
+        })
+        .cloned()
+        .ok_or_else(|| io::Error::other("no dynamic loader is mapped into this process"))
+}
+
+/// The program, its loader and its libraries, world-readable, in `dir`.
+fn fill(program: &Path, loader: &Path, libraries: &[PathBuf], dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir.join("lib"))?;
+    // A hard link costs nothing when the target shares the executable's file system (and
+    // pins this build's inode); otherwise a copy.
+    if std::fs::hard_link(program, dir.join(PROGRAM)).is_err() {
+        std::fs::copy(program, dir.join(PROGRAM))?;
+    }
+    std::fs::copy(loader, dir.join(LOADER))?;
+    for library in libraries {
+        let name = library
+            .file_name()
+            .ok_or_else(|| io::Error::other("a library without a name"))?;
+        std::fs::copy(library, dir.join("lib").join(name))?;
+    }
+    std::fs::set_permissions(dir.join("lib"), std::fs::Permissions::from_mode(0o755))?;
+    // A pod's emptyDir belongs to the kubelet (root, 0777), not to the init container
+    // writing into it: its mode is the kubelet's to set.
+    if std::fs::metadata(dir)?.uid() == rustix::process::geteuid().as_raw() {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
 }
 
 /// Bundles of earlier warren builds. Containers started from one keep working without it:

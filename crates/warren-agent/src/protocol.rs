@@ -1,4 +1,4 @@
-//! The control protocol between the provisioner and a runtime's init, over the runtime's
+//! The control protocol between the provisioner and a runtime's server, over the runtime's
 //! Unix socket: length-prefixed JSON frames, with the command's stdin, stdout and stderr
 //! passed as file descriptors (`SCM_RIGHTS`) alongside an exec request.
 //!
@@ -101,6 +101,11 @@ pub enum Reply {
         reason: String,
     },
 }
+
+/// What the TCP gateway sends the server with each connection it authenticated (the
+/// connection is the one descriptor attached).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff;
 
 /// Sends one frame, with `fds` attached to its first bytes.
 pub fn send_frame<T: Serialize>(

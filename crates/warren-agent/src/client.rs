@@ -14,10 +14,10 @@ use warren_backend::{
     ExecOutcome, ExecRequest, OutputChunk, OutputSink, OutputStream, ResourceUsage,
 };
 
-use crate::control::{self, ExecSpec, Reply, Request};
+use crate::protocol::{self, ExecSpec, Reply, Request};
 
 /// How long a runtime may take to say it started a command.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The socket's name in a runtime's socket directory.
 pub const SOCKET_NAME: &str = "control.sock";
@@ -81,7 +81,7 @@ pub fn exec_spec(
     network: &warren_core::NetworkPolicy,
     runtime_env: &std::collections::BTreeMap<String, String>,
 ) -> ExecSpec {
-    let mut env = crate::config::base_environment();
+    let mut env = crate::environment::base_environment();
     if network.has_egress() {
         env.extend(proxy_environment());
     }
@@ -96,7 +96,7 @@ pub fn exec_spec(
 
 /// What tells programs inside a runtime with egress to use its proxy port.
 fn proxy_environment() -> Vec<(String, String)> {
-    let proxy = format!("http://127.0.0.1:{}", crate::config::PROXY_PORT);
+    let proxy = format!("http://127.0.0.1:{}", crate::environment::PROXY_PORT);
     let mut env = Vec::new();
     for name in [
         "HTTP_PROXY",
@@ -122,8 +122,8 @@ pub fn ping(dir: &Path) -> Option<(String, i64)> {
 pub fn ping_full(dir: &Path) -> Option<(String, i64, u64)> {
     let stream = connect(dir).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    control::send_frame(stream.as_fd(), &Request::Ping, &[]).ok()?;
-    match control::recv_frame::<Reply>(stream.as_fd()).ok()?? {
+    protocol::send_frame(stream.as_fd(), &Request::Ping, &[]).ok()?;
+    match protocol::recv_frame::<Reply>(stream.as_fd()).ok()?? {
         (
             Reply::Pong {
                 sandbox,
@@ -149,8 +149,8 @@ pub fn kill_all(dir: &Path) -> Result<u64, RunError> {
     // Each cgroup kill and the /proc sweep are bounded (10 s each); a runtime that says
     // nothing for longer than that is wedged.
     stream.set_read_timeout(Some(KILL_ALL_TIMEOUT))?;
-    control::send_frame(stream.as_fd(), &Request::KillAll, &[])?;
-    match control::recv_frame::<Reply>(stream.as_fd())? {
+    protocol::send_frame(stream.as_fd(), &Request::KillAll, &[])?;
+    match protocol::recv_frame::<Reply>(stream.as_fd())? {
         Some((Reply::KilledAll { processes }, _)) => Ok(processes),
         Some((other, _)) => {
             Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
@@ -197,12 +197,16 @@ pub fn process_birth(pid: i32) -> Option<String> {
 }
 
 /// Why a command could not be run: no runtime answering, or a failure while talking to it.
+/// The crate's one error type.
+#[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// No runtime is there any more: no socket, not a socket, or nobody listening (init or
     /// the agent died). The caller forgets it, so the next use starts a fresh one.
-    Gone(std::io::Error),
+    #[error("the runtime is gone")]
+    Gone(#[source] std::io::Error),
     /// Talking to the runtime failed.
-    Io(std::io::Error),
+    #[error("talking to the runtime failed")]
+    Io(#[source] std::io::Error),
 }
 
 impl From<std::io::Error> for RunError {
@@ -244,7 +248,7 @@ pub async fn run(
     // the async threads: a busy init must not stall the whole API.
     let stream = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
         stream.set_nonblocking(false)?;
-        control::send_frame(
+        protocol::send_frame(
             stream.as_fd(),
             &Request::Exec(spec),
             &[
@@ -303,23 +307,7 @@ pub async fn run(
             writer.abort();
             let _ = stop.send(true);
             let (_, _) = (out_task.await, err_task.await);
-            let reason = std::io::Error::from_raw_os_error(errno);
-            outcome.exit_code = Some(if stage == "exec" && errno == libc::EACCES {
-                126
-            } else {
-                127
-            });
-            outcome.stderr = match stage.as_str() {
-                "exec" => format!(
-                    "warren: cannot run {:?}: {reason}\n",
-                    request.argv.first().map_or("", String::as_str)
-                ),
-                "cwd" => format!("warren: cannot enter {}: {reason}\n", request.cwd),
-                other => format!("warren: command setup failed at {other}: {reason}\n"),
-            }
-            .into_bytes();
-            outcome.duration = started.elapsed();
-            return Ok(outcome);
+            return Ok(failed_outcome(&stage, errno, request, started));
         }
         other => return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
     }
@@ -389,6 +377,35 @@ pub async fn run(
     Ok(outcome)
 }
 
+/// What a command that could not be started answers: 126 when it is not executable, 127
+/// otherwise (as a shell does), and why on stderr.
+pub(crate) fn failed_outcome(
+    stage: &str,
+    errno: i32,
+    request: &ExecRequest,
+    started: Instant,
+) -> ExecOutcome {
+    let reason = std::io::Error::from_raw_os_error(errno);
+    ExecOutcome {
+        exit_code: Some(if stage == "exec" && errno == libc::EACCES {
+            126
+        } else {
+            127
+        }),
+        stderr: match stage {
+            "exec" => format!(
+                "warren: cannot run {:?}: {reason}\n",
+                request.argv.first().map_or("", String::as_str)
+            ),
+            "cwd" => format!("warren: cannot enter {}: {reason}\n", request.cwd),
+            other => format!("warren: command setup failed at {other}: {reason}\n"),
+        }
+        .into_bytes(),
+        duration: started.elapsed(),
+        ..ExecOutcome::default()
+    }
+}
+
 /// Most bytes taken from a pipe once `stop` is signalled: the most a pipe can hold
 /// (`/proc/sys/fs/pipe-max-size`'s default), so a background process that keeps writing
 /// cannot hold the answer.
@@ -451,17 +468,17 @@ async fn collect(
 }
 
 /// One stream's output as it is collected.
-struct Collected {
-    kept: Vec<u8>,
-    truncated: bool,
-    cap: usize,
-    stream: OutputStream,
-    sink: Option<OutputSink>,
+pub(crate) struct Collected {
+    pub(crate) kept: Vec<u8>,
+    pub(crate) truncated: bool,
+    pub(crate) cap: usize,
+    pub(crate) stream: OutputStream,
+    pub(crate) sink: Option<OutputSink>,
 }
 
 impl Collected {
     /// Keeps `bytes` under the cap and streams them; false once the sink is gone.
-    async fn take(&mut self, bytes: &[u8]) -> bool {
+    pub(crate) async fn take(&mut self, bytes: &[u8]) -> bool {
         let room = self.cap.saturating_sub(self.kept.len());
         if bytes.len() > room {
             self.truncated = true;
@@ -484,7 +501,7 @@ async fn read_reply(control: &mut tokio::net::UnixStream) -> std::io::Result<Rep
     let mut header = [0u8; 4];
     control.read_exact(&mut header).await?;
     let len = u32::from_le_bytes(header) as usize;
-    if len > control::MAX_FRAME {
+    if len > protocol::MAX_FRAME {
         return Err(std::io::Error::other("oversized reply"));
     }
     let mut body = vec![0u8; len];

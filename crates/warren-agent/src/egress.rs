@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use warren_core::{embedded_ipv4, NetworkPolicy};
 
-use crate::control::{self, Reply, Request};
+use crate::protocol::{self, Reply, Request};
 
 /// Most proxy connections one runtime may hold open at once.
 const CONNECTIONS_PER_RUNTIME: usize = 128;
@@ -46,7 +46,7 @@ pub fn spawn_egress(
     runtime: tokio::runtime::Handle,
 ) -> std::io::Result<()> {
     let stream = crate::client::connect(&socket_dir)?;
-    control::send_frame(stream.as_fd(), &Request::Egress, &[])?;
+    protocol::send_frame(stream.as_fd(), &Request::Egress, &[])?;
     // One sandbox cannot take the provisioner's descriptors: its open proxy connections
     // are capped, and so are all sandboxes' together.
     let mine = Arc::new(Semaphore::new(CONNECTIONS_PER_RUNTIME));
@@ -55,7 +55,7 @@ pub fn spawn_egress(
         .spawn(move || {
             // Ends when init dies (EOF) or the runtime is destroyed.
             while let Ok(Some((Reply::Connection, fds))) =
-                control::recv_frame::<Reply>(stream.as_fd())
+                protocol::recv_frame::<Reply>(stream.as_fd())
             {
                 for fd in fds {
                     let permits = (

@@ -18,7 +18,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use libc::c_long;
-use warren_isolation::seccomp::SeccompProgram;
+use warren_agent::seccomp::SeccompProgram;
 
 /// Helpers every script starts with.
 const PRELUDE: &str = r#"

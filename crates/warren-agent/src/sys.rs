@@ -11,7 +11,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Which side of a `fork` the caller is on.
-pub(crate) enum Forked {
+pub enum Forked {
     /// The parent; the child's pid (in the caller's pid namespace).
     Parent(i32),
     /// The child.
@@ -21,7 +21,7 @@ pub(crate) enum Forked {
 /// `fork(2)`.
 ///
 /// Callers must be single-threaded: only the init and launcher processes call it.
-pub(crate) fn fork_single_threaded() -> io::Result<Forked> {
+pub fn fork_single_threaded() -> io::Result<Forked> {
     // SAFETY: the callers (the runtime launcher and init) are single-threaded processes, so
     // the child is a complete copy with no lock held by a vanished thread; the child may
     // allocate and use std freely.
@@ -35,7 +35,7 @@ pub(crate) fn fork_single_threaded() -> io::Result<Forked> {
 /// `clone3(CLONE_INTO_CGROUP)`: like [`fork_single_threaded`], but the child starts life in
 /// the cgroup v2 directory `cgroup`, with no migration (which takes a global lock and an
 /// RCU grace period, milliseconds per command).
-pub(crate) fn fork_into_cgroup(cgroup: BorrowedFd<'_>) -> io::Result<Forked> {
+pub fn fork_into_cgroup(cgroup: BorrowedFd<'_>) -> io::Result<Forked> {
     #[repr(C)]
     #[derive(Default)]
     struct CloneArgs {
@@ -76,7 +76,7 @@ pub(crate) fn fork_into_cgroup(cgroup: BorrowedFd<'_>) -> io::Result<Forked> {
 }
 
 /// `unshare(2)` of the given `CLONE_*` flags.
-pub(crate) fn unshare(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
+pub fn unshare(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
     // SAFETY: rustix marks unshare unsafe because unsharing file descriptors or the
     // filesystem context under other threads' feet is unsound. The launcher is
     // single-threaded, and the flags used are namespaces only.
@@ -85,7 +85,7 @@ pub(crate) fn unshare(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
 
 /// How a waited-for process ended, with its resource use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reaped {
+pub struct Reaped {
     /// The pid reaped.
     pub pid: i32,
     /// Exit status when it exited.
@@ -101,7 +101,7 @@ pub(crate) struct Reaped {
 }
 
 /// `wait4(pid, WNOHANG)`: `Ok(None)` when nothing (more) is ready to reap.
-pub(crate) fn wait4_nohang(pid: i32) -> io::Result<Option<Reaped>> {
+pub fn wait4_nohang(pid: i32) -> io::Result<Option<Reaped>> {
     let mut status = 0;
     // SAFETY: rusage is plain old data, fully written by the kernel on success.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -129,7 +129,7 @@ pub(crate) fn wait4_nohang(pid: i32) -> io::Result<Option<Reaped>> {
 }
 
 /// Blocks SIGCHLD for the process and returns a signalfd that reports it.
-pub(crate) fn sigchld_fd() -> io::Result<OwnedFd> {
+pub fn sigchld_fd() -> io::Result<OwnedFd> {
     // SAFETY: sigset_t is plain old data; sigemptyset/sigaddset initialise it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset_t; the calls only write to it and the signal mask.
@@ -149,13 +149,13 @@ pub(crate) fn sigchld_fd() -> io::Result<OwnedFd> {
 }
 
 /// Drains a signalfd (its readiness only says "something happened").
-pub(crate) fn drain_signalfd(fd: BorrowedFd<'_>) {
+pub fn drain_signalfd(fd: BorrowedFd<'_>) {
     let mut buffer = [0u8; 128 * 8];
     while rustix::io::read(fd, &mut buffer).is_ok_and(|n| n > 0) {}
 }
 
 /// Unblocks every signal and restores default dispositions, in a forked child before exec.
-pub(crate) fn reset_signals() {
+pub fn reset_signals() {
     // SAFETY: sigset_t is plain old data; the calls change only this process' signal state,
     // which is what a child about to exec wants.
     unsafe {
@@ -175,7 +175,7 @@ pub(crate) fn reset_signals() {
 }
 
 /// Brings the loopback interface of the current network namespace up.
-pub(crate) fn loopback_up() -> io::Result<()> {
+pub fn loopback_up() -> io::Result<()> {
     let socket = rustix::net::socket(
         rustix::net::AddressFamily::INET,
         rustix::net::SocketType::DGRAM,
@@ -204,7 +204,7 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 
 /// Marks every descriptor from `first` up close-on-exec, so a later `execve` leaves the
 /// command only stdin, stdout and stderr.
-pub(crate) fn cloexec_from(first: u32) -> io::Result<()> {
+pub fn cloexec_from(first: u32) -> io::Result<()> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC closes nothing; it only sets a flag on
     // descriptors this process owns.
@@ -223,7 +223,7 @@ pub(crate) fn cloexec_from(first: u32) -> io::Result<()> {
 }
 
 /// `execve(2)`; returns only on failure.
-pub(crate) fn execve(
+pub fn execve(
     path: &CStr,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
@@ -238,14 +238,14 @@ pub(crate) fn execve(
 
 /// Ends the current (forked) process at once, without running destructors or atexit
 /// handlers that belong to the parent's state.
-pub(crate) fn exit_immediately(code: i32) -> ! {
+pub fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit is always safe to call; it never returns.
     unsafe { libc::_exit(code) }
 }
 
 /// Ends the current (forked) process by `signal`, as the process it supervised ended, so
 /// its parent's `wait4` reports that signal. No core is dumped.
-pub(crate) fn die_by_signal(signal: i32) -> ! {
+pub fn die_by_signal(signal: i32) -> ! {
     let no_core = rustix::process::Rlimit {
         current: Some(0),
         maximum: Some(0),
@@ -266,7 +266,7 @@ pub(crate) fn die_by_signal(signal: i32) -> ! {
 
 /// Drops every capability from the bounding set, so nothing the command execs can regain
 /// one (file capabilities included).
-pub(crate) fn drop_bounding_set() -> io::Result<()> {
+pub fn drop_bounding_set() -> io::Result<()> {
     for capability in 0..64 {
         // SAFETY: PR_CAPBSET_DROP takes an integer and changes only this process' bounding
         // set; EINVAL marks the first capability number the kernel does not know.

@@ -1,0 +1,185 @@
+//! The agent: the in-runtime server ([`crate::server`]) as PID 1 of a container or a pod,
+//! where the runtime was built by someone else (dockerd, the kubelet).
+//!
+//! Docker or Kubernetes builds the runtime (namespaces, root filesystem, mounts, cgroup
+//! limits, dropped capabilities, its seccomp profile); the agent is started as the
+//! sandbox user and serves the control protocol: on a Unix socket in a directory shared
+//! with the provisioner (Docker), or on TCP through its gateway ([`crate::gateway`]) where
+//! no directory is shared (a pod). A `docker exec` costs tens of milliseconds; a command
+//! through the agent costs a fork.
+//!
+//! ```text
+//! dockerd/kubelet ──▶ PID 1: warren-agent (1000:1000, no capabilities)
+//!                       ├─fork─▶ gateway (TCP only: threads, the network side)
+//!                       └─fork─▶ supervisor (subreaper) ─fork─▶ command (+ warren's seccomp)
+//! ```
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::server::{Credentials, Server, ServerConfig};
+use crate::sys::{self, Forked};
+use crate::wire::{AgentKey, AGENT_KEY_ENV};
+
+/// The argument `warren` recognises to become a container's agent.
+pub const CONTAINER_AGENT_ARG: &str = "__container-agent";
+
+/// What the agent is told on its command line (nothing secret: the sandbox's own id; the
+/// key of a TCP agent comes in its environment).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentConfig {
+    /// The sandbox id, answered to `Ping`.
+    pub sandbox: String,
+    /// The generation, answered to `Ping`.
+    pub generation: i64,
+    /// Open files per command.
+    pub nofile: u64,
+    /// Serve the egress proxy port on the container's loopback.
+    pub egress: bool,
+    /// The directory (shared with the provisioner) to bind the control socket in (Docker).
+    #[serde(default)]
+    pub socket_dir: Option<PathBuf>,
+    /// The address to serve TCP on (a pod), authenticated with the key in
+    /// [`AGENT_KEY_ENV`].
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The layout's home (a tmpfs of the container's), kept open at
+    /// [`crate::environment::HOME_FD`] for snapshots.
+    #[serde(default = "default_home")]
+    pub home: PathBuf,
+}
+
+/// Containers started before layouts existed keep their home where every layout has it.
+fn default_home() -> PathBuf {
+    PathBuf::from(crate::environment::sandbox_user().1)
+}
+
+/// Entry point of `warren __container-agent <config>`. Never returns.
+pub fn container_agent_main(config: &str) -> ! {
+    let result = serde_json::from_str::<AgentConfig>(config)
+        .map_err(|e| format!("parse the agent config: {e}"))
+        .and_then(agent);
+    // Only a failure gets here; Docker and the kubelet keep it in the runtime's log.
+    let Err(error) = result;
+    eprintln!("warren-agent: {error}");
+    sys::exit_immediately(1)
+}
+
+fn agent(config: AgentConfig) -> Result<std::convert::Infallible, String> {
+    // Nothing of the sandbox user's may read the agent's memory, its environment (the
+    // key) or trace it: it is the same uid, so only this keeps ptrace, /proc/1/mem and
+    // /proc/1/environ away. Forked children (the gateway, supervisors) inherit it; a
+    // command's exec replaces the memory that held the key.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("become non-dumpable: {e}"))?;
+    let key = take_key()?;
+    // The home, resolved here in the runtime, kept where the provisioner finds it.
+    let home = rustix::fs::open(
+        &config.home,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| format!("open {}: {e}", config.home.display()))?;
+    let kept = rustix::io::fcntl_dupfd_cloexec(&home, crate::environment::HOME_FD)
+        .map_err(|e| format!("keep /home/gem open: {e}"))?;
+    if std::os::fd::AsRawFd::as_raw_fd(&kept) != crate::environment::HOME_FD {
+        return Err("descriptor 201 is taken; cannot keep /home/gem open".into());
+    }
+    drop(home);
+    // Held for the agent's whole life (the server never returns).
+    std::mem::forget(kept);
+    let proxy = if config.egress {
+        Some(
+            std::net::TcpListener::bind((
+                std::net::Ipv4Addr::LOCALHOST,
+                crate::environment::PROXY_PORT,
+            ))
+            .map_err(|e| format!("bind the proxy port: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let mut server = ServerConfig {
+        sandbox: config.sandbox,
+        generation: config.generation,
+        nofile: config.nofile,
+        credentials: Credentials::AlreadySandboxUser,
+        listener: None,
+        gateway: None,
+        proxy,
+        groups: None,
+        keep: Vec::new(),
+    };
+    match (&config.socket_dir, config.listen, key) {
+        (Some(dir), None, None) => {
+            let socket_path = dir.join(crate::client::SOCKET_NAME);
+            let _ = std::fs::remove_file(&socket_path);
+            let listener = UnixListener::bind(&socket_path)
+                .map_err(|e| format!("bind the control socket: {e}"))?;
+            std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("restrict the control socket: {e}"))?;
+            server.listener = Some(listener);
+        }
+        (None, Some(address), Some(key)) => {
+            let listener = std::net::TcpListener::bind(address)
+                .map_err(|e| format!("listen on {address}: {e}"))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| format!("read the bound address: {e}"))?;
+            let (channel, gateway_end) = rustix::net::socketpair(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::STREAM,
+                rustix::net::SocketFlags::CLOEXEC,
+                None,
+            )
+            .map_err(|e| format!("make the gateway's channel: {e}"))?;
+            // Forked while single-threaded; the gateway may start threads, the server
+            // never does.
+            match sys::fork_single_threaded().map_err(|e| format!("fork the gateway: {e}"))? {
+                Forked::Child => {
+                    drop(channel);
+                    crate::gateway::serve(listener, key, gateway_end)
+                }
+                Forked::Parent(pid) => {
+                    drop((listener, gateway_end, key));
+                    server.gateway = Some(channel);
+                    server.keep.push(pid);
+                }
+            }
+            // What a kubelet's log shows, and how a test learns an ephemeral port.
+            println!("{}", serde_json::json!({ "listening": bound.to_string() }));
+        }
+        (Some(_), Some(_), _) => return Err("socket_dir and listen are exclusive".into()),
+        (None, None, _) => return Err("neither socket_dir nor listen is set".into()),
+        (Some(_), None, Some(_)) => {
+            return Err(format!(
+                "{AGENT_KEY_ENV} is set, but the agent serves a Unix socket"
+            ))
+        }
+        (None, Some(_), None) => {
+            return Err(format!(
+                "listening on TCP needs the agent key in {AGENT_KEY_ENV}"
+            ))
+        }
+    }
+    let server = Server::new(server).map_err(|e| e.to_string())?;
+    server.serve()
+}
+
+/// Takes the agent key from the environment and removes it there, so nothing started
+/// later inherits it (commands get an environment of warren's making anyway).
+fn take_key() -> Result<Option<AgentKey>, String> {
+    let Some(value) = std::env::var_os(AGENT_KEY_ENV) else {
+        return Ok(None);
+    };
+    // Single-threaded here: nothing else reads the environment meanwhile.
+    std::env::remove_var(AGENT_KEY_ENV);
+    let key = value
+        .to_str()
+        .and_then(AgentKey::from_hex)
+        .ok_or_else(|| format!("{AGENT_KEY_ENV} is not 64 hex digits"))?;
+    Ok(Some(key))
+}

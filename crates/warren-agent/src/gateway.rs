@@ -1,0 +1,336 @@
+//! The agent's TCP gateway: the process in a pod that warren reaches over the network.
+//!
+//! The server ([`crate::server`]) never starts a thread (it forks commands), so the network
+//! side lives in a process of its own, forked from the agent before anything else runs:
+//!
+//! ```text
+//! warren ══TCP (authenticated, sealed: wire)══▶ gateway ──socketpair──▶ server ─fork▶ command
+//!                                               │  pipes: stdin, stdout, stderr ▲
+//!                                               └───────────────────────────────┘
+//! ```
+//!
+//! For each connection the gateway runs the handshake ([`crate::wire::accept`]), then
+//! makes a socketpair, hands one end to the server over their channel (the server treats
+//! it exactly like a connection to its Unix socket) and speaks the Unix protocol on the
+//! other: an exec gets three pipes it relays to and from sealed frames. When warren's
+//! connection ends, the gateway closes the server's end, and the server kills the
+//! command's tree (I24), as on a Unix socket.
+//!
+//! Bounds: at most [`MAX_CONNECTIONS`] connections at once, and an unauthenticated one
+//! gets [`HANDSHAKE_TIMEOUT`] to prove itself.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::protocol::{self, Handoff, Reply, Request};
+use crate::wire::{self, AgentKey, Kind, Opener, Sealer};
+
+/// Most connections served at once; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a new connection may take to authenticate.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long output is still relayed after the command exited, for pipes held open by
+/// background processes it started (those keep running, I6); the Unix client's grace.
+const OUTPUT_GRACE: Duration = Duration::from_millis(150);
+/// How long `KillAll` may take (the server bounds each of its steps).
+const KILL_ALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Serves `listener` until the channel to the server fails; never returns.
+pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
+    let channel = Arc::new(Mutex::new(channel));
+    let open = Arc::new(AtomicUsize::new(0));
+    let key = Arc::new(key);
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(_) => continue,
+        };
+        if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let (channel, open, key) = (channel.clone(), open.clone(), key.clone());
+        let spawned = std::thread::Builder::new()
+            .name("agent-connection".into())
+            .spawn(move || {
+                if let Err(error) = connection(stream, &key, &channel) {
+                    if error.kind() == io::ErrorKind::BrokenPipe && channel_gone(&channel) {
+                        eprintln!("warren-agent: the server is gone");
+                        crate::sys::exit_immediately(1);
+                    }
+                }
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            // The thread (and its stream) is gone with the error.
+        }
+    }
+}
+
+/// Whether the server's end of the channel is closed.
+fn channel_gone(channel: &Mutex<OwnedFd>) -> bool {
+    let channel = channel.lock().unwrap_or_else(|e| e.into_inner());
+    let mut fds = [rustix::event::PollFd::new(
+        &*channel,
+        rustix::event::PollFlags::empty(),
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&zero)).is_ok_and(|_| {
+        fds[0]
+            .revents()
+            .intersects(rustix::event::PollFlags::HUP | rustix::event::PollFlags::ERR)
+    })
+}
+
+/// One connection: authenticate, read the request, relay it.
+fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let (mut sealer, mut opener) = wire::accept(&mut stream, key)?;
+    // The request follows the handshake at once; then the connection may idle as long as
+    // its command runs.
+    let Some((kind, payload)) = wire::read_frame(&mut stream, &mut opener)? else {
+        return Ok(());
+    };
+    stream.set_read_timeout(None)?;
+    stream.set_write_timeout(None)?;
+    if kind != Kind::Request {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "expected a request",
+        ));
+    }
+    let request: Request = serde_json::from_slice(&payload)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    match request {
+        Request::Ping | Request::KillAll => {
+            let server = hand_over(channel)?;
+            let timeout = if request == Request::KillAll {
+                KILL_ALL_TIMEOUT
+            } else {
+                HANDSHAKE_TIMEOUT
+            };
+            rustix::net::sockopt::set_socket_timeout(
+                &server,
+                rustix::net::sockopt::Timeout::Recv,
+                Some(timeout),
+            )?;
+            protocol::send_frame(server.as_fd(), &request, &[])?;
+            let reply = match protocol::recv_frame::<Reply>(server.as_fd())? {
+                Some((reply, _)) => reply,
+                None => return Err(io::ErrorKind::UnexpectedEof.into()),
+            };
+            send_reply(&mut stream, &mut sealer, &reply)
+        }
+        Request::Exec(spec) => exec(stream, sealer, opener, channel, spec),
+        Request::Kill | Request::Egress => send_reply(
+            &mut stream,
+            &mut sealer,
+            &Reply::Refused {
+                reason: "not served over TCP: a pod's egress goes to warren's proxy, and kill \
+                         is only valid on an exec connection"
+                    .into(),
+            },
+        ),
+    }
+}
+
+/// A new connection to the server: one end of a socketpair, the other handed over.
+fn hand_over(channel: &Mutex<OwnedFd>) -> io::Result<OwnedFd> {
+    let (ours, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let channel = channel.lock().unwrap_or_else(|e| e.into_inner());
+    protocol::send_frame(channel.as_fd(), &Handoff, &[theirs.as_fd()])?;
+    Ok(ours)
+}
+
+fn send_reply(stream: &mut TcpStream, sealer: &mut Sealer, reply: &Reply) -> io::Result<()> {
+    let body = serde_json::to_vec(reply).map_err(io::Error::other)?;
+    stream.write_all(&sealer.seal(Kind::Reply, &body)?)
+}
+
+/// What sends frames to warren, shared by the threads of one exec.
+type Outbound = Arc<Mutex<(TcpStream, Sealer)>>;
+
+fn send(outbound: &Outbound, kind: Kind, payload: &[u8]) -> io::Result<()> {
+    let mut guard = outbound.lock().unwrap_or_else(|e| e.into_inner());
+    let (stream, sealer) = &mut *guard;
+    let frame = sealer.seal(kind, payload)?;
+    stream.write_all(&frame)
+}
+
+/// Relays one command: its stdio between pipes and frames, `Kill` from warren to the
+/// server, the server's replies back, and warren's departure as the connection's close.
+fn exec(
+    stream: TcpStream,
+    sealer: Sealer,
+    mut opener: Opener,
+    channel: &Mutex<OwnedFd>,
+    spec: protocol::ExecSpec,
+) -> io::Result<()> {
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let server = Arc::new(hand_over(channel)?);
+    protocol::send_frame(
+        server.as_fd(),
+        &Request::Exec(spec),
+        &[
+            stdin_read.as_fd(),
+            stdout_write.as_fd(),
+            stderr_write.as_fd(),
+        ],
+    )?;
+    drop((stdin_read, stdout_write, stderr_write));
+    let mut reader = stream.try_clone()?;
+    let outbound: Outbound = Arc::new(Mutex::new((stream, sealer)));
+
+    let first = match protocol::recv_frame::<Reply>(server.as_fd())? {
+        Some((reply, _)) => reply,
+        None => return Err(io::ErrorKind::UnexpectedEof.into()),
+    };
+    let started = matches!(first, Reply::Started { .. });
+    send(
+        &outbound,
+        Kind::Reply,
+        &serde_json::to_vec(&first).map_err(io::Error::other)?,
+    )?;
+    if !started {
+        return Ok(());
+    }
+
+    // stdin: frames go into a queue its own thread writes to the pipe, so a command that
+    // never reads its stdin cannot keep warren's `Kill` from being read.
+    let (stdin_queue, stdin_items) = std::sync::mpsc::channel::<Vec<u8>>();
+    let stdin_writer = std::thread::spawn(move || {
+        let mut pipe = std::fs::File::from(stdin_write);
+        for bytes in stdin_items {
+            if pipe.write_all(&bytes).is_err() {
+                break;
+            }
+        }
+    });
+    let inbound_server = server.clone();
+    let inbound = std::thread::spawn(move || {
+        let mut stdin_queue = Some(stdin_queue);
+        loop {
+            match wire::read_frame(&mut reader, &mut opener) {
+                Ok(Some((Kind::Stdin, bytes))) => {
+                    if let Some(queue) = &stdin_queue {
+                        let _ = queue.send(bytes);
+                    }
+                }
+                Ok(Some((Kind::StdinEnd, _))) => stdin_queue = None,
+                Ok(Some((Kind::Request, body)))
+                    if serde_json::from_slice::<Request>(&body).ok() == Some(Request::Kill) =>
+                {
+                    let _ = protocol::send_frame(inbound_server.as_fd(), &Request::Kill, &[]);
+                }
+                // Warren went away, or sent what it must not: the command's tree is
+                // killed, as when a Unix connection closes (I24).
+                _ => {
+                    let _ = rustix::net::shutdown(&*inbound_server, rustix::net::Shutdown::Both);
+                    return;
+                }
+            }
+        }
+    });
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let relays = [(stdout_read, Kind::Stdout), (stderr_read, Kind::Stderr)].map(|(fd, kind)| {
+        let (outbound, stop) = (outbound.clone(), stop.clone());
+        std::thread::spawn(move || relay_output(fd, kind, &outbound, &stop))
+    });
+
+    let exited = loop {
+        match protocol::recv_frame::<Reply>(server.as_fd()) {
+            Ok(Some((reply @ Reply::Exited { .. }, _))) => break Some(reply),
+            Ok(Some(_)) => {}
+            // Killed because warren left: nobody to tell.
+            Ok(None) | Err(_) => break None,
+        }
+    };
+    // Output written before the exit is relayed whole; pipes a background process keeps
+    // open are given up after the grace.
+    let grace_end = Instant::now() + OUTPUT_GRACE;
+    while relays.iter().any(|relay| !relay.is_finished()) && Instant::now() < grace_end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for relay in relays {
+        let _ = relay.join();
+    }
+    if let Some(exited) = exited {
+        send(
+            &outbound,
+            Kind::Reply,
+            &serde_json::to_vec(&exited).map_err(io::Error::other)?,
+        )?;
+    }
+    // Ends the inbound thread's read, and the stdin writer with it.
+    let guard = outbound.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = guard.0.shutdown(std::net::Shutdown::Both);
+    drop(guard);
+    let _ = inbound.join();
+    let _ = stdin_writer.join();
+    Ok(())
+}
+
+/// Most bytes taken from a pipe once `stop` is set: the most a pipe holds by default.
+const DRAIN_LIMIT: usize = 1 << 20;
+
+/// Relays one output pipe to warren until it ends, or until `stop` (then what is already
+/// in the pipe, up to [`DRAIN_LIMIT`], still goes).
+fn relay_output(
+    fd: OwnedFd,
+    kind: Kind,
+    outbound: &Outbound,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let _ = rustix::io::ioctl_fionbio(&fd, true);
+    let mut pipe = std::fs::File::from(fd);
+    let mut buffer = vec![0u8; wire::DATA_CHUNK];
+    let mut drained = 0;
+    loop {
+        match pipe.read(&mut buffer) {
+            Ok(0) => return,
+            Ok(n) => {
+                if stop.load(Ordering::SeqCst) {
+                    drained += n;
+                }
+                if send(outbound, kind, &buffer[..n]).is_err() || drained >= DRAIN_LIMIT {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let mut fds = [rustix::event::PollFd::new(
+                    &pipe,
+                    rustix::event::PollFlags::IN,
+                )];
+                let tick = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 10_000_000,
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&tick));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The provisioner's side of an agent reached over TCP (a pod): the same operations as
+//! [`crate::client`] on a Unix socket (who are you, kill everything, run one command with
+//! its output streamed and capped and its tree killed on timeout or when the client goes
+//! away), over the authenticated, sealed transport of [`crate::wire`].
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use warren_backend::{ExecOutcome, ExecRequest, OutputSink, OutputStream, ResourceUsage};
+
+use crate::client::{Collected, RunError, START_TIMEOUT};
+use crate::protocol::{ExecSpec, Reply, Request};
+use crate::wire::{self, AgentKey, Kind, Opener, Sealer};
+
+/// How long connecting and the handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `KillAll` may take (the server bounds each of its steps).
+const KILL_ALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One runtime's agent on the network.
+#[derive(Debug, Clone)]
+pub struct RemoteAgent {
+    /// Where its gateway listens.
+    pub address: SocketAddr,
+    /// Its key.
+    pub key: AgentKey,
+}
+
+/// An authenticated connection.
+struct Session {
+    reader: OwnedReadHalf,
+    writer: OwnedWriteHalf,
+    sealer: Sealer,
+    opener: Opener,
+}
+
+impl Session {
+    async fn send(&mut self, kind: Kind, payload: &[u8]) -> std::io::Result<()> {
+        let frame = self.sealer.seal(kind, payload)?;
+        self.writer.write_all(&frame).await
+    }
+
+    async fn request(&mut self, request: &Request) -> std::io::Result<()> {
+        let body = serde_json::to_vec(request).map_err(std::io::Error::other)?;
+        self.send(Kind::Request, &body).await
+    }
+
+    async fn reply(&mut self) -> std::io::Result<Reply> {
+        match wire::read_frame_async(&mut self.reader, &mut self.opener).await? {
+            Some((Kind::Reply, body)) => {
+                serde_json::from_slice(&body).map_err(std::io::Error::other)
+            }
+            Some((kind, _)) => Err(std::io::Error::other(format!(
+                "expected a reply, got {kind:?}"
+            ))),
+            None => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+}
+
+impl RemoteAgent {
+    async fn connect(&self) -> Result<Session, RunError> {
+        let connecting = async {
+            let mut stream = TcpStream::connect(self.address).await.map_err(|error| {
+                match error.kind() {
+                    // Nothing listens (the agent died) or nothing is there (the pod is gone).
+                    std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable => RunError::Gone(error),
+                    _ => RunError::Io(error),
+                }
+            })?;
+            stream.set_nodelay(true).map_err(RunError::Io)?;
+            let (sealer, opener) = wire::connect(&mut stream, &self.key)
+                .await
+                .map_err(RunError::Io)?;
+            let (reader, writer) = stream.into_split();
+            Ok(Session {
+                reader,
+                writer,
+                sealer,
+                opener,
+            })
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+            .await
+            .map_err(|_| {
+                RunError::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the agent at {} did not answer", self.address),
+                ))
+            })?
+    }
+
+    /// Who the runtime is and how many processes it runs besides its own; None when
+    /// nothing (or not this sandbox's agent) answers.
+    pub async fn ping(&self) -> Option<(String, i64, u64)> {
+        let asking = async {
+            let mut session = self.connect().await.ok()?;
+            session.request(&Request::Ping).await.ok()?;
+            match session.reply().await.ok()? {
+                Reply::Pong {
+                    sandbox,
+                    generation,
+                    processes,
+                } => Some((sandbox, generation, processes)),
+                _ => None,
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, asking)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Kills every process of the runtime but its own machinery; how many were killed.
+    pub async fn kill_all(&self) -> Result<u64, RunError> {
+        let mut session = self.connect().await?;
+        session.request(&Request::KillAll).await?;
+        let reply = tokio::time::timeout(KILL_ALL_TIMEOUT, session.reply())
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "kill-all"))??;
+        match reply {
+            Reply::KilledAll { processes } => Ok(processes),
+            other => Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
+        }
+    }
+
+    /// Runs one command: stdin goes over as frames, output comes back capped (and to
+    /// `sink` as it arrives), and the command's tree is killed when `request.timeout`
+    /// passes or the sink closes (I24), as [`crate::client::run`] does on a Unix socket.
+    pub async fn run(
+        &self,
+        spec: ExecSpec,
+        request: &ExecRequest,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecOutcome, RunError> {
+        let started = Instant::now();
+        let Session {
+            mut reader,
+            writer,
+            sealer,
+            mut opener,
+        } = self.connect().await?;
+        // Everything to send goes first: the gateway takes stdin off the connection into
+        // a queue of its own, so this never waits on a command that does not read it. All
+        // of it lives in this future: dropping it closes the connection, and the agent
+        // kills the command's tree (I24).
+        let mut outbound = Outbound { writer, sealer };
+        let exec = serde_json::to_vec(&Request::Exec(spec)).map_err(std::io::Error::other)?;
+        outbound.send(Kind::Request, &exec).await?;
+        for piece in request.stdin.chunks(wire::DATA_CHUNK) {
+            outbound.send(Kind::Stdin, piece).await?;
+        }
+        outbound.send(Kind::StdinEnd, &[]).await?;
+        self.follow(
+            &mut reader,
+            &mut opener,
+            &mut outbound,
+            started,
+            request,
+            sink,
+        )
+        .await
+    }
+
+    /// Reads one exec's frames to its `Exited`.
+    async fn follow(
+        &self,
+        reader: &mut OwnedReadHalf,
+        opener: &mut Opener,
+        outbound: &mut Outbound,
+        started: Instant,
+        request: &ExecRequest,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecOutcome, RunError> {
+        let new_output = |stream| Collected {
+            kept: Vec::new(),
+            truncated: false,
+            cap: request.output_cap,
+            stream,
+            sink: sink.clone(),
+        };
+        let (mut stdout, mut stderr) = (
+            new_output(OutputStream::Stdout),
+            new_output(OutputStream::Stderr),
+        );
+        let mut outcome = ExecOutcome::default();
+        let first = tokio::time::timeout(START_TIMEOUT, read(reader, opener))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the runtime did not start the command",
+                )
+            })??;
+        match first {
+            Frame::Reply(Reply::Started { .. }) => {}
+            Frame::Reply(Reply::Failed { stage, errno }) => {
+                return Ok(crate::client::failed_outcome(
+                    &stage, errno, request, started,
+                ));
+            }
+            other => {
+                return Err(std::io::Error::other(format!("unexpected frame {other:?}")).into())
+            }
+        }
+        let deadline = tokio::time::sleep(request.timeout);
+        tokio::pin!(deadline);
+        let sink_closed = async {
+            match &sink {
+                Some(sink) => sink.closed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(sink_closed);
+        let mut killed = false;
+        let mut listening = true;
+        let exited = loop {
+            tokio::select! {
+                frame = read(reader, opener) => match frame? {
+                    Frame::Output(OutputStream::Stdout, bytes) => {
+                        listening &= stdout.take(&bytes).await;
+                    }
+                    Frame::Output(_, bytes) => {
+                        listening &= stderr.take(&bytes).await;
+                    }
+                    Frame::Reply(reply @ Reply::Exited { .. }) => break reply,
+                    Frame::Reply(other) => {
+                        return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
+                    }
+                },
+                () = &mut deadline, if !killed => {
+                    outcome.timed_out = true;
+                    killed = true;
+                    outbound.kill().await?;
+                }
+                () = &mut sink_closed, if !killed && listening => {
+                    // The client went away mid-stream: nothing may keep running for nobody.
+                    killed = true;
+                    outbound.kill().await?;
+                }
+            }
+        };
+        let Reply::Exited {
+            exit_code,
+            signal,
+            user_us,
+            system_us,
+            max_rss_kib,
+        } = exited
+        else {
+            unreachable!("matched above");
+        };
+        outcome.exit_code = exit_code;
+        outcome.signal = signal;
+        outcome.usage = ResourceUsage {
+            cpu_user_ms: Some(user_us / 1000),
+            cpu_system_ms: Some(system_us / 1000),
+            peak_memory_bytes: Some(max_rss_kib * 1024),
+        };
+        outcome.truncated = stdout.truncated || stderr.truncated;
+        outcome.stdout = stdout.kept;
+        outcome.stderr = stderr.kept;
+        outcome.duration = started.elapsed();
+        Ok(outcome)
+    }
+}
+
+/// The writing half of an exec's connection.
+struct Outbound {
+    writer: OwnedWriteHalf,
+    sealer: Sealer,
+}
+
+impl Outbound {
+    async fn send(&mut self, kind: Kind, payload: &[u8]) -> std::io::Result<()> {
+        let frame = self.sealer.seal(kind, payload)?;
+        self.writer.write_all(&frame).await
+    }
+
+    async fn kill(&mut self) -> std::io::Result<()> {
+        let body = serde_json::to_vec(&Request::Kill).map_err(std::io::Error::other)?;
+        self.send(Kind::Request, &body).await
+    }
+}
+
+/// One frame of an exec, as read.
+#[derive(Debug)]
+enum Frame {
+    Reply(Reply),
+    Output(OutputStream, Vec<u8>),
+}
+
+async fn read(reader: &mut OwnedReadHalf, opener: &mut Opener) -> std::io::Result<Frame> {
+    match wire::read_frame_async(reader, opener).await? {
+        Some((Kind::Reply, body)) => serde_json::from_slice(&body)
+            .map(Frame::Reply)
+            .map_err(std::io::Error::other),
+        Some((Kind::Stdout, bytes)) => Ok(Frame::Output(OutputStream::Stdout, bytes)),
+        Some((Kind::Stderr, bytes)) => Ok(Frame::Output(OutputStream::Stderr, bytes)),
+        Some((kind, _)) => Err(std::io::Error::other(format!(
+            "unexpected {kind:?} from the agent"
+        ))),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the agent closed the connection before the command ended",
+        )),
+    }
+}

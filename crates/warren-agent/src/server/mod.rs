@@ -1,0 +1,638 @@
+//! The in-runtime server: the one process that runs a runtime's commands and answers the
+//! control protocol ([`crate::protocol`]), whichever backend built the runtime.
+//!
+//! In the local runtime it is init (PID 1 of the runtime's namespaces, after
+//! `warren-isolation` assembled the root); in a container or a pod it is the agent
+//! ([`crate::container`]). It accepts connections on its Unix socket, or from its TCP
+//! gateway ([`crate::gateway`]) as descriptors over a channel, forks each command (into a
+//! cgroup of its own where the runtime has them, [`CommandGroups`]; under a subreaper
+//! supervisor where it has none, `supervisor`), reports `Started`/`Exited` with rusage,
+//! and kills a command's tree on `Kill` or when its connection closes (I24).
+//!
+//! The server never starts a thread: it forks.
+
+pub(crate) mod child;
+pub(crate) mod supervisor;
+pub mod sweep;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+
+use rustix::event::{PollFd, PollFlags};
+
+pub use child::Credentials;
+
+use crate::protocol::{self, ExecSpec, Reply, Request};
+use crate::seccomp::SeccompProgram;
+use crate::sys::{self, Forked};
+
+/// The cgroups of one runtime, as the server uses them: a leaf per command, so a timeout
+/// or kill reaches the command's whole tree. `warren-isolation` implements it; a runtime
+/// without cgroups of its own (a container, a pod) has none and uses supervisors.
+pub trait CommandGroups: Send {
+    /// An empty group for the `n`-th command of this runtime.
+    fn group(&self, n: u64) -> std::io::Result<Box<dyn CommandGroup>>;
+}
+
+/// One command's group (a cgroup leaf).
+pub trait CommandGroup {
+    /// Its name, as the lines of `/proc/<pid>/cgroup` end.
+    fn name(&self) -> &str;
+    /// The directory to spawn into with `CLONE_INTO_CGROUP`, when the kernel can.
+    fn spawn_target(&self) -> Option<BorrowedFd<'_>>;
+    /// Moves the calling process in (in the forked child, when it could not be spawned
+    /// there).
+    fn add_self(&self) -> Result<(), rustix::io::Errno>;
+    /// Kills every process in it; how many there were.
+    fn kill(&self) -> std::io::Result<u64>;
+    /// Whether no process is left in it.
+    fn is_empty(&self) -> bool;
+    /// Removes it (it must be empty).
+    fn remove(self: Box<Self>) -> std::io::Result<()>;
+}
+
+/// A failed setup step, reported by name.
+#[derive(Debug)]
+pub struct SetupError {
+    /// What was being done.
+    pub stage: &'static str,
+    /// Why it failed.
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.stage, self.source)
+    }
+}
+
+/// `result` as the setup step `stage`.
+pub fn step<T>(stage: &'static str, result: std::io::Result<T>) -> Result<T, SetupError> {
+    result.map_err(|source| SetupError { stage, source })
+}
+
+/// What a server serves as and where its connections come from.
+pub struct ServerConfig {
+    /// Who this runtime is, for `Ping`.
+    pub sandbox: String,
+    /// Its generation, for `Ping`.
+    pub generation: i64,
+    /// Open files per command.
+    pub nofile: u64,
+    /// How commands become the sandbox user.
+    pub credentials: Credentials,
+    /// The control socket, where the provisioner connects on this host.
+    pub listener: Option<UnixListener>,
+    /// The channel the TCP gateway hands authenticated connections over, one descriptor
+    /// per frame ([`crate::gateway`]). The server ends when it closes: a runtime nobody
+    /// can reach any more must not run on.
+    pub gateway: Option<OwnedFd>,
+    /// The proxy port inside the runtime, for network `open` and `allowlist`.
+    pub proxy: Option<std::net::TcpListener>,
+    /// The runtime's cgroups, when it has them.
+    pub groups: Option<Box<dyn CommandGroups>>,
+    /// Processes `KillAll` never kills besides the server itself and PID 1 (the gateway).
+    pub keep: Vec<i32>,
+}
+
+/// Processes of the runtime's pid namespace other than init and the runtime's own
+/// machinery, from its own /proc.
+fn processes_besides(keep: &[i32]) -> u64 {
+    std::fs::read_dir("/proc").map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|e| {
+                e.file_name().to_str().is_some_and(|n| {
+                    n.bytes().all(|b| b.is_ascii_digit())
+                        && n.parse::<i32>()
+                            .is_ok_and(|pid| pid != 1 && !keep.contains(&pid))
+                })
+            })
+            .count() as u64
+    })
+}
+
+/// How many empty exec cgroups the server keeps for reuse.
+const SPARE_EXEC_CGROUPS: usize = 8;
+
+/// A command started on one control connection.
+struct RunningExec {
+    connection: Option<OwnedFd>,
+    pid: i32,
+    cgroup: Option<Box<dyn CommandGroup>>,
+    /// Without cgroups: the command's supervisor kills its whole tree when this closes
+    /// (see `supervisor`).
+    kill: Option<OwnedFd>,
+    /// Its tree was killed; its cgroup is removed, never reused (a kill may still be
+    /// settling in it).
+    killed: bool,
+}
+
+/// What a server serves as: its identity and how its commands start.
+struct Served {
+    sandbox: String,
+    generation: i64,
+    nofile: u64,
+    credentials: Credentials,
+    /// Processes that are the runtime's own besides the server (the gateway).
+    keep: Vec<i32>,
+}
+
+/// The server; [`Server::serve`] runs it.
+pub struct Server {
+    served: Served,
+    groups: Option<Box<dyn CommandGroups>>,
+    listener: Option<UnixListener>,
+    gateway: Option<OwnedFd>,
+    sigchld: OwnedFd,
+    seccomp: SeccompProgram,
+    running: HashMap<i32, RunningExec>,
+    /// Exec cgroups whose command ended while background processes still ran in them.
+    lingering: Vec<(Box<dyn CommandGroup>, bool)>,
+    /// Children reaped while a kill settled, handled by the next [`Server::reap`].
+    deferred: Vec<sys::Reaped>,
+    /// Empty exec cgroups kept for the next commands: creating and removing a cgroup per
+    /// command costs more than the command itself often does.
+    spare: Vec<Box<dyn CommandGroup>>,
+    next_exec: u64,
+    /// The proxy port inside the runtime, for network `open` and `allowlist`.
+    proxy: Option<std::net::TcpListener>,
+    /// Where accepted proxy connections go: the provisioner's egress connection.
+    egress: Option<OwnedFd>,
+}
+
+/// What one poll slot watches.
+#[derive(Clone, Copy)]
+enum Slot {
+    Listener,
+    Gateway,
+    Child,
+    Proxy,
+    Egress,
+    Exec(i32),
+}
+
+impl Server {
+    /// Blocks SIGCHLD (into a signalfd), compiles the commands' seccomp filter and makes
+    /// the sockets non-blocking for the event loop. Call it in the process that will
+    /// serve, single-threaded.
+    pub fn new(config: ServerConfig) -> Result<Self, SetupError> {
+        let sigchld = step("block SIGCHLD", sys::sigchld_fd())?;
+        let seccomp = SeccompProgram::runtime_policy().map_err(|e| SetupError {
+            stage: "compile the seccomp policy",
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        if let Some(listener) = &config.listener {
+            step(
+                "make the control socket non-blocking",
+                listener.set_nonblocking(true),
+            )?;
+        }
+        if let Some(proxy) = &config.proxy {
+            step(
+                "make the proxy port non-blocking",
+                proxy.set_nonblocking(true),
+            )?;
+        }
+        Ok(Self {
+            served: Served {
+                sandbox: config.sandbox,
+                generation: config.generation,
+                nofile: config.nofile,
+                credentials: config.credentials,
+                keep: config.keep,
+            },
+            groups: config.groups,
+            listener: config.listener,
+            gateway: config.gateway,
+            sigchld,
+            seccomp,
+            running: HashMap::new(),
+            lingering: Vec::new(),
+            deferred: Vec::new(),
+            spare: Vec::new(),
+            proxy: config.proxy,
+            egress: None,
+            next_exec: 0,
+        })
+    }
+
+    /// Serves until killed (or, with a gateway, until the gateway's channel closes).
+    pub fn serve(mut self) -> ! {
+        loop {
+            let mut watched: Vec<(Slot, BorrowedFd<'_>)> = Vec::new();
+            if let Some(listener) = &self.listener {
+                watched.push((Slot::Listener, listener.as_fd()));
+            }
+            if let Some(gateway) = &self.gateway {
+                watched.push((Slot::Gateway, gateway.as_fd()));
+            }
+            watched.push((Slot::Child, self.sigchld.as_fd()));
+            if let Some(proxy) = &self.proxy {
+                watched.push((Slot::Proxy, proxy.as_fd()));
+            }
+            if let Some(egress) = &self.egress {
+                watched.push((Slot::Egress, egress.as_fd()));
+            }
+            for (pid, exec) in &self.running {
+                if let Some(connection) = &exec.connection {
+                    watched.push((Slot::Exec(*pid), connection.as_fd()));
+                }
+            }
+            let mut fds: Vec<PollFd<'_>> = watched
+                .iter()
+                .map(|(_, fd)| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
+                .collect();
+            if rustix::event::poll(&mut fds, None).is_err() {
+                continue;
+            }
+            let ready: Vec<Slot> = watched
+                .iter()
+                .zip(&fds)
+                .filter(|(_, fd)| !fd.revents().is_empty())
+                .map(|((slot, _), _)| *slot)
+                .collect();
+            drop(fds);
+            drop(watched);
+            // Handled in this order: a closed egress connection before new proxy
+            // connections are handed to it, reaping before a hung-up command is killed,
+            // and new connections last.
+            let has = |wanted: fn(&Slot) -> bool| ready.iter().any(wanted);
+            if has(|s| matches!(s, Slot::Egress)) {
+                // The provisioner only ever reads from it: input means it went away.
+                self.egress = None;
+            }
+            if has(|s| matches!(s, Slot::Proxy)) {
+                self.on_proxy_connections();
+            }
+            if has(|s| matches!(s, Slot::Child)) {
+                sys::drain_signalfd(self.sigchld.as_fd());
+                self.reap();
+            }
+            for slot in &ready {
+                if let Slot::Exec(pid) = slot {
+                    self.on_connection_input(*pid);
+                }
+            }
+            if has(|s| matches!(s, Slot::Listener)) {
+                let accepted: Vec<OwnedFd> = match &self.listener {
+                    Some(listener) => std::iter::from_fn(|| listener.accept().ok())
+                        .map(|(stream, _)| OwnedFd::from(stream))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                for connection in accepted {
+                    self.on_connection(connection);
+                }
+            }
+            if has(|s| matches!(s, Slot::Gateway)) {
+                self.on_gateway();
+            }
+        }
+    }
+
+    /// The gateway handed over a connection it authenticated (one descriptor per frame),
+    /// or closed its channel: then nobody can reach this runtime any more, and it ends.
+    fn on_gateway(&mut self) {
+        let Some(gateway) = &self.gateway else { return };
+        match protocol::recv_frame::<protocol::Handoff>(gateway.as_fd()) {
+            Ok(Some((_, mut fds))) if fds.len() == 1 => {
+                let connection = fds.pop().expect("one descriptor");
+                self.on_connection(connection);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                eprintln!("warren-agent: the TCP gateway is gone; the runtime ends");
+                sys::exit_immediately(1)
+            }
+        }
+    }
+
+    fn on_connection(&mut self, connection: OwnedFd) {
+        // The provisioner writes a whole request at once; a stalled peer cannot hold init.
+        let _ = rustix::net::sockopt::set_socket_timeout(
+            &connection,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(std::time::Duration::from_secs(5)),
+        );
+        let _ = rustix::io::ioctl_fionbio(&connection, false);
+        let (request, fds) = match protocol::recv_frame::<Request>(connection.as_fd()) {
+            Ok(Some(received)) => received,
+            _ => return,
+        };
+        match request {
+            Request::Ping => {
+                let _ = protocol::send_frame(
+                    connection.as_fd(),
+                    &Reply::Pong {
+                        sandbox: self.served.sandbox.clone(),
+                        generation: self.served.generation,
+                        processes: processes_besides(&self.served.keep),
+                    },
+                    &[],
+                );
+            }
+            Request::Exec(spec) => self.start(connection, spec, fds),
+            Request::Egress => {
+                self.egress = Some(connection);
+            }
+            Request::KillAll => {
+                let processes = self.kill_all_commands();
+                let _ =
+                    protocol::send_frame(connection.as_fd(), &Reply::KilledAll { processes }, &[]);
+            }
+            Request::Kill => {
+                let _ = protocol::send_frame(
+                    connection.as_fd(),
+                    &Reply::Refused {
+                        reason: "kill is only valid on an exec connection".into(),
+                    },
+                    &[],
+                );
+            }
+        }
+    }
+
+    fn start(&mut self, connection: OwnedFd, spec: ExecSpec, stdio: Vec<OwnedFd>) {
+        let reply = |reply: &Reply| {
+            let _ = protocol::send_frame(connection.as_fd(), reply, &[]);
+        };
+        let Ok(stdio) = <[OwnedFd; 3]>::try_from(stdio) else {
+            reply(&Reply::Refused {
+                reason: "an exec request carries exactly three descriptors".into(),
+            });
+            return;
+        };
+        let cgroup = self.spare.pop().or_else(|| {
+            self.next_exec += 1;
+            self.groups.as_ref()?.group(self.next_exec).ok()
+        });
+        let Ok((error_read, error_write)) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        else {
+            reply(&Reply::Failed {
+                stage: "pipe".into(),
+                errno: libc::EMFILE,
+            });
+            if let Some(cgroup) = cgroup {
+                let _ = cgroup.remove();
+            }
+            return;
+        };
+        // In a container nothing can kill a tree as a cgroup does: each command gets a
+        // supervisor that is its subreaper, and kills every descendant when told to.
+        let kill_pipe = if self.served.credentials == Credentials::AlreadySandboxUser {
+            match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+                Ok(pair) => Some(pair),
+                Err(error) => {
+                    reply(&Reply::Failed {
+                        stage: "pipe".into(),
+                        errno: error.raw_os_error(),
+                    });
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let spawned = match cgroup.as_ref().and_then(|c| c.spawn_target()) {
+            Some(target) => sys::fork_into_cgroup(target),
+            None => sys::fork_single_threaded(),
+        };
+        let (kill_read, kill_write) = kill_pipe.map_or((None, None), |(r, w)| (Some(r), Some(w)));
+        let child = match spawned {
+            Ok(Forked::Child) => {
+                drop(error_read);
+                drop(kill_write);
+                if let Some(kill_read) = kill_read {
+                    // Other commands' kill pipes must close when the agent closes them.
+                    for exec in self.running.values_mut() {
+                        exec.kill = None;
+                        exec.connection = None;
+                    }
+                    supervisor::supervise(
+                        &spec,
+                        stdio,
+                        &self.seccomp,
+                        self.served.nofile,
+                        kill_read,
+                        error_write,
+                    )
+                }
+                child::exec_command(
+                    &spec,
+                    stdio,
+                    cgroup.as_deref(),
+                    &self.seccomp,
+                    self.served.nofile,
+                    self.served.credentials,
+                    error_write,
+                )
+            }
+            Ok(Forked::Parent(pid)) => pid,
+            Err(error) => {
+                reply(&Reply::Failed {
+                    stage: "fork".into(),
+                    errno: error.raw_os_error().unwrap_or(0),
+                });
+                if let Some(cgroup) = cgroup {
+                    let _ = cgroup.remove();
+                }
+                return;
+            }
+        };
+        drop(stdio);
+        drop(error_write);
+        drop(kill_read);
+        // The child closes its end by exec (CLOEXEC) or writes why it failed.
+        let mut failure = String::new();
+        let _ = std::fs::File::from(error_read).read_to_string(&mut failure);
+        if let Some((stage, errno)) = failure.rsplit_once(' ') {
+            reply(&Reply::Failed {
+                stage: stage.to_owned(),
+                errno: errno.parse().unwrap_or(0),
+            });
+            // The child exits at once; reap() collects it with nobody left to tell.
+            self.running.insert(
+                child,
+                RunningExec {
+                    connection: None,
+                    pid: child,
+                    cgroup,
+                    kill: kill_write,
+                    killed: false,
+                },
+            );
+            return;
+        }
+        reply(&Reply::Started { pid: child });
+        self.running.insert(
+            child,
+            RunningExec {
+                connection: Some(connection),
+                pid: child,
+                cgroup,
+                kill: kill_write,
+                killed: false,
+            },
+        );
+    }
+
+    /// Hands each process that connected to the proxy port to the provisioner, which
+    /// applies the sandbox's network policy; without a provisioner the connection closes.
+    fn on_proxy_connections(&mut self) {
+        let Some(proxy) = &self.proxy else { return };
+        while let Ok((stream, _)) = proxy.accept() {
+            let Some(egress) = &self.egress else { continue };
+            if protocol::send_frame(egress.as_fd(), &Reply::Connection, &[stream.as_fd()]).is_err()
+            {
+                self.egress = None;
+            }
+        }
+    }
+
+    /// The provisioner sent `Kill`, or closed the connection (it gave up on the command,
+    /// or died): either way the command's whole tree is killed (I24).
+    fn on_connection_input(&mut self, pid: i32) {
+        let Some(exec) = self.running.get_mut(&pid) else {
+            return;
+        };
+        let Some(connection) = &exec.connection else {
+            return;
+        };
+        let keep = matches!(
+            protocol::recv_frame::<Request>(connection.as_fd()),
+            Ok(Some((Request::Kill, _)))
+        );
+        if !keep {
+            exec.connection = None;
+        }
+        exec.killed = true;
+        match &exec.cgroup {
+            Some(cgroup) => {
+                let _ = cgroup.kill();
+                let leaf = cgroup.name().to_owned();
+                // The command ends only when its whole tree has: not merely gone from the
+                // leaf's listing, but exited and reaped (a dying process still holds its
+                // pids charge, and `ps` shows it). Its `Exited` goes out after that.
+                self.settle(&leaf);
+                self.reap();
+            }
+            // Closing the pipe tells the command's supervisor to kill its tree.
+            None if exec.kill.is_some() => exec.kill = None,
+            None => {
+                let _ = rustix::process::kill_process_group(
+                    rustix::process::Pid::from_raw(exec.pid).expect("pids are positive"),
+                    rustix::process::Signal::KILL,
+                );
+            }
+        }
+    }
+
+    /// Kills every process of the runtime but init: each running command's tree and every
+    /// leaf where background processes linger (frozen, then killed: `cgroup`), then
+    /// whatever no cgroup holds (no cgroups, or in a container: stopped, then killed,
+    /// found through /proc). Reaps before answering, so each running command's caller gets
+    /// its `Exited` and the pids are free for the next command. Returns how many
+    /// processes were killed.
+    fn kill_all_commands(&mut self) -> u64 {
+        let mut killed = 0;
+        let mut leaves = Vec::new();
+        for exec in self.running.values_mut() {
+            exec.killed = true;
+            if let Some(cgroup) = &exec.cgroup {
+                killed += cgroup.kill().unwrap_or(0);
+                leaves.push(cgroup.name().to_owned());
+            }
+        }
+        for (cgroup, reusable) in &mut self.lingering {
+            *reusable = false;
+            killed += cgroup.kill().unwrap_or(0);
+            leaves.push(cgroup.name().to_owned());
+        }
+        for leaf in &leaves {
+            self.settle(leaf);
+        }
+        let me = rustix::process::getpid().as_raw_nonzero().get();
+        let keep = self.served.keep.clone();
+        killed += sweep::stop_and_kill(
+            |processes| {
+                processes
+                    .iter()
+                    .filter(|p| !p.zombie && p.pid != me && p.pid != 1 && !keep.contains(&p.pid))
+                    .map(|p| p.pid)
+                    .collect()
+            },
+            // Reaping waits until the sweep is done: `reap` reports each command's
+            // `Exited` and recycles cgroups, and zombies are never picked meanwhile.
+            || {},
+        );
+        self.reap();
+        killed
+    }
+
+    /// Waits (up to 10 s) until no process of the exec leaf `leaf` exists any more, not even
+    /// one still exiting or a zombie, reaping init's children meanwhile (handled by the next
+    /// [`Server::reap`], so no `Exited` goes out before the tree is gone). The cgroup listing
+    /// drops a process when it starts exiting; its `/proc/<pid>/cgroup` keeps naming the
+    /// leaf until it is reaped.
+    fn settle(&mut self, leaf: &str) {
+        let suffix = format!("/{leaf}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            while let Ok(Some(reaped)) = sys::wait4_nohang(-1) {
+                self.deferred.push(reaped);
+            }
+            let remaining = sweep::processes().into_iter().any(|p| {
+                p.pid != 1
+                    && std::fs::read_to_string(format!("/proc/{}/cgroup", p.pid))
+                        .is_ok_and(|text| text.lines().any(|line| line.ends_with(&suffix)))
+            });
+            if !remaining || std::time::Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    fn reap(&mut self) {
+        let mut reaped_now = std::mem::take(&mut self.deferred);
+        while let Ok(Some(reaped)) = sys::wait4_nohang(-1) {
+            reaped_now.push(reaped);
+        }
+        for reaped in reaped_now {
+            let Some(exec) = self.running.remove(&reaped.pid) else {
+                continue; // an orphan re-parented to PID 1
+            };
+            if let Some(connection) = &exec.connection {
+                let _ = protocol::send_frame(
+                    connection.as_fd(),
+                    &Reply::Exited {
+                        exit_code: reaped.exit_code,
+                        signal: reaped.signal,
+                        user_us: reaped.user_us,
+                        system_us: reaped.system_us,
+                        max_rss_kib: reaped.max_rss_kib,
+                    },
+                    &[],
+                );
+            }
+            if let Some(cgroup) = exec.cgroup {
+                self.lingering.push((cgroup, !exec.killed));
+            }
+        }
+        // Background processes may outlive their command (I6); their cgroup goes once empty.
+        let lingering = std::mem::take(&mut self.lingering);
+        for (cgroup, reusable) in lingering {
+            if !cgroup.is_empty() {
+                self.lingering.push((cgroup, reusable));
+            } else if reusable && self.spare.len() < SPARE_EXEC_CGROUPS {
+                self.spare.push(cgroup);
+            } else {
+                let _ = cgroup.remove();
+            }
+        }
+    }
+}

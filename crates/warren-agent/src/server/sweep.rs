@@ -1,0 +1,223 @@
+//! Killing processes found through the runtime's own `/proc`, where no cgroup holds them:
+//! a Docker container (the agent and its command supervisors have no cgroup of their own)
+//! and an unprivileged runtime (no cgroups at all).
+//!
+//! A process found in one listing and killed in the next step may have forked meanwhile;
+//! its child is not in the listing. So every round first stops (SIGSTOP) each process it
+//! found, which keeps a stopped process from forking again, then kills them (SIGKILL
+//! works on stopped processes), and rounds repeat until a listing finds nobody: a fork
+//! bomb can only add what it forked between one listing and its SIGSTOP (I24).
+//!
+//! A listing is not a snapshot either: `/proc` is read first, each process's `stat`
+//! after. A process alive when the directory was read may fork (children the listing
+//! lacks) and exit before its `stat` is read, so it shows up only as a zombie. A listing
+//! finds nobody only when no process it would pick died since the listing before.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+
+/// How long a sweep keeps going before it gives up on processes that will not die.
+const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One process of the pid namespace, from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    /// Its pid.
+    pub pid: i32,
+    /// Its parent's pid.
+    pub ppid: i32,
+    /// When it started, in clock ticks since boot: with `pid`, tells a process from a later
+    /// one that reuses its pid.
+    pub start_time: u64,
+    /// Exited but not yet reaped: nothing left to signal, only to reap.
+    pub zombie: bool,
+}
+
+/// Every process of the caller's pid namespace, from its `/proc`.
+pub fn processes() -> Vec<Process> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect();
+    // Newest first (pids rise until they wrap), right after the directory was read: a
+    // process that forks and exits at once is likeliest young, and still alive then.
+    pids.sort_unstable_by(|a, b| b.cmp(a));
+    pids.into_iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields 3 (state), 4 (ppid) and 22 (starttime); the command name (field 2)
+            // may hold spaces and parentheses, so count from the last ')'.
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = fields.next()?;
+            let ppid = fields.next()?.parse().ok()?;
+            let start_time = fields.nth(17)?.parse().ok()?;
+            Some(Process {
+                pid,
+                ppid,
+                start_time,
+                zombie: state == "Z" || state == "X",
+            })
+        })
+        .collect()
+}
+
+/// Whether a listing in which `select` picked nobody shows that nobody is left: not if
+/// `select` would pick one of its zombies that was no zombie of the listing before
+/// (`zombies_before`). That one was alive when this listing began, so it may have forked
+/// children this listing lacks (see the module's doc); a zombie of the listing before had
+/// no child born after it, and each of its children alive then is in this listing.
+fn conclusive(
+    listed: &[Process],
+    zombies_before: &BTreeSet<(i32, u64)>,
+    select: &mut impl FnMut(&[Process]) -> Vec<i32>,
+) -> bool {
+    let died_since: Vec<Process> = listed
+        .iter()
+        .map(|process| Process {
+            zombie: process.zombie && zombies_before.contains(&(process.pid, process.start_time)),
+            ..*process
+        })
+        .collect();
+    select(&died_since).is_empty()
+}
+
+/// The zombies of a listing, each as pid and start time.
+fn zombies(listed: &[Process]) -> BTreeSet<(i32, u64)> {
+    listed
+        .iter()
+        .filter(|process| process.zombie)
+        .map(|process| (process.pid, process.start_time))
+        .collect()
+}
+
+/// The live descendants of `ancestor` among `processes`.
+pub fn descendants(processes: &[Process], ancestor: i32) -> Vec<i32> {
+    let mut children = HashMap::<i32, Vec<i32>>::new();
+    for process in processes {
+        children.entry(process.ppid).or_default().push(process.pid);
+    }
+    let zombies: BTreeSet<i32> = processes
+        .iter()
+        .filter(|p| p.zombie)
+        .map(|p| p.pid)
+        .collect();
+    let mut found = Vec::new();
+    let mut queue = vec![ancestor];
+    while let Some(parent) = queue.pop() {
+        for &child in children.get(&parent).map(Vec::as_slice).unwrap_or_default() {
+            if !zombies.contains(&child) {
+                found.push(child);
+            }
+            queue.push(child);
+        }
+    }
+    found
+}
+
+/// Stops, then kills, every process `select` picks from each listing (it picks among the
+/// live ones), round after round, calling `reap` after each round (the caller's children
+/// must be waited for by the caller, who may have to report them), until a listing picks
+/// nobody and is [`conclusive`], or the sweep has run for 10 s. Returns how many distinct
+/// processes it killed.
+pub fn stop_and_kill(
+    mut select: impl FnMut(&[Process]) -> Vec<i32>,
+    mut reap: impl FnMut(),
+) -> u64 {
+    let started = Instant::now();
+    let mut killed = BTreeSet::new();
+    let mut zombies_before = BTreeSet::new();
+    loop {
+        let listed = processes();
+        let picked = select(&listed);
+        if (picked.is_empty() && conclusive(&listed, &zombies_before, &mut select))
+            || started.elapsed() > SWEEP_TIMEOUT
+        {
+            return killed.len() as u64;
+        }
+        zombies_before = zombies(&listed);
+        let pids: Vec<Pid> = picked.iter().copied().filter_map(Pid::from_raw).collect();
+        // ESRCH only means it is gone already.
+        for &pid in &pids {
+            let _ = rustix::process::kill_process(pid, Signal::STOP);
+        }
+        for &pid in &pids {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+        killed.extend(picked);
+        reap();
+        // Killed processes may still be settling before they can be reaped.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(pid: i32, ppid: i32, zombie: bool) -> Process {
+        Process {
+            pid,
+            ppid,
+            start_time: 0,
+            zombie,
+        }
+    }
+
+    #[test]
+    fn descendants_follow_every_generation_and_skip_zombies() {
+        let table = [
+            process(1, 0, false),
+            process(10, 1, false),
+            process(11, 10, false),
+            process(12, 11, true),
+            process(13, 12, false),
+            process(20, 1, false),
+        ];
+        let mut found = descendants(&table, 10);
+        found.sort_unstable();
+        assert_eq!(found, vec![11, 13]);
+    }
+
+    #[test]
+    fn a_listing_is_conclusive_only_when_none_it_would_pick_died_since_the_listing_before() {
+        let select = &mut |listed: &[Process]| descendants(listed, 1);
+        let died_long_ago = process(10, 1, true);
+        let unrelated = process(30, 2, true);
+        let before = zombies(&[died_long_ago, unrelated]);
+        assert!(conclusive(&[died_long_ago, unrelated], &before, select));
+        assert!(conclusive(
+            &[died_long_ago, process(31, 2, true)],
+            &before,
+            select
+        ));
+        // Alive when the listing began, it may have forked children the listing lacks.
+        assert!(!conclusive(
+            &[died_long_ago, process(11, 10, true)],
+            &before,
+            select
+        ));
+        // The same pid, a later process.
+        let reused = Process {
+            start_time: 7,
+            ..died_long_ago
+        };
+        assert!(!conclusive(&[reused], &before, select));
+    }
+
+    #[test]
+    fn this_process_appears_in_its_own_listing() {
+        let me = std::process::id() as i32;
+        let listed = processes();
+        let mine = listed.iter().find(|p| p.pid == me).expect("listed");
+        assert_eq!(
+            mine.ppid,
+            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
+        );
+        assert!(!mine.zombie);
+    }
+}

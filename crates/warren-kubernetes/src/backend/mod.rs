@@ -1,0 +1,783 @@
+//! The Kubernetes backend (`"backend":"kubernetes"`, issue 15): one Pod, Service and
+//! NetworkPolicy per sandbox on the Kubernetes API, through `kube`, with warren's agent in
+//! the pod reached over its authenticated TCP transport (`warren_agent::remote`).
+//!
+//! ```text
+//! provisioner ─▶ KubernetesBackend ──kube::Client──▶ kube-apiserver ─▶ kubelet
+//!                      │                                                │ init: prepare (root, one uid's subtree)
+//!                      │                                                │ init: agent-bundle (warren's image)
+//!                      └──TCP (key, sealed frames)──▶ pod: warren-agent (1000:1000) ─fork▶ command
+//! ```
+//!
+//! The NetworkPolicy is created first, so the pod never runs without it; then the Service,
+//! then the Pod, whose readiness is awaited through a watch ([`ready`]). warren dials the
+//! pod's IP (the NetworkPolicy admits only warren's pods there) for a ClusterIP Service, and
+//! the node's IP and the NodePort when warren runs outside the cluster. Every pod's agent
+//! key is derived from a secret of warren's, the sandbox id and the generation, so every
+//! replica holding the secret reaches every agent and a new generation has a new key.
+//!
+//! Not done here (yet): a runtime's `/home/gem` snapshot (no host path exists; it has to
+//! stream through the agent), operators' extra mounts (host directories no pod can
+//! mount), and network `open`/`allowlist` (the NetworkPolicy would allow warren's egress
+//! proxy, which warren does not serve to pods yet): each is refused with a clear error.
+
+mod cluster;
+mod ready;
+
+pub use cluster::client_config;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy as K8sNetworkPolicy;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use warren_agent::client::{exec_spec, RunError};
+use warren_agent::remote::RemoteAgent;
+use warren_agent::{AgentConfig, AgentKey};
+use warren_backend::{
+    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
+    OutputSink, RuntimeLimits, RuntimeSpec,
+};
+use warren_core::{DataLayout, SandboxId};
+
+use crate::identity::{self, Decision};
+use crate::manifests::{
+    self, AgentPlan, Endpoint, Limits, Peer, PersistentMount, PodPlan, ServiceType,
+};
+use crate::names::{self, AGENT_MOUNT};
+use ready::Progress;
+
+/// How the Kubernetes backend makes and reaches sandbox pods.
+#[derive(Clone)]
+pub struct KubernetesConfig {
+    /// The namespace of sandbox pods (and of the claims).
+    pub namespace: String,
+    /// This warren's instance name: owner of its objects.
+    pub instance: String,
+    /// The image of sandboxes that name none.
+    pub image: String,
+    /// warren's own image: the init containers run it.
+    pub warren_image: String,
+    /// warren's executable in that image.
+    pub warren_binary: String,
+    /// The agent's TCP port in the pod.
+    pub agent_port: u16,
+    /// How warren reaches sandbox pods.
+    pub service_type: ServiceType,
+    /// The USER_DATA claim.
+    pub user_data_claim: String,
+    /// The SKILLS claim.
+    pub skills_claim: String,
+    /// Who may connect to the agent port: warren's pods, or its address outside.
+    pub agent_clients: Peer,
+    /// warren's egress proxy for pods, when it serves one.
+    pub proxy: Option<Endpoint>,
+    /// Resources of each pod.
+    pub limits: RuntimeLimits,
+    /// The secret every agent key is derived from (every replica holds the same).
+    pub agent_secret: Vec<u8>,
+    /// How long a pod may take to be ready.
+    pub ready_timeout: Duration,
+    /// Where each runtime's environment is kept (0600): never in the pod's spec, which
+    /// anyone allowed to read pods could read.
+    pub state_dir: PathBuf,
+    /// The directory the UserWorkspaces and projections are under on warren's side: the
+    /// claims, as warren mounts them (what `RuntimeSpec`'s host paths are made of).
+    pub workspace_dir: PathBuf,
+}
+
+impl std::fmt::Debug for KubernetesConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesConfig")
+            .field("namespace", &self.namespace)
+            .field("instance", &self.instance)
+            .field("image", &self.image)
+            .field("warren_image", &self.warren_image)
+            .field("service_type", &self.service_type)
+            .field("agent_secret", &"[redacted]")
+            .finish_non_exhaustive()
+    }
+}
+
+/// A runtime warren made or adopted: what it is and where its agent answers.
+#[derive(Clone)]
+struct Known {
+    spec: RuntimeSpec,
+    agent: RemoteAgent,
+}
+
+/// The Kubernetes backend.
+pub struct KubernetesBackend {
+    client: Client,
+    config: KubernetesConfig,
+    runtimes: Mutex<HashMap<SandboxId, Known>>,
+    /// One create at a time per sandbox (the provisioner serialises them already; this
+    /// keeps the backend sound on its own).
+    creating: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl KubernetesBackend {
+    /// A backend on `client` (which names the cluster and its credentials).
+    pub fn new(client: Client, config: KubernetesConfig) -> std::io::Result<Self> {
+        names::check_instance(&config.instance).map_err(std::io::Error::other)?;
+        std::fs::create_dir_all(&config.state_dir)?;
+        std::fs::set_permissions(
+            &config.state_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        Ok(Self {
+            client,
+            config,
+            runtimes: Mutex::new(HashMap::new()),
+            creating: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, Known>> {
+        self.runtimes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn key(&self, sandbox: &SandboxId, generation: i64) -> AgentKey {
+        AgentKey::derive(&self.config.agent_secret, sandbox.as_str(), generation)
+    }
+
+    /// The objects warren makes for `spec`, as a plan.
+    fn plan(&self, spec: &RuntimeSpec) -> Result<PodPlan, BackendError> {
+        let refuse = |reason: String| BackendError::Create {
+            sandbox: spec.sandbox.clone(),
+            source: std::io::Error::other(reason),
+        };
+        if !spec.extra_mounts.is_empty() {
+            return Err(refuse(
+                "extra mounts are directories of warren's host, which no pod can mount; the \
+                 kubernetes backend takes none"
+                    .into(),
+            ));
+        }
+        if spec.network.has_egress() && self.config.proxy.is_none() {
+            return Err(refuse(
+                "network \"open\" and \"allowlist\" need warren's egress proxy for pods, which \
+                 this server does not serve; use network \"none\" on the kubernetes backend"
+                    .into(),
+            ));
+        }
+        let key = self.key(&spec.sandbox, spec.generation);
+        let agent = AgentConfig {
+            sandbox: spec.sandbox.to_string(),
+            generation: spec.generation,
+            nofile: self.config.limits.nofile,
+            // A pod's egress goes to warren's proxy over the network, as its policy allows.
+            egress: false,
+            socket_dir: None,
+            listen: Some(SocketAddr::from(([0, 0, 0, 0], self.config.agent_port))),
+            home: PathBuf::from(spec.layout.layout().home),
+        };
+        let agent = serde_json::to_string(&agent).expect("the agent config serialises");
+        let limits = &self.config.limits;
+        const MIB: u64 = 1024 * 1024;
+        Ok(PodPlan {
+            instance: self.config.instance.clone(),
+            namespace: self.config.namespace.clone(),
+            sandbox: spec.sandbox.clone(),
+            uid: spec.uid.clone(),
+            runtime_scope: spec.runtime_scope.clone(),
+            workdir: spec.workdir.clone(),
+            generation: spec.generation,
+            layout: spec.layout,
+            network: spec.network.clone(),
+            image: spec
+                .image
+                .clone()
+                .unwrap_or_else(|| self.config.image.clone()),
+            mounts: PersistentMount::for_layout(spec.layout, &spec.uid.safe(), &spec.workdir),
+            user_data_claim: self.config.user_data_claim.clone(),
+            skills_claim: self.config.skills_claim.clone(),
+            limits: Limits {
+                cpu_millis: limits.cpu_millis.unwrap_or(1000),
+                memory_bytes: limits.memory_bytes.unwrap_or(2048 * MIB),
+                ephemeral_storage_bytes: limits.cow_bytes + limits.home_bytes + limits.tmp_bytes,
+                home_bytes: limits.home_bytes,
+                tmp_bytes: limits.tmp_bytes,
+            },
+            agent: AgentPlan {
+                image: self.config.warren_image.clone(),
+                bundle_command: vec![
+                    self.config.warren_binary.clone(),
+                    AGENT_BUNDLE_ARG.to_owned(),
+                    AGENT_MOUNT.to_owned(),
+                ],
+                prepare_command: vec![self.config.warren_binary.clone(), PREPARE_ARG.to_owned()],
+                command: vec![
+                    format!("{AGENT_MOUNT}/{}", warren_agent::bundle::LOADER),
+                    "--argv0".into(),
+                    "warren-agent".into(),
+                    "--library-path".into(),
+                    format!("{AGENT_MOUNT}/lib"),
+                    format!("{AGENT_MOUNT}/{}", warren_agent::bundle::PROGRAM),
+                    warren_agent::CONTAINER_AGENT_ARG.into(),
+                    agent,
+                ],
+                port: self.config.agent_port,
+                key: key.to_hex(),
+                bundle_bytes: 256 * MIB,
+            },
+            service_type: self.config.service_type,
+            proxy: self.config.proxy.clone(),
+            agent_clients: self.config.agent_clients.clone(),
+        })
+    }
+
+    /// The spec of a pod warren reads back, with the runtime environment kept for it.
+    fn spec_of(&self, identity: &identity::PodIdentity) -> Option<RuntimeSpec> {
+        let env = self.load_env(&identity.sandbox)?;
+        let safe = identity.uid.safe();
+        Some(RuntimeSpec {
+            sandbox: identity.sandbox.clone(),
+            backend: BackendKind::Kubernetes,
+            image: Some(identity.image.clone()),
+            generation: identity.generation,
+            uid: identity.uid.clone(),
+            runtime_scope: identity.runtime_scope.clone(),
+            workdir: identity.workdir.clone(),
+            layout: identity.layout,
+            extra_mounts: Vec::new(),
+            user_workspace: self
+                .config
+                .workspace_dir
+                .join(DataLayout::user_workspace_relative(&safe)),
+            skill_projection: self
+                .config
+                .workspace_dir
+                .join(DataLayout::skill_projection_relative(&safe)),
+            env,
+            network: identity.network.clone(),
+            seed: None,
+        })
+    }
+
+    fn env_path(&self, sandbox: &SandboxId) -> PathBuf {
+        self.config.state_dir.join(format!("{sandbox}.json"))
+    }
+
+    fn save_env(&self, spec: &RuntimeSpec) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.env_path(&spec.sandbox);
+        let staging = path.with_extension("json.new");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&staging)?;
+        file.write_all(&serde_json::to_vec(&spec.env).map_err(std::io::Error::other)?)?;
+        file.sync_all()?;
+        std::fs::rename(staging, path)
+    }
+
+    fn load_env(&self, sandbox: &SandboxId) -> Option<BTreeMap<String, String>> {
+        let bytes = std::fs::read(self.env_path(sandbox)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Creates `object` unless it exists; an existing one is kept when `keep` accepts it,
+    /// else replaced.
+    async fn ensure<K>(
+        &self,
+        sandbox: &SandboxId,
+        what: &str,
+        object: &K,
+        keep: impl Fn(&K) -> Result<(), crate::Error>,
+    ) -> Result<(), BackendError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug
+            + Send
+            + 'static,
+        <K as Resource>::DynamicType: Default,
+    {
+        let api = self.api::<K>();
+        let name = object.meta().name.clone().unwrap_or_default();
+        for _ in 0..2 {
+            let created = cluster::with_retries(|| async {
+                api.create(&PostParams::default(), object).await
+            })
+            .await;
+            match created {
+                Ok(_) => return Ok(()),
+                Err(error) if cluster::is_already_exists(&error) => {
+                    let found =
+                        cluster::with_retries(|| api.get_opt(&name))
+                            .await
+                            .map_err(|e| {
+                                cluster::failure(Some(sandbox), format!("read the {what}"), e)
+                            })?;
+                    match found.as_ref().map(&keep) {
+                        Some(Ok(())) => return Ok(()),
+                        Some(Err(reason)) => {
+                            tracing::warn!(%sandbox, %reason, "replacing the sandbox's {what}");
+                            self.delete::<K>(sandbox, what, &name).await?;
+                        }
+                        // Gone meanwhile: create it again.
+                        None => {}
+                    }
+                }
+                Err(error) => {
+                    return Err(cluster::failure(
+                        Some(sandbox),
+                        format!("create the {what}"),
+                        error,
+                    ))
+                }
+            }
+        }
+        Err(BackendError::Create {
+            sandbox: sandbox.clone(),
+            source: std::io::Error::other(format!("the {what} keeps being replaced")),
+        })
+    }
+
+    /// Deletes one object now (no grace: the runtime is being destroyed) and, for a pod,
+    /// waits through a watch until it is gone, so a new generation's pod of the same name
+    /// can be created.
+    async fn delete<K>(
+        &self,
+        sandbox: &SandboxId,
+        what: &str,
+        name: &str,
+    ) -> Result<(), BackendError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+        <K as Resource>::DynamicType: Default,
+    {
+        let api = self.api::<K>();
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::background()
+        };
+        let deleted = cluster::with_retries(|| api.delete(name, &params)).await;
+        let uid = match deleted {
+            Ok(either) => either.left().and_then(|object| object.meta().uid.clone()),
+            Err(error) if cluster::is_not_found(&error) => return Ok(()),
+            Err(error) => {
+                return Err(cluster::failure(
+                    Some(sandbox),
+                    format!("delete the {what}"),
+                    error,
+                ))
+            }
+        };
+        let uid = uid.unwrap_or_default();
+        let gone = kube::runtime::wait::await_condition(
+            api.clone(),
+            name,
+            kube::runtime::wait::conditions::is_deleted(&uid),
+        );
+        tokio::time::timeout(DELETE_TIMEOUT, gone)
+            .await
+            .map_err(|_| BackendError::Destroy {
+                sandbox: sandbox.clone(),
+                source: std::io::Error::other(format!("the {what} {name} is still there")),
+            })?
+            .map_err(|error| BackendError::Destroy {
+                sandbox: sandbox.clone(),
+                source: std::io::Error::other(error.to_string()),
+            })?;
+        Ok(())
+    }
+
+    /// Removes everything of a sandbox's runtime from the cluster (its files stay, I15).
+    async fn teardown(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
+        let name = names::object_name(&self.config.instance, sandbox);
+        // The pod first: nothing may run without its policy.
+        self.delete::<Pod>(sandbox, "pod", &name).await?;
+        self.delete::<Service>(sandbox, "service", &name).await?;
+        self.delete::<K8sNetworkPolicy>(sandbox, "network policy", &name)
+            .await?;
+        Ok(())
+    }
+
+    /// Where the agent of a ready pod answers.
+    async fn agent_address(
+        &self,
+        sandbox: &SandboxId,
+        name: &str,
+        pod_ip: &str,
+        host_ip: Option<&str>,
+    ) -> Result<SocketAddr, BackendError> {
+        let bad = |what: &str| BackendError::NotReady {
+            sandbox: sandbox.clone(),
+            reason: format!("the pod reports {what}"),
+        };
+        match self.config.service_type {
+            ServiceType::ClusterIp => {
+                let ip = pod_ip
+                    .parse()
+                    .map_err(|_| bad("an IP that does not parse"))?;
+                Ok(SocketAddr::new(ip, self.config.agent_port))
+            }
+            ServiceType::NodePort => {
+                let ip = host_ip
+                    .and_then(|ip| ip.parse().ok())
+                    .ok_or_else(|| bad("no node IP"))?;
+                let services = self.api::<Service>();
+                let service = cluster::with_retries(|| services.get(name))
+                    .await
+                    .map_err(|e| cluster::failure(Some(sandbox), "read the service", e))?;
+                let port = service
+                    .spec
+                    .and_then(|spec| spec.ports)
+                    .into_iter()
+                    .flatten()
+                    .find_map(|port| port.node_port)
+                    .ok_or_else(|| bad("a service without a node port"))?;
+                Ok(SocketAddr::new(ip, port as u16))
+            }
+        }
+    }
+
+    /// Checks that the agent at `agent` is the runtime `spec` describes.
+    async fn verify(&self, spec: &RuntimeSpec, agent: &RemoteAgent) -> Result<(), String> {
+        match agent.ping().await {
+            Some((sandbox, generation, _))
+                if sandbox == spec.sandbox.as_str() && generation == spec.generation =>
+            {
+                Ok(())
+            }
+            Some((sandbox, generation, _)) => Err(format!(
+                "its agent answers as {sandbox} generation {generation}"
+            )),
+            None => Err("its agent does not answer with the key".into()),
+        }
+    }
+
+    async fn start(&self, spec: &RuntimeSpec) -> Result<Known, BackendError> {
+        let plan = self.plan(spec)?;
+        let objects = manifests::build(&plan).map_err(|error| BackendError::Create {
+            sandbox: spec.sandbox.clone(),
+            source: std::io::Error::other(error.to_string()),
+        })?;
+        let sandbox = &spec.sandbox;
+        self.save_env(spec).map_err(|source| BackendError::Create {
+            sandbox: sandbox.clone(),
+            source,
+        })?;
+        // The policy before the pod: the pod never runs unconfined.
+        self.ensure(
+            sandbox,
+            "network policy",
+            &objects.network_policy,
+            |found| identity::check_network_policy(Some(found), &plan),
+        )
+        .await?;
+        self.ensure(sandbox, "service", &objects.service, |found| {
+            identity::check_service(Some(found), &plan)
+        })
+        .await?;
+        self.ensure(
+            sandbox,
+            "pod",
+            &objects.pod,
+            |found| match identity::decide(found, &plan) {
+                Decision::Adopt { .. } => Ok(()),
+                Decision::Remove { reason } | Decision::Ignore { reason } => {
+                    Err(crate::Error::Mismatch(reason))
+                }
+            },
+        )
+        .await?;
+        let name = plan.name();
+        let progress = ready::wait(&self.api::<Pod>(), &name, self.config.ready_timeout)
+            .await
+            .map_err(|reason| BackendError::NotReady {
+                sandbox: sandbox.clone(),
+                reason,
+            })?;
+        let (pod_ip, host_ip) = match progress {
+            Progress::Ready { pod_ip, host_ip } => (pod_ip, host_ip),
+            Progress::Stuck(reason) => {
+                // A pod that will not start holds its node's resources for nothing.
+                if let Err(error) = self.teardown(sandbox).await {
+                    tracing::warn!(%sandbox, %error, "could not remove a pod that will not start");
+                }
+                return Err(BackendError::NotReady {
+                    sandbox: sandbox.clone(),
+                    reason,
+                });
+            }
+            Progress::Waiting => unreachable!("the wait returns a final state"),
+        };
+        let address = self
+            .agent_address(sandbox, &name, &pod_ip, host_ip.as_deref())
+            .await?;
+        let agent = RemoteAgent {
+            address,
+            key: self.key(sandbox, spec.generation),
+        };
+        self.verify(spec, &agent)
+            .await
+            .map_err(|reason| BackendError::NotReady {
+                sandbox: sandbox.clone(),
+                reason,
+            })?;
+        Ok(Known {
+            spec: spec.clone(),
+            agent,
+        })
+    }
+
+    fn find(&self, sandbox: &SandboxId) -> Result<Known, BackendError> {
+        self.lock()
+            .get(sandbox)
+            .cloned()
+            .ok_or_else(|| BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            })
+    }
+
+    /// Considers one pod found at start-up: adopted when exactly what warren would make for
+    /// its identity, with its policy and Service, and its agent answering; else removed.
+    async fn consider(&self, pod: &Pod) -> Option<DiscoveredRuntime> {
+        let sandbox = identity::sandbox_of(&pod.metadata, &self.config.instance)?;
+        let identity = match identity::read_pod(pod, &self.config.instance) {
+            Ok(identity) => identity,
+            Err(crate::Error::ForeignInstance { .. }) => return None,
+            Err(reason) => return self.remove(&sandbox, &reason.to_string()).await,
+        };
+        let Some(spec) = self.spec_of(&identity) else {
+            return self
+                .remove(&sandbox, "its runtime environment is not kept on this node")
+                .await;
+        };
+        let plan = match self.plan(&spec) {
+            Ok(plan) => plan,
+            Err(error) => return self.remove(&sandbox, &error.to_string()).await,
+        };
+        match identity::decide(pod, &plan) {
+            Decision::Adopt { .. } => {}
+            Decision::Remove { reason } => return self.remove(&sandbox, &reason).await,
+            Decision::Ignore { .. } => return None,
+        }
+        let name = plan.name();
+        let policy = self
+            .api::<K8sNetworkPolicy>()
+            .get_opt(&name)
+            .await
+            .ok()
+            .flatten();
+        let service = self.api::<Service>().get_opt(&name).await.ok().flatten();
+        if let Err(reason) = identity::check_network_policy(policy.as_ref(), &plan)
+            .and_then(|()| identity::check_service(service.as_ref(), &plan))
+        {
+            return self.remove(&sandbox, &reason.to_string()).await;
+        }
+        let Progress::Ready { pod_ip, host_ip } = ready::progress(pod) else {
+            return self.remove(&sandbox, "it is not ready").await;
+        };
+        let address = match self
+            .agent_address(&sandbox, &name, &pod_ip, host_ip.as_deref())
+            .await
+        {
+            Ok(address) => address,
+            Err(error) => return self.remove(&sandbox, &error.to_string()).await,
+        };
+        let agent = RemoteAgent {
+            address,
+            key: self.key(&sandbox, spec.generation),
+        };
+        if let Err(reason) = self.verify(&spec, &agent).await {
+            return self.remove(&sandbox, &reason).await;
+        }
+        self.lock().insert(
+            sandbox,
+            Known {
+                spec: spec.clone(),
+                agent,
+            },
+        );
+        Some(DiscoveredRuntime { spec })
+    }
+
+    async fn remove(&self, sandbox: &SandboxId, reason: &str) -> Option<DiscoveredRuntime> {
+        tracing::warn!(%sandbox, %reason, "removing a pod that cannot be reused");
+        if let Err(error) = self.teardown(sandbox).await {
+            tracing::error!(%sandbox, %error, "could not remove the pod");
+        }
+        let _ = std::fs::remove_file(self.env_path(sandbox));
+        None
+    }
+
+    fn instance_selector(&self) -> ListParams {
+        ListParams::default().labels(&format!(
+            "{}={},{}={}",
+            names::LABEL_MANAGED_BY,
+            names::MANAGED_BY,
+            names::LABEL_INSTANCE,
+            self.config.instance
+        ))
+    }
+}
+
+/// The argument `warren` recognises to write the agent bundle into a directory (the
+/// pod's agent-bundle init container).
+pub const AGENT_BUNDLE_ARG: &str = "__agent-bundle";
+/// The argument `warren` recognises to run a pod's root init step ([`crate::prepare`]).
+pub const PREPARE_ARG: &str = "__k8s-prepare";
+/// How long a deleted pod may take to be gone.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[async_trait]
+impl Backend for KubernetesBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Kubernetes
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            exec: true,
+            isolation: true,
+            survives_restart: true,
+            resource_limits: true,
+        }
+    }
+
+    async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
+        let gate = self
+            .creating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(spec.sandbox.clone())
+            .or_default()
+            .clone();
+        let _held = gate.lock().await;
+        let known = self.lock().get(&spec.sandbox).cloned();
+        if let Some(known) = known {
+            if known.spec == *spec && self.verify(spec, &known.agent).await.is_ok() {
+                return Ok(DiscoveredRuntime { spec: known.spec });
+            }
+        }
+        let known = self.start(spec).await?;
+        self.lock().insert(spec.sandbox.clone(), known);
+        Ok(DiscoveredRuntime { spec: spec.clone() })
+    }
+
+    async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError> {
+        let api = self.api::<Pod>();
+        let selector = self.instance_selector();
+        let pods = cluster::with_retries(|| api.list(&selector))
+            .await
+            .map_err(|e| cluster::failure(None, "list the sandbox pods", e))?;
+        let mut found = Vec::new();
+        for pod in &pods.items {
+            if let Some(runtime) = self.consider(pod).await {
+                found.push(runtime);
+            }
+        }
+        // Services and policies whose pod is gone (a crash between creating them and the
+        // pod, or a pod deleted behind warren's back).
+        let kept: std::collections::HashSet<SandboxId> = self.lock().keys().cloned().collect();
+        let services = self.api::<Service>().list(&self.instance_selector()).await;
+        let policies = self
+            .api::<K8sNetworkPolicy>()
+            .list(&self.instance_selector())
+            .await;
+        let mut orphans = std::collections::BTreeSet::new();
+        for meta in services
+            .into_iter()
+            .flat_map(|l| l.items.into_iter().map(|s| s.metadata))
+            .chain(
+                policies
+                    .into_iter()
+                    .flat_map(|l| l.items.into_iter().map(|p| p.metadata)),
+            )
+        {
+            if let Some(sandbox) = identity::sandbox_of(&meta, &self.config.instance) {
+                if !kept.contains(&sandbox) {
+                    orphans.insert(sandbox);
+                }
+            }
+        }
+        for sandbox in orphans {
+            self.remove(&sandbox, "its pod is gone").await;
+        }
+        Ok(found)
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        request: &ExecRequest,
+        sink: Option<OutputSink>,
+    ) -> Result<ExecOutcome, BackendError> {
+        let known = self.find(sandbox)?;
+        let spec = exec_spec(request, &known.spec.network, &known.spec.env);
+        match known.agent.run(spec, request, sink).await {
+            Ok(outcome) => Ok(outcome),
+            // The pod is gone: forget it, so the next use starts a fresh one.
+            Err(RunError::Gone(_)) => {
+                self.lock().remove(sandbox);
+                Err(BackendError::RuntimeNotFound {
+                    sandbox: sandbox.clone(),
+                })
+            }
+            Err(RunError::Io(source)) => Err(BackendError::Exec {
+                sandbox: sandbox.clone(),
+                source,
+            }),
+        }
+    }
+
+    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        let Ok(known) = self.find(sandbox) else {
+            return Ok(None);
+        };
+        Ok(known.agent.ping().await.map(|(_, _, processes)| processes))
+    }
+
+    async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+        let Ok(known) = self.find(sandbox) else {
+            return Ok(None);
+        };
+        match known.agent.kill_all().await {
+            Ok(killed) => Ok(Some(killed)),
+            Err(RunError::Gone(_)) => Ok(None),
+            Err(RunError::Io(source)) => Err(BackendError::Kill {
+                sandbox: sandbox.clone(),
+                source,
+            }),
+        }
+    }
+
+    async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
+        self.teardown(sandbox).await?;
+        self.lock().remove(sandbox);
+        let _ = std::fs::remove_file(self.env_path(sandbox));
+        Ok(())
+    }
+}

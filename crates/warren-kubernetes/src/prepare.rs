@@ -1,0 +1,423 @@
+//! What a sandbox pod's root init container runs (`warren __k8s-prepare <json>`), before
+//! anything of the sandbox does.
+//!
+//! It sees one uid's subtree of the USER_DATA claim (`shared/<safe_uid>`, at
+//! `/warren/user-data`) and nothing else, and:
+//!
+//! 1. makes `workspace/` (the UserWorkspace, the sandbox container's subPath root) if it is
+//!    missing, owned by the sandbox user;
+//! 2. once per uid (a marker file in the subtree, outside `workspace/`, so no sandbox can
+//!    forge or remove it), gives every entry of the subtree to 1000:1000 (I11): walked by
+//!    directory descriptor, each name opened with `O_NOFOLLOW` beneath its parent's
+//!    descriptor, a symlink changed as itself (never its target), nothing on another
+//!    mount (device and mount id compared with the subtree's) entered or changed, and a
+//!    non-directory with other hard links left alone unless already the sandbox user's
+//!    (its other names may lie outside the subtree);
+//! 3. checks that the workdir exists (textually by [`Workdir`]'s rules, then opened one
+//!    component at a time with `O_NOFOLLOW`), and any other directory of the UserWorkspace
+//!    a mount shows. It never creates them, nor `uploads/` or `outputs/`: a workdir that is
+//!    missing here was removed behind warren's back, and the pod must not start on an
+//!    empty stand-in (the kubelet would make a missing subPath as root).
+//!
+//! warren's own pod runs the [`PrepareConfig::ClaimRoots`] task instead: it gives the
+//! root directory of each claim (not what is in it) to the user warren runs as, so a
+//! freshly provisioned claim owned by root is usable by an unprivileged warren.
+//!
+//! Residual risk, named plainly: a subPath that lies inside the UserWorkspace (DeerFlow's
+//! workdir, `agents/skills`) is resolved again by the kubelet when the sandbox container
+//! starts; the kubelet refuses links leading out of the *claim*, not out of the uid's
+//! tree. Between this check and that start, a process of another running sandbox of the
+//! same uid could swap a component for a link into the claim. The ARS layout is not
+//! affected: its subPaths' components (`shared/<uid>/workspace`) are not writable by any
+//! sandbox.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use rustix::fs::{
+    chownat, fchown, fstat, mkdirat, openat, statat, statx, AtFlags, Dir, FileType, Gid, Mode,
+    OFlags, StatxFlags, Uid, CWD,
+};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+use warren_core::Workdir;
+
+use crate::names::WORKSPACE_DIR;
+use crate::Error;
+
+/// The marker saying the subtree's ownership was migrated (kept in the uid's subtree,
+/// beside `workspace/`).
+pub const MARKER: &str = ".warren-owner-1000";
+/// How deep the migration walks before refusing: warren-fs's walks stop at the same depth
+/// (one descriptor is held per level, well under a container's open-file limit).
+pub const MAX_DEPTH: usize = 256;
+
+/// The sandbox user and group (I11).
+const SANDBOX_UID: u32 = 1000;
+
+/// What the root init step is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PrepareConfig {
+    /// A sandbox pod's init container.
+    Sandbox {
+        /// Where the uid's subtree (`shared/<safe_uid>` of USER_DATA) is mounted.
+        root: PathBuf,
+        /// The authoritative workdir, relative to the UserWorkspace: must exist.
+        workdir: String,
+        /// Other directories of the UserWorkspace that mounts show (DeerFlow's
+        /// `agents/skills`): must exist too.
+        #[serde(default)]
+        also_require: Vec<String>,
+    },
+    /// warren's own pod: the claims' root directories become the sandbox user's.
+    ClaimRoots {
+        /// The claims' mount points.
+        roots: Vec<PathBuf>,
+    },
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PrepareReport {
+    /// The walk ran (no marker was there).
+    pub migrated: bool,
+    /// Entries whose owner changed.
+    pub changed: u64,
+    /// Entries left alone, relative to the subtree, and why.
+    pub skipped: Vec<String>,
+    /// `workspace/` was made.
+    pub created_workspace: bool,
+}
+
+/// `warren __k8s-prepare <json>`: runs the task, reports on stderr, and answers the exit
+/// status (0 done, 1 refused: the message is the container's termination message).
+pub fn prepare_main(config: &str) -> i32 {
+    let result = serde_json::from_str::<PrepareConfig>(config)
+        .map_err(|error| Error::PrepareConfig(error.to_string()))
+        .and_then(|config| prepare(&config));
+    match result {
+        Ok(report) => {
+            eprintln!(
+                "warren __k8s-prepare: done: {}",
+                serde_json::to_string(&report).expect("a report serialises")
+            );
+            0
+        }
+        Err(error) => {
+            eprintln!("warren __k8s-prepare: {error}");
+            1
+        }
+    }
+}
+
+/// Runs one task.
+pub fn prepare(config: &PrepareConfig) -> Result<PrepareReport, Error> {
+    match config {
+        PrepareConfig::Sandbox {
+            root,
+            workdir,
+            also_require,
+        } => prepare_sandbox(root, workdir, also_require),
+        PrepareConfig::ClaimRoots { roots } => claim_roots(roots),
+    }
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK
+}
+
+fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {
+    let shown = path.display().to_string();
+    openat(CWD, path, dir_flags(), Mode::empty())
+        .map_err(|errno| not_a_dir_or(errno, &shown, "open"))
+}
+
+fn sandbox_ids() -> (Uid, Gid) {
+    (Uid::from_raw(SANDBOX_UID), Gid::from_raw(SANDBOX_UID))
+}
+
+/// Where an open file lies: its device, and its mount when the kernel says (5.8+). Two
+/// entries in different places are on different mounts (a bind mount of the same
+/// filesystem has the same device but another mount id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    dev: u64,
+    mount: Option<u64>,
+}
+
+fn place(fd: BorrowedFd<'_>, path: &str) -> Result<Place, Error> {
+    let st = fstat(fd).map_err(Error::io("stat", path))?;
+    let mount = statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
+        .ok()
+        .filter(|stx| stx.stx_mask & StatxFlags::MNT_ID.bits() != 0)
+        .map(|stx| stx.stx_mnt_id);
+    Ok(Place {
+        dev: st.st_dev,
+        mount,
+    })
+}
+
+fn prepare_sandbox(
+    root: &std::path::Path,
+    workdir: &str,
+    also_require: &[String],
+) -> Result<PrepareReport, Error> {
+    // Textual rules first: nothing is touched for a workdir warren would never issue.
+    let workdir = Workdir::new(workdir).map_err(|error| Error::PrepareConfig(error.to_string()))?;
+    for dir in also_require {
+        if let Some(reason) = crate::manifests::path_problem(dir) {
+            return Err(Error::PrepareConfig(format!(
+                "also_require {dir:?}: {reason}"
+            )));
+        }
+    }
+    let root_fd = open_root(root)?;
+    let home = place(root_fd.as_fd(), ".")?;
+    let mut report = PrepareReport::default();
+
+    let workspace = ensure_workspace(root_fd.as_fd(), home, &mut report)?;
+
+    let migrated = match statat(&root_fd, MARKER, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => FileType::from_raw_mode(st.st_mode) == FileType::RegularFile,
+        Err(Errno::NOENT) => false,
+        Err(errno) => return Err(Error::io("stat", MARKER)(errno)),
+    };
+    if !migrated {
+        report.migrated = true;
+        give(root_fd.as_fd(), ".", &mut report)?;
+        walk(root_fd.as_fd(), "", home, 0, &mut report)?;
+        write_marker(root_fd.as_fd())?;
+    }
+
+    for dir in std::iter::once(workdir.as_str()).chain(also_require.iter().map(String::as_str)) {
+        require_dir(workspace.as_fd(), home, dir)?;
+    }
+    Ok(report)
+}
+
+/// Opens `workspace/`, making it (the sandbox user's, 0755) when missing.
+fn ensure_workspace(
+    root: BorrowedFd<'_>,
+    home: Place,
+    report: &mut PrepareReport,
+) -> Result<OwnedFd, Error> {
+    let fd = match openat(root, WORKSPACE_DIR, dir_flags(), Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => {
+            match mkdirat(root, WORKSPACE_DIR, Mode::from_raw_mode(0o755)) {
+                Ok(()) => report.created_workspace = true,
+                Err(Errno::EXIST) => {} // made meanwhile by a sibling pod of the uid
+                Err(errno) => return Err(Error::io("mkdir", WORKSPACE_DIR)(errno)),
+            }
+            let fd = openat(root, WORKSPACE_DIR, dir_flags(), Mode::empty())
+                .map_err(|errno| not_a_dir_or(errno, WORKSPACE_DIR, "open"))?;
+            if report.created_workspace {
+                let (uid, gid) = sandbox_ids();
+                fchown(&fd, Some(uid), Some(gid)).map_err(Error::io("chown", WORKSPACE_DIR))?;
+            }
+            fd
+        }
+        Err(errno) => return Err(not_a_dir_or(errno, WORKSPACE_DIR, "open")),
+    };
+    if place(fd.as_fd(), WORKSPACE_DIR)? != home {
+        return Err(Error::NotADirectory(format!(
+            "{WORKSPACE_DIR} (a mount point)"
+        )));
+    }
+    Ok(fd)
+}
+
+fn not_a_dir_or(errno: Errno, path: &str, op: &'static str) -> Error {
+    match errno {
+        Errno::LOOP | Errno::NOTDIR => Error::NotADirectory(path.to_owned()),
+        errno => Error::Io {
+            op,
+            path: path.to_owned(),
+            errno,
+        },
+    }
+}
+
+/// Gives an open file to the sandbox user, unless it is already.
+fn give(fd: BorrowedFd<'_>, path: &str, report: &mut PrepareReport) -> Result<(), Error> {
+    let st = fstat(fd).map_err(Error::io("stat", path))?;
+    if st.st_uid == SANDBOX_UID && st.st_gid == SANDBOX_UID {
+        return Ok(());
+    }
+    let (uid, gid) = sandbox_ids();
+    // By descriptor: `fd` is the file that was opened without following anything, so this
+    // changes exactly it (for an `O_PATH` descriptor of a symlink, the link itself).
+    chownat(fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH).map_err(Error::io("chown", path))?;
+    report.changed += 1;
+    Ok(())
+}
+
+fn join(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+/// Gives everything beneath the directory `dir` (at `path` in the subtree) to the sandbox
+/// user, depth first.
+fn walk(
+    dir: BorrowedFd<'_>,
+    path: &str,
+    home: Place,
+    depth: usize,
+    report: &mut PrepareReport,
+) -> Result<(), Error> {
+    if depth >= MAX_DEPTH {
+        return Err(Error::TooDeep {
+            path: path.to_owned(),
+            limit: MAX_DEPTH,
+        });
+    }
+    let mut names: Vec<OsString> = Vec::new();
+    // A descriptor of its own for the listing, so `dir` stays usable for the `*at` calls.
+    let listing = openat(dir, ".", dir_flags(), Mode::empty()).map_err(Error::io("open", path))?;
+    for entry in Dir::new(listing).map_err(Error::io("list", path))? {
+        let entry = entry.map_err(Error::io("list", path))?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(OsStr::from_bytes(name).to_owned());
+        }
+    }
+    names.sort_unstable();
+    for name in names {
+        let child = join(path, &name.to_string_lossy());
+        match openat(dir, &name, dir_flags(), Mode::empty()) {
+            Ok(sub) => {
+                if place(sub.as_fd(), &child)? != home {
+                    report.skipped.push(format!("{child}: a mount point"));
+                    continue;
+                }
+                give(sub.as_fd(), &child, report)?;
+                walk(sub.as_fd(), &child, home, depth + 1, report)?;
+            }
+            // Not a directory (or a symlink, which is never followed): the entry itself.
+            Err(Errno::LOOP | Errno::NOTDIR) => leaf(dir, &name, &child, home, report)?,
+            Err(Errno::NOENT) => {} // removed meanwhile
+            Err(errno) => return Err(Error::io("open", child)(errno)),
+        }
+    }
+    Ok(())
+}
+
+/// A non-directory entry: opened as itself (`O_PATH | O_NOFOLLOW`: a symlink is the link,
+/// a FIFO is not opened for I/O), checked, and changed by that descriptor.
+fn leaf(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    path: &str,
+    home: Place,
+    report: &mut PrepareReport,
+) -> Result<(), Error> {
+    let fd = match openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(errno) => return Err(Error::io("open", path)(errno)),
+    };
+    let st = fstat(&fd).map_err(Error::io("stat", path))?;
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        // Swapped for a directory since it was listed: the next run's business.
+        report.skipped.push(format!("{path}: changed while walked"));
+        return Ok(());
+    }
+    if place(fd.as_fd(), path)? != home {
+        report.skipped.push(format!("{path}: a mount point"));
+        return Ok(());
+    }
+    let ours = st.st_uid == SANDBOX_UID && st.st_gid == SANDBOX_UID;
+    if !ours && st.st_nlink > 1 {
+        report.skipped.push(format!(
+            "{path}: has other hard links, which may lie outside"
+        ));
+        return Ok(());
+    }
+    give(fd.as_fd(), path, report)
+}
+
+fn write_marker(root: BorrowedFd<'_>) -> Result<(), Error> {
+    let fd = match openat(
+        root,
+        MARKER,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::EXIST) => return Ok(()), // a sibling pod of the uid finished first
+        Err(errno) => return Err(Error::io("create", MARKER)(errno)),
+    };
+    rustix::io::write(&fd, b"warren: ownership migrated to 1000:1000\n")
+        .map_err(Error::io("write", MARKER))?;
+    rustix::fs::fsync(&fd).map_err(Error::io("sync", MARKER))
+}
+
+/// Opens `dir` beneath the workspace one component at a time, never following a link nor
+/// crossing a mount; refuses (naming it) when it is not there.
+fn require_dir(workspace: BorrowedFd<'_>, home: Place, dir: &str) -> Result<(), Error> {
+    let missing = |reason: String| Error::WorkdirMissing {
+        workdir: dir.to_owned(),
+        reason,
+    };
+    let mut current: Option<OwnedFd> = None;
+    let mut walked = String::new();
+    for component in dir.split('/') {
+        walked = join(&walked, component);
+        let parent = current.as_ref().map_or(workspace, |fd| fd.as_fd());
+        let next = openat(parent, component, dir_flags(), Mode::empty()).map_err(|errno| {
+            match errno {
+                Errno::NOENT => missing(format!("{walked} does not exist")),
+                // O_NOFOLLOW | O_DIRECTORY answers ENOTDIR (or ELOOP) for a symlink: say
+                // which it is, from the entry itself.
+                Errno::LOOP | Errno::NOTDIR => {
+                    let link = statat(parent, component, AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+                    missing(format!(
+                        "{walked} is {}",
+                        if link { "a symlink" } else { "not a directory" }
+                    ))
+                }
+                errno => Error::Io {
+                    op: "open",
+                    path: format!("{WORKSPACE_DIR}/{walked}"),
+                    errno,
+                },
+            }
+        })?;
+        if place(next.as_fd(), &walked)? != home {
+            return Err(missing(format!("{walked} is on another mount")));
+        }
+        current = Some(next);
+    }
+    Ok(())
+}
+
+/// Gives each claim's root directory itself (nothing in it) to the sandbox user. Opened
+/// `O_PATH`, which needs no permission on the directory: the container keeps `CHOWN` only.
+fn claim_roots(roots: &[PathBuf]) -> Result<PrepareReport, Error> {
+    let mut report = PrepareReport::default();
+    for root in roots {
+        let shown = root.display().to_string();
+        let fd = openat(
+            CWD,
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| not_a_dir_or(errno, &shown, "open"))?;
+        give(fd.as_fd(), &shown, &mut report)?;
+    }
+    Ok(report)
+}

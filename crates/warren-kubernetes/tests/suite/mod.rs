@@ -1,0 +1,7 @@
+//! Test modules.
+
+mod deploy;
+mod manifests;
+mod prepare;
+mod support;
+mod validate;

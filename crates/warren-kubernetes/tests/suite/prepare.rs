@@ -1,0 +1,379 @@
+//! The pod's root init step on real directories. It changes owners, so it runs as root
+//! (as the suite does in CI); run elsewhere, these tests fail saying so rather than skip.
+
+use std::fs;
+use std::os::unix::fs::{symlink, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use warren_kubernetes::prepare::MARKER;
+use warren_kubernetes::{prepare, prepare_main, Error, PrepareConfig};
+
+/// Owner of everything before the migration: some other uid, as a tree written by an
+/// earlier warren or by hand would have.
+const LEGACY: u32 = 4242;
+
+fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "the prepare tests change owners and must run as root (scripts/test does)"
+    );
+}
+
+/// A USER_DATA claim in a temporary directory: `shared/alice` and `shared/bob`, each with a
+/// workspace holding `projects/a/file`, and a directory outside the claim, all owned by
+/// [`LEGACY`].
+struct Claim {
+    _dir: tempfile::TempDir,
+    claim: PathBuf,
+    outside: PathBuf,
+}
+
+impl Claim {
+    fn new() -> Self {
+        require_root();
+        let dir = tempfile::tempdir().unwrap();
+        let claim = dir.path().join("claim");
+        let outside = dir.path().join("outside");
+        for uid in ["alice", "bob"] {
+            let project = claim.join("shared").join(uid).join("workspace/projects/a");
+            fs::create_dir_all(&project).unwrap();
+            fs::write(project.join("file"), "data").unwrap();
+        }
+        fs::create_dir_all(outside.join("dir")).unwrap();
+        fs::write(outside.join("secret"), "secret").unwrap();
+        chown_tree(dir.path(), LEGACY);
+        Self {
+            _dir: dir,
+            claim,
+            outside,
+        }
+    }
+
+    /// What the prepare container sees: alice's subtree.
+    fn root(&self) -> PathBuf {
+        self.claim.join("shared/alice")
+    }
+
+    fn config(&self, workdir: &str) -> PrepareConfig {
+        PrepareConfig::Sandbox {
+            root: self.root(),
+            workdir: workdir.into(),
+            also_require: vec![],
+        }
+    }
+}
+
+fn chown_tree(path: &Path, id: u32) {
+    std::os::unix::fs::lchown(path, Some(id), Some(id)).unwrap();
+    if fs::symlink_metadata(path).unwrap().is_dir() {
+        for entry in fs::read_dir(path).unwrap() {
+            chown_tree(&entry.unwrap().path(), id);
+        }
+    }
+}
+
+fn owner(path: &Path) -> (u32, u32) {
+    let meta = fs::symlink_metadata(path).unwrap();
+    (meta.uid(), meta.gid())
+}
+
+/// Every entry under `path` (itself included) with its owner.
+fn owners(path: &Path) -> Vec<(PathBuf, (u32, u32))> {
+    let mut out = vec![(path.to_owned(), owner(path))];
+    if fs::symlink_metadata(path).unwrap().is_dir() {
+        let mut entries: Vec<PathBuf> = fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for entry in entries {
+            out.extend(owners(&entry));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_first_run_gives_the_uids_whole_subtree_to_the_sandbox_user() {
+    let claim = Claim::new();
+    let report = prepare(&claim.config("projects/a")).unwrap();
+    assert!(report.migrated);
+    assert!(!report.created_workspace, "it was there");
+    for (path, owner) in owners(&claim.root()) {
+        if path.ends_with(MARKER) {
+            assert_eq!(owner, (0, 0), "the marker is root's");
+        } else {
+            assert_eq!(owner, (1000, 1000), "{path:?}");
+        }
+    }
+    assert!(claim.root().join(MARKER).is_file());
+    // shared/ itself and the claim's root are not the uid's to take.
+    assert_eq!(owner(&claim.claim.join("shared")), (LEGACY, LEGACY));
+}
+
+#[test]
+fn a_second_uids_directory_beside_it_is_untouched() {
+    let claim = Claim::new();
+    let bob = claim.claim.join("shared/bob");
+    let before = owners(&bob);
+    prepare(&claim.config("projects/a")).unwrap();
+    assert_eq!(owners(&bob), before);
+    assert!(owners(&bob)
+        .iter()
+        .all(|(_, owner)| *owner == (LEGACY, LEGACY)));
+}
+
+#[test]
+fn a_symlink_planted_at_every_level_is_changed_as_itself_and_its_target_never() {
+    let claim = Claim::new();
+    let root = claim.root();
+    let workspace = root.join("workspace");
+    let links = [
+        (root.join("link-root"), claim.outside.clone()),
+        (
+            workspace.join("link-workspace"),
+            claim.outside.join("secret"),
+        ),
+        (
+            workspace.join("projects/link-projects"),
+            claim.outside.join("dir"),
+        ),
+        (
+            workspace.join("projects/a/link-file"),
+            claim.outside.join("secret"),
+        ),
+        (
+            workspace.join("projects/a/link-up"),
+            PathBuf::from("../../../../bob"),
+        ),
+        (
+            workspace.join("projects/a/dangling"),
+            PathBuf::from("/nonexistent"),
+        ),
+    ];
+    for (link, target) in &links {
+        symlink(target, link).unwrap();
+        std::os::unix::fs::lchown(link, Some(LEGACY), Some(LEGACY)).unwrap();
+    }
+    let outside_before = owners(&claim.outside);
+    let bob_before = owners(&claim.claim.join("shared/bob"));
+    let report = prepare(&claim.config("projects/a")).unwrap();
+    assert!(report.migrated);
+    for (link, _) in &links {
+        assert_eq!(owner(link), (1000, 1000), "the link itself: {link:?}");
+    }
+    assert_eq!(
+        owners(&claim.outside),
+        outside_before,
+        "no target was changed"
+    );
+    assert_eq!(owners(&claim.claim.join("shared/bob")), bob_before);
+}
+
+#[test]
+fn a_workdir_reached_through_a_symlink_is_refused() {
+    let claim = Claim::new();
+    let workspace = claim.root().join("workspace");
+    // `projects2 -> outside` makes `projects2/dir` resolve, and `projects/b` is a link to
+    // a directory outside: both would be real directories to anything that follows links.
+    symlink(&claim.outside, workspace.join("projects2")).unwrap();
+    symlink(claim.outside.join("dir"), workspace.join("projects/b")).unwrap();
+    for (workdir, component) in [("projects2/dir", "projects2"), ("projects/b", "projects/b")] {
+        match prepare(&claim.config(workdir)) {
+            Err(Error::WorkdirMissing {
+                workdir: named,
+                reason,
+            }) => {
+                assert_eq!(named, workdir);
+                assert_eq!(reason, format!("{component} is a symlink"));
+            }
+            other => panic!("{workdir}: {other:?}"),
+        }
+    }
+    assert_eq!(owner(&claim.outside.join("dir")), (LEGACY, LEGACY));
+}
+
+#[test]
+fn a_workspace_that_is_a_symlink_is_refused_before_anything_changes() {
+    let claim = Claim::new();
+    let root = claim.root();
+    fs::remove_dir_all(root.join("workspace")).unwrap();
+    symlink(
+        claim.claim.join("shared/bob/workspace"),
+        root.join("workspace"),
+    )
+    .unwrap();
+    assert_eq!(
+        prepare(&claim.config("projects/a")).unwrap_err(),
+        Error::NotADirectory("workspace".into())
+    );
+    assert!(!root.join(MARKER).exists());
+    assert_eq!(owner(&root), (LEGACY, LEGACY));
+    assert!(owners(&claim.claim.join("shared/bob"))
+        .iter()
+        .all(|(_, owner)| *owner == (LEGACY, LEGACY)));
+}
+
+#[test]
+fn a_root_that_is_a_symlink_is_refused() {
+    let claim = Claim::new();
+    let link = claim.claim.join("shared/link");
+    symlink(claim.claim.join("shared/bob"), &link).unwrap();
+    let config = PrepareConfig::Sandbox {
+        root: link.clone(),
+        workdir: "projects/a".into(),
+        also_require: vec![],
+    };
+    assert!(matches!(prepare(&config), Err(Error::NotADirectory(_))));
+    assert_eq!(owner(&claim.claim.join("shared/bob")), (LEGACY, LEGACY));
+}
+
+#[test]
+fn a_hard_link_whose_other_name_may_lie_outside_is_left_alone() {
+    let claim = Claim::new();
+    let inside = claim.root().join("workspace/projects/a/linked");
+    fs::hard_link(claim.outside.join("secret"), &inside).unwrap();
+    let report = prepare(&claim.config("projects/a")).unwrap();
+    assert_eq!(owner(&claim.outside.join("secret")), (LEGACY, LEGACY));
+    assert_eq!(owner(&inside), (LEGACY, LEGACY));
+    assert!(
+        report
+            .skipped
+            .iter()
+            .any(|s| s.contains("projects/a/linked")),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn the_marker_makes_the_second_run_leave_owners_alone() {
+    let claim = Claim::new();
+    assert!(prepare(&claim.config("projects/a")).unwrap().migrated);
+    // Changed after the migration: not the init step's business any more.
+    let file = claim.root().join("workspace/projects/a/file");
+    std::os::unix::fs::lchown(&file, Some(LEGACY), Some(LEGACY)).unwrap();
+    let second = prepare(&claim.config("projects/a")).unwrap();
+    assert!(!second.migrated);
+    assert_eq!(second.changed, 0);
+    assert_eq!(owner(&file), (LEGACY, LEGACY));
+}
+
+#[test]
+fn a_missing_workdir_is_refused_by_name_and_never_created() {
+    let claim = Claim::new();
+    let workspace = claim.root().join("workspace");
+    match prepare(&claim.config("projects/missing")) {
+        Err(error @ Error::WorkdirMissing { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("\"projects/missing\""), "{message}");
+            assert!(
+                message.contains("projects/missing does not exist"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!workspace.join("projects/missing").exists());
+    for made_on_first_use in ["uploads", "outputs"] {
+        assert!(!workspace.join(made_on_first_use).exists());
+        assert!(!workspace
+            .join("projects/missing")
+            .join(made_on_first_use)
+            .exists());
+    }
+}
+
+#[test]
+fn the_workspace_is_made_for_a_new_uid_but_its_workdir_still_must_exist() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("shared/carol");
+    fs::create_dir_all(&root).unwrap();
+    let config = PrepareConfig::Sandbox {
+        root: root.clone(),
+        workdir: "projects/a".into(),
+        also_require: vec![],
+    };
+    assert!(matches!(
+        prepare(&config),
+        Err(Error::WorkdirMissing { .. })
+    ));
+    assert!(root.join("workspace").is_dir());
+    assert_eq!(owner(&root.join("workspace")), (1000, 1000));
+    assert!(!root.join("workspace/projects").exists());
+    fs::create_dir_all(root.join("workspace/projects/a")).unwrap();
+    let report = prepare(&config).unwrap();
+    assert!(!report.created_workspace);
+}
+
+#[test]
+fn other_directories_a_mount_shows_must_exist_too() {
+    let claim = Claim::new();
+    let config = PrepareConfig::Sandbox {
+        root: claim.root(),
+        workdir: "projects/a".into(),
+        also_require: vec!["agents/skills".into()],
+    };
+    match prepare(&config) {
+        Err(Error::WorkdirMissing { workdir, .. }) => assert_eq!(workdir, "agents/skills"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!claim.root().join("workspace/agents").exists());
+}
+
+#[test]
+fn a_workdir_that_breaks_the_workdir_rules_is_refused_before_anything_changes() {
+    let claim = Claim::new();
+    for workdir in [
+        "../bob/workspace",
+        "/etc",
+        "agents/skills",
+        "projects//a",
+        "",
+    ] {
+        assert!(
+            matches!(
+                prepare(&claim.config(workdir)),
+                Err(Error::PrepareConfig(_))
+            ),
+            "{workdir:?}"
+        );
+    }
+    assert!(!claim.root().join(MARKER).exists());
+    assert_eq!(owner(&claim.root()), (LEGACY, LEGACY));
+}
+
+#[test]
+fn prepare_main_answers_zero_when_done_and_one_when_refused() {
+    let claim = Claim::new();
+    let config = serde_json::to_string(&claim.config("projects/a")).unwrap();
+    assert_eq!(prepare_main(&config), 0);
+    assert_eq!(prepare_main("{\"task\":\"sandbox\"}"), 1);
+    assert_eq!(prepare_main("not json"), 1);
+    let unknown = config.replace("\"workdir\"", "\"also\":1,\"workdir\"");
+    assert_eq!(prepare_main(&unknown), 1, "unknown keys are refused");
+    let missing = serde_json::to_string(&claim.config("projects/missing")).unwrap();
+    assert_eq!(prepare_main(&missing), 1);
+}
+
+#[test]
+fn claim_roots_gives_only_the_roots_themselves_to_the_sandbox_user() {
+    let claim = Claim::new();
+    let roots = vec![claim.claim.clone(), claim.outside.clone()];
+    let report = prepare(&PrepareConfig::ClaimRoots {
+        roots: roots.clone(),
+    })
+    .unwrap();
+    assert_eq!(report.changed, 2);
+    for root in &roots {
+        assert_eq!(owner(root), (1000, 1000));
+    }
+    assert_eq!(owner(&claim.claim.join("shared")), (LEGACY, LEGACY));
+    assert_eq!(owner(&claim.outside.join("secret")), (LEGACY, LEGACY));
+    let link = claim.outside.join("link");
+    symlink(&claim.claim, &link).unwrap();
+    assert!(matches!(
+        prepare(&PrepareConfig::ClaimRoots { roots: vec![link] }),
+        Err(Error::NotADirectory(_))
+    ));
+}
