@@ -131,6 +131,36 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
             send_reply(&mut stream, &mut sealer, &reply)
         }
         Request::Exec(spec) => exec(stream, sealer, opener, channel, spec),
+        Request::ArchiveHome { limit } => {
+            let home = home_fd()?;
+            let archived = {
+                let mut frames = DataWriter {
+                    stream: &mut stream,
+                    sealer: &mut sealer,
+                    buffer: Vec::with_capacity(wire::DATA_CHUNK),
+                };
+                let archived = crate::home::archive(home.as_fd(), &mut frames, limit);
+                frames.finish().and(archived)
+            };
+            send_reply(&mut stream, &mut sealer, &moved_or_refused(archived))
+        }
+        Request::RestoreHome { limit } => {
+            let home = home_fd()?;
+            let restored = {
+                let mut frames = DataReader {
+                    stream: &mut stream,
+                    opener: &mut opener,
+                    pending: Vec::new(),
+                    at: 0,
+                    ended: false,
+                };
+                let restored = crate::home::restore(home.as_fd(), &mut frames, limit);
+                // What the archive did not read (tar's trailing blocks) is drained first,
+                // so the reply comes after the last data frame.
+                frames.drain().and(restored)
+            };
+            send_reply(&mut stream, &mut sealer, &moved_or_refused(restored))
+        }
         Request::Kill | Request::Egress => send_reply(
             &mut stream,
             &mut sealer,
@@ -140,6 +170,117 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
                     .into(),
             },
         ),
+    }
+}
+
+/// The runtime's home: the directory the agent opened at its start and keeps at
+/// [`crate::environment::HOME_FD`] (inherited by the gateway), opened again through it, so
+/// no path of the home's is resolved now.
+fn home_fd() -> io::Result<OwnedFd> {
+    let kept = format!("/proc/self/fd/{}", crate::environment::HOME_FD);
+    Ok(rustix::fs::open(
+        kept.as_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
+}
+
+fn moved_or_refused(result: io::Result<crate::home::Moved>) -> Reply {
+    match result {
+        Ok(moved) => Reply::Moved {
+            entries: moved.entries,
+            bytes: moved.bytes,
+            skipped: moved.skipped,
+        },
+        Err(error) => Reply::Refused {
+            reason: error.to_string(),
+        },
+    }
+}
+
+/// Writes a tar stream as data frames of at most [`wire::DATA_CHUNK`] bytes.
+struct DataWriter<'a> {
+    stream: &'a mut TcpStream,
+    sealer: &'a mut Sealer,
+    buffer: Vec<u8>,
+}
+
+impl DataWriter<'_> {
+    fn flush_buffer(&mut self) -> io::Result<()> {
+        if !self.buffer.is_empty() {
+            let frame = self.sealer.seal(Kind::Data, &self.buffer)?;
+            self.stream.write_all(&frame)?;
+            self.buffer.clear();
+        }
+        Ok(())
+    }
+
+    /// Sends what is left and the end of the stream (also after a failed archive, so the
+    /// reader stops where the writer did).
+    fn finish(mut self) -> io::Result<()> {
+        self.flush_buffer()?;
+        let frame = self.sealer.seal(Kind::DataEnd, &[])?;
+        self.stream.write_all(&frame)
+    }
+}
+
+impl Write for DataWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let room = wire::DATA_CHUNK - self.buffer.len();
+        let taken = bytes.len().min(room);
+        self.buffer.extend_from_slice(&bytes[..taken]);
+        if self.buffer.len() == wire::DATA_CHUNK {
+            self.flush_buffer()?;
+        }
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads a tar stream from data frames until the end frame.
+struct DataReader<'a> {
+    stream: &'a mut TcpStream,
+    opener: &'a mut Opener,
+    pending: Vec<u8>,
+    at: usize,
+    ended: bool,
+}
+
+impl DataReader<'_> {
+    fn drain(mut self) -> io::Result<()> {
+        let mut sink = [0u8; 8192];
+        while self.read(&mut sink)? > 0 {}
+        Ok(())
+    }
+}
+
+impl Read for DataReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.pending.len() {
+            if self.ended {
+                return Ok(0);
+            }
+            match wire::read_frame(self.stream, self.opener)? {
+                Some((Kind::Data, bytes)) => {
+                    self.pending = bytes;
+                    self.at = 0;
+                }
+                Some((Kind::DataEnd, _)) => self.ended = true,
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "expected the home's data",
+                    ))
+                }
+            }
+        }
+        let n = out.len().min(self.pending.len() - self.at);
+        out[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }
 

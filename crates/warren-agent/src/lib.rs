@@ -20,6 +20,7 @@ pub mod container;
 pub mod egress;
 pub mod environment;
 pub mod gateway;
+pub mod home;
 pub mod protocol;
 pub mod remote;
 pub mod seccomp;

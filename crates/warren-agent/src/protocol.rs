@@ -36,6 +36,19 @@ pub enum Request {
     /// agent): running commands and whatever they left running in the background. The
     /// runtime keeps serving. Answered with [`Reply::KilledAll`] once they are gone.
     KillAll,
+    /// Send the runtime's home as a tar stream ([`crate::home`]), at most `limit` bytes of
+    /// file data: data frames, then [`Reply::Moved`]. Over TCP only (a pod, where no host
+    /// path to the home exists); the Unix socket's host reads the home by descriptor.
+    ArchiveHome {
+        /// Most bytes of file data.
+        limit: u64,
+    },
+    /// Receive a tar stream into the runtime's (empty) home before its first command (a
+    /// resumed runtime, I30): data frames follow, then [`Reply::Moved`]. Over TCP only.
+    RestoreHome {
+        /// Most bytes of file data.
+        limit: u64,
+    },
 }
 
 /// One command.
@@ -94,6 +107,15 @@ pub enum Reply {
     KilledAll {
         /// How many processes were killed.
         processes: u64,
+    },
+    /// A home archived or restored.
+    Moved {
+        /// Entries moved.
+        entries: u64,
+        /// Bytes of file data.
+        bytes: u64,
+        /// Entries left out (unreadable, or kinds a snapshot does not keep).
+        skipped: u64,
     },
     /// The request was not understood.
     Refused {

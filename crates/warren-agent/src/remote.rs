@@ -129,6 +129,117 @@ impl RemoteAgent {
         }
     }
 
+    /// Receives the runtime's home (a runtime snapshot's `/home/gem`, I30) into `into`, an
+    /// empty directory of warren's, at most `limit` bytes of file data. The stream comes
+    /// from inside the sandbox: it is unpacked only by descriptor ([`crate::home::restore`]:
+    /// no entry lands outside `into` or goes through a link).
+    pub async fn archive_home(
+        &self,
+        into: std::path::PathBuf,
+        limit: u64,
+    ) -> Result<crate::home::Moved, RunError> {
+        let mut session = self.connect().await?;
+        session.request(&Request::ArchiveHome { limit }).await?;
+        let (data, received) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+        let unpacking = tokio::task::spawn_blocking(move || {
+            let dir = crate::home::open_dir(&into)?;
+            let reader = ChannelReader {
+                received,
+                pending: Vec::new(),
+                at: 0,
+            };
+            crate::home::restore(std::os::fd::AsFd::as_fd(&dir), reader, limit)
+        });
+        let mut data = Some(data);
+        let failed = loop {
+            match wire::read_frame_async(&mut session.reader, &mut session.opener).await? {
+                Some((Kind::Data, bytes)) => {
+                    let gone = match &data {
+                        Some(data) => data.send(bytes).await.is_err(),
+                        None => false,
+                    };
+                    // The unpacking stopped (its error is the answer): read on to the end.
+                    if gone {
+                        data = None;
+                    }
+                }
+                Some((Kind::DataEnd, _)) => break None,
+                Some((Kind::Reply, body)) => break Some(body),
+                other => return Err(std::io::Error::other(format!("unexpected {other:?}")).into()),
+            }
+        };
+        drop(data);
+        let unpacked = unpacking.await.map_err(std::io::Error::other)?;
+        let reply = match failed {
+            Some(body) => serde_json::from_slice(&body).map_err(std::io::Error::other)?,
+            None => session.reply().await?,
+        };
+        match (reply, unpacked) {
+            // The agent's count: what it sent, and what it left out.
+            (
+                Reply::Moved {
+                    entries,
+                    bytes,
+                    skipped,
+                },
+                Ok(_),
+            ) => Ok(crate::home::Moved {
+                entries,
+                bytes,
+                skipped,
+            }),
+            (Reply::Refused { reason }, _) => Err(std::io::Error::other(format!(
+                "the agent could not archive the home: {reason}"
+            ))
+            .into()),
+            (_, Err(error)) => Err(error.into()),
+            (other, _) => Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
+        }
+    }
+
+    /// Sends the directory `from` (warren's own: a restored snapshot's home) into the
+    /// runtime's home before its first command, at most `limit` bytes of file data.
+    pub async fn restore_home(
+        &self,
+        from: std::path::PathBuf,
+        limit: u64,
+    ) -> Result<crate::home::Moved, RunError> {
+        let mut session = self.connect().await?;
+        session.request(&Request::RestoreHome { limit }).await?;
+        let (data, mut received) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+        let packing = tokio::task::spawn_blocking(move || {
+            let dir = crate::home::open_dir(&from)?;
+            let writer = ChannelWriter {
+                data,
+                buffer: Vec::with_capacity(wire::DATA_CHUNK),
+            };
+            crate::home::archive(std::os::fd::AsFd::as_fd(&dir), writer, limit)
+        });
+        while let Some(chunk) = received.recv().await {
+            session.send(Kind::Data, &chunk).await?;
+        }
+        let packed = packing.await.map_err(std::io::Error::other)?;
+        session.send(Kind::DataEnd, &[]).await?;
+        let packed = packed?;
+        match session.reply().await? {
+            // The agent's count: what it restored.
+            Reply::Moved {
+                entries,
+                bytes,
+                skipped,
+            } => Ok(crate::home::Moved {
+                entries,
+                bytes,
+                skipped: skipped + packed.skipped,
+            }),
+            Reply::Refused { reason } => Err(std::io::Error::other(format!(
+                "the agent could not restore the home: {reason}"
+            ))
+            .into()),
+            other => Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
+        }
+    }
+
     /// Runs one command: stdin goes over as frames, output comes back capped (and to
     /// `sink` as it arrives), and the command's tree is killed when `request.timeout`
     /// passes or the sink closes (I24), as [`crate::client::run`] does on a Unix socket.
@@ -309,5 +420,58 @@ async fn read(reader: &mut OwnedReadHalf, opener: &mut Opener) -> std::io::Resul
             std::io::ErrorKind::UnexpectedEof,
             "the agent closed the connection before the command ended",
         )),
+    }
+}
+
+/// The blocking side of a tar stream arriving in chunks.
+struct ChannelReader {
+    received: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    pending: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.pending.len() {
+            match self.received.blocking_recv() {
+                Some(bytes) => {
+                    self.pending = bytes;
+                    self.at = 0;
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.pending.len() - self.at);
+        out[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// The blocking side of a tar stream leaving in chunks of at most a frame's data.
+struct ChannelWriter {
+    data: tokio::sync::mpsc::Sender<Vec<u8>>,
+    buffer: Vec<u8>,
+}
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let room = wire::DATA_CHUNK - self.buffer.len();
+        let taken = bytes.len().min(room);
+        self.buffer.extend_from_slice(&bytes[..taken]);
+        if self.buffer.len() == wire::DATA_CHUNK {
+            self.flush()?;
+        }
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(wire::DATA_CHUNK));
+        self.data
+            .blocking_send(chunk)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
     }
 }

@@ -151,6 +151,10 @@ pub enum Kind {
     Stdout = 5,
     /// Bytes the command wrote to stderr.
     Stderr = 6,
+    /// A piece of a home's tar stream.
+    Data = 7,
+    /// The tar stream ends.
+    DataEnd = 8,
 }
 
 impl Kind {
@@ -162,6 +166,8 @@ impl Kind {
             4 => Self::StdinEnd,
             5 => Self::Stdout,
             6 => Self::Stderr,
+            7 => Self::Data,
+            8 => Self::DataEnd,
             _ => return None,
         })
     }

@@ -319,8 +319,12 @@ impl TestServer {
     /// The host directory of a uid's UserWorkspace, for planting test fixtures. The uid must
     /// be one that is safe as a directory name.
     pub fn workspace_of(&self, safe_uid: &str) -> PathBuf {
-        self.data_dir()
-            .join("user-data/shared")
+        // On a test cluster the workspace directory is the claims', not the data dir.
+        let root = match self.cluster() {
+            Some(cluster) => cluster.workspace.path().to_owned(),
+            None => self.data_dir(),
+        };
+        root.join("user-data/shared")
             .join(safe_uid)
             .join("workspace")
     }
@@ -448,11 +452,18 @@ impl TestServer {
     /// (a fake API server and a simulated kubelet, held as long as the server), with more
     /// `[kubernetes]` settings in `extra`.
     pub fn start_kubernetes(bin: &Path, extra: &str) -> Self {
+        Self::start_kubernetes_with(bin, extra, &[])
+    }
+
+    /// [`TestServer::start_kubernetes`] with more `warren serve` arguments.
+    pub fn start_kubernetes_with(bin: &Path, extra: &str, args: &[&str]) -> Self {
         let cluster = kube::TestCluster::start(bin);
         let config = tempfile::NamedTempFile::new().expect("a config file");
         std::fs::write(config.path(), cluster.config("test", extra)).expect("write the config");
         let path = config.path().display().to_string();
-        let mut server = Self::start_with(bin, &["--config", &path]);
+        let mut all = vec!["--config", path.as_str()];
+        all.extend_from_slice(args);
+        let mut server = Self::start_with(bin, &all);
         server.hold(config);
         server.hold(cluster);
         server

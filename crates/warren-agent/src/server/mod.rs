@@ -343,6 +343,17 @@ impl Server {
                 let _ =
                     protocol::send_frame(connection.as_fd(), &Reply::KilledAll { processes }, &[]);
             }
+            Request::ArchiveHome { .. } | Request::RestoreHome { .. } => {
+                let _ = protocol::send_frame(
+                    connection.as_fd(),
+                    &Reply::Refused {
+                        reason: "the home is moved by the TCP gateway; on this socket the host \
+                                 reads it by descriptor"
+                            .into(),
+                    },
+                    &[],
+                );
+            }
             Request::Kill => {
                 let _ = protocol::send_frame(
                     connection.as_fd(),

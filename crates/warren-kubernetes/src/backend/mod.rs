@@ -16,10 +16,13 @@
 //! key is derived from a secret of warren's, the sandbox id and the generation, so every
 //! replica holding the secret reaches every agent and a new generation has a new key.
 //!
-//! Not done here (yet): a runtime's `/home/gem` snapshot (no host path exists; it has to
-//! stream through the agent), operators' extra mounts (host directories no pod can
-//! mount), and network `open`/`allowlist` (the NetworkPolicy would allow warren's egress
-//! proxy, which warren does not serve to pods yet): each is refused with a clear error.
+//! A runtime snapshot's `/home/gem` streams through the agent (no host path to it exists):
+//! received into a directory of warren's for the snapshot engine, and sent back into a
+//! resumed pod before its first command.
+//!
+//! Not done here (yet): operators' extra mounts (host directories no pod can mount), and
+//! network `open`/`allowlist` (the NetworkPolicy would allow warren's egress proxy, which
+//! warren does not serve to pods yet): each is refused with a clear error.
 
 mod cluster;
 mod ready;
@@ -42,8 +45,8 @@ use warren_agent::client::{exec_spec, RunError};
 use warren_agent::remote::RemoteAgent;
 use warren_agent::{AgentConfig, AgentKey};
 use warren_backend::{
-    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
-    OutputSink, RuntimeLimits, RuntimeSpec,
+    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
+    ExecOutcome, ExecRequest, OutputSink, RuntimeLimits, RuntimeSpec,
 };
 use warren_core::{DataLayout, SandboxId};
 
@@ -273,6 +276,11 @@ impl KubernetesBackend {
         })
     }
 
+    /// Where a snapshot of the runtime's home is received.
+    fn snapshot_dir(&self, sandbox: &SandboxId) -> PathBuf {
+        self.config.state_dir.join(format!("{sandbox}.home"))
+    }
+
     fn env_path(&self, sandbox: &SandboxId) -> PathBuf {
         self.config.state_dir.join(format!("{sandbox}.json"))
     }
@@ -337,7 +345,8 @@ impl KubernetesBackend {
                         Some(Ok(())) => return Ok(()),
                         Some(Err(reason)) => {
                             tracing::warn!(%sandbox, %reason, "replacing the sandbox's {what}");
-                            self.delete::<K>(sandbox, what, &name).await?;
+                            let is_pod = what == "pod";
+                            self.delete::<K>(sandbox, what, &name, is_pod).await?;
                         }
                         // Gone meanwhile: create it again.
                         None => {}
@@ -359,13 +368,15 @@ impl KubernetesBackend {
     }
 
     /// Deletes one object now (no grace: the runtime is being destroyed) and, for a pod,
-    /// waits through a watch until it is gone, so a new generation's pod of the same name
-    /// can be created.
+    /// waits through a watch until it is gone (`until_gone`), so a new generation's pod of
+    /// the same name can be created. Services and NetworkPolicies go at once (no graceful
+    /// deletion, no finalizer of warren's), and the Role grants no `watch` on them.
     async fn delete<K>(
         &self,
         sandbox: &SandboxId,
         what: &str,
         name: &str,
+        until_gone: bool,
     ) -> Result<(), BackendError>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -393,6 +404,9 @@ impl KubernetesBackend {
                 ))
             }
         };
+        if !until_gone {
+            return Ok(());
+        }
         let uid = uid.unwrap_or_default();
         let gone = kube::runtime::wait::await_condition(
             api.clone(),
@@ -416,9 +430,10 @@ impl KubernetesBackend {
     async fn teardown(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
         let name = names::object_name(&self.config.instance, sandbox);
         // The pod first: nothing may run without its policy.
-        self.delete::<Pod>(sandbox, "pod", &name).await?;
-        self.delete::<Service>(sandbox, "service", &name).await?;
-        self.delete::<K8sNetworkPolicy>(sandbox, "network policy", &name)
+        self.delete::<Pod>(sandbox, "pod", &name, true).await?;
+        self.delete::<Service>(sandbox, "service", &name, false)
+            .await?;
+        self.delete::<K8sNetworkPolicy>(sandbox, "network policy", &name, false)
             .await?;
         Ok(())
     }
@@ -475,6 +490,26 @@ impl KubernetesBackend {
             )),
             None => Err("its agent does not answer with the key".into()),
         }
+    }
+
+    /// Whether the cluster still holds a ready pod for `sandbox` at the address warren
+    /// dials. A pod deleted or replaced behind warren's back (evicted, drained, `kubectl
+    /// delete`) leaves nothing at its address: connecting there times out rather than
+    /// being refused, so the agent's client cannot tell it from a slow pod; the cluster
+    /// can. A cluster that does not answer is no answer: the runtime is kept.
+    async fn still_serves(&self, sandbox: &SandboxId, known: &Known) -> bool {
+        let name = names::object_name(&self.config.instance, sandbox);
+        let pod = match self.api::<Pod>().get_opt(&name).await {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return false,
+            Err(_) => return true,
+        };
+        let Progress::Ready { pod_ip, host_ip } = ready::progress(&pod) else {
+            return false;
+        };
+        self.agent_address(sandbox, &name, &pod_ip, host_ip.as_deref())
+            .await
+            .map_or(true, |address| address == known.agent.address)
     }
 
     async fn start(&self, spec: &RuntimeSpec) -> Result<Known, BackendError> {
@@ -546,8 +581,27 @@ impl KubernetesBackend {
                 sandbox: sandbox.clone(),
                 reason,
             })?;
+        if let Some(seed) = &spec.seed {
+            // Resuming a reaped runtime (I30): its /home/gem comes back through the agent
+            // before the first command. A seed that cannot be copied leaves the home as
+            // far as it got, never a failed start (as on Docker).
+            match agent
+                .restore_home(seed.join("home"), self.config.limits.home_bytes)
+                .await
+            {
+                Ok(moved) => {
+                    tracing::debug!(%sandbox, entries = moved.entries, bytes = moved.bytes, "restored /home/gem")
+                }
+                Err(error) => {
+                    tracing::warn!(%sandbox, %error, "could not restore /home/gem from the snapshot")
+                }
+            }
+        }
         Ok(Known {
-            spec: spec.clone(),
+            spec: RuntimeSpec {
+                seed: None,
+                ..spec.clone()
+            },
             agent,
         })
     }
@@ -677,8 +731,12 @@ impl Backend for KubernetesBackend {
             .clone();
         let _held = gate.lock().await;
         let known = self.lock().get(&spec.sandbox).cloned();
+        let unseeded = RuntimeSpec {
+            seed: None,
+            ..spec.clone()
+        };
         if let Some(known) = known {
-            if known.spec == *spec && self.verify(spec, &known.agent).await.is_ok() {
+            if known.spec == unseeded && self.verify(spec, &known.agent).await.is_ok() {
                 return Ok(DiscoveredRuntime { spec: known.spec });
             }
         }
@@ -746,6 +804,19 @@ impl Backend for KubernetesBackend {
                     sandbox: sandbox.clone(),
                 })
             }
+            Err(RunError::Io(source)) if !self.still_serves(sandbox, &known).await => {
+                // Deleted or replaced behind warren's back: forget it, so the next use
+                // starts a fresh one. Not a `RuntimeNotFound`, which would run the command
+                // again: whether it started before its pod went, nothing here can tell.
+                self.lock().remove(sandbox);
+                Err(BackendError::Exec {
+                    sandbox: sandbox.clone(),
+                    source: std::io::Error::new(
+                        source.kind(),
+                        format!("its pod is gone; the next command starts a fresh one: {source}"),
+                    ),
+                })
+            }
             Err(RunError::Io(source)) => Err(BackendError::Exec {
                 sandbox: sandbox.clone(),
                 source,
@@ -774,10 +845,48 @@ impl Backend for KubernetesBackend {
         }
     }
 
+    /// The runtime's `/home/gem`, received from its agent into a directory of warren's
+    /// (no host path to a pod's home exists), for a snapshot (I30); the pod has no
+    /// copy-on-write layer of warren's (its image's root is read-only), so that one is
+    /// empty. The directory is replaced at the next snapshot and removed with the runtime.
+    async fn ephemeral_roots(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Option<EphemeralRoots>, BackendError> {
+        let Ok(known) = self.find(sandbox) else {
+            return Ok(None);
+        };
+        let staging = self.snapshot_dir(sandbox);
+        let failed = |source: std::io::Error| BackendError::Exec {
+            sandbox: sandbox.clone(),
+            source,
+        };
+        let _ = std::fs::remove_dir_all(&staging);
+        for dir in [staging.join("cow"), staging.join("home")] {
+            std::fs::create_dir_all(&dir).map_err(failed)?;
+        }
+        std::fs::set_permissions(
+            &staging,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .map_err(failed)?;
+        // The home is an emptyDir of `home_bytes`: more than that cannot be there.
+        let limit = self.config.limits.home_bytes.saturating_mul(2);
+        match known.agent.archive_home(staging.join("home"), limit).await {
+            Ok(_) => Ok(Some(EphemeralRoots {
+                cow: staging.join("cow"),
+                home: staging.join("home"),
+            })),
+            Err(RunError::Gone(_)) => Ok(None),
+            Err(RunError::Io(source)) => Err(failed(source)),
+        }
+    }
+
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
         self.teardown(sandbox).await?;
         self.lock().remove(sandbox);
         let _ = std::fs::remove_file(self.env_path(sandbox));
+        let _ = std::fs::remove_dir_all(self.snapshot_dir(sandbox));
         Ok(())
     }
 }

@@ -195,6 +195,20 @@ impl SimulatedKubelet {
             .collect();
         let tools = Tools::find();
         sweep_leftovers(&tools);
+        // The pod network never leaves this machine: a live pod's /30 is routed to its
+        // veth, and every other address of the range (a deleted pod's, one never given) is
+        // unreachable here, refused at once, never sent to the default route. Left in
+        // place after the tests: it only keeps this test range on the machine.
+        let route = Command::new(&tools.ip)
+            .args(["route", "replace", "unreachable"])
+            .arg(format!("{POD_NETWORK}/16"))
+            .output()
+            .expect("run ip route");
+        assert!(
+            route.status.success(),
+            "cannot keep the pod network on this machine: {}",
+            String::from_utf8_lossy(&route.stderr)
+        );
         let mut hidden = vec![state_dir.clone()];
         hidden.extend(claims.values().cloned());
         Self {

@@ -3,7 +3,11 @@
 //! test-side kubelet (`kubelet`) that runs the pods it is told about on this machine.
 //!
 //! Both are fakes, named as such: admission, scheduling, kube-proxy and a real kubelet are
-//! not exercised. They meet at [`Kubelet`]: the API server tells its kubelet about every
+//! not exercised. PyPI's `kmock` (0.8) was the first choice for the API server and is not
+//! enough: its Kubernetes emulator answers every list with `resourceVersion: "..."`,
+//! filters by namespace and name only (no label or field selectors), replays every object
+//! on each watch whatever resourceVersion it is asked from, and never answers 410 Gone:
+//! the backend's discovery, readiness watch and relist rely on all four. They meet at [`Kubelet`]: the API server tells its kubelet about every
 //! pod created and deleted, and the kubelet reports each pod's status back through a
 //! [`StatusReporter`], as a real kubelet patches `pods/status`.
 

@@ -465,3 +465,95 @@ EOF
         String::from_utf8_lossy(&outcome.stderr)
     );
 }
+
+#[test]
+fn a_hostile_home_reaches_warren_as_plain_files_and_links_only() {
+    let agent = TcpAgent::start();
+    // What a sandbox can leave in its home for the next snapshot: links to the host's
+    // secrets and to the root, a FIFO, a set-user-ID file, names with newlines and `..`
+    // look-alikes, a directory it cannot read.
+    let home = agent.home.path().display().to_string();
+    let outcome = agent.run(
+        &(format!("cd {home} && ")
+            + r#"ln -s /etc/shadow shadow && ln -s / root && mkfifo fifo &&
+           printf x > suid && chmod 4755 suid && mkdir -p 'a/..b' && printf y > 'a/..b/new
+line' && mkdir locked && printf z > locked/f && chmod 000 locked && echo done"#),
+        Duration::from_secs(30),
+    );
+    assert_eq!(outcome.stdout, b"done\n", "{outcome:?}");
+    let staging = tempfile::tempdir().unwrap();
+    let into = staging.path().join("home");
+    std::fs::create_dir(&into).unwrap();
+    let moved = runtime()
+        .block_on(agent.client().archive_home(into.clone(), 1 << 30))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(
+        moved.skipped >= 2,
+        "the FIFO and the unreadable directory are left out: {moved:?}"
+    );
+    let shadow = std::fs::symlink_metadata(into.join("shadow")).unwrap();
+    assert!(shadow.file_type().is_symlink(), "a link stays a link");
+    assert!(std::fs::symlink_metadata(into.join("root"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!into.join("fifo").exists());
+    let suid = std::fs::metadata(into.join("suid")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&suid.permissions()) & 0o7000,
+        0,
+        "no set-user-ID bit reaches the host"
+    );
+    assert_eq!(std::fs::read(into.join("a/..b/new\nline")).unwrap(), b"y");
+    // Nothing outside the staging directory.
+    let names: Vec<_> = std::fs::read_dir(staging.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, ["home"]);
+
+    // And back into a fresh home: the same tree.
+    let agent = TcpAgent::start();
+    runtime()
+        .block_on(agent.client().restore_home(into, 1 << 30))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let home = agent.home.path().display().to_string();
+    let back = agent.run(
+        &(format!("cd {home} && ")
+            + r#"readlink shadow && cat 'a/..b/new
+line' && stat -c %u suid && ls -d locked 2>&1 | wc -l"#),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&back.stdout),
+        "/etc/shadow\ny1000\n1\n",
+        "{back:?}"
+    );
+}
+
+#[test]
+fn a_home_larger_than_its_limit_is_refused_and_nothing_half_arrives_unnoticed() {
+    let agent = TcpAgent::start();
+    let home = agent.home.path().display().to_string();
+    let outcome = agent.run(
+        &format!("head -c 300000 /dev/zero > {home}/big"),
+        Duration::from_secs(30),
+    );
+    assert_eq!(outcome.exit_code, Some(0));
+    let staging = tempfile::tempdir().unwrap();
+    let refused = runtime().block_on(
+        agent
+            .client()
+            .archive_home(staging.path().to_owned(), 100_000),
+    );
+    assert!(
+        refused.is_err(),
+        "a home over its limit was taken: {refused:?}"
+    );
+    // The connection's end is clean: the agent still serves.
+    assert_eq!(
+        agent.run("echo fine", Duration::from_secs(30)).stdout,
+        b"fine\n"
+    );
+}

@@ -27,6 +27,11 @@ use super::output as out;
 pub(crate) enum Host {
     Local,
     Docker,
+    /// The Kubernetes backend on the fake API server and simulated kubelet of the test
+    /// support crate (no kube-apiserver or kubelet can be installed here): the rules that
+    /// need what a real kubelet gives a pod (cgroup limits, a NetworkPolicy, an image that
+    /// is not the host's own root) are not run against it.
+    Kubernetes,
 }
 
 impl Host {
@@ -37,6 +42,13 @@ impl Host {
     /// Starts a server on this backend with more `warren serve` arguments.
     pub(crate) fn start_with(self, extra: &[&str]) -> TestServer {
         let mut args = match self {
+            Self::Kubernetes => {
+                assert!(
+                    super::running_as_root(),
+                    "the Kubernetes rules need root: the simulated kubelet makes namespaces"
+                );
+                return TestServer::start_kubernetes_with(bin(), "", extra);
+            }
             Self::Local => vec!["--backend", "local"],
             Self::Docker => {
                 warren_test_support::require_docker();
@@ -56,6 +68,7 @@ impl Host {
         match self {
             Self::Local => "local",
             Self::Docker => "docker",
+            Self::Kubernetes => "kubernetes",
         }
     }
 
@@ -75,6 +88,15 @@ impl Host {
                 // The pid and its start time: a pid alone may be reused by then.
                 let pid = identity["pid"].to_string();
                 format!("{pid}@{}", start_time(&pid).unwrap_or_default())
+            }
+            // The pod's uid: the API server gives every pod a new one.
+            Self::Kubernetes => {
+                let pod = kubernetes_pod(server, id);
+                let running = pod["status"]["phase"] == "Running";
+                match (running, pod["metadata"]["uid"].as_str()) {
+                    (true, Some(uid)) => uid.to_owned(),
+                    _ => String::new(),
+                }
             }
             Self::Docker => warren_test_support::docker(&[
                 "ps",
@@ -117,6 +139,31 @@ impl Host {
                     found.push("the runtime directory".into());
                 }
             }
+            Self::Kubernetes => {
+                let cluster = server.cluster().expect("a Kubernetes server");
+                let name = format!("warren-test-{id}");
+                for kind in ["pods", "services"] {
+                    if kubernetes_object(server, "api/v1", kind, &name).is_some() {
+                        found.push(format!("{kind} {name}"));
+                    }
+                }
+                if kubernetes_object(
+                    server,
+                    "apis/networking.k8s.io/v1",
+                    "networkpolicies",
+                    &name,
+                )
+                .is_some()
+                {
+                    found.push(format!("networkpolicy {name}"));
+                }
+                let namespace = warren_test_support::kube::NAMESPACE;
+                if let Some(pod) = cluster.kubelet.pod(namespace, &name) {
+                    if !pod.container_pids.is_empty() {
+                        found.push(format!("containers {:?} of {handle}", pod.container_pids));
+                    }
+                }
+            }
             Self::Docker => {
                 let data = server.data_dir();
                 let exists = warren_test_support::docker(&[
@@ -155,9 +202,53 @@ impl Host {
             Self::Local => &["/tmp", "/home/gem", "/dev/shm", "/usr/local"],
             // The image's own tree is read-only; /var/tmp is a capped tmpfs.
             Self::Docker => &["/tmp", "/home/gem", "/dev/shm", "/var/tmp", "/usr/local"],
+            // A pod's root is read-only; its two emptyDirs are size-limited.
+            Self::Kubernetes => &["/tmp", "/home/gem"],
         }
     }
 }
+
+/// The rules the Kubernetes backend is held to on the test cluster: every rule but those
+/// that need a real kubelet's cgroups (bombs), its NetworkPolicy enforcement and warren's
+/// egress proxy for pods (network), or a real image instead of the host's own root (host
+/// secrets).
+macro_rules! conformance_kubernetes {
+    ($($rule:ident),* $(,)?) => {
+        mod kubernetes {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Host::Kubernetes).await
+                }
+            )*
+        }
+    };
+}
+
+conformance_kubernetes!(
+    commands_run_as_1000_without_privileges_in_the_workdir,
+    the_view_from_inside_has_exactly_the_two_persistent_mounts,
+    one_identity_gets_one_runtime_and_a_new_generation_starts_fresh,
+    state_persists_across_execs_of_one_runtime,
+    workspace_files_cross_the_boundary_as_1000,
+    concurrent_execs_are_independent,
+    a_timeout_kills_the_whole_tree_including_setsid_grandchildren,
+    exit_statuses_signals_and_missing_programs_are_reported,
+    output_beyond_the_cap_is_cut_and_flagged,
+    streaming_exec_delivers_output_as_it_comes_then_the_exit,
+    a_client_that_disconnects_mid_stream_leaves_no_process,
+    destroy_leaves_nothing_running_and_keeps_the_workspace,
+    an_idle_runtime_is_reaped_then_resumes_its_home_from_a_snapshot,
+    runs_are_recorded_with_status_and_resource_use,
+    a_runtime_survives_a_killed_server_and_is_adopted_after_restart,
+    a_lock_held_inside_a_runtime_cannot_park_file_writes,
+    host_processes_are_invisible_and_untouchable,
+    privileged_kernel_interfaces_are_refused,
+    setuid_binaries_grant_nothing,
+    socket_families_a_sandbox_does_not_need_are_refused,
+    filling_ephemeral_disk_is_bounded,
+    exhausting_file_descriptors_is_bounded,
+);
 
 /// One `#[tokio::test]` per backend for each rule: `conformance::local::<rule>` and
 /// `conformance::docker::<rule>`.
@@ -214,6 +305,42 @@ conformance_suite!(
     an_allowlist_lets_through_exactly_the_listed_destinations,
     open_egress_never_reaches_the_host_or_internal_networks,
 );
+
+/// One object of the Kubernetes test cluster's API, as JSON; `None` when absent.
+fn kubernetes_object(
+    server: &TestServer,
+    group: &str,
+    kind: &str,
+    name: &str,
+) -> Option<serde_json::Value> {
+    let cluster = server.cluster().expect("a Kubernetes server");
+    let url = format!(
+        "{}/{group}/namespaces/{}/{kind}/{name}",
+        cluster.api.url(),
+        warren_test_support::kube::NAMESPACE
+    );
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(async {
+            let answer = reqwest::get(&url)
+                .await
+                .expect("the fake API server answers");
+            if answer.status() == 404 {
+                return None;
+            }
+            assert!(
+                answer.status().is_success(),
+                "GET {url}: {}",
+                answer.status()
+            );
+            Some(answer.json().await.expect("an object"))
+        })
+    })
+}
+
+/// The pod of sandbox `id` on the Kubernetes test cluster (`null` when there is none).
+fn kubernetes_pod(server: &TestServer, id: &str) -> serde_json::Value {
+    kubernetes_object(server, "api/v1", "pods", &format!("warren-test-{id}")).unwrap_or_default()
+}
 
 /// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
 fn start_time(pid: &str) -> Option<String> {
@@ -474,9 +601,14 @@ async fn the_view_from_inside_has_exactly_the_two_persistent_mounts(host: Host) 
     assert!(binds
         .iter()
         .any(|l| l.contains(" /home/gem/skills ") && l.contains(" ro,")));
+    // Ephemeral (I7): a tmpfs of the runtime's, or on Kubernetes the pod's emptyDir.
+    let home = |l: &&str| match host {
+        Host::Kubernetes => l.split_whitespace().nth(1) == Some("/home/gem"),
+        _ => l.starts_with("tmpfs /home/gem "),
+    };
     assert!(
-        text.lines().any(|l| l.starts_with("tmpfs /home/gem ")),
-        "/home/gem is a tmpfs (I7)"
+        text.lines().any(|l| home(&l)),
+        "/home/gem is ephemeral (I7): {text}"
     );
 }
 

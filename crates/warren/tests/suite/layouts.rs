@@ -294,6 +294,7 @@ fn started_anything(host: Host, server: &TestServer, id: &str) -> Vec<String> {
     let mut found = Vec::new();
     let data = server.data_dir();
     match host {
+        Host::Kubernetes => unreachable!("the layout rules run on the local and Docker backends"),
         Host::Local => {
             if data.join("runtimes").join(id).join("runtime.json").exists() {
                 found.push("a runtime record".to_owned());
@@ -467,6 +468,7 @@ impl Drop for BackendLeftovers {
 async fn backend(host: Host, data_dir: &Path) -> Box<dyn Backend> {
     let limits = warren_isolation::config::RuntimeLimits::default();
     match host {
+        Host::Kubernetes => unreachable!("the layout rules run on the local and Docker backends"),
         Host::Local => Box::new(
             warren_isolation::LocalBackend::new(warren_isolation::LocalBackendConfig {
                 data_dir: data_dir.to_owned(),
@@ -527,6 +529,7 @@ fn deerflow_spec(
         backend: match host {
             Host::Local => BackendKind::Local,
             Host::Docker => BackendKind::Docker,
+            Host::Kubernetes => BackendKind::Kubernetes,
         },
         image: (host == Host::Docker).then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
         generation,

@@ -23,6 +23,7 @@ mod image;
 mod init;
 mod kill;
 mod kubernetes;
+mod kubernetes_rbac;
 mod layouts;
 mod lifecycle;
 mod mcp;
