@@ -96,7 +96,16 @@ pub fn exec_spec(
 
 /// What tells programs inside a runtime with egress to use its proxy port.
 fn proxy_environment() -> Vec<(String, String)> {
-    let proxy = format!("http://127.0.0.1:{}", crate::environment::PROXY_PORT);
+    proxy_environment_at(&format!(
+        "http://127.0.0.1:{}",
+        crate::environment::PROXY_PORT
+    ))
+}
+
+/// What tells programs to use the proxy at `proxy` (a URL): where the runtime's egress goes
+/// through warren's proxy over the network (a pod) rather than through its own loopback.
+pub fn proxy_environment_at(proxy: &str) -> Vec<(String, String)> {
+    let proxy = proxy.to_owned();
     let mut env = Vec::new();
     for name in [
         "HTTP_PROXY",

@@ -79,6 +79,39 @@ pub fn spawn_egress(
     Ok(())
 }
 
+/// The proxy connections one runtime may hold open at once: give each runtime one, and
+/// pass it to [`spawn_connection`] with each of its connections.
+pub fn runtime_permits() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(CONNECTIONS_PER_RUNTIME))
+}
+
+/// Proxies one connection of a runtime whose egress reaches warren over the network (a
+/// pod dialling warren's proxy port): the same request parsing, policy check on the
+/// resolved address, refusal of the host's own addresses and splice as for a connection
+/// init hands over, under the same caps (`permits` is the runtime's own). False when a
+/// cap refused it (the connection is closed).
+pub fn spawn_connection(
+    stream: std::net::TcpStream,
+    policy: NetworkPolicy,
+    permits: &Arc<Semaphore>,
+    runtime: &tokio::runtime::Handle,
+) -> bool {
+    let (Ok(mine), Ok(all)) = (
+        permits.clone().try_acquire_owned(),
+        ALL_CONNECTIONS.clone().try_acquire_owned(),
+    ) else {
+        tracing::warn!("egress connection refused: too many open connections");
+        return false;
+    };
+    runtime.spawn(async move {
+        let _permits = (mine, all);
+        if let Err(error) = proxy(OwnedFd::from(stream), &policy).await {
+            tracing::debug!(%error, "egress connection ended");
+        }
+    });
+    true
+}
+
 async fn proxy(fd: OwnedFd, policy: &NetworkPolicy) -> std::io::Result<()> {
     let std_stream = std::net::TcpStream::from(fd);
     std_stream.set_nonblocking(true)?;

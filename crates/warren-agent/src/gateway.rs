@@ -47,13 +47,17 @@ pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
     loop {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
-            Err(_) => continue,
+            // Out of descriptors or memory for a moment: no busy loop meanwhile.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
         };
         if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             open.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let (channel, open, key) = (channel.clone(), open.clone(), key.clone());
+        let (channel, counted, key) = (channel.clone(), open.clone(), key.clone());
         let spawned = std::thread::Builder::new()
             .name("agent-connection".into())
             .spawn(move || {
@@ -63,10 +67,11 @@ pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
                         crate::sys::exit_immediately(1);
                     }
                 }
-                open.fetch_sub(1, Ordering::SeqCst);
+                counted.fetch_sub(1, Ordering::SeqCst);
             });
+        // No thread (the pids limit): the stream went with the closure; its slot is free.
         if spawned.is_err() {
-            // The thread (and its stream) is gone with the error.
+            open.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -92,12 +97,14 @@ fn channel_gone(channel: &Mutex<OwnedFd>) -> bool {
 /// One connection: authenticate, read the request, relay it.
 fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -> io::Result<()> {
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let (mut sealer, mut opener) = wire::accept(&mut stream, key)?;
-    // The request follows the handshake at once; then the connection may idle as long as
-    // its command runs.
-    let Some((kind, payload)) = wire::read_frame(&mut stream, &mut opener)? else {
+    // The handshake and the request together get HANDSHAKE_TIMEOUT, however slowly a peer
+    // trickles its bytes; then the connection may idle as long as its command runs.
+    let mut bounded = Deadline {
+        stream: &stream,
+        deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+    };
+    let (mut sealer, mut opener) = wire::accept(&mut bounded, key)?;
+    let Some((kind, payload)) = wire::read_frame(&mut bounded, &mut opener)? else {
         return Ok(());
     };
     stream.set_read_timeout(None)?;
@@ -281,6 +288,43 @@ impl Read for DataReader<'_> {
         out[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
         self.at += n;
         Ok(n)
+    }
+}
+
+/// A stream whose reads and writes all end by one deadline.
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Deadline<'_> {
+    fn remaining(&self) -> io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer did not authenticate in time",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.remaining()?))?;
+        (&*self.stream).read(buffer)
+    }
+}
+
+impl Write for Deadline<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.remaining()?))?;
+        (&*self.stream).write(bytes)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&*self.stream).flush()
     }
 }
 

@@ -137,6 +137,9 @@ pub struct DeployOptions {
 
 const GIB: u64 = 1024 * 1024 * 1024;
 
+/// The port of warren's egress proxy for sandbox pods (its Service's `egress` port).
+pub const EGRESS_PORT: u16 = 3128;
+
 impl DeployOptions {
     /// The defaults for warren's image `image` in `namespace`.
     pub fn new(namespace: impl Into<String>, image: impl Into<String>) -> Self {
@@ -191,6 +194,9 @@ impl DeployOptions {
             agent_clients_cidr: None,
             ready_timeout_s: default_ready_timeout(),
             warren_binary: self.warren_binary.clone(),
+            proxy_port: Some(EGRESS_PORT),
+            // warren's Service, as sandbox pods resolve it in the namespace.
+            proxy_host: Some(format!("{}.{}.svc", self.named(""), self.namespace)),
         }
     }
 
@@ -326,6 +332,14 @@ pub struct KubernetesSettings {
     /// warren's executable in its image [default: `/usr/local/bin/warren`].
     #[serde(default = "default_warren_binary")]
     pub warren_binary: String,
+    /// The port warren serves its egress proxy to pods on (every address; 0: any free
+    /// one); without it, sandboxes here may only have network `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_port: Option<u16>,
+    /// The host pods dial that proxy at (warren's Service name in the cluster), or `node`
+    /// for the address of the pod's node (warren on the nodes' network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_host: Option<String>,
 }
 
 fn default_instance() -> String {
@@ -551,6 +565,12 @@ pub fn warren_toml(options: &DeployOptions) -> String {
     toml.push_str(&format!("agent_port = {}\n", settings.agent_port));
     toml.push_str(&format!("ready_timeout_s = {}\n", settings.ready_timeout_s));
     line(&mut toml, "warren_binary", &settings.warren_binary);
+    if let Some(port) = settings.proxy_port {
+        toml.push_str(&format!("proxy_port = {port}\n"));
+    }
+    if let Some(host) = &settings.proxy_host {
+        line(&mut toml, "proxy_host", host);
+    }
     toml.push_str("\n[kubernetes.warren_pod_labels]\n");
     for (key, value) in &settings.warren_pod_labels {
         line(&mut toml, &toml_string(key), value);
@@ -747,12 +767,21 @@ fn deployment(options: &DeployOptions) -> Deployment {
             format!("{CONFIG_DIR}/{CONFIG_KEY}"),
         ]),
         env: Some(env),
-        ports: Some(vec![ContainerPort {
-            name: Some("http".to_owned()),
-            container_port: i32::from(options.port),
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("http".to_owned()),
+                container_port: i32::from(options.port),
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+            // The egress proxy sandbox pods with network `open`/`allowlist` dial.
+            ContainerPort {
+                name: Some("egress".to_owned()),
+                container_port: i32::from(EGRESS_PORT),
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            },
+        ]),
         // Start-up may run migrations and reconcile every sandbox: up to five minutes
         // before the liveness probe takes over.
         startup_probe: Some(health_probe(5, 60)),
@@ -828,13 +857,22 @@ fn service(options: &DeployOptions) -> Service {
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_owned()),
             selector: Some(options.warren_pod_labels()),
-            ports: Some(vec![ServicePort {
-                name: Some("http".to_owned()),
-                port: i32::from(options.port),
-                target_port: Some(IntOrString::String("http".to_owned())),
-                protocol: Some("TCP".to_owned()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(vec![
+                ServicePort {
+                    name: Some("http".to_owned()),
+                    port: i32::from(options.port),
+                    target_port: Some(IntOrString::String("http".to_owned())),
+                    protocol: Some("TCP".to_owned()),
+                    ..ServicePort::default()
+                },
+                ServicePort {
+                    name: Some("egress".to_owned()),
+                    port: i32::from(EGRESS_PORT),
+                    target_port: Some(IntOrString::String("egress".to_owned())),
+                    protocol: Some("TCP".to_owned()),
+                    ..ServicePort::default()
+                },
+            ]),
             ..ServiceSpec::default()
         }),
         status: None,

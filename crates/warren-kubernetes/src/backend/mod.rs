@@ -20,9 +20,15 @@
 //! received into a directory of warren's for the snapshot engine, and sent back into a
 //! resumed pod before its first command.
 //!
-//! Not done here (yet): operators' extra mounts (host directories no pod can mount), and
-//! network `open`/`allowlist` (the NetworkPolicy would allow warren's egress proxy, which
-//! warren does not serve to pods yet): each is refused with a clear error.
+//! Network `open`/`allowlist`: a pod has no proxy port of its own; its NetworkPolicy lets
+//! it reach warren's egress proxy port and nothing else, its commands' proxy variables
+//! name warren's address, and warren serves a connection only from the address of a pod
+//! it runs with egress, under that sandbox's policy (the checks of `warren_agent::egress`,
+//! as on every backend). Source addresses must reach warren unmasqueraded (the default
+//! for pod-to-pod and pod-to-Service traffic).
+//!
+//! Not done here: operators' extra mounts (host directories no pod can mount), refused
+//! with a clear error.
 
 mod cluster;
 mod ready;
@@ -80,8 +86,12 @@ pub struct KubernetesConfig {
     pub skills_claim: String,
     /// Who may connect to the agent port: warren's pods, or its address outside.
     pub agent_clients: Peer,
-    /// warren's egress proxy for pods, when it serves one.
-    pub proxy: Option<Endpoint>,
+    /// Where warren serves its egress proxy to pods (`0.0.0.0:3128`; port 0: any), when
+    /// sandboxes here may have network `open` or `allowlist`.
+    pub proxy_listen: Option<SocketAddr>,
+    /// The host pods dial the proxy at (warren's Service name); `node` for the pod's node
+    /// address (warren on the node's network).
+    pub proxy_host: Option<String>,
     /// Resources of each pod.
     pub limits: RuntimeLimits,
     /// The secret every agent key is derived from (every replica holds the same).
@@ -114,13 +124,37 @@ impl std::fmt::Debug for KubernetesConfig {
 struct Known {
     spec: RuntimeSpec,
     agent: RemoteAgent,
+    /// The pod's address: its proxy connections come from it.
+    pod_ip: std::net::IpAddr,
+    /// Its node's address.
+    host_ip: Option<std::net::IpAddr>,
+    /// Its proxy connections' cap.
+    permits: Arc<tokio::sync::Semaphore>,
 }
+
+impl Known {
+    fn new(spec: RuntimeSpec, agent: RemoteAgent, pod_ip: &str, host_ip: Option<&str>) -> Self {
+        Self {
+            spec,
+            agent,
+            pod_ip: pod_ip
+                .parse()
+                .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+            host_ip: host_ip.and_then(|ip| ip.parse().ok()),
+            permits: warren_agent::egress::runtime_permits(),
+        }
+    }
+}
+
+type Runtimes = Arc<Mutex<HashMap<SandboxId, Known>>>;
 
 /// The Kubernetes backend.
 pub struct KubernetesBackend {
     client: Client,
     config: KubernetesConfig,
-    runtimes: Mutex<HashMap<SandboxId, Known>>,
+    runtimes: Runtimes,
+    /// The port warren's egress proxy for pods listens on, when it serves one.
+    proxy_port: Option<u16>,
     /// One create at a time per sandbox (the provisioner serialises them already; this
     /// keeps the backend sound on its own).
     creating: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
@@ -135,10 +169,16 @@ impl KubernetesBackend {
             &config.state_dir,
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         )?;
+        let runtimes: Runtimes = Arc::new(Mutex::new(HashMap::new()));
+        let proxy_port = match config.proxy_listen {
+            Some(address) => Some(serve_proxy(address, runtimes.clone())?),
+            None => None,
+        };
         Ok(Self {
             client,
             config,
-            runtimes: Mutex::new(HashMap::new()),
+            runtimes,
+            proxy_port,
             creating: Mutex::new(HashMap::new()),
         })
     }
@@ -175,10 +215,11 @@ impl KubernetesBackend {
                     .into(),
             ));
         }
-        if spec.network.has_egress() && self.config.proxy.is_none() {
+        if spec.network.has_egress() && self.proxy_port.is_none() {
             return Err(refuse(
                 "network \"open\" and \"allowlist\" need warren's egress proxy for pods, which \
-                 this server does not serve; use network \"none\" on the kubernetes backend"
+                 this server does not serve (set [kubernetes] proxy_port and proxy_host); use \
+                 network \"none\""
                     .into(),
             ));
         }
@@ -243,7 +284,12 @@ impl KubernetesBackend {
                 bundle_bytes: 256 * MIB,
             },
             service_type: self.config.service_type,
-            proxy: self.config.proxy.clone(),
+            // Pods with egress may reach warren's proxy (where warren's pods, or its
+            // address, are), and nothing else.
+            proxy: self.proxy_port.map(|port| Endpoint {
+                peer: self.config.agent_clients.clone(),
+                port,
+            }),
             agent_clients: self.config.agent_clients.clone(),
         })
     }
@@ -597,13 +643,15 @@ impl KubernetesBackend {
                 }
             }
         }
-        Ok(Known {
-            spec: RuntimeSpec {
+        Ok(Known::new(
+            RuntimeSpec {
                 seed: None,
                 ..spec.clone()
             },
             agent,
-        })
+            &pod_ip,
+            host_ip.as_deref(),
+        ))
     }
 
     fn find(&self, sandbox: &SandboxId) -> Result<Known, BackendError> {
@@ -670,10 +718,7 @@ impl KubernetesBackend {
         }
         self.lock().insert(
             sandbox,
-            Known {
-                spec: spec.clone(),
-                agent,
-            },
+            Known::new(spec.clone(), agent, &pod_ip, host_ip.as_deref()),
         );
         Some(DiscoveredRuntime { spec })
     }
@@ -794,7 +839,27 @@ impl Backend for KubernetesBackend {
         sink: Option<OutputSink>,
     ) -> Result<ExecOutcome, BackendError> {
         let known = self.find(sandbox)?;
-        let spec = exec_spec(request, &known.spec.network, &known.spec.env);
+        let mut spec = exec_spec(request, &known.spec.network, &known.spec.env);
+        if known.spec.network.has_egress() {
+            // Not the runtime's loopback (a pod has no proxy port of its own): warren's.
+            let host = match self.config.proxy_host.as_deref() {
+                Some("node") | None => known.host_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                Some(host) => host.to_owned(),
+            };
+            let port = self.proxy_port.unwrap_or(0);
+            let url = match host.parse::<std::net::Ipv6Addr>() {
+                Ok(_) => format!("http://[{host}]:{port}"),
+                Err(_) => format!("http://{host}:{port}"),
+            };
+            // In place of the loopback proxy only: a value the runtime's or the call's own
+            // environment set still wins (I14).
+            let loopback = format!("http://127.0.0.1:{}", warren_agent::environment::PROXY_PORT);
+            for (name, value) in warren_agent::client::proxy_environment_at(&url) {
+                if spec.env.get(&name) == Some(&loopback) {
+                    spec.env.insert(name, value);
+                }
+            }
+        }
         match known.agent.run(spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
             // The pod is gone: forget it, so the next use starts a fresh one.
@@ -889,4 +954,48 @@ impl Backend for KubernetesBackend {
         let _ = std::fs::remove_dir_all(self.snapshot_dir(sandbox));
         Ok(())
     }
+}
+
+/// Serves warren's egress proxy to pods on `address`: a connection is a runtime's when it
+/// comes from the address of a pod warren runs with network `open` or `allowlist`, and is
+/// then checked against that runtime's policy (`warren_agent::egress`); any other is closed
+/// at once. Returns the port it listens on.
+fn serve_proxy(address: SocketAddr, runtimes: Runtimes) -> std::io::Result<u16> {
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|_| std::io::Error::other("the egress proxy needs a tokio runtime"))?;
+    let listener = std::net::TcpListener::bind(address)?;
+    let port = listener.local_addr()?.port();
+    listener.set_nonblocking(true)?;
+    let listener = {
+        let _entered = handle.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    let runtime = handle.clone();
+    handle.spawn(async move {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "the egress proxy for pods could not accept");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let found = runtimes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .find(|known| known.pod_ip == peer.ip() && known.spec.network.has_egress())
+                .map(|known| (known.spec.network.clone(), known.permits.clone()));
+            let Some((policy, permits)) = found else {
+                tracing::debug!(%peer, "an egress connection from no sandbox with egress");
+                continue;
+            };
+            let Ok(stream) = stream.into_std() else {
+                continue;
+            };
+            warren_agent::egress::spawn_connection(stream, policy, &permits, &runtime);
+        }
+    });
+    Ok(port)
 }

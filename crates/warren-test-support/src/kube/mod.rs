@@ -121,6 +121,9 @@ instance = "{instance}"
 api_url = "{url}"
 agent_clients_cidr = "10.232.0.0/16"
 ready_timeout_s = 60
+# Pods reach warren's proxy at their node's address (the host side of their veth here).
+proxy_port = 0
+proxy_host = "node"
 {extra}
 [kubernetes.warren_pod_labels]
 "app.kubernetes.io/name" = "warren"

@@ -64,7 +64,10 @@ pub(super) async fn backend(
             user_data_claim: settings.user_data_claim,
             skills_claim: settings.skills_claim,
             agent_clients,
-            proxy: None,
+            proxy_listen: settings
+                .proxy_port
+                .map(|port| std::net::SocketAddr::from(([0, 0, 0, 0], port))),
+            proxy_host: settings.proxy_host,
             limits,
             agent_secret: agent_secret.to_vec(),
             ready_timeout: Duration::from_secs(settings.ready_timeout_s),

@@ -557,3 +557,35 @@ fn a_home_larger_than_its_limit_is_refused_and_nothing_half_arrives_unnoticed() 
         b"fine\n"
     );
 }
+
+#[test]
+fn a_peer_trickling_its_handshake_is_cut_off_at_the_handshakes_bound() {
+    let agent = TcpAgent::start();
+    let mut slow = TcpStream::connect(agent.address).unwrap();
+    let mut hello = [0u8; 40];
+    slow.read_exact(&mut hello).unwrap();
+    // One byte a second: each read alone is quick, the whole never ends.
+    let started = Instant::now();
+    let mut cut = None;
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_secs(1));
+        if slow.write_all(b"W").is_err() {
+            cut = Some(started.elapsed());
+            break;
+        }
+        let mut probe = [0u8; 1];
+        slow.set_nonblocking(true).unwrap();
+        let closed = matches!(slow.read(&mut probe), Ok(0));
+        slow.set_nonblocking(false).unwrap();
+        if closed {
+            cut = Some(started.elapsed());
+            break;
+        }
+    }
+    let cut = cut.expect("the agent kept a trickling peer for 30 s");
+    assert!(cut < Duration::from_secs(10), "cut after {cut:?}");
+    assert_eq!(
+        agent.run("echo fine", Duration::from_secs(30)).stdout,
+        b"fine\n"
+    );
+}

@@ -912,3 +912,157 @@ fn logs(server: &TestServer, id: &str, container: &str) -> String {
         .logs(NAMESPACE, &pod_name(id), container)
         .unwrap_or_default()
 }
+
+/// A python fetch through the proxy the environment names (`NO_PROXY` emptied, so loopback
+/// names go through it too); prints the body or `HTTP <status> <message>`.
+fn fetch(url: &str) -> Value {
+    json!({
+        "command": format!(
+            "python3 -c \"import urllib.request, urllib.error\ntry: print(urllib.request.urlopen('{url}', timeout=10).read().decode())\nexcept urllib.error.HTTPError as e: print('HTTP', e.code, e.read().decode())\nexcept Exception as e: print('FAILED', e)\""
+        ),
+        "env": {"NO_PROXY": "", "no_proxy": ""},
+    })
+}
+
+/// An HTTP server on this machine's loopback answering `body`, and how many it answered.
+async fn loopback_service(
+    address: &str,
+    body: &'static str,
+) -> (
+    String,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+    tokio::task::JoinHandle<()>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind((address, 0)).await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = answered.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut connection, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut head = [0u8; 4096];
+            let _ = connection.read(&mut head).await;
+            let reply = format!(
+                "HTTP/1.0 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = connection.write_all(reply.as_bytes()).await;
+        }
+    });
+    (url, answered, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_egress_goes_through_warrens_proxy_under_its_sandboxs_policy() {
+    use std::sync::atomic::Ordering;
+    let server = server();
+    server.workdir("alice", "projects/a").await;
+    let (listed, listed_answers, listed_task) =
+        loopback_service("127.0.0.1", "listed-service").await;
+    let (unlisted, unlisted_answers, unlisted_task) =
+        loopback_service("127.0.0.2", "unlisted-service").await;
+    let create = |scope: &'static str, network: Value| {
+        let server = &server;
+        async move {
+            let (status, body) = server
+                .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+                    "uid": "alice", "runtime_scope_id": scope, "workdir": "projects/a", "network": network,
+                })))
+                .await;
+            assert_eq!(status, 201, "{body}");
+            body["sandbox_id"].as_str().unwrap().to_owned()
+        }
+    };
+    // The listed destination is an address of this machine, which only an explicit
+    // address in the allowlist reaches (as on every backend).
+    let id = create(
+        "allow",
+        json!({"mode": "allowlist", "allow": ["127.0.0.1"]}),
+    )
+    .await;
+    let env = server.exec(&id, "env | grep '^HTTP_PROXY='").await;
+    assert!(
+        output(&env).starts_with("HTTP_PROXY=http://10.232."),
+        "the pod dials warren's proxy at its node's address: {env}"
+    );
+    let through = server.exec_with(&id, fetch(&listed)).await;
+    assert_eq!(output(&through).trim(), "listed-service", "{through}");
+    assert_eq!(listed_answers.load(Ordering::SeqCst), 1);
+    let refused = server.exec_with(&id, fetch(&unlisted)).await;
+    assert!(output(&refused).starts_with("HTTP 403"), "{refused}");
+    assert_eq!(
+        unlisted_answers.load(Ordering::SeqCst),
+        0,
+        "the unlisted service saw a connection"
+    );
+
+    // Open egress never reaches this machine or internal networks.
+    let open = create("open", json!({"mode": "open"})).await;
+    for target in [
+        unlisted.clone(),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "http://10.0.0.1/".to_owned(),
+    ] {
+        let result = server.exec_with(&open, fetch(&target)).await;
+        assert!(
+            output(&result).starts_with("HTTP 403"),
+            "{target}: {result}"
+        );
+    }
+    assert_eq!(unlisted_answers.load(Ordering::SeqCst), 0);
+
+    // A pod without egress gets no proxy, and the proxy serves it nothing: a connection
+    // from its address is closed unanswered.
+    let none = server.sandbox("alice", "none", "projects/a").await;
+    let env = server.exec(&none, "env | grep -ci proxy; true").await;
+    assert_eq!(output(&env).trim(), "0", "{env}");
+    let proxy_port = server
+        .exec(&open, "env | sed -n 's/^HTTP_PROXY=.*://p'")
+        .await;
+    let port = output(&proxy_port).trim().to_owned();
+    let node = server
+        .cluster()
+        .unwrap()
+        .kubelet
+        .pod(NAMESPACE, &format!("warren-test-{none}"))
+        .and_then(|pod| pod.host_ip)
+        .expect("the pod's node address");
+    let sneaking = server
+        .exec(
+            &none,
+            &format!(
+                "python3 -c \"import socket\ntry:\n s=socket.create_connection(('{node}', {port}), timeout=5)\n s.sendall(b'GET {unlisted} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n print('ANSWER', s.recv(100))\nexcept Exception as e: print('NONE', e)\""
+            ),
+        )
+        .await;
+    let said = output(&sneaking);
+    assert!(
+        said.starts_with("ANSWER b''") || said.starts_with("NONE"),
+        "the proxy answered a pod without egress: {sneaking}"
+    );
+    assert_eq!(unlisted_answers.load(Ordering::SeqCst), 0);
+
+    // The NetworkPolicy lets the pod reach warren's proxy port and nothing else.
+    let client = server.cluster().unwrap().api.client();
+    let policies: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        NAMESPACE,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+        )),
+    );
+    let policy = policies.get(&format!("warren-test-{id}")).await.unwrap();
+    let egress = &policy.data["spec"]["egress"];
+    assert_eq!(egress.as_array().map(Vec::len), Some(1), "{egress}");
+    assert_eq!(
+        egress[0]["ports"][0]["port"],
+        json!(port.parse::<u16>().unwrap()),
+        "{egress}"
+    );
+    listed_task.abort();
+    unlisted_task.abort();
+}
