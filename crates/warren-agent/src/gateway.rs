@@ -38,6 +38,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const OUTPUT_GRACE: Duration = Duration::from_millis(150);
 /// How long `KillAll` may take (the server bounds each of its steps).
 const KILL_ALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the server may take to say it started a command (warren's own bound).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves `listener` until the channel to the server fails; never returns.
 pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
@@ -383,10 +385,18 @@ fn exec(
     let mut reader = stream.try_clone()?;
     let outbound: Outbound = Arc::new(Mutex::new((stream, sealer)));
 
+    // The server answers as soon as it forked; one that does not is wedged, and this
+    // thread must not wait for it for ever (warren gives up after the same time).
+    rustix::net::sockopt::set_socket_timeout(
+        &*server,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(START_TIMEOUT),
+    )?;
     let first = match protocol::recv_frame::<Reply>(server.as_fd())? {
         Some((reply, _)) => reply,
         None => return Err(io::ErrorKind::UnexpectedEof.into()),
     };
+    rustix::net::sockopt::set_socket_timeout(&*server, rustix::net::sockopt::Timeout::Recv, None)?;
     let started = matches!(first, Reply::Started { .. });
     send(
         &outbound,
@@ -400,11 +410,35 @@ fn exec(
     // stdin: frames go into a queue its own thread writes to the pipe, so a command that
     // never reads its stdin cannot keep warren's `Kill` from being read.
     let (stdin_queue, stdin_items) = std::sync::mpsc::channel::<Vec<u8>>();
+    // The pipe is non-blocking, so the writer also ends when the exec does: a background
+    // process may hold the pipe's other end without ever reading it.
+    let _ = rustix::io::ioctl_fionbio(&stdin_write, true);
+    let exec_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_done = exec_done.clone();
     let stdin_writer = std::thread::spawn(move || {
-        let mut pipe = std::fs::File::from(stdin_write);
         for bytes in stdin_items {
-            if pipe.write_all(&bytes).is_err() {
-                break;
+            let mut rest = bytes.as_slice();
+            while !rest.is_empty() {
+                match rustix::io::write(&stdin_write, rest) {
+                    Ok(n) => rest = &rest[n..],
+                    Err(rustix::io::Errno::AGAIN) => {
+                        if writer_done.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let mut fds = [rustix::event::PollFd::new(
+                            &stdin_write,
+                            rustix::event::PollFlags::OUT,
+                        )];
+                        let tick = rustix::event::Timespec {
+                            tv_sec: 0,
+                            tv_nsec: 20_000_000,
+                        };
+                        let _ = rustix::event::poll(&mut fds, Some(&tick));
+                    }
+                    Err(rustix::io::Errno::INTR) => {}
+                    // The command closed its stdin, or ended.
+                    Err(_) => return,
+                }
             }
         }
     });
@@ -470,6 +504,7 @@ fn exec(
     let _ = guard.0.shutdown(std::net::Shutdown::Both);
     drop(guard);
     let _ = inbound.join();
+    exec_done.store(true, Ordering::SeqCst);
     let _ = stdin_writer.join();
     Ok(())
 }

@@ -121,6 +121,23 @@ impl TcpAgent {
         runtime().block_on(client.run(spec, &request, None))
     }
 
+    /// Threads of the agent's gateway (its accept loop is one).
+    fn gateway_threads(&self) -> usize {
+        let children = |pid: u32| -> Vec<u32> {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        };
+        // unshare → the agent (PID 1 of its namespace) → its gateway, its only child left.
+        let agent = children(self.child.id())[0];
+        let gateway = children(agent)[0];
+        std::fs::read_dir(format!("/proc/{gateway}/task"))
+            .unwrap()
+            .count()
+    }
+
     fn processes(&self) -> u64 {
         runtime()
             .block_on(self.client().ping())
@@ -587,5 +604,37 @@ fn a_peer_trickling_its_handshake_is_cut_off_at_the_handshakes_bound() {
     assert_eq!(
         agent.run("echo fine", Duration::from_secs(30)).stdout,
         b"fine\n"
+    );
+}
+
+#[test]
+fn stdin_a_background_process_holds_unread_does_not_hold_the_agent() {
+    let agent = TcpAgent::start();
+    // The command leaves at once; a background process keeps its stdin open and never
+    // reads it, while 1 MiB of stdin is still queued for it.
+    let mut request = request("sleep 300 & exit 0", Duration::from_secs(30));
+    request.stdin = vec![b'x'; 1 << 20];
+    let spec = ExecSpec {
+        argv: request.argv.clone(),
+        cwd: "/".into(),
+        env: warren_agent::environment::base_environment(),
+    };
+    let started = Instant::now();
+    let outcome = runtime()
+        .block_on(agent.client().run(spec, &request, None))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(outcome.exit_code, Some(0));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The connection's threads end: none is left writing that stdin.
+    eventually("the gateway's connection threads end", || {
+        agent.gateway_threads() == 1
+    });
+    assert_eq!(
+        agent.run("echo next", Duration::from_secs(30)).stdout,
+        b"next\n"
     );
 }
