@@ -15,7 +15,7 @@ fn a_mistake_in_the_configuration_stops_warren_with_the_line_it_is_on() {
         ("[lifecycle]\nidle_timeot_s = 5\n", "line 2"),
         (
             "backend = \"docker-ish\"\n",
-            "use \"local\", \"docker\" or \"memory\"",
+            "use \"local\", \"docker\", \"kubernetes\" or \"memory\"",
         ),
         (
             "[docker]\nenabled = true\nsocket = \"/nonexistent/docker.sock\"\n",
