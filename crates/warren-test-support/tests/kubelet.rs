@@ -37,7 +37,11 @@ __k8s-prepare)
     mkdir -p /warren/user-data/workspace
     chown 1000:1000 /warren/user-data/workspace ;;
 __agent-bundle)
-    { id -u; echo "key=${WARREN_AGENT_KEY:-none}"; } > "$2/bundle.txt" ;;
+    { id -u; echo "key=${WARREN_AGENT_KEY:-none}"; } > "$2/bundle.txt"
+    # The bundle the sandbox container runs: this script, and a "loader" running it.
+    cp "$0" "$2/warren"
+    printf '#!/bin/sh\nexec "$@"\n' > "$2/ld.so"
+    chmod 755 "$2/warren" "$2/ld.so" ;;
 __container-agent)
     {
         id -u
