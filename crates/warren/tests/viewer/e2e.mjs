@@ -328,6 +328,13 @@ async function main() {
       assert((await outcome()) === 'uploaded', 'overwriting the earlier upload failed');
     }
     await treeItem(page, '/uploads').waitFor({ state: 'visible' }).catch(() => fail('tree does not show uploads'));
+    // The page expands uploads/ itself once its refresh after the upload is done. Until
+    // then a click of ours could land before that expansion and be undone by it (or the
+    // other way round), the row collapsing for good: wait for the page's own.
+    await page.waitForFunction(() => {
+      const r = document.querySelector('[data-testid=tree-item][data-path="/uploads"]');
+      return r && r.getAttribute('aria-expanded') === 'true' && !r.hasAttribute('aria-busy');
+    }).catch(() => fail('the page never expanded uploads/ after the upload'));
     await openInTree(page, `/uploads/${UPLOAD.name}`);
     const view = page.locator('[data-testid=preview-text]');
     await view.waitFor({ state: 'visible' });
