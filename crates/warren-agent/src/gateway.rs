@@ -499,9 +499,13 @@ fn exec(
             &serde_json::to_vec(&exited).map_err(io::Error::other)?,
         )?;
     }
-    // Ends the inbound thread's read, and the stdin writer with it.
+    // Only this side's half closes: stdin warren is still sending (a command that exited
+    // before reading it all) is read to its end and dropped, so the close is a FIN, never
+    // a reset that could discard the `Exited` on warren's side before it is read. Warren
+    // closes once it has the `Exited`; one that does not is given up after a while.
     let guard = outbound.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = guard.0.shutdown(std::net::Shutdown::Both);
+    let _ = guard.0.shutdown(std::net::Shutdown::Write);
+    let _ = guard.0.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
     drop(guard);
     let _ = inbound.join();
     exec_done.store(true, Ordering::SeqCst);

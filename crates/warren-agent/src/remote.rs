@@ -263,10 +263,19 @@ impl RemoteAgent {
         let mut outbound = Outbound { writer, sealer };
         let exec = serde_json::to_vec(&Request::Exec(spec)).map_err(std::io::Error::other)?;
         outbound.send(Kind::Request, &exec).await?;
+        // A command may end before it read its stdin: the agent then stops reading it, and
+        // what is left cannot be sent, as a pipe's reader closing (EPIPE) does on a Unix
+        // socket. The command's frames are read all the same.
+        let mut sent = true;
         for piece in request.stdin.chunks(wire::DATA_CHUNK) {
-            outbound.send(Kind::Stdin, piece).await?;
+            if outbound.send(Kind::Stdin, piece).await.is_err() {
+                sent = false;
+                break;
+            }
         }
-        outbound.send(Kind::StdinEnd, &[]).await?;
+        if sent {
+            let _ = outbound.send(Kind::StdinEnd, &[]).await;
+        }
         self.follow(
             &mut reader,
             &mut opener,
@@ -393,9 +402,12 @@ impl Outbound {
         self.writer.write_all(&frame).await
     }
 
+    /// Asks for the command's tree to be killed. A connection whose sending half is gone
+    /// (the agent closed it: the command ended) needs no kill; the `Exited` still comes.
     async fn kill(&mut self) -> std::io::Result<()> {
         let body = serde_json::to_vec(&Request::Kill).map_err(std::io::Error::other)?;
-        self.send(Kind::Request, &body).await
+        let _ = self.send(Kind::Request, &body).await;
+        Ok(())
     }
 }
 
