@@ -96,6 +96,22 @@ pub enum StoreError {
         id: SandboxId,
     },
 
+    /// A transport record changed (or appeared) since it was read: read it again.
+    #[error("{namespace} record {key:?} changed since it was read")]
+    RecordConflict {
+        /// The record's namespace.
+        namespace: String,
+        /// Its key.
+        key: String,
+    },
+
+    /// A transport record's key or value is out of bounds.
+    #[error("invalid record: {reason}")]
+    RecordInvalid {
+        /// Why.
+        reason: &'static str,
+    },
+
     /// The alias already names another sandbox; an alias is never moved.
     #[error("{namespace} sandbox {alias:?} already names sandbox {bound}")]
     AliasConflict {

@@ -13,6 +13,7 @@ mod model;
 mod nodes;
 mod owners;
 mod postgres;
+mod records;
 mod rows;
 mod sqlite;
 
@@ -26,6 +27,7 @@ pub use model::{
 pub use nodes::{NodeRecord, NodeState};
 pub use owners::{OwnerFence, RuntimeClaim, RuntimeOwner, TakenOver, NODE_LOST};
 pub use postgres::{PostgresOptions, PostgresStore, ServerLock};
+pub use records::{RecordWrite, TransportRecord, MAX_RECORD_KEY, MAX_RECORD_VALUE};
 pub use sqlite::SqliteStore;
 
 /// A lease on one sandbox generation (I25).
@@ -393,6 +395,40 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Every alias of `namespace`, oldest first.
     async fn list_sandbox_aliases(&self, namespace: &str) -> Result<Vec<SandboxAlias>, StoreError>;
+
+    /// A transport record ([`TransportRecord`]), if one exists.
+    async fn get_record(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<TransportRecord>, StoreError>;
+
+    /// Writes a transport record when it is as `expected` says, and returns its new
+    /// version; [`StoreError::RecordConflict`] when it is not (created or changed since).
+    async fn put_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &[u8],
+        expected: RecordWrite,
+    ) -> Result<i64, StoreError>;
+
+    /// Deletes a transport record, only at version `expected` when given; `false` when
+    /// nothing was deleted.
+    async fn delete_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        expected: Option<i64>,
+    ) -> Result<bool, StoreError>;
+
+    /// The transport records of `namespace` whose key starts with `prefix` (printable
+    /// ASCII), sorted by key.
+    async fn list_records(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> Result<Vec<TransportRecord>, StoreError>;
 
     /// Registers `node_id` reachable at `advertise` with a lease of `ttl`: a new epoch,
     /// larger than every earlier one of that id, which supersedes them (issue 14).

@@ -26,6 +26,7 @@ mod aliases;
 mod guard;
 mod nodes;
 mod owners;
+mod records;
 
 use crate::error::violation;
 use crate::rows::{millis_to_time, Columns};
@@ -1205,6 +1206,41 @@ impl StateStore for SqliteStore {
         namespace: &str,
     ) -> Result<Vec<crate::SandboxAlias>, StoreError> {
         aliases::list(&self.pool, namespace).await
+    }
+
+    async fn get_record(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<crate::TransportRecord>, StoreError> {
+        records::get(&self.pool, namespace, key).await
+    }
+
+    async fn put_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &[u8],
+        expected: crate::RecordWrite,
+    ) -> Result<i64, StoreError> {
+        records::put(&self.pool, now_millis(), namespace, key, value, expected).await
+    }
+
+    async fn delete_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        expected: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        records::delete(&self.pool, namespace, key, expected).await
+    }
+
+    async fn list_records(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> Result<Vec<crate::TransportRecord>, StoreError> {
+        records::list(&self.pool, namespace, prefix).await
     }
 
     async fn register_node(

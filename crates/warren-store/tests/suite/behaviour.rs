@@ -10,8 +10,8 @@ use std::time::Duration;
 use warren_core::{AgentEnvVar, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewSandbox, NodeState,
-    OwnerFence, RunOutcome, RunStatus, RuntimeClaim, SandboxClaim, SandboxRecord, SandboxState,
-    StateStore, StoreError, TakenOver, NODE_LOST,
+    OwnerFence, RecordWrite, RunOutcome, RunStatus, RuntimeClaim, SandboxClaim, SandboxRecord,
+    SandboxState, StateStore, StoreError, TakenOver, NODE_LOST,
 };
 
 use super::backends::Backend;
@@ -1363,6 +1363,104 @@ pub async fn an_alias_of_a_sandbox_never_claimed_is_refused(backend: &dyn Backen
         .await
         .unwrap()
         .is_empty());
+}
+
+pub async fn a_transport_record_is_written_only_at_the_version_its_writer_read(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    // Two handles of one database where the backend shares one; else one handle twice.
+    let other = if backend.is_shared() {
+        backend.open().await
+    } else {
+        Arc::clone(&store)
+    };
+    let first = store
+        .put_record("e2b", "sandboxes/a", b"one", RecordWrite::Create)
+        .await
+        .unwrap();
+    assert_eq!(first, 1);
+    let again = other
+        .put_record("e2b", "sandboxes/a", b"two", RecordWrite::Create)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(again, StoreError::RecordConflict { .. }),
+        "{again:?}"
+    );
+    // Two writers read version 1; only the first replace wins.
+    let won = store
+        .put_record("e2b", "sandboxes/a", b"two", RecordWrite::Replace(1))
+        .await
+        .unwrap();
+    assert_eq!(won, 2);
+    let lost = other
+        .put_record("e2b", "sandboxes/a", b"three", RecordWrite::Replace(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(lost, StoreError::RecordConflict { .. }),
+        "{lost:?}"
+    );
+    let read = other
+        .get_record("e2b", "sandboxes/a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((read.value.as_slice(), read.version), (&b"two"[..], 2));
+    store
+        .put_record("e2b", "sandboxes/b", b"b", RecordWrite::Create)
+        .await
+        .unwrap();
+    store
+        .put_record("e2b", "keys/k", b"k", RecordWrite::Create)
+        .await
+        .unwrap();
+    store
+        .put_record("other", "sandboxes/c", b"c", RecordWrite::Create)
+        .await
+        .unwrap();
+    let listed: Vec<String> = store
+        .list_records("e2b", "sandboxes/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.key)
+        .collect();
+    assert_eq!(
+        listed,
+        ["sandboxes/a", "sandboxes/b"],
+        "one namespace, one prefix"
+    );
+    assert_eq!(store.list_records("e2b", "").await.unwrap().len(), 3);
+    assert!(
+        !store
+            .delete_record("e2b", "sandboxes/a", Some(1))
+            .await
+            .unwrap(),
+        "a stale version deletes nothing"
+    );
+    assert!(store
+        .delete_record("e2b", "sandboxes/a", Some(2))
+        .await
+        .unwrap());
+    assert!(store
+        .get_record("e2b", "sandboxes/a")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(!store
+        .delete_record("e2b", "sandboxes/a", None)
+        .await
+        .unwrap());
+    let too_big = vec![0u8; warren_store::MAX_RECORD_VALUE + 1];
+    assert!(matches!(
+        store
+            .put_record("e2b", "big", &too_big, RecordWrite::Create)
+            .await
+            .unwrap_err(),
+        StoreError::RecordInvalid { .. }
+    ));
 }
 
 pub async fn each_registration_of_a_node_takes_a_new_epoch_that_supersedes_the_old(

@@ -56,6 +56,7 @@ macro_rules! behaviour_suite {
                 a_renewal_naming_no_ttl_extends_by_the_last_one_granted,
                 an_alias_names_one_sandbox_for_good_and_is_recorded_idempotently,
                 an_alias_of_a_sandbox_never_claimed_is_refused,
+                a_transport_record_is_written_only_at_the_version_its_writer_read,
                 each_registration_of_a_node_takes_a_new_epoch_that_supersedes_the_old,
                 a_node_lease_lapses_unless_renewed_and_a_lapsed_epoch_cannot_renew,
                 a_node_that_leaves_is_listed_as_left_and_cannot_renew,

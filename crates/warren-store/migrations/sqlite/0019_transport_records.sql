@@ -1,0 +1,11 @@
+-- Records the transports that speak other systems' APIs keep beside warren's own rows (the
+-- E2B API's sandboxes and keys), per namespace. Every write names the version it read, so
+-- two replicas changing one record never both win.
+CREATE TABLE transport_records (
+    namespace  TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    value      BLOB    NOT NULL,
+    version    INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (namespace, key)
+);
