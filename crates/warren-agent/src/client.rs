@@ -73,15 +73,16 @@ pub async fn connect_async(dir: &Path) -> std::io::Result<tokio::net::UnixStream
     tokio::net::UnixStream::connect(descriptor_path(&socket)).await
 }
 
-/// What a runtime is asked to run for `request`: its argv and cwd, and the complete
-/// environment: the clean base, the proxy variables when the runtime has egress, the
+/// What a runtime of `layout` is asked to run for `request`: its argv and cwd, and the
+/// complete environment: the clean base (naming the layout's user and home), the proxy variables when the runtime has egress, the
 /// runtime's environment, then the call's own (each layer wins over the ones before, I14).
 pub fn exec_spec(
     request: &ExecRequest,
+    layout: &warren_core::Layout,
     network: &warren_core::NetworkPolicy,
     runtime_env: &std::collections::BTreeMap<String, String>,
 ) -> ExecSpec {
-    let mut env = crate::environment::base_environment();
+    let mut env = crate::environment::base_environment(layout);
     if network.has_egress() {
         env.extend(proxy_environment());
     }

@@ -46,15 +46,17 @@ pub struct AgentConfig {
     /// [`AGENT_KEY_ENV`].
     #[serde(default)]
     pub listen: Option<std::net::SocketAddr>,
-    /// The layout's home (a tmpfs of the container's), kept open at
-    /// [`crate::environment::HOME_FD`] for snapshots.
+    /// The layout's home when it is ephemeral (a tmpfs of the container's), kept open at
+    /// [`crate::environment::HOME_FD`] for snapshots (I30). `None` for a layout whose home
+    /// is the persistent workdir (E2B's): there is nothing of it to snapshot or seed.
     #[serde(default = "default_home")]
-    pub home: PathBuf,
+    pub home: Option<PathBuf>,
 }
 
-/// Containers started before layouts existed keep their home where every layout has it.
-fn default_home() -> PathBuf {
-    PathBuf::from(crate::environment::sandbox_user().1)
+/// Containers started before layouts existed keep their home where the default layout
+/// has it.
+fn default_home() -> Option<PathBuf> {
+    Some(PathBuf::from(warren_core::Layout::ARS.home))
 }
 
 /// Entry point of `warren __container-agent <config>`. Never returns.
@@ -76,21 +78,27 @@ fn agent(config: AgentConfig) -> Result<std::convert::Infallible, String> {
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| format!("become non-dumpable: {e}"))?;
     let key = take_key()?;
-    // The home, resolved here in the runtime, kept where the provisioner finds it.
-    let home = rustix::fs::open(
-        &config.home,
-        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(|e| format!("open {}: {e}", config.home.display()))?;
-    let kept = rustix::io::fcntl_dupfd_cloexec(&home, crate::environment::HOME_FD)
-        .map_err(|e| format!("keep /home/gem open: {e}"))?;
-    if std::os::fd::AsRawFd::as_raw_fd(&kept) != crate::environment::HOME_FD {
-        return Err("descriptor 201 is taken; cannot keep /home/gem open".into());
+    // The ephemeral home, resolved here in the runtime, kept where the provisioner finds
+    // it (I30). A persistent home (the workdir) is never snapshot: nothing is kept.
+    if let Some(home_path) = &config.home {
+        let home = rustix::fs::open(
+            home_path,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| format!("open {}: {e}", home_path.display()))?;
+        let kept = rustix::io::fcntl_dupfd_cloexec(&home, crate::environment::HOME_FD)
+            .map_err(|e| format!("keep {} open: {e}", home_path.display()))?;
+        if std::os::fd::AsRawFd::as_raw_fd(&kept) != crate::environment::HOME_FD {
+            return Err(format!(
+                "descriptor 201 is taken; cannot keep {} open",
+                home_path.display()
+            ));
+        }
+        drop(home);
+        // Held for the agent's whole life (the server never returns).
+        std::mem::forget(kept);
     }
-    drop(home);
-    // Held for the agent's whole life (the server never returns).
-    std::mem::forget(kept);
     let proxy = if config.egress {
         Some(
             std::net::TcpListener::bind((

@@ -3,22 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use warren_core::LayoutName;
+use warren_core::Layout;
 
-/// The uid and gid every command runs as (I11).
-pub const SANDBOX_UID: u32 = 1000;
+/// The uid every command runs as (I11), whatever the layout.
+pub const SANDBOX_UID: u32 = warren_core::SANDBOX_UID;
 /// See [`SANDBOX_UID`].
-pub const SANDBOX_GID: u32 = 1000;
+pub const SANDBOX_GID: u32 = warren_core::SANDBOX_GID;
 
-/// The sandbox user's name and home. Every layout has the same ones (a test holds them
-/// to it): the host profile's `/etc/passwd` is built once for all runtimes, so a layout
-/// with another user or home would need a profile of its own.
-pub fn sandbox_user() -> (&'static str, &'static str) {
-    let layout = LayoutName::default().layout();
-    (layout.user, layout.home)
-}
-
-/// The descriptor number at which a container's agent keeps `/home/gem` open, so the
+/// The descriptor number at which a container's agent keeps the layout's home open (when
+/// it is ephemeral state, I30: not where the home is the persistent workdir), so the
 /// provisioner can snapshot and seed it through `/proc/<agent>/fd/<n>`: resolved by the
 /// agent inside the container, never through a path of the image's (which could hold
 /// symlinks that mean something else on the host).
@@ -28,10 +21,11 @@ pub const HOME_FD: i32 = 201;
 /// `allowlist`); init hands each connection to the provisioner, which filters it.
 pub const PROXY_PORT: u16 = 3128;
 
-/// The clean environment every command starts from (I13, I14); the sandbox and call
+/// The clean environment every command of a runtime of `layout` starts from (I13, I14):
+/// `HOME`, `USER` and `LOGNAME` name the layout's sandbox user (I7); the sandbox and call
 /// environments are layered over it by the provisioner side.
-pub fn base_environment() -> BTreeMap<String, String> {
-    let (user, home) = sandbox_user();
+pub fn base_environment(layout: &Layout) -> BTreeMap<String, String> {
+    let (user, home) = (layout.user, layout.home);
     [
         (
             "PATH",
@@ -54,14 +48,26 @@ pub fn base_environment() -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use warren_core::LayoutName;
 
     #[test]
-    fn every_layout_has_the_one_sandbox_user_the_host_profile_names() {
+    fn the_environment_names_each_layouts_own_user_and_home() {
         for name in LayoutName::ALL {
             let layout = name.layout();
-            assert_eq!((layout.user, layout.home), sandbox_user(), "{name}");
+            let env = base_environment(layout);
+            assert_eq!(env["USER"], layout.user, "{name}");
+            assert_eq!(env["LOGNAME"], layout.user, "{name}");
+            assert_eq!(env["HOME"], layout.home, "{name}");
         }
-        let env = base_environment();
-        assert_eq!((env["USER"].as_str(), env["HOME"].as_str()), sandbox_user());
+        let e2b = base_environment(LayoutName::E2b.layout());
+        assert_eq!(
+            (e2b["USER"].as_str(), e2b["HOME"].as_str()),
+            ("user", "/home/user")
+        );
+        let ars = base_environment(LayoutName::Ars.layout());
+        assert_eq!(
+            (ars["USER"].as_str(), ars["HOME"].as_str()),
+            ("gem", "/home/gem")
+        );
     }
 }

@@ -31,6 +31,7 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
         layout: match record.layout {
             LayoutName::Ars => SandboxLayout::Ars,
             LayoutName::Deerflow => SandboxLayout::Deerflow,
+            LayoutName::E2b => SandboxLayout::E2b,
         },
         network: NetworkSpec {
             mode: record.network.mode().to_owned(),
@@ -166,6 +167,7 @@ pub(crate) async fn create(
             layout: request.layout.map(|layout| match layout {
                 SandboxLayout::Ars => LayoutName::Ars,
                 SandboxLayout::Deerflow => LayoutName::Deerflow,
+                SandboxLayout::E2b => LayoutName::E2b,
             }),
             ..SandboxRequest::new(uid, scope)
         })
@@ -350,6 +352,7 @@ pub(crate) async fn exec(
         timeout: request.timeout_s.map(Duration::from_secs),
         stdin: request.stdin.unwrap_or_default().into_bytes(),
         requested_by,
+        record_as: None,
     };
     // Checked before any answer starts, so a stale token is a 409 even for a stream; the
     // start of the command is the acceptance point (`Provisioner::exec_fenced`).

@@ -14,6 +14,7 @@ mod memory;
 mod mount;
 mod set;
 mod spec;
+mod usage;
 
 use async_trait::async_trait;
 
@@ -25,6 +26,7 @@ pub use spec::{
     BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
     HostMount, OutputChunk, OutputSink, OutputStream, ProcessPressure, ResourceUsage, RuntimeSpec,
 };
+pub use usage::RuntimeUsage;
 use warren_core::SandboxId;
 
 /// Why a backend could not do what it was asked.
@@ -178,6 +180,14 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         _sandbox: &SandboxId,
     ) -> Result<Option<ProcessPressure>, BackendError> {
+        Ok(None)
+    }
+
+    /// What the sandbox's runtime consumes now, as the kernel accounts it for the runtime
+    /// as a whole (I22), with the limits it enforces (I23); `None` when no runtime of the
+    /// sandbox runs here or the backend cannot measure it. Reading never starts, stops or
+    /// slows a runtime.
+    async fn usage(&self, _sandbox: &SandboxId) -> Result<Option<RuntimeUsage>, BackendError> {
         Ok(None)
     }
 

@@ -13,7 +13,7 @@ use warren_core::SandboxId;
 
 use crate::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
-    RuntimeSpec,
+    RuntimeSpec, RuntimeUsage,
 };
 
 /// One call the memory backend received.
@@ -37,6 +37,8 @@ pub struct MemoryBackend {
 struct MemoryState {
     runtimes: BTreeMap<SandboxId, RuntimeSpec>,
     events: Vec<MemoryEvent>,
+    /// Figures a test set for [`Backend::usage`], per sandbox.
+    usage: BTreeMap<SandboxId, RuntimeUsage>,
 }
 
 impl MemoryBackend {
@@ -48,6 +50,12 @@ impl MemoryBackend {
     /// Every call received so far, oldest first.
     pub fn events(&self) -> Vec<MemoryEvent> {
         self.lock().events.clone()
+    }
+
+    /// Makes [`Backend::usage`] answer `usage` for the sandbox while its runtime exists: a
+    /// seam for the rules built on the figures, since this backend runs nothing to measure.
+    pub fn set_usage(&self, sandbox: &SandboxId, usage: RuntimeUsage) {
+        self.lock().usage.insert(sandbox.clone(), usage);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
@@ -109,6 +117,16 @@ impl Backend for MemoryBackend {
     /// Runs nothing, so kills nothing (I20).
     async fn kill_processes(&self, _sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         Ok(None)
+    }
+
+    /// What a test set with [`MemoryBackend::set_usage`], while the runtime exists.
+    async fn usage(&self, sandbox: &SandboxId) -> Result<Option<RuntimeUsage>, BackendError> {
+        let state = self.lock();
+        Ok(state
+            .runtimes
+            .contains_key(sandbox)
+            .then(|| state.usage.get(sandbox).copied())
+            .flatten())
     }
 
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
@@ -180,5 +198,21 @@ mod tests {
                 MemoryEvent::Destroyed(spec.sandbox.clone()),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn set_figures_are_reported_only_while_the_runtime_exists() {
+        let backend = MemoryBackend::new();
+        let spec = spec();
+        let usage = RuntimeUsage {
+            memory_current: 42,
+            ..RuntimeUsage::default()
+        };
+        backend.set_usage(&spec.sandbox, usage);
+        assert_eq!(backend.usage(&spec.sandbox).await.unwrap(), None);
+        backend.create(&spec).await.unwrap();
+        assert_eq!(backend.usage(&spec.sandbox).await.unwrap(), Some(usage));
+        backend.destroy(&spec.sandbox).await.unwrap();
+        assert_eq!(backend.usage(&spec.sandbox).await.unwrap(), None);
     }
 }

@@ -12,7 +12,7 @@ use warren_core::SandboxId;
 
 use crate::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec, RuntimeUsage,
 };
 
 /// Routes each sandbox to the backend that hosts it.
@@ -155,6 +155,13 @@ impl Backend for BackendSet {
         }
     }
 
+    async fn usage(&self, sandbox: &SandboxId) -> Result<Option<RuntimeUsage>, BackendError> {
+        match self.host_of(sandbox) {
+            Some(backend) => backend.usage(sandbox).await,
+            None => Ok(None),
+        }
+    }
+
     async fn ephemeral_roots(
         &self,
         sandbox: &SandboxId,
@@ -254,6 +261,23 @@ mod tests {
         ));
         set.destroy(&here.sandbox).await.unwrap();
         assert!(memory.discover().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_set_asks_the_hosting_backend_for_a_runtimes_usage() {
+        let memory = Arc::new(MemoryBackend::new());
+        let set = BackendSet::new(memory.clone(), Vec::new());
+        let here = spec("t1", BackendKind::Memory);
+        let usage = RuntimeUsage {
+            cpu_usage_usec: 7,
+            memory_current: 1 << 20,
+            ..RuntimeUsage::default()
+        };
+        memory.set_usage(&here.sandbox, usage);
+        // Not created through the set: it knows no host for the sandbox.
+        assert_eq!(set.usage(&here.sandbox).await.unwrap(), None);
+        set.create(&here).await.unwrap();
+        assert_eq!(set.usage(&here.sandbox).await.unwrap(), Some(usage));
     }
 
     fn request() -> ExecRequest {

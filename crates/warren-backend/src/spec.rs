@@ -191,8 +191,9 @@ pub struct EphemeralRoots {
     /// The copy-on-write layers: `<layer>/upper` for each overlaid directory.
     pub cow: PathBuf,
     /// The sandbox user's home (`/home/gem`); the layout's mount points inside it, if any,
-    /// are not entered.
-    pub home: PathBuf,
+    /// are not entered. `None` where the home is a persistent mount (E2B's workdir, I30):
+    /// there is no ephemeral home to record.
+    pub home: Option<PathBuf>,
 }
 
 /// A runtime a backend reports, with the identity it was created with (I16).

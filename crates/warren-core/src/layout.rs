@@ -7,7 +7,7 @@
 //! virtual paths resolve against it ([`crate::VirtualPath`]), and a sandbox is bound to
 //! its layout for as long as it lives (I5, I16): a live runtime never changes its view.
 //!
-//! Two layouts exist:
+//! Three layouts exist:
 //!
 //! ```text
 //! ars (the default, I7)                   deerflow (DeerFlow's AIO sandbox)
@@ -15,11 +15,21 @@
 //! /home/gem/user-data  UserWorkspace  rw   /mnt/user-data        the workdir            rw
 //! /home/gem/skills     skill projection ro /mnt/skills/public    skill projection       ro
 //!                                          /mnt/skills/custom    personal skills (I9)   ro
+//!
+//! e2b (E2B's `base` template)
+//! /home/user           the workdir    rw   (the home itself: no tmpfs, no skills)
 //! ```
 //!
-//! Both keep the same uid boundary (1000:1000, I11) and the same no-follow resolution of
-//! every mount source (I2): a mount that shows a subdirectory of the UserWorkspace is
-//! opened beneath the workspace by descriptor, never by a host path a user could bend.
+//! The sandbox user is `gem` in the first two and `user` in E2B's; its name and home come
+//! from the layout everywhere (the environment, `/etc/passwd` and `/etc/group` inside the
+//! runtime, [`crate::sandbox_user`]). All keep the same uid boundary (1000:1000, I11) and
+//! the same no-follow resolution of every mount source (I2): a mount that shows a
+//! subdirectory of the UserWorkspace is opened beneath the workspace by descriptor, never
+//! by a host path a user could bend.
+//!
+//! A layout whose workdir mount *is* the home ([`Layout::home_mount`]) has no ephemeral
+//! home: what the user writes there is persistent already, so runtime snapshots skip it
+//! and a resumed runtime's seed puts nothing into it (I30).
 
 use crate::{CoreError, Workdir};
 
@@ -34,17 +44,20 @@ pub enum LayoutName {
     Ars,
     /// DeerFlow's AIO sandbox view: `/mnt/user-data` and `/mnt/skills/{public,custom}`.
     Deerflow,
+    /// E2B's `base` template view: user `user`, the workdir mounted as `/home/user`.
+    E2b,
 }
 
 impl LayoutName {
     /// Every layout warren knows.
-    pub const ALL: [Self; 2] = [Self::Ars, Self::Deerflow];
+    pub const ALL: [Self; 3] = [Self::Ars, Self::Deerflow, Self::E2b];
 
     /// The name in requests, records and messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ars => "ars",
             Self::Deerflow => "deerflow",
+            Self::E2b => "e2b",
         }
     }
 
@@ -63,6 +76,7 @@ impl LayoutName {
         match self {
             Self::Ars => &Layout::ARS,
             Self::Deerflow => &Layout::DEERFLOW,
+            Self::E2b => &Layout::E2B,
         }
     }
 }
@@ -142,7 +156,8 @@ pub struct Layout {
     pub name: LayoutName,
     /// The sandbox user's name; its numeric identity is always 1000:1000 (I11).
     pub user: &'static str,
-    /// The sandbox user's home: a size-capped tmpfs, kept only by runtime snapshots (I30).
+    /// The sandbox user's home: a size-capped tmpfs, kept only by runtime snapshots (I30),
+    /// unless a persistent mount has it as its target ([`Layout::home_mount`]).
     pub home: &'static str,
     /// The persistent mounts, none inside another.
     pub mounts: &'static [LayoutMount],
@@ -205,6 +220,23 @@ impl Layout {
         workdir_skeleton: &["workspace", "uploads", "outputs"],
     };
 
+    /// E2B's `base` template view: the sandbox user is `user` and its home `/home/user`
+    /// is the sandbox's workdir itself, writable and persistent, so everything an E2B
+    /// client writes under the home lands in the workdir (and the Viewer). There is no
+    /// ephemeral home tmpfs and no skill mount.
+    pub const E2B: Self = Self {
+        name: LayoutName::E2b,
+        user: "user",
+        home: "/home/user",
+        mounts: &[LayoutMount {
+            target: "/home/user",
+            source: MountSource::Workdir,
+            writable: true,
+        }],
+        roots: "/home/user",
+        workdir_skeleton: &[],
+    };
+
     /// The mount an absolute in-runtime path lies in, and the rest of the path after the
     /// mount's target (empty, or starting with `/`).
     pub fn mount_of<'a>(&self, path: &'a str) -> Option<(&'static LayoutMount, &'a str)> {
@@ -246,6 +278,18 @@ impl Layout {
             .collect()
     }
 
+    /// The persistent mount that is the home itself (E2B's workdir), if any: such a home is
+    /// no tmpfs, runtime snapshots skip it and seeds restore nothing into it (I30).
+    pub fn home_mount(&self) -> Option<&'static LayoutMount> {
+        self.mounts.iter().find(|mount| mount.target == self.home)
+    }
+
+    /// Whether the home is ephemeral state: a tmpfs of the runtime's, recorded by runtime
+    /// snapshots and seeded on resume (I30). False when the home is a persistent mount.
+    pub fn home_is_ephemeral(&self) -> bool {
+        self.home_mount().is_none()
+    }
+
     /// Whether this layout needs the uid's personal-skills directory to exist.
     pub fn shows_personal_skills(&self) -> bool {
         self.mounts
@@ -284,7 +328,13 @@ mod tests {
             for mount in layout.mounts {
                 assert!(normalised(mount.target), "{name}: {}", mount.target);
                 assert!(layout.roots.contains(mount.target), "{name}: roots text");
-                assert_ne!(mount.target, layout.home, "{name}: the home is ephemeral");
+                if mount.target == layout.home {
+                    assert_eq!(
+                        (mount.source, mount.writable),
+                        (MountSource::Workdir, true),
+                        "{name}: only the writable workdir may be the home"
+                    );
+                }
                 assert!(
                     !layout.home.starts_with(&format!("{}/", mount.target)),
                     "{name}: the home is not inside a mount"
@@ -348,8 +398,44 @@ mod tests {
     }
 
     #[test]
+    fn the_e2b_layout_makes_the_workdir_the_users_home() {
+        let layout = LayoutName::parse("e2b").unwrap().layout();
+        assert_eq!(layout.name, LayoutName::E2b);
+        assert_eq!((layout.user, layout.home), ("user", "/home/user"));
+        let workdir = Workdir::new("e2b/sbx-1").unwrap();
+        assert_eq!(layout.workdir_path(&workdir), "/home/user");
+        let home = layout.home_mount().expect("the home is the workdir mount");
+        assert_eq!((home.source, home.writable), (MountSource::Workdir, true));
+        assert!(
+            !layout.home_is_ephemeral(),
+            "I30: nothing of the home to snapshot"
+        );
+        assert!(layout.mounts_in_home().is_empty());
+        assert!(!layout.shows_personal_skills());
+        assert!(layout.workdir_skeleton.is_empty());
+        let (mount, rest) = layout.mount_of("/home/user/a/b").unwrap();
+        assert_eq!((mount.source, rest), (MountSource::Workdir, "/a/b"));
+        assert_eq!(layout.mount_of("/home/user").unwrap().1, "");
+        for outside in ["/home", "/home/userx", "/home/gem", "/mnt/user-data", "/"] {
+            assert!(layout.mount_of(outside).is_none(), "{outside}");
+        }
+    }
+
+    #[test]
+    fn the_other_layouts_keep_an_ephemeral_home() {
+        for name in [LayoutName::Ars, LayoutName::Deerflow] {
+            let layout = name.layout();
+            assert!(layout.home_is_ephemeral(), "{name}");
+            assert_eq!(layout.user, "gem", "{name}");
+        }
+    }
+
+    #[test]
     fn unknown_layout_names_are_refused_naming_the_known_ones() {
-        let err = LayoutName::parse("e2b").unwrap_err().to_string();
-        assert!(err.contains("ars") && err.contains("deerflow"), "{err}");
+        let err = LayoutName::parse("e2b-desktop").unwrap_err().to_string();
+        assert!(
+            err.contains("ars") && err.contains("deerflow") && err.contains("e2b"),
+            "{err}"
+        );
     }
 }

@@ -13,6 +13,7 @@ mod extra_mount;
 mod identity;
 mod layout;
 mod network;
+mod sandbox_user;
 mod scope;
 mod token;
 mod virtual_path;
@@ -27,6 +28,7 @@ pub use extra_mount::{view_mounts, ExtraMount, ViewMount, EXTRA_MOUNT_PARENT, MA
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
 pub use layout::{Layout, LayoutMount, LayoutName, MountSource, VirtualRoot, PERSONAL_SKILLS};
 pub use network::{embedded_ipv4, is_internal, NetworkPolicy};
+pub use sandbox_user::{group_with, passwd_with, SANDBOX_GID, SANDBOX_UID};
 pub use scope::{IsolationScope, RunContext, ScopedIdentity};
 pub use token::TokenFinder;
 pub use virtual_path::{roots as mount_roots, VirtualPath, SKILLS_MOUNT, USER_DATA_MOUNT};
@@ -103,7 +105,9 @@ pub enum CoreError {
         reason: &'static str,
     },
     /// The layout name is not one warren knows.
-    #[error("unknown layout {name:?}: warren knows \"ars\" (the default) and \"deerflow\"")]
+    #[error(
+        "unknown layout {name:?}: warren knows \"ars\" (the default), \"deerflow\" and \"e2b\""
+    )]
     UnknownLayout {
         /// The refused name (possibly shortened).
         name: String,

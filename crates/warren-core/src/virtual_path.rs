@@ -181,6 +181,14 @@ impl VirtualPath {
         self.rebase(&tree_relative)
     }
 
+    /// Whether this is a mount's target itself (`/home/user`, `/mnt/user-data`): a mount
+    /// root may be listed and written into, never removed or moved, whatever tree it shows
+    /// (a workdir mount's root is a directory inside the workspace, which the file layer
+    /// alone would let go).
+    pub fn is_mount_root(&self) -> bool {
+        self.below_mount().is_empty()
+    }
+
     /// The path below the mount's target: empty for the mount itself.
     fn below_mount(&self) -> &str {
         if self.prefix.is_empty() {
@@ -349,6 +357,68 @@ mod tests {
             let err = deerflow(input).expect_err(input).to_string();
             assert!(err.contains("/mnt/user-data"), "{input}: {err}");
             assert!(!err.contains("/home/gem/user-data or"), "{input}: {err}");
+        }
+    }
+
+    fn e2b(input: &str) -> Result<VirtualPath, CoreError> {
+        VirtualPath::parse(
+            input,
+            &Layout::E2B,
+            &[],
+            &Workdir::new("e2b/sbx-1").unwrap(),
+        )
+    }
+
+    #[test]
+    fn e2b_paths_under_the_home_and_relative_ones_map_into_the_workdir() {
+        for (input, relative, shown) in [
+            ("/home/user", "e2b/sbx-1", "/home/user"),
+            ("/home/user/", "e2b/sbx-1", "/home/user"),
+            ("/home/user/x", "e2b/sbx-1/x", "/home/user/x"),
+            (
+                "/home/user//a/./b.py",
+                "e2b/sbx-1/a/b.py",
+                "/home/user/a/b.py",
+            ),
+            ("x", "e2b/sbx-1/x", "/home/user/x"),
+            ("./a/b", "e2b/sbx-1/a/b", "/home/user/a/b"),
+            (".", "e2b/sbx-1", "/home/user"),
+        ] {
+            let path = e2b(input).unwrap();
+            assert_eq!(
+                (path.root(), path.relative(), path.is_writable()),
+                (VirtualRoot::UserData, relative, true),
+                "{input}"
+            );
+            assert_eq!(path.to_string(), shown, "{input}");
+        }
+        assert_eq!(
+            e2b("/home/user").unwrap().join("d/f").to_string(),
+            "/home/user/d/f"
+        );
+    }
+
+    #[test]
+    fn e2b_paths_outside_the_home_are_refused_as_in_every_layout() {
+        for input in [
+            "/home",
+            "/home/userx",
+            "/home/user/../gem",
+            "/home/user/..",
+            "/home/user/a/../../b",
+            "/home/gem/user-data",
+            "/home/gem/skills",
+            "/mnt/user-data",
+            "/etc/passwd",
+            "/",
+            "..",
+            "../sbx-2/x",
+            "a/../../b",
+            "/home/user/a\0b",
+            "",
+        ] {
+            let err = e2b(input).expect_err(input).to_string();
+            assert!(err.ends_with("start with /home/user"), "{input}: {err}");
         }
     }
 

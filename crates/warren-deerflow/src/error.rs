@@ -2,7 +2,6 @@
 //! message for DeerFlow.
 
 use axum::http::StatusCode;
-use warren_fs::FsError;
 use warren_provisioner::ProvisionerError;
 
 /// Why the DeerFlow configuration was refused.
@@ -49,76 +48,7 @@ pub enum DeerflowError {
 /// The HTTP status of a provisioner failure: the caller's mistakes are 4xx, warren's own
 /// failures 5xx. 422 is never used: the AIO SDK misreads it (contract §0.3).
 pub(crate) fn status_of(error: &ProvisionerError) -> StatusCode {
-    use ProvisionerError as P;
-    match error {
-        P::SandboxNotFound(_)
-        | P::WorkdirNotFound { .. }
-        | P::ArtifactNotFound { .. }
-        | P::SnapshotNotFound { .. }
-        | P::CheckpointNotFound { .. }
-        | P::SkillNotGranted { .. }
-        | P::EnvVarNotFound { .. }
-        | P::LeaseNotFound { .. }
-        | P::GuardNotFound { .. } => StatusCode::NOT_FOUND,
-        P::WorkdirConflict { .. }
-        | P::NetworkConflict { .. }
-        | P::EnvPolicyConflict { .. }
-        | P::BackendConflict { .. }
-        | P::LayoutConflict { .. }
-        | P::ExtraMountsConflict { .. }
-        | P::SandboxAlreadyLive { .. }
-        | P::RuntimeNotRunning { .. }
-        | P::WorkdirNotEmpty { .. }
-        | P::SandboxBusy { .. }
-        | P::SandboxTerminated { .. }
-        | P::TerminatedWhileRunning { .. }
-        | P::GuardHeld { .. }
-        | P::FenceStale { .. } => StatusCode::CONFLICT,
-        P::ReadOnlyPath { .. } => StatusCode::FORBIDDEN,
-        P::ArtifactTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        P::QuotaExceeded { .. } | P::NoRoomForVolume { .. } => StatusCode::INSUFFICIENT_STORAGE,
-        P::ExecUnsupported { .. } | P::SnapshotUnsupported { .. } => StatusCode::NOT_IMPLEMENTED,
-        P::File { source, .. } => file_status(source),
-        P::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
-        P::Backend(warren_backend_error) => backend_status(warren_backend_error),
-        P::Store(_)
-        | P::Volume { .. }
-        | P::WorkspacesWithoutVolumes { .. }
-        | P::Interrupted(_)
-        | P::Snapshot(_)
-        | P::GitFailed { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        _ => StatusCode::BAD_REQUEST,
-    }
-}
-
-fn backend_status(error: &warren_backend::BackendError) -> StatusCode {
-    use warren_backend::BackendError as B;
-    match error {
-        B::ExecUnsupported { .. } => StatusCode::NOT_IMPLEMENTED,
-        B::RuntimeNotFound { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        B::ImageNotFound { .. } => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-fn file_status(error: &FsError) -> StatusCode {
-    use FsError as F;
-    match error {
-        F::NotFound { .. } => StatusCode::NOT_FOUND,
-        F::SymlinkRefused { .. }
-        | F::MountCrossingRefused { .. }
-        | F::RootRefused { .. }
-        | F::ReadOnly { .. }
-        | F::PermissionDenied { .. } => StatusCode::FORBIDDEN,
-        F::AlreadyExists { .. } | F::DirectoryNotEmpty { .. } => StatusCode::CONFLICT,
-        F::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        F::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
-        F::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
-        F::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        _ if warren_provisioner::is_disk_full(error) => StatusCode::INSUFFICIENT_STORAGE,
-        _ if warren_provisioner::is_internal_file_error(error) => StatusCode::INTERNAL_SERVER_ERROR,
-        _ => StatusCode::BAD_REQUEST,
-    }
+    StatusCode::from_u16(error.transport_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// The message a DeerFlow client may see: virtual paths only (I1); warren's own failures

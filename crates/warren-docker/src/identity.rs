@@ -80,12 +80,15 @@ impl Identity {
     /// Reads a container back, refusing anything warren would not have made: another
     /// instance's, missing or unparsable labels, and every mount view other than exactly
     /// its layout's persistent binds with the right modes and sources (I16). `binds` is
-    /// the backend's staging directory (`staging`).
+    /// the backend's staging directory (`staging`); `accounts` the directory of its
+    /// accounts files, which a layout whose user images do not name binds read-only at
+    /// `/etc/passwd` and `/etc/group` (`accounts`), and no other layout does.
     pub fn from_container(
         container: &ContainerInspectResponse,
         instance: &str,
         env: BTreeMap<String, String>,
         binds: &Path,
+        accounts: &Path,
     ) -> Result<Self, LayoutProblem> {
         let labels = container
             .config
@@ -176,6 +179,8 @@ impl Identity {
         }
         let expected = warren_core::view_mounts(layout.layout(), &extra_mounts);
         let mut seen = vec![false; expected.len()];
+        let accounts = crate::accounts::binds(accounts, layout);
+        let mut accounts_seen = vec![false; accounts.len()];
         for mount in container.mounts.clone().unwrap_or_default() {
             let target = mount.destination.clone().unwrap_or_default();
             let source = PathBuf::from(mount.source.clone().unwrap_or_default());
@@ -215,6 +220,14 @@ impl Identity {
                 seen[index] = true;
                 continue;
             }
+            if let Some(index) = accounts.iter().position(|(_, t)| *t == target) {
+                // Warren's accounts file for this layout, read-only, from warren's path.
+                if !is_bind || writable || accounts_seen[index] || source != accounts[index].0 {
+                    return Err(LayoutProblem::UnexpectedMount(target));
+                }
+                accounts_seen[index] = true;
+                continue;
+            }
             match target.as_str() {
                 AGENT_MOUNT if is_bind && !writable => {}
                 SOCKET_MOUNT if is_bind => {}
@@ -228,7 +241,7 @@ impl Identity {
                 t => return Err(LayoutProblem::UnexpectedMount(t.to_owned())),
             }
         }
-        if seen.contains(&false) {
+        if seen.contains(&false) || accounts_seen.contains(&false) {
             return Err(LayoutProblem::MissingMounts);
         }
         let mut tree = |root: VirtualRoot| {
@@ -381,6 +394,7 @@ mod tests {
     }
 
     const BINDS: &str = "/data/docker/binds";
+    const ACCOUNTS: &str = "/data/docker/accounts";
 
     fn deerflow_spec() -> RuntimeSpec {
         RuntimeSpec {
@@ -430,7 +444,13 @@ mod tests {
 
     fn read(value: serde_json::Value) -> Result<Identity, LayoutProblem> {
         let inspected: ContainerInspectResponse = serde_json::from_value(value).unwrap();
-        Identity::from_container(&inspected, "i1", BTreeMap::new(), Path::new(BINDS))
+        Identity::from_container(
+            &inspected,
+            "i1",
+            BTreeMap::new(),
+            Path::new(BINDS),
+            Path::new(ACCOUNTS),
+        )
     }
 
     const USER_DATA: &str = "/home/gem/user-data";
@@ -497,7 +517,7 @@ mod tests {
             ),
             (
                 "a layout warren does not know",
-                Box::new(|c| c["Config"]["Labels"][LABEL_LAYOUT] = json!("e2b")),
+                Box::new(|c| c["Config"]["Labels"][LABEL_LAYOUT] = json!("e2b-desktop")),
                 LayoutProblem::BadLabel(LABEL_LAYOUT),
             ),
             (

@@ -33,6 +33,7 @@
 
 #![deny(missing_docs)]
 
+mod accounts;
 mod identity;
 mod staging;
 
@@ -57,7 +58,7 @@ use warren_agent::AgentConfig;
 use warren_backend::RuntimeLimits;
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec, RuntimeUsage,
 };
 use warren_core::SandboxId;
 
@@ -153,6 +154,9 @@ pub struct DockerBackend {
     binds_dir: PathBuf,
     /// An empty directory: the copy-on-write layers of a read-only image root.
     no_cow: PathBuf,
+    /// `/etc/passwd` and `/etc/group` of layouts whose user images do not name
+    /// ([`accounts`]).
+    accounts_dir: PathBuf,
     bundle: AgentBundle,
     engine_version: String,
     /// What the engine cannot enforce, reported at start-up and in `/health`.
@@ -237,6 +241,7 @@ impl DockerBackend {
         let state_dir = root.join("state");
         let binds_dir = root.join("binds");
         let no_cow = root.join("no-cow");
+        let accounts_dir = root.join("accounts");
         for (dir, what) in [
             (&root, "the docker directory"),
             (&sockets_dir, "the socket directories"),
@@ -267,6 +272,10 @@ impl DockerBackend {
             what: "the state directory",
             source,
         })?;
+        accounts::write_all(&accounts_dir).map_err(|source| DockerError::HostDir {
+            what: "the accounts files",
+            source,
+        })?;
         let bundle =
             AgentBundle::prepare(&config.agent_program, &root).map_err(DockerError::Bundle)?;
         let instance =
@@ -279,6 +288,7 @@ impl DockerBackend {
             state_dir,
             binds_dir,
             no_cow,
+            accounts_dir,
             bundle,
             engine_version: version.version.unwrap_or_default(),
             warnings,
@@ -394,7 +404,12 @@ impl DockerBackend {
             egress: spec.network.has_egress(),
             socket_dir: Some(PathBuf::from(SOCKET_MOUNT)),
             listen: None,
-            home: PathBuf::from(spec.layout.layout().home),
+            // Only an ephemeral home is kept open for snapshots (I30).
+            home: spec
+                .layout
+                .layout()
+                .home_is_ephemeral()
+                .then(|| PathBuf::from(spec.layout.layout().home)),
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
         let mounts = spec.mounts();
@@ -436,7 +451,8 @@ impl DockerBackend {
                 return Err(error);
             }
         }
-        if let (Some(seed), Some((pid, _))) = (&spec.seed, &agent) {
+        let ephemeral_home = spec.layout.layout().home_is_ephemeral();
+        if let (Some(seed), Some((pid, _)), true) = (&spec.seed, &agent, ephemeral_home) {
             // Resuming a reaped runtime (I30): its /home/gem comes back before the first
             // command. A seed that cannot be copied leaves a fresh /home/gem, never a
             // failed start.
@@ -466,7 +482,7 @@ impl DockerBackend {
         network_mode: &str,
         agent: String,
     ) -> ContainerCreateBody {
-        let home = spec.layout.layout().home;
+        let layout = spec.layout.layout();
         let limits = &self.config.limits;
         let bind = |source: &Path, target: &str, read_only: bool| Mount {
             target: Some(target.to_owned()),
@@ -481,14 +497,7 @@ impl DockerBackend {
             ..Default::default()
         };
         let mib = |bytes: u64| format!("{}m", bytes.div_ceil(1024 * 1024).max(1));
-        let tmpfs = HashMap::from([
-            (
-                home.to_owned(),
-                format!(
-                    "size={},uid=1000,gid=1000,mode=0755,exec,nosuid,nodev",
-                    mib(limits.home_bytes)
-                ),
-            ),
+        let mut tmpfs = HashMap::from([
             (
                 "/tmp".to_owned(),
                 format!("size={},mode=1777,exec,nosuid,nodev", mib(limits.tmp_bytes)),
@@ -498,6 +507,16 @@ impl DockerBackend {
                 format!("size={},mode=1777,exec,nosuid,nodev", mib(limits.tmp_bytes)),
             ),
         ]);
+        // An ephemeral home is a tmpfs; a home that is the workdir (E2B's) is its bind.
+        if layout.home_is_ephemeral() {
+            tmpfs.insert(
+                layout.home.to_owned(),
+                format!(
+                    "size={},uid=1000,gid=1000,mode=0755,exec,nosuid,nodev",
+                    mib(limits.home_bytes)
+                ),
+            );
+        }
         let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let nofile = to_i64(limits.nofile);
         // The layout's persistent mounts, in its order: a tree of warren's by its path, a
@@ -508,6 +527,9 @@ impl DockerBackend {
             .map(|(index, mount)| bind(staged.source(index), &mount.target, !mount.writable))
             .collect();
         binds.push(bind(self.bundle.dir(), AGENT_MOUNT, true));
+        for (source, target) in accounts::binds(&self.accounts_dir, spec.layout) {
+            binds.push(bind(&source, target, true));
+        }
         binds.push(bind(&self.socket_dir(&spec.sandbox), SOCKET_MOUNT, false));
         let host_config = HostConfig {
             mounts: Some(binds),
@@ -540,7 +562,7 @@ impl DockerBackend {
             image: Some(image.to_owned()),
             user: Some("1000:1000".into()),
             hostname: Some("warren".into()),
-            working_dir: Some(home.into()),
+            working_dir: Some(layout.home.into()),
             env: Some(Vec::new()),
             // The loader runs warren's executable with its own libraries, whatever libc
             // the image has (or none); `--argv0` is what `ps` shows inside.
@@ -791,7 +813,12 @@ impl Backend for DockerBackend {
             .ok_or_else(|| BackendError::RuntimeNotFound {
                 sandbox: sandbox.clone(),
             })?;
-        let spec = client::exec_spec(request, &identity.spec.network, &identity.spec.env);
+        let spec = client::exec_spec(
+            request,
+            identity.spec.layout.layout(),
+            &identity.spec.network,
+            &identity.spec.env,
+        );
         match client::run(&self.socket_dir(sandbox), spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
             // The agent is gone (the container died or was removed behind warren's back):
@@ -861,14 +888,40 @@ impl Backend for DockerBackend {
         }))
     }
 
+    /// The container's cgroup figures as the engine reads them (one sample, no streaming):
+    /// the whole container, agent and commands, as the kernel accounts it (I22).
+    async fn usage(&self, sandbox: &SandboxId) -> Result<Option<RuntimeUsage>, BackendError> {
+        use futures::StreamExt;
+        if self.find(sandbox).await.is_none() {
+            return Ok(None);
+        }
+        let options = bollard::query_parameters::StatsOptionsBuilder::new()
+            .stream(false)
+            .one_shot(true)
+            .build();
+        let name = self.container_name(sandbox);
+        let mut stats = self.docker.stats(&name, Some(options));
+        let Some(Ok(sample)) = stats.next().await else {
+            return Ok(None);
+        };
+        // The engine reports the host's memory as the limit of a container without one,
+        // so its figure is a limit only where warren set one and the engine enforces it.
+        let limited = self.limits_enforced && self.config.limits.memory_bytes.is_some();
+        Ok(usage_of(&sample, limited, self.config.limits.cpu_millis))
+    }
+
     /// The container's `/home/gem` through the agent's descriptor of it (the root is the
     /// read-only image: no copy-on-write layer to record, so `cow` is an empty directory).
+    /// A home that is the persistent workdir (E2B's) is not recorded (I30).
     async fn ephemeral_roots(
         &self,
         sandbox: &SandboxId,
     ) -> Result<Option<EphemeralRoots>, BackendError> {
-        let Some((pid, birth)) = self.find(sandbox).await.and_then(|identity| identity.agent)
-        else {
+        let Some(identity) = self.find(sandbox).await else {
+            return Ok(None);
+        };
+        let ephemeral_home = identity.spec.layout.layout().home_is_ephemeral();
+        let Some((pid, birth)) = identity.agent else {
             return Ok(None);
         };
         // The pid must still be this container's agent: a reused pid would be another
@@ -879,10 +932,12 @@ impl Backend for DockerBackend {
         }
         Ok(Some(EphemeralRoots {
             cow: self.no_cow.clone(),
-            home: PathBuf::from(format!(
-                "/proc/{pid}/fd/{}/.",
-                warren_agent::environment::HOME_FD
-            )),
+            home: ephemeral_home.then(|| {
+                PathBuf::from(format!(
+                    "/proc/{pid}/fd/{}/.",
+                    warren_agent::environment::HOME_FD
+                ))
+            }),
         }))
     }
 
@@ -900,6 +955,36 @@ impl Backend for DockerBackend {
     }
 }
 
+/// A runtime's usage from one engine stats sample; `None` when the sample has no CPU or
+/// memory figures (a container that is not running). `memory_limited`: whether the
+/// sample's memory limit is one warren set (the engine reports the host's memory
+/// otherwise). `cpu_limit_millis` is the `NanoCpus` limit warren created the container
+/// with (I23): the engine's stats carry no quota.
+fn usage_of(
+    sample: &bollard::models::ContainerStatsResponse,
+    memory_limited: bool,
+    cpu_limit_millis: Option<u64>,
+) -> Option<RuntimeUsage> {
+    let cpu = sample.cpu_stats.as_ref()?.cpu_usage.as_ref()?.total_usage?;
+    let memory = sample.memory_stats.as_ref()?;
+    let current = memory.usage?;
+    // cgroup v2 names the page cache `file`; v1 `total_cache` (the whole subtree) or
+    // `cache`.
+    let file = memory.stats.as_ref().and_then(|stats| {
+        ["file", "total_cache", "cache"]
+            .iter()
+            .find_map(|key| stats.get(*key).copied())
+    });
+    Some(RuntimeUsage {
+        // The engine reports nanoseconds on both cgroup versions.
+        cpu_usage_usec: cpu / 1000,
+        memory_current: current,
+        memory_max: memory.limit.filter(|&limit| memory_limited && limit > 0),
+        memory_file: file,
+        cpu_limit_millis,
+    })
+}
+
 impl DockerBackend {
     /// Reads the container of `sandbox` back into an identity, or says why it cannot be
     /// reused: it must exist, run, have exactly warren's layout (I16), and its agent must
@@ -912,9 +997,14 @@ impl DockerBackend {
             .await
             .map_err(|e| format!("cannot inspect it: {e}"))?;
         let env = read_env(&self.state_file(sandbox));
-        let mut identity =
-            Identity::from_container(&inspected, &self.instance, env, &self.binds_dir)
-                .map_err(|problem| problem.to_string())?;
+        let mut identity = Identity::from_container(
+            &inspected,
+            &self.instance,
+            env,
+            &self.binds_dir,
+            &self.accounts_dir,
+        )
+        .map_err(|problem| problem.to_string())?;
         identity.agent = inspected
             .state
             .as_ref()
@@ -1096,4 +1186,71 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use std::collections::HashMap;
+
+    use bollard::models::{
+        ContainerCpuStats, ContainerCpuUsage, ContainerMemoryStats, ContainerStatsResponse,
+    };
+
+    use super::usage_of;
+
+    fn sample(stats: &[(&str, u64)], limit: u64) -> ContainerStatsResponse {
+        ContainerStatsResponse {
+            cpu_stats: Some(ContainerCpuStats {
+                cpu_usage: Some(ContainerCpuUsage {
+                    total_usage: Some(2_500_000_000),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            memory_stats: Some(ContainerMemoryStats {
+                usage: Some(300 << 20),
+                limit: Some(limit),
+                stats: Some(
+                    stats
+                        .iter()
+                        .map(|(key, value)| ((*key).to_owned(), *value))
+                        .collect::<HashMap<_, _>>(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn engine_stats_become_the_runtimes_usage_on_either_cgroup_version() {
+        let v2 = usage_of(&sample(&[("file", 100 << 20)], 2 << 30), true, Some(1000)).unwrap();
+        assert_eq!(v2.cpu_usage_usec, 2_500_000);
+        assert_eq!(v2.memory_current, 300 << 20);
+        assert_eq!(v2.memory_file, Some(100 << 20));
+        assert_eq!(v2.memory_used(), 200 << 20);
+        assert_eq!(v2.memory_max, Some(2 << 30));
+        assert_eq!(v2.cpu_limit_millis, Some(1000));
+        let v1 = usage_of(
+            &sample(&[("cache", 1), ("total_cache", 50 << 20)], 2 << 30),
+            true,
+            None,
+        )
+        .unwrap();
+        assert_eq!(v1.memory_file, Some(50 << 20));
+        assert_eq!(v1.cpu_limit_millis, None);
+    }
+
+    #[test]
+    fn the_hosts_memory_is_no_limit_and_a_stopped_container_has_no_usage() {
+        // Without a limit of warren's the engine reports the host's memory.
+        let unlimited = usage_of(&sample(&[], 64 << 30), false, None).unwrap();
+        assert_eq!(unlimited.memory_max, None);
+        assert_eq!(unlimited.memory_file, None);
+        // A container that is not running answers a sample without figures.
+        assert_eq!(
+            usage_of(&ContainerStatsResponse::default(), true, None),
+            None
+        );
+    }
 }

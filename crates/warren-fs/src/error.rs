@@ -26,6 +26,9 @@ pub enum InvalidPathReason {
     ComponentTooLong,
     /// The whole path is longer than [`crate::MAX_PATH_LEN`] bytes.
     PathTooLong,
+    /// One directory entry's name was expected (a child of a directory descriptor), and the
+    /// string is empty, `.`, or has a `/`.
+    NotOneName,
 }
 
 impl fmt::Display for InvalidPathReason {
@@ -38,6 +41,7 @@ impl fmt::Display for InvalidPathReason {
             Self::NulByte => "paths may not contain a nul byte",
             Self::ComponentTooLong => "a path component is longer than 255 bytes",
             Self::PathTooLong => "the path is longer than 4096 bytes",
+            Self::NotOneName => "one name was expected, not a path",
         })
     }
 }
@@ -85,7 +89,7 @@ pub enum FsError {
         path: String,
     },
     /// The operation is not allowed on the workspace root itself.
-    #[error("refusing to {action} the workspace root itself")]
+    #[error("refusing to {action} a root directory itself (a workspace or a mount)")]
     RootRefused {
         /// What was attempted, as a verb (`remove`, `rename`...).
         action: &'static str,

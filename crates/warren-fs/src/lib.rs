@@ -25,6 +25,7 @@
 //! of whoever can create them (the sandbox must not share a filesystem with secrets it can
 //! link to).
 
+mod dir;
 mod error;
 mod etag;
 mod path;
@@ -37,6 +38,7 @@ mod types;
 mod walk;
 mod write;
 
+pub use dir::{child_dirs, open_child_dir};
 pub use error::{FsError, InvalidPathReason};
 pub use etag::Etag;
 pub use path::{MAX_COMPONENT_LEN, MAX_PATH_LEN};
@@ -48,3 +50,4 @@ pub use types::{
     ByteRange, EditResult, Entry, GrepMatch, GrepOptions, GrepResult, Kind, Listing, ReadResult,
     WriteOptions, WriteResult, EDIT_MAX_SIZE, GREP_LINE_MAX_CHARS, MAX_WALK_DEPTH,
 };
+pub use write::TEMP_PREFIX;

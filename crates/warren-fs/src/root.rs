@@ -64,7 +64,7 @@ impl WorkspaceRoot {
         Self::from_fd(open_root_fd(root)?, resolver)
     }
 
-    fn from_fd(fd: OwnedFd, resolver: Resolver) -> Result<Self, FsError> {
+    pub(crate) fn from_fd(fd: OwnedFd, resolver: Resolver) -> Result<Self, FsError> {
         let meta =
             Meta::of(fd.as_fd()).map_err(|e| FsError::RootUnavailable { errno: e.into() })?;
         let anchor = Anchor {

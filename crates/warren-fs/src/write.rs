@@ -353,6 +353,11 @@ impl WorkspaceRoot {
     }
 }
 
+/// How the name of every temporary file an atomic write makes begins: it lives for the
+/// write's duration next to its target, and watchers hide it (what a client wrote is the
+/// target, not the temporary name).
+pub const TEMP_PREFIX: &str = ".warren-tmp-";
+
 /// A temporary file in the target's directory, unlinked on drop unless renamed into place.
 struct TempFile<'d> {
     dir: BorrowedFd<'d>,
@@ -369,7 +374,7 @@ impl<'d> TempFile<'d> {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
             let name = format!(
-                ".warren-tmp-{}-{}-{nanos}",
+                "{TEMP_PREFIX}{}-{}-{nanos}",
                 std::process::id(),
                 COUNTER.fetch_add(1, Ordering::Relaxed)
             );

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec, RuntimeUsage,
 };
 use warren_core::{NetworkPolicy, SandboxId};
 
@@ -90,7 +90,9 @@ pub struct LocalBackend {
     runtimes_dir: PathBuf,
     /// Distinguishes this instance's cgroups from another warren's on the same host.
     instance: String,
-    root: RootSource,
+    /// The root of every runtime, per layout: the host profile's `/etc` names the
+    /// layout's sandbox user (I7, I11), so each distinct user has a profile of its own.
+    roots: HashMap<warren_core::LayoutName, RootSource>,
     cgroups: CgroupSupport,
     report: HostReport,
     /// Unprivileged mode: runtimes get a user namespace mapping 1000:1000 to warren's ids.
@@ -125,16 +127,22 @@ impl LocalBackend {
         }
         let runtimes_dir = config.data_dir.join("runtimes");
         std::fs::create_dir_all(&runtimes_dir).map_err(IsolationError::RuntimesDir)?;
-        let root = match &config.rootfs {
-            Some(path) => RootSource::Directory { path: path.clone() },
-            None => RootSource::HostProfile {
-                etc: crate::profile::build_etc_profile(
-                    Path::new("/etc"),
-                    &config.data_dir.join("runtime-profiles"),
-                )
-                .map_err(IsolationError::HostProfile)?,
-            },
-        };
+        let mut roots = HashMap::new();
+        for layout in warren_core::LayoutName::ALL {
+            let root = match &config.rootfs {
+                Some(path) => RootSource::Directory { path: path.clone() },
+                // Layouts with the same user share one profile (same content, same hash).
+                None => RootSource::HostProfile {
+                    etc: crate::profile::build_etc_profile(
+                        Path::new("/etc"),
+                        &config.data_dir.join("runtime-profiles"),
+                        layout.layout(),
+                    )
+                    .map_err(IsolationError::HostProfile)?,
+                },
+            };
+            roots.insert(layout, root);
+        }
         // Runtimes outlive their launcher; as subreaper, warren reaps the inits it kills.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         let cgroups = CgroupSupport::detect().map_err(IsolationError::Cgroup)?;
@@ -145,7 +153,7 @@ impl LocalBackend {
             config,
             runtimes_dir,
             instance,
-            root,
+            roots,
             cgroups,
             report,
             cgroups_enabled: user_namespace.is_none(),
@@ -236,7 +244,7 @@ impl LocalBackend {
             layout: spec.layout,
             extra_mounts: spec.extra_mounts.clone(),
             mounts: spec.mounts().iter().map(MountConfig::from).collect(),
-            root: self.root.clone(),
+            root: self.roots[&spec.layout].clone(),
             limits: self.config.limits.clone(),
             egress: spec.network.has_egress(),
             user_namespace: self.user_namespace,
@@ -643,7 +651,12 @@ impl Backend for LocalBackend {
             .ok_or_else(|| BackendError::RuntimeNotFound {
                 sandbox: sandbox.clone(),
             })?;
-        let spec = exec_spec(request, &identity.network, &identity.env);
+        let spec = exec_spec(
+            request,
+            identity.layout.layout(),
+            &identity.network,
+            &identity.env,
+        );
         match run(&self.runtime_dir(sandbox), spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
             // Init died (OOM, killed): forget it so the provisioner starts a fresh runtime
@@ -713,6 +726,42 @@ impl Backend for LocalBackend {
         }))
     }
 
+    /// The sandbox cgroup's own accounting (init and every command, I22) and the limits
+    /// written there (I23): v2 `cpu.stat`, `memory.current`, `memory.max`, `memory.stat`
+    /// and `cpu.max`; on v1 hierarchies `cpuacct.usage`, `memory.usage_in_bytes`,
+    /// `memory.limit_in_bytes`, `memory.stat`'s `total_cache` and the CFS quota, each
+    /// figure from whichever hierarchy has it (v2 first), as `CgroupStats` reads them.
+    ///
+    /// `None` in unprivileged mode: runtimes get no cgroup there, and nothing else
+    /// accounts for a runtime as a whole (`/proc` of its processes would miss whatever
+    /// exited and count shared pages twice). Also `None` without a CPU or memory
+    /// controller to read: half a figure would be reported as a whole one.
+    async fn usage(&self, sandbox: &SandboxId) -> Result<Option<RuntimeUsage>, BackendError> {
+        if !self.cgroups_enabled || self.find(sandbox).await.is_none() {
+            return Ok(None);
+        }
+        let cgroups = self.cgroups.clone();
+        let name = self.cgroup_name(sandbox);
+        let stats = tokio::task::spawn_blocking(move || {
+            SandboxCgroup::open(&cgroups, &name)
+                .ok()
+                .flatten()
+                .map(|cgroup| cgroup.stats())
+        })
+        .await
+        .ok()
+        .flatten();
+        Ok(stats.and_then(|stats| {
+            Some(RuntimeUsage {
+                cpu_usage_usec: stats.cpu_usage_usec?,
+                memory_current: stats.memory_current_bytes?,
+                memory_max: stats.memory_max_bytes,
+                memory_file: stats.memory_file_bytes,
+                cpu_limit_millis: stats.cpu_max_millis,
+            })
+        }))
+    }
+
     async fn ephemeral_roots(
         &self,
         sandbox: &SandboxId,
@@ -724,12 +773,15 @@ impl Backend for LocalBackend {
         // and its root for the layout's home (`/home/gem`: "home" lives on the runtime's
         // read-only root, "gem" is the tmpfs itself; nothing the sandbox user can replace).
         // A trailing "." makes the descriptor link itself resolve while the last component
-        // stays no-follow.
+        // stays no-follow. A home that is the persistent workdir (E2B's) is not ephemeral
+        // state: only the copy-on-write layer is recorded (I30).
         let pid = identity.pid;
-        let home = identity.layout.layout().home;
+        let layout = identity.layout.layout();
         Ok(Some(EphemeralRoots {
             cow: PathBuf::from(format!("/proc/{pid}/fd/{}/.", crate::config::COW_FD)),
-            home: PathBuf::from(format!("/proc/{pid}/root{home}")),
+            home: layout
+                .home_is_ephemeral()
+                .then(|| PathBuf::from(format!("/proc/{pid}/root{}", layout.home))),
         }))
     }
 

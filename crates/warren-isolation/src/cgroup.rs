@@ -240,6 +240,14 @@ pub struct CgroupStats {
     pub pids_max: Option<u64>,
     /// CPU time consumed (v2 `cpu.stat` `usage_usec`, v1 `cpuacct.usage`).
     pub cpu_usage_usec: Option<u64>,
+    /// The memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`); `None` when
+    /// unlimited or not reported.
+    pub memory_max_bytes: Option<u64>,
+    /// Page cache charged, tmpfs included (v2 `memory.stat` `file`, v1 `total_cache`).
+    pub memory_file_bytes: Option<u64>,
+    /// The CPU limit in thousandths of a CPU (v2 `cpu.max`, v1 `cpu.cfs_quota_us` over
+    /// `cpu.cfs_period_us`); `None` when unlimited or not reported.
+    pub cpu_max_millis: Option<u64>,
 }
 
 /// The cgroup hierarchies of this host, as seen from the caller's mount namespace.
@@ -1500,6 +1508,16 @@ fn read_stats(
             fill(&mut stats.memory_peak_bytes, || {
                 read_u64(dir, "memory.peak")
             });
+            // "max" (unlimited) does not parse, and stays `None`.
+            fill(&mut stats.memory_max_bytes, || read_u64(dir, "memory.max"));
+            fill(&mut stats.memory_file_bytes, || {
+                stat_field(&read_file(dir, "memory.stat").ok()?, "file")
+            });
+        }
+        if controllers.cpu {
+            fill(&mut stats.cpu_max_millis, || {
+                cpu_max_millis(&read_file(dir, "cpu.max").ok()?)
+            });
         }
     } else {
         if controllers.memory {
@@ -1508,6 +1526,22 @@ fn read_stats(
             });
             fill(&mut stats.memory_peak_bytes, || {
                 read_u64(dir, "memory.max_usage_in_bytes")
+            });
+            fill(&mut stats.memory_max_bytes, || {
+                read_u64(dir, "memory.limit_in_bytes").and_then(v1_memory_limit)
+            });
+            // `total_cache` counts the whole subtree (commands in leafs included), `cache`
+            // only the directory itself; old kernels without hierarchy have only `cache`.
+            fill(&mut stats.memory_file_bytes, || {
+                let text = read_file(dir, "memory.stat").ok()?;
+                stat_field(&text, "total_cache").or_else(|| stat_field(&text, "cache"))
+            });
+        }
+        if controllers.cpu {
+            fill(&mut stats.cpu_max_millis, || {
+                let quota = read_file(dir, "cpu.cfs_quota_us").ok()?;
+                let period = read_u64(dir, "cpu.cfs_period_us")?;
+                cpu_millis(quota.trim().parse().ok()?, period)
             });
         }
         if controllers.cpuacct {
@@ -1521,6 +1555,29 @@ fn read_stats(
         // "max" (unlimited) does not parse, and stays `None`.
         fill(&mut stats.pids_max, || read_u64(dir, "pids.max"));
     }
+}
+
+/// The CPU limit a v2 `cpu.max` (`<quota> <period>`, quota `max` for none) sets, in
+/// thousandths of a CPU.
+fn cpu_max_millis(text: &str) -> Option<u64> {
+    let mut fields = text.split_whitespace();
+    let quota = fields.next()?.parse().ok()?;
+    let period = fields.next()?.parse().ok()?;
+    cpu_millis(quota, period)
+}
+
+/// `quota` microseconds of CPU per `period` as thousandths of a CPU; a negative quota (v1's
+/// `-1`) or a zero period is no limit.
+fn cpu_millis(quota: i64, period: u64) -> Option<u64> {
+    let quota = u64::try_from(quota).ok()?;
+    (period > 0).then(|| quota.saturating_mul(1000) / period)
+}
+
+/// A v1 `memory.limit_in_bytes`, or `None` for the kernel's "unlimited": the largest page
+/// counter in bytes (`LONG_MAX` rounded down to a page), far beyond any machine's memory.
+fn v1_memory_limit(bytes: u64) -> Option<u64> {
+    const UNLIMITED_FROM: u64 = 1 << 62;
+    (bytes < UNLIMITED_FROM).then_some(bytes)
 }
 
 /// Value of `key` in a flat-keyed file such as `cpu.stat` (`key value` per line).
@@ -2101,6 +2158,35 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn cpu_limits_are_read_as_thousandths_of_a_cpu() {
+        assert_eq!(cpu_max_millis("100000 100000\n"), Some(1000));
+        assert_eq!(cpu_max_millis("50000 100000"), Some(500));
+        assert_eq!(cpu_max_millis("250000 100000\n"), Some(2500));
+        assert_eq!(cpu_max_millis("max 100000\n"), None);
+        assert_eq!(cpu_max_millis(""), None);
+        assert_eq!(cpu_max_millis("100000 0"), None);
+        // v1: `cpu.cfs_quota_us` is -1 without a limit.
+        assert_eq!(cpu_millis(-1, 100_000), None);
+        assert_eq!(cpu_millis(200_000, 100_000), Some(2000));
+    }
+
+    #[test]
+    fn a_v1_memory_limit_of_the_page_counters_maximum_is_no_limit() {
+        assert_eq!(v1_memory_limit(9_223_372_036_854_771_712), None);
+        assert_eq!(v1_memory_limit(2 << 30), Some(2 << 30));
+    }
+
+    #[test]
+    fn page_cache_is_read_from_memory_stat() {
+        let v2 = "anon 104857600\nfile 52428800\nkernel 1024\nfile_mapped 0\n";
+        assert_eq!(stat_field(v2, "file"), Some(52_428_800));
+        assert_eq!(stat_field(v2, "anon"), Some(104_857_600));
+        let v1 = "cache 4096\nrss 8192\ntotal_cache 12288\ntotal_rss 16384\n";
+        assert_eq!(stat_field(v1, "total_cache"), Some(12_288));
+        assert_eq!(stat_field(v1, "cache"), Some(4096));
     }
 
     #[test]

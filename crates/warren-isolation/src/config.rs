@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use warren_core::LayoutName;
 
 pub use warren_agent::environment::{
-    base_environment, sandbox_user, HOME_FD, PROXY_PORT, SANDBOX_GID, SANDBOX_UID,
+    base_environment, HOME_FD, PROXY_PORT, SANDBOX_GID, SANDBOX_UID,
 };
 pub use warren_backend::RuntimeLimits;
 
@@ -42,7 +42,8 @@ pub struct RuntimeConfig {
     /// cannot create them without a delegated hierarchy.
     pub cgroups: bool,
     /// A restored snapshot to start from (I30): `<seed>/cow/<layer>/upper` seeds the
-    /// copy-on-write layers, `<seed>/home` seeds `/home/gem`. The provisioner's own
+    /// copy-on-write layers, `<seed>/home` seeds the layout's home when it is ephemeral
+    /// (never a home that is the persistent workdir, E2B's). The provisioner's own
     /// directory, removed once the runtime started.
     #[serde(default)]
     pub seed: Option<PathBuf>,
@@ -96,9 +97,10 @@ pub struct IdMap {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RootSource {
     /// The host's system directories (`/usr`, `/bin`, `/lib*`, `/sbin`, `/opt`) read-only,
-    /// and a filtered copy of `/etc` without secrets, built once by the provisioner.
+    /// and a filtered copy of `/etc` without secrets, built once by the provisioner for
+    /// each distinct sandbox user of the layouts (its `passwd` names the runtime's).
     HostProfile {
-        /// The filtered `/etc`.
+        /// The filtered `/etc` naming the runtime's layout's user.
         etc: PathBuf,
     },
     /// A root filesystem directory (an unpacked image).

@@ -1,16 +1,18 @@
-//! The host profile's `/etc`: a filtered copy of the host's, built once by the provisioner
-//! and shared read-only (under each runtime's copy-on-write layer) by every runtime.
+//! The host profile's `/etc`: a filtered copy of the host's, built by the provisioner once
+//! per distinct sandbox user of the layouts (I7) and shared read-only (under each
+//! runtime's copy-on-write layer) by every runtime of those layouts.
 //!
 //! Only world-readable entries are copied, and a reviewed deny list removes secrets that
-//! happen to be world-readable on some hosts. `passwd` and `group` name the sandbox user
-//! `gem` (1000:1000) so tools that look up the current user work.
+//! happen to be world-readable on some hosts. `passwd` and `group` name the layout's
+//! sandbox user at 1000:1000 (`gem`, or E2B's `user`; I11) with the layout's home, so
+//! tools that look up the current user work.
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::config::{sandbox_user, SANDBOX_GID, SANDBOX_UID};
+use warren_core::Layout;
 
 /// Entries of the host's /etc never copied, whatever their mode: password hashes, keys,
 /// credentials, privilege configuration, and host identity.
@@ -45,12 +47,18 @@ pub const ETC_DENY: &[&str] = &[
     "group-",
 ];
 
-/// Builds (or reuses) the profile under `<profiles_dir>/etc-<content hash>` and returns it.
-/// A profile in use by a runtime is never modified: a changed host /etc yields a new one.
-pub fn build_etc_profile(host_etc: &Path, profiles_dir: &Path) -> io::Result<PathBuf> {
+/// Builds (or reuses) the profile of `layout`'s sandbox user under
+/// `<profiles_dir>/etc-<content hash>` and returns it. A profile in use by a runtime is
+/// never modified: a changed host /etc (or another user) yields a new one; layouts with
+/// the same user and home share one.
+pub fn build_etc_profile(
+    host_etc: &Path,
+    profiles_dir: &Path,
+    layout: &Layout,
+) -> io::Result<PathBuf> {
     let mut files = Vec::new();
     collect(host_etc, Path::new(""), &mut files)?;
-    add_generated(host_etc, &mut files)?;
+    add_generated(host_etc, layout, &mut files)?;
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let mut hasher = blake3::Hasher::new();
     for file in &files {
@@ -168,43 +176,20 @@ fn collect(root: &Path, relative: &Path, out: &mut Vec<Entry>) -> io::Result<()>
 /// Files the profile writes itself instead of copying.
 const GENERATED: &[&str] = &["passwd", "group", "hostname", "hosts"];
 
-fn add_generated(host_etc: &Path, out: &mut Vec<Entry>) -> io::Result<()> {
-    // The layouts' one sandbox user (see `sandbox_user`): this /etc serves every runtime.
-    let (user, home) = sandbox_user();
-    let user_line = format!("{user}:x:{SANDBOX_UID}:{SANDBOX_GID}:{user}:{home}:/bin/sh");
-    let group_line = format!("{user}:x:{SANDBOX_GID}:");
-    let filtered = |file: &str, id_field: usize, id: u32, extra: &str| -> io::Result<Vec<u8>> {
-        let text = std::fs::read_to_string(host_etc.join(file)).unwrap_or_default();
-        let mut lines: Vec<String> = text
-            .lines()
-            .filter(|line| {
-                let fields: Vec<&str> = line.split(':').collect();
-                fields.first() != Some(&user)
-                    && fields.get(id_field) != Some(&id.to_string().as_str())
-            })
-            .map(|line| {
-                // Never a password hash, even a legacy one kept in passwd.
-                let mut fields: Vec<&str> = line.split(':').collect();
-                if fields.len() > 1 {
-                    fields[1] = "x";
-                }
-                fields.join(":")
-            })
-            .collect();
-        lines.push(extra.to_owned());
-        Ok((lines.join("\n") + "\n").into_bytes())
-    };
+fn add_generated(host_etc: &Path, layout: &Layout, out: &mut Vec<Entry>) -> io::Result<()> {
+    // The layout's sandbox user at 1000:1000 replaces whatever the host calls 1000 (I11).
+    let read = |file: &str| std::fs::read_to_string(host_etc.join(file)).unwrap_or_default();
     out.push(Entry {
         path: "passwd".into(),
         kind: Kind::File,
         mode: 0o644,
-        content: filtered("passwd", 2, SANDBOX_UID, &user_line)?,
+        content: warren_core::passwd_with(&read("passwd"), layout).into_bytes(),
     });
     out.push(Entry {
         path: "group".into(),
         kind: Kind::File,
         mode: 0o644,
-        content: filtered("group", 2, SANDBOX_GID, &group_line)?,
+        content: warren_core::group_with(&read("group"), layout).into_bytes(),
     });
     out.push(Entry {
         path: "hostname".into(),
@@ -252,7 +237,7 @@ mod tests {
         std::fs::create_dir(etc.join("alternatives")).unwrap();
         std::os::unix::fs::symlink("/usr/bin/mawk", etc.join("alternatives/awk")).unwrap();
         let profiles = tempfile::tempdir().unwrap();
-        let built = build_etc_profile(etc, profiles.path()).unwrap();
+        let built = build_etc_profile(etc, profiles.path(), &Layout::ARS).unwrap();
         assert!(!built.join("shadow").exists());
         assert!(!built.join("private.conf").exists());
         let mode = std::fs::metadata(built.join("os-release")).unwrap().mode();
@@ -267,13 +252,31 @@ mod tests {
         assert!(!passwd.contains("old:"), "uid 1000 is gem's");
         assert!(passwd.contains("gem:x:1000:1000:gem:/home/gem:/bin/sh"));
         assert_eq!(
-            build_etc_profile(etc, profiles.path()).unwrap(),
+            build_etc_profile(etc, profiles.path(), &Layout::DEERFLOW).unwrap(),
+            built,
+            "layouts with one user share one profile"
+        );
+        let e2b = build_etc_profile(etc, profiles.path(), &Layout::E2B).unwrap();
+        assert_ne!(e2b, built, "another user, another profile");
+        let passwd = std::fs::read_to_string(e2b.join("passwd")).unwrap();
+        assert!(
+            passwd.contains("user:x:1000:1000:user:/home/user:/bin/sh"),
+            "{passwd}"
+        );
+        assert!(
+            !passwd.contains("gem:") && !passwd.contains("old:"),
+            "{passwd}"
+        );
+        let group = std::fs::read_to_string(e2b.join("group")).unwrap();
+        assert!(group.ends_with("user:x:1000:\n"), "{group}");
+        assert_eq!(
+            build_etc_profile(etc, profiles.path(), &Layout::ARS).unwrap(),
             built,
             "same host, same profile"
         );
         std::fs::write(etc.join("os-release"), "ID=debian2").unwrap();
         assert_ne!(
-            build_etc_profile(etc, profiles.path()).unwrap(),
+            build_etc_profile(etc, profiles.path(), &Layout::ARS).unwrap(),
             built,
             "a change makes a new profile"
         );

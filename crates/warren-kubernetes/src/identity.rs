@@ -4,9 +4,13 @@
 //! [`read_pod`] refuses anything warren would not have made: another instance's, missing or
 //! unparsable metadata, privileges (host namespaces, a service account token, a privileged
 //! or root sandbox container, capabilities added, a writable root, an `fsGroup`), volumes
-//! other than the two claims and the three `emptyDir`s (a `hostPath` above all), and every
-//! mount view other than exactly its layout's persistent mounts for its uid and workdir
-//! (legacy layouts: `/home/gem/projects`, nested user-data mounts, writable skills).
+//! other than the two claims and exactly its layout's `emptyDir`s (a `hostPath` above all),
+//! and every mount view other than exactly its layout's own and persistent mounts for its
+//! uid and workdir (legacy layouts: `/home/gem/projects`, nested user-data mounts, writable
+//! skills). The E2B layout's pod (I7) is its own shape: no home `emptyDir`, the workdir's
+//! subPath at `/home/user`, and warren's `/etc/passwd` and `/etc/group` as read-only
+//! subPaths of the `accounts` `emptyDir`, which the prepare container alone writes; a pod
+//! of another layout with any of that, or an E2B pod without it, is refused.
 //! [`decide`] then adopts only a pod equal to what the sandbox's record asks for
 //! (uid, runtime scope, workdir, network, the mounts with their subPaths and modes, the
 //! generation, the layout, the image, the claims) and removes the rest with the reason;
@@ -21,7 +25,10 @@ use k8s_openapi::api::networking::v1::NetworkPolicy as K8sNetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use warren_core::{LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
 
-use crate::manifests::{within, Claim, PersistentMount, PodPlan, PREPARE_CAPABILITIES, SANDBOX_ID};
+use crate::manifests::{
+    empty_dirs, own_mounts, within, Claim, PersistentMount, PodPlan, PREPARE_CAPABILITIES,
+    SANDBOX_ID,
+};
 use crate::names::*;
 use crate::Error;
 
@@ -359,7 +366,7 @@ pub fn read_pod(pod: &Pod, instance: &str) -> Result<PodIdentity, Error> {
 
     let spec = pod.spec.as_ref().ok_or(Error::BadMetadata("spec"))?;
     check_pod_privileges(spec)?;
-    let (user_data_claim, skills_claim) = read_volumes(spec)?;
+    let (user_data_claim, skills_claim) = read_volumes(spec, layout)?;
 
     let names = |containers: &[Container]| -> Vec<String> {
         containers.iter().map(|c| c.name.clone()).collect()
@@ -381,51 +388,61 @@ pub fn read_pod(pod: &Pod, instance: &str) -> Result<PodIdentity, Error> {
         check_container_privileges(spec, container)?;
     }
 
-    // The prepare container sees exactly this uid's subtree, the bundle container exactly
+    // The prepare container sees exactly this uid's subtree (and, where the layout needs
+    // warren's accounts, the emptyDir it writes them into), the bundle container exactly
     // the bundle's emptyDir.
-    let only = |container: &Container, want: VolumeMount| -> Result<(), Error> {
+    let only = |container: &Container, want: &[VolumeMount]| -> Result<(), Error> {
         let mounts = container.volume_mounts.as_deref().unwrap_or_default();
-        match mounts {
-            [one] if one == &want => Ok(()),
-            [one] if one.name == want.name && one.mount_path == want.mount_path => {
-                Err(Error::ForeignSubPath {
-                    target: one.mount_path.clone(),
-                    sub_path: one.sub_path.clone().unwrap_or_default(),
-                })
-            }
-            _ => Err(Error::UnexpectedMount(format!(
-                "{} in container {}",
-                mounts
-                    .iter()
-                    .find(|m| m.mount_path != want.mount_path)
-                    .map_or(want.mount_path.as_str(), |m| m.mount_path.as_str()),
-                container.name
-            ))),
+        if mounts == want {
+            return Ok(());
         }
+        if let Some(one) = mounts.iter().find(|one| {
+            want.iter()
+                .any(|w| one.name == w.name && one.mount_path == w.mount_path && one != &w)
+        }) {
+            return Err(Error::ForeignSubPath {
+                target: one.mount_path.clone(),
+                sub_path: one.sub_path.clone().unwrap_or_default(),
+            });
+        }
+        Err(Error::UnexpectedMount(format!(
+            "{} in container {}",
+            mounts
+                .iter()
+                .find(|m| !want.contains(m))
+                .or_else(|| want.iter().find(|w| !mounts.contains(w)))
+                .map_or("(order)", |m| m.mount_path.as_str()),
+            container.name
+        )))
     };
-    only(
-        prepare,
-        VolumeMount {
-            name: VOLUME_USER_DATA.to_owned(),
-            mount_path: PREPARE_ROOT.to_owned(),
-            sub_path: Some(user_data_subtree(&safe_uid)),
+    let mut prepare_mounts = vec![VolumeMount {
+        name: VOLUME_USER_DATA.to_owned(),
+        mount_path: PREPARE_ROOT.to_owned(),
+        sub_path: Some(user_data_subtree(&safe_uid)),
+        ..VolumeMount::default()
+    }];
+    if crate::accounts::needed(layout.layout()) {
+        prepare_mounts.push(VolumeMount {
+            name: VOLUME_ACCOUNTS.to_owned(),
+            mount_path: PREPARE_ACCOUNTS.to_owned(),
             ..VolumeMount::default()
-        },
-    )?;
+        });
+    }
+    only(prepare, &prepare_mounts)?;
     only(
         bundle,
-        VolumeMount {
+        &[VolumeMount {
             name: VOLUME_AGENT.to_owned(),
             mount_path: AGENT_MOUNT.to_owned(),
             ..VolumeMount::default()
-        },
+        }],
     )?;
 
     if sandbox_container.image.as_deref() != Some(image.as_str()) {
         return Err(Error::BadMetadata(ANNOTATION_IMAGE));
     }
     check_sandbox_env(sandbox_container)?;
-    let mut mounts = read_sandbox_mounts(sandbox_container)?;
+    let mut mounts = read_sandbox_mounts(sandbox_container, layout)?;
     let expected = PersistentMount::for_layout(layout, &safe_uid, &workdir);
     check_layout_mounts(&mounts, &expected)?;
     let by_target = |a: &PersistentMount, b: &PersistentMount| a.target.cmp(&b.target);
@@ -581,9 +598,11 @@ fn check_container_privileges(spec: &PodSpec, container: &Container) -> Result<(
     Ok(())
 }
 
-/// The volumes: exactly the two claims and the three `emptyDir`s. Answers the claims'
-/// names.
-fn read_volumes(spec: &PodSpec) -> Result<(String, String), Error> {
+/// The volumes: exactly the two claims and the layout's `emptyDir`s (the home's only where
+/// the home is ephemeral, I30; the accounts' only where warren names the user, I7).
+/// Answers the claims' names.
+fn read_volumes(spec: &PodSpec, layout: LayoutName) -> Result<(String, String), Error> {
+    let wanted = empty_dirs(layout);
     let mut user_data = None;
     let mut skills = None;
     let mut seen = Vec::new();
@@ -615,12 +634,12 @@ fn read_volumes(spec: &PodSpec) -> Result<(String, String), Error> {
                     skills = Some(claim);
                 }
             }
-            (VOLUME_HOME | VOLUME_TMP | VOLUME_AGENT, "emptyDir") => {}
+            (name, "emptyDir") if wanted.contains(&name) && !seen.iter().any(|s| s == name) => {}
             _ => return Err(Error::UnexpectedVolume(name)),
         }
         seen.push(name);
     }
-    for name in [VOLUME_HOME, VOLUME_TMP, VOLUME_AGENT] {
+    for name in wanted {
         if !seen.iter().any(|s| s == name) {
             return Err(Error::UnexpectedVolume(format!("{name} (missing)")));
         }
@@ -647,9 +666,14 @@ fn check_sandbox_env(container: &Container) -> Result<(), Error> {
     Ok(())
 }
 
-/// The sandbox container's mounts: the home, `/tmp` and the bundle exactly where warren
-/// puts them, and the persistent mounts, answered as such.
-fn read_sandbox_mounts(container: &Container) -> Result<Vec<PersistentMount>, Error> {
+/// The sandbox container's mounts: its layout's own mounts (the home's `emptyDir` where the
+/// home is ephemeral, `/tmp`, the bundle, the accounts files where warren names the user)
+/// exactly where warren puts them, and the persistent mounts, answered as such.
+fn read_sandbox_mounts(
+    container: &Container,
+    layout: LayoutName,
+) -> Result<Vec<PersistentMount>, Error> {
+    let wanted = own_mounts(layout);
     let mounts = container.volume_mounts.as_deref().unwrap_or_default();
     if mounts
         .iter()
@@ -671,23 +695,25 @@ fn read_sandbox_mounts(container: &Container) -> Result<Vec<PersistentMount>, Er
         }
         let read_only = mount.read_only == Some(true);
         match mount.name.as_str() {
-            name @ (VOLUME_HOME | VOLUME_TMP | VOLUME_AGENT) => {
-                let (at, want_read_only) = match name {
-                    VOLUME_HOME => (HOME, false),
-                    VOLUME_TMP => (TMP, false),
-                    _ => (AGENT_MOUNT, true),
+            name @ (VOLUME_HOME | VOLUME_TMP | VOLUME_AGENT | VOLUME_ACCOUNTS) => {
+                let Some(&want) = wanted.iter().find(|(volume, at, sub_path, _)| {
+                    *volume == name
+                        && *at == target.as_str()
+                        && *sub_path == mount.sub_path.as_deref()
+                }) else {
+                    return Err(Error::UnexpectedMount(target));
                 };
-                if target != at || mount.sub_path.is_some() || own.contains(&name) {
+                if own.contains(&want) {
                     return Err(Error::UnexpectedMount(target));
                 }
-                if read_only != want_read_only {
+                if read_only != want.3 {
                     return Err(if read_only {
                         Error::ReadOnly(target)
                     } else {
                         Error::Writable(target)
                     });
                 }
-                own.push(name);
+                own.push(want);
             }
             VOLUME_USER_DATA | VOLUME_SKILLS => persistent.push(PersistentMount {
                 claim: if mount.name == VOLUME_USER_DATA {
@@ -702,7 +728,7 @@ fn read_sandbox_mounts(container: &Container) -> Result<Vec<PersistentMount>, Er
             _ => return Err(Error::UnexpectedMount(target)),
         }
     }
-    if own.len() != 3 {
+    if own.len() != wanted.len() {
         return Err(Error::MissingMounts);
     }
     for mount in &persistent {
@@ -1054,7 +1080,9 @@ mod tests {
             ),
             (
                 "a layout warren does not know",
-                Box::new(|p| p["metadata"]["annotations"][ANNOTATION_LAYOUT] = json!("e2b")),
+                Box::new(|p| {
+                    p["metadata"]["annotations"][ANNOTATION_LAYOUT] = json!("e2b-desktop")
+                }),
                 Error::BadMetadata(ANNOTATION_LAYOUT),
             ),
             (
@@ -1104,6 +1132,210 @@ mod tests {
             read(value).err(),
             Some(Error::Writable("/mnt/skills/custom".into()))
         );
+    }
+
+    /// The index of the sandbox container's mount at `target` in a pod's JSON.
+    fn mount_index(pod: &Value, target: &str) -> usize {
+        pod["spec"]["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|m| m["mountPath"] == target)
+            .unwrap_or_else(|| panic!("no mount at {target}"))
+    }
+
+    #[test]
+    fn an_e2b_pod_is_adopted_only_in_exactly_its_own_shape() {
+        let plan = example_plan(LayoutName::E2b, NetworkPolicy::None);
+        let built = pod_value(&plan);
+        assert_eq!(read(built.clone()).unwrap(), PodIdentity::of_plan(&plan));
+        assert!(matches!(
+            decide_on(built.clone(), &plan),
+            Decision::Adopt { .. }
+        ));
+        let home = "/home/user";
+        type Change = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(&str, Change, Error)> = vec![
+            (
+                "a home emptyDir beside the workdir (I30: the home is persistent)",
+                Box::new(|p| {
+                    p["spec"]["volumes"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "home", "emptyDir": {}}))
+                }),
+                Error::UnexpectedVolume("home".into()),
+            ),
+            (
+                "an emptyDir at the home over the workdir",
+                Box::new(|p| {
+                    let i = mount_index(p, "/home/user");
+                    p["spec"]["containers"][0]["volumeMounts"][i] =
+                        json!({"name": "tmp", "mountPath": "/home/user"})
+                }),
+                Error::UnexpectedMount(home.into()),
+            ),
+            (
+                "a read-only home",
+                Box::new(|p| {
+                    let i = mount_index(p, "/home/user");
+                    p["spec"]["containers"][0]["volumeMounts"][i]["readOnly"] = json!(true)
+                }),
+                Error::ReadOnly(home.into()),
+            ),
+            (
+                "another workdir at the home",
+                Box::new(|p| {
+                    let i = mount_index(p, "/home/user");
+                    p["spec"]["containers"][0]["volumeMounts"][i]["subPath"] =
+                        json!("shared/alice/workspace/e2b/s2")
+                }),
+                Error::ForeignSubPath {
+                    target: home.into(),
+                    sub_path: "shared/alice/workspace/e2b/s2".into(),
+                },
+            ),
+            (
+                "the whole UserWorkspace at the home",
+                Box::new(|p| {
+                    let i = mount_index(p, "/home/user");
+                    p["spec"]["containers"][0]["volumeMounts"][i]["subPath"] =
+                        json!("shared/alice/workspace")
+                }),
+                Error::ForeignSubPath {
+                    target: home.into(),
+                    sub_path: "shared/alice/workspace".into(),
+                },
+            ),
+            (
+                "a writable /etc/passwd",
+                Box::new(|p| {
+                    let i = mount_index(p, "/etc/passwd");
+                    p["spec"]["containers"][0]["volumeMounts"][i]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("readOnly");
+                }),
+                Error::Writable("/etc/passwd".into()),
+            ),
+            (
+                "the image's /etc/passwd (no accounts mount)",
+                Box::new(|p| {
+                    let i = mount_index(p, "/etc/passwd");
+                    p["spec"]["containers"][0]["volumeMounts"]
+                        .as_array_mut()
+                        .unwrap()
+                        .remove(i);
+                }),
+                Error::MissingMounts,
+            ),
+            (
+                "the accounts emptyDir whole at /etc",
+                Box::new(|p| {
+                    p["spec"]["containers"][0]["volumeMounts"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "accounts", "mountPath": "/etc", "readOnly": true}))
+                }),
+                Error::UnexpectedMount("/etc".into()),
+            ),
+            (
+                "the group file at /etc/passwd",
+                Box::new(|p| {
+                    let i = mount_index(p, "/etc/passwd");
+                    p["spec"]["containers"][0]["volumeMounts"][i]["subPath"] = json!("group")
+                }),
+                Error::UnexpectedMount("/etc/passwd".into()),
+            ),
+            (
+                "no accounts volume",
+                Box::new(|p| {
+                    p["spec"]["volumes"]
+                        .as_array_mut()
+                        .unwrap()
+                        .retain(|v| v["name"] != "accounts")
+                }),
+                Error::UnexpectedVolume("accounts (missing)".into()),
+            ),
+            (
+                "a prepare container that does not see the accounts emptyDir",
+                Box::new(|p| {
+                    p["spec"]["initContainers"][0]["volumeMounts"]
+                        .as_array_mut()
+                        .unwrap()
+                        .truncate(1)
+                }),
+                Error::UnexpectedMount("/warren/accounts in container prepare".into()),
+            ),
+            (
+                "the accounts emptyDir in the bundle container",
+                Box::new(|p| {
+                    p["spec"]["initContainers"][1]["volumeMounts"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "accounts", "mountPath": "/warren/accounts"}))
+                }),
+                Error::UnexpectedMount("/warren/accounts in container agent-bundle".into()),
+            ),
+            (
+                "the ARS layout's mounts under the E2B annotation",
+                Box::new(|p| {
+                    let ars = pod_value(&example_plan(LayoutName::Ars, NetworkPolicy::None));
+                    p["spec"]["containers"][0]["volumeMounts"] =
+                        ars["spec"]["containers"][0]["volumeMounts"].clone();
+                    p["spec"]["volumes"] = ars["spec"]["volumes"].clone();
+                }),
+                Error::UnexpectedVolume("home".into()),
+            ),
+        ];
+        for (what, change, expected) in cases {
+            let mut value = built.clone();
+            change(&mut value);
+            assert_eq!(read(value.clone()).err(), Some(expected.clone()), "{what}");
+            assert_eq!(
+                decide_on(value, &plan),
+                Decision::Remove {
+                    reason: expected.to_string()
+                },
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pod_of_another_layout_is_not_an_e2b_pod_nor_the_reverse() {
+        let e2b = example_plan(LayoutName::E2b, NetworkPolicy::None);
+        let ars = example_plan(LayoutName::Ars, NetworkPolicy::None);
+        // Each pod as built, judged against the other layout's record of the same sandbox.
+        for (pod, record) in [(&e2b, &ars), (&ars, &e2b)] {
+            let expected = PodPlan {
+                workdir: pod.workdir.clone(),
+                mounts: PersistentMount::for_layout(record.layout, &pod.uid.safe(), &pod.workdir),
+                ..record.clone()
+            };
+            match decide_on(pod_value(pod), &expected) {
+                Decision::Remove { reason } => assert!(reason.contains("layout"), "{reason}"),
+                other => panic!("{} judged as {}: {other:?}", pod.layout, record.layout),
+            }
+        }
+        // An ARS pod given warren's accounts files (a user the layout does not have).
+        let mut value = pod_value(&ars);
+        value["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "accounts", "emptyDir": {"sizeLimit": "65536"}}));
+        value["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "accounts", "mountPath": "/etc/passwd", "subPath": "passwd", "readOnly": true}));
+        assert_eq!(
+            read(value).err(),
+            Some(Error::UnexpectedVolume("accounts".into()))
+        );
+        // The E2B annotation on an ARS pod.
+        let mut value = pod_value(&ars);
+        value["metadata"]["annotations"][ANNOTATION_LAYOUT] = json!("e2b");
+        assert!(read(value).is_err());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!   NetworkPolicy), remove anything else, leave another instance's alone (I16).
 //! - [`prepare`](mod@prepare): what the pod's root init container runs (`warren __k8s-prepare <json>`):
 //!   the one-time ownership migration of one uid's subtree, by descriptor.
+//! - [`accounts`]: `/etc/passwd` and `/etc/group` for a layout whose user images do not
+//!   name (E2B's `user`), written by the prepare container, mounted read-only by subPath.
 //! - [`deploy`]: the manifests that run warren itself in a cluster.
 //! - [`KubernetesBackend`]: the backend itself, on `kube` (create, discover, exec over the
 //!   agent's TCP transport, destroy).
@@ -14,6 +16,7 @@
 //! Object names, labels and annotations are written in one place ([`names`]) and read back
 //! from it, as warren-docker's `identity.rs` does for containers.
 
+pub mod accounts;
 mod backend;
 pub mod deploy;
 mod error;
@@ -35,4 +38,4 @@ pub use manifests::{
     build, AgentPlan, Claim, Endpoint, Limits, Peer, PersistentMount, PodPlan, SandboxObjects,
     ServiceType,
 };
-pub use prepare::{prepare, prepare_main, PrepareConfig, PrepareReport};
+pub use prepare::{prepare, prepare_main, AccountsTask, PrepareConfig, PrepareReport};

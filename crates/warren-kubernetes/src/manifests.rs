@@ -6,13 +6,18 @@
 //! ```text
 //! init  prepare       warren's image, root with CHOWN + DAC_OVERRIDE only: the uid's subtree
 //!                     of USER_DATA (shared/<safe_uid>) at /warren/user-data; the one-time
-//!                     1000:1000 migration, workspace/ made, the workdir verified (crate::prepare)
+//!                     1000:1000 migration, workspace/ made, the workdir verified (crate::prepare);
+//!                     E2B: also the `accounts` emptyDir at /warren/accounts, written into
 //! init  agent-bundle  warren's image, 1000:1000: copies the agent into the `agent` emptyDir
 //! main  sandbox       the user's image, 1000:1000, read-only root, no capabilities, the agent
 //!                     from /opt/warren-agent (read-only) listening on the agent port;
-//!                     /home/gem and /tmp size-limited emptyDirs; exactly the layout's
-//!                     persistent mounts, by subPath of the two claims
+//!                     the home (/home/gem) and /tmp size-limited emptyDirs; exactly the
+//!                     layout's persistent mounts, by subPath of the two claims
 //! ```
+//!
+//! The E2B layout (I7) has no home emptyDir: its home `/home/user` *is* the workdir's subPath
+//! mount, writable; and its user `user` is named by warren's `/etc/passwd` and `/etc/group`,
+//! each a read-only subPath of the `accounts` emptyDir ([`crate::accounts`]).
 //!
 //! No `fsGroup`: the kubelet would re-own the claims' files recursively for it, every uid's
 //! at once. Ownership is the prepare container's job, for one uid's subtree only. The
@@ -46,7 +51,7 @@ use warren_core::{
 };
 
 use crate::names::{self, *};
-use crate::prepare::PrepareConfig;
+use crate::prepare::{AccountsTask, PrepareConfig};
 use crate::Error;
 
 /// The sandbox user and group (I11).
@@ -90,7 +95,8 @@ impl PersistentMount {
     /// The persistent mounts of `layout` for `uid` and `workdir`, in the layout's order:
     /// ARS shows the UserWorkspace (`shared/<safe_uid>/workspace`) and the skill projection
     /// (`skill-projections/<safe_uid>`, read-only); DeerFlow the workdir inside the
-    /// UserWorkspace, the projection and `agents/skills` (both read-only).
+    /// UserWorkspace, the projection and `agents/skills` (both read-only); E2B the workdir
+    /// inside the UserWorkspace at the home, writable.
     pub fn for_layout(layout: LayoutName, uid: &SafeUid, workdir: &Workdir) -> Vec<Self> {
         let workspace = user_workspace_sub_path(uid);
         layout
@@ -178,7 +184,7 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// Ephemeral storage (the writable layer, logs and the disk-backed emptyDirs), bytes.
     pub ephemeral_storage_bytes: u64,
-    /// The home's `emptyDir`, bytes.
+    /// The home's `emptyDir`, bytes (unused by a layout whose home is the workdir).
     pub home_bytes: u64,
     /// `/tmp`'s `emptyDir`, bytes.
     pub tmp_bytes: u64,
@@ -324,8 +330,55 @@ impl PodPlan {
             root: PREPARE_ROOT.into(),
             workdir: self.workdir.to_string(),
             also_require,
+            accounts: crate::accounts::needed(self.layout.layout()).then(|| AccountsTask {
+                dir: PREPARE_ACCOUNTS.into(),
+                layout: self.layout,
+            }),
         }
     }
+
+    /// The sandbox container's own mounts (not the persistent ones), as
+    /// `(volume, target, subPath, read-only)`: `/tmp`, the read-only agent bundle, the
+    /// home's `emptyDir` where the layout's home is ephemeral (I30), and warren's accounts
+    /// files where the layout's user is not the image's (I7, I11). [`crate::identity`]
+    /// holds a pod read back to exactly these.
+    pub fn own_mounts(&self) -> Vec<(&'static str, &'static str, Option<&'static str>, bool)> {
+        own_mounts(self.layout)
+    }
+}
+
+/// See [`PodPlan::own_mounts`].
+pub(crate) fn own_mounts(
+    layout: LayoutName,
+) -> Vec<(&'static str, &'static str, Option<&'static str>, bool)> {
+    let layout = layout.layout();
+    let mut mounts = Vec::new();
+    if layout.home_is_ephemeral() {
+        mounts.push((VOLUME_HOME, layout.home, None, false));
+    }
+    mounts.push((VOLUME_TMP, TMP, None, false));
+    mounts.push((VOLUME_AGENT, AGENT_MOUNT, None, true));
+    if crate::accounts::needed(layout) {
+        for (file, target) in crate::accounts::FILES {
+            mounts.push((VOLUME_ACCOUNTS, target, Some(file), true));
+        }
+    }
+    mounts
+}
+
+/// The `emptyDir` volumes a pod of `layout` has: the home's only where the home is
+/// ephemeral, the accounts' only where warren names the user.
+pub(crate) fn empty_dirs(layout: LayoutName) -> Vec<&'static str> {
+    let layout = layout.layout();
+    let mut volumes = Vec::new();
+    if layout.home_is_ephemeral() {
+        volumes.push(VOLUME_HOME);
+    }
+    volumes.extend([VOLUME_TMP, VOLUME_AGENT]);
+    if crate::accounts::needed(layout) {
+        volumes.push(VOLUME_ACCOUNTS);
+    }
+    volumes
 }
 
 /// The labels of a sandbox's objects.
@@ -405,7 +458,7 @@ fn check(plan: &PodPlan) -> Result<(), Error> {
             return Err(Error::invalid(what, "0", "it must be more than zero"));
         }
     }
-    check_mounts(&plan.mounts)?;
+    check_mounts(plan.layout, &plan.mounts)?;
     if let Some(proxy) = &plan.proxy {
         check_peer(&proxy.peer)?;
         if proxy.port == 0 {
@@ -428,10 +481,25 @@ pub(crate) fn check_object_name(what: &'static str, name: &str) -> Result<(), Er
     }
 }
 
-/// Targets warren's own mounts take.
-const RESERVED_TARGETS: [&str; 3] = [HOME, TMP, AGENT_MOUNT];
-
-fn check_mounts(mounts: &[PersistentMount]) -> Result<(), Error> {
+fn check_mounts(layout: LayoutName, mounts: &[PersistentMount]) -> Result<(), Error> {
+    // Targets warren's own mounts take: the ephemeral home's (always `/home/gem`, even in
+    // a layout whose home is elsewhere, so no pod ever shows a stale legacy home), `/tmp`,
+    // the bundle and, where warren names the user, `/etc/passwd` and `/etc/group`.
+    let mut reserved: Vec<&str> = own_mounts(layout).iter().map(|m| m.1).collect();
+    reserved.push(HOME);
+    let home = layout.layout();
+    if !home.home_is_ephemeral()
+        && !mounts
+            .iter()
+            .any(|m| m.target == home.home && m.claim == Claim::UserData && !m.read_only)
+    {
+        // E2B's home is the workdir's writable mount (I7): without it there is no home.
+        return Err(Error::invalid(
+            "mount target",
+            home.home,
+            "the layout's home is the workdir, which no writable mount shows there",
+        ));
+    }
     for mount in mounts {
         let target = &mount.target;
         let relative = target
@@ -440,7 +508,7 @@ fn check_mounts(mounts: &[PersistentMount]) -> Result<(), Error> {
         if let Some(reason) = path_problem(relative) {
             return Err(Error::invalid("mount target", target, reason));
         }
-        if RESERVED_TARGETS.contains(&target.as_str()) || within(target, AGENT_MOUNT) {
+        if reserved.contains(&target.as_str()) || within(target, AGENT_MOUNT) {
             return Err(Error::invalid(
                 "mount target",
                 target,
@@ -677,6 +745,17 @@ fn claim_volume(name: &str, claim: &str, read_only: bool) -> Volume {
 
 fn pod(plan: &PodPlan) -> Pod {
     let resources = resources(&plan.limits);
+    // The prepare container sees the uid's subtree, and the accounts emptyDir it writes
+    // where the layout needs warren's accounts (never the sandbox container's other mounts).
+    let mut prepare_mounts = vec![mount(
+        VOLUME_USER_DATA,
+        PREPARE_ROOT,
+        Some(&user_data_subtree(&plan.uid.safe())),
+        false,
+    )];
+    if crate::accounts::needed(plan.layout.layout()) {
+        prepare_mounts.push(mount(VOLUME_ACCOUNTS, PREPARE_ACCOUNTS, None, false));
+    }
     let prepare_arg =
         serde_json::to_string(&plan.prepare_config()).expect("a prepare configuration serialises");
     let prepare = Container {
@@ -692,12 +771,7 @@ fn pod(plan: &PodPlan) -> Pod {
         ),
         security_context: Some(prepare_security()),
         resources: Some(resources.clone()),
-        volume_mounts: Some(vec![mount(
-            VOLUME_USER_DATA,
-            PREPARE_ROOT,
-            Some(&user_data_subtree(&plan.uid.safe())),
-            false,
-        )]),
+        volume_mounts: Some(prepare_mounts),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };
@@ -711,11 +785,11 @@ fn pod(plan: &PodPlan) -> Pod {
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };
-    let mut mounts = vec![
-        mount(VOLUME_HOME, HOME, None, false),
-        mount(VOLUME_TMP, TMP, None, false),
-        mount(VOLUME_AGENT, AGENT_MOUNT, None, true),
-    ];
+    let mut mounts: Vec<VolumeMount> = plan
+        .own_mounts()
+        .into_iter()
+        .map(|(volume, target, sub_path, read_only)| mount(volume, target, sub_path, read_only))
+        .collect();
     mounts.extend(
         plan.mounts
             .iter()
@@ -759,13 +833,19 @@ fn pod(plan: &PodPlan) -> Pod {
         .iter()
         .filter(|m| m.claim == Claim::Skills)
         .all(|m| m.read_only);
-    let volumes = vec![
+    let mut volumes = vec![
         claim_volume(VOLUME_USER_DATA, &plan.user_data_claim, false),
         claim_volume(VOLUME_SKILLS, &plan.skills_claim, skills_read_only),
-        empty_dir(VOLUME_HOME, plan.limits.home_bytes),
-        empty_dir(VOLUME_TMP, plan.limits.tmp_bytes),
-        empty_dir(VOLUME_AGENT, plan.agent.bundle_bytes),
     ];
+    volumes.extend(empty_dirs(plan.layout).into_iter().map(|name| {
+        let bytes = match name {
+            VOLUME_HOME => plan.limits.home_bytes,
+            VOLUME_TMP => plan.limits.tmp_bytes,
+            VOLUME_ACCOUNTS => crate::accounts::VOLUME_BYTES,
+            _ => plan.agent.bundle_bytes,
+        };
+        empty_dir(name, bytes)
+    }));
     Pod {
         metadata: ObjectMeta {
             annotations: Some(plan.annotations()),
@@ -886,6 +966,7 @@ pub(crate) fn example_plan(layout: LayoutName, network: NetworkPolicy) -> PodPla
     let workdir = Workdir::new(match layout {
         LayoutName::Ars => "projects/a",
         LayoutName::Deerflow => "threads/t1/user-data",
+        LayoutName::E2b => "e2b/s1",
     })
     .unwrap();
     let warren = Peer::Pods {

@@ -35,7 +35,7 @@ pub const ANNOTATION_SCOPE: &str = "warren.dev/runtime-scope";
 pub const ANNOTATION_WORKDIR: &str = "warren.dev/workdir";
 /// Annotation: which start of the sandbox the pod is.
 pub const ANNOTATION_GENERATION: &str = "warren.dev/generation";
-/// Annotation: the layout (`ars`, `deerflow`).
+/// Annotation: the layout (`ars`, `deerflow`, `e2b`).
 pub const ANNOTATION_LAYOUT: &str = "warren.dev/layout";
 /// Annotation: the network policy, as JSON (`{"mode":"none"}`).
 pub const ANNOTATION_NETWORK: &str = "warren.dev/network";
@@ -55,21 +55,29 @@ pub const CONTAINER_SANDBOX: &str = "sandbox";
 pub const VOLUME_USER_DATA: &str = "user-data";
 /// The volume of the SKILLS claim.
 pub const VOLUME_SKILLS: &str = "skills";
-/// The size-limited `emptyDir` at the home.
+/// The size-limited `emptyDir` at the home, for a layout whose home is ephemeral (not
+/// E2B's, whose home is the workdir's subPath).
 pub const VOLUME_HOME: &str = "home";
 /// The size-limited `emptyDir` at `/tmp`.
 pub const VOLUME_TMP: &str = "tmp";
 /// The `emptyDir` holding the agent bundle.
 pub const VOLUME_AGENT: &str = "agent";
+/// The `emptyDir` holding warren's `/etc/passwd` and `/etc/group`, for a layout whose user
+/// images do not name (E2B's `user`): written by the prepare container
+/// ([`crate::accounts`]), shown read-only by subPath in the sandbox container.
+pub const VOLUME_ACCOUNTS: &str = "accounts";
 
 /// Where the agent bundle appears (read-only in the sandbox container), as on Docker.
 pub const AGENT_MOUNT: &str = "/opt/warren-agent";
-/// The sandbox user's home.
+/// The ephemeral home of the layouts that have one (ARS and DeerFlow, I7): a reserved
+/// target. A pod's home `emptyDir` is mounted at its layout's own `home`.
 pub const HOME: &str = "/home/gem";
 /// The sandbox's `/tmp`.
 pub const TMP: &str = "/tmp";
 /// Where the prepare container sees the uid's subtree of USER_DATA.
 pub const PREPARE_ROOT: &str = "/warren/user-data";
+/// Where the prepare container sees the accounts `emptyDir` it writes into.
+pub const PREPARE_ACCOUNTS: &str = "/warren/accounts";
 /// The variable the agent's per-sandbox key arrives in (the agent reads and scrubs it).
 pub const AGENT_KEY_ENV: &str = "WARREN_AGENT_KEY";
 /// The name of the agent's port on the container and the Service.

@@ -17,14 +17,18 @@
 //!    component at a time with `O_NOFOLLOW`), and any other directory of the UserWorkspace
 //!    a mount shows. It never creates them, nor `uploads/` or `outputs/`: a workdir that is
 //!    missing here was removed behind warren's back, and the pod must not start on an
-//!    empty stand-in (the kubelet would make a missing subPath as root).
+//!    empty stand-in (the kubelet would make a missing subPath as root);
+//! 4. for a layout whose user images do not name (E2B's `user`), writes warren's
+//!    `/etc/passwd` and `/etc/group` ([`crate::accounts`]) into the pod's accounts
+//!    `emptyDir` ([`AccountsTask`]), owned by root and world-readable, which the sandbox
+//!    container mounts read-only by subPath.
 //!
 //! warren's own pod runs the [`PrepareConfig::ClaimRoots`] task instead: it gives the
 //! root directory of each claim (not what is in it) to the user warren runs as, so a
 //! freshly provisioned claim owned by root is usable by an unprivileged warren.
 //!
 //! Residual risk, named plainly: a subPath that lies inside the UserWorkspace (DeerFlow's
-//! workdir, `agents/skills`) is resolved again by the kubelet when the sandbox container
+//! workdir, `agents/skills`, E2B's workdir at the home) is resolved again by the kubelet when the sandbox container
 //! starts; the kubelet refuses links leading out of the *claim*, not out of the uid's
 //! tree. Between this check and that start, a process of another running sandbox of the
 //! same uid could swap a component for a link into the claim. The ARS layout is not
@@ -37,12 +41,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use rustix::fs::{
-    chownat, fchown, fstat, mkdirat, openat, statat, statx, AtFlags, Dir, FileType, Gid, Mode,
-    OFlags, StatxFlags, Uid, CWD,
+    chownat, fchmod, fchown, fstat, mkdirat, openat, renameat, statat, statx, AtFlags, Dir,
+    FileType, Gid, Mode, OFlags, StatxFlags, Uid, CWD,
 };
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
-use warren_core::Workdir;
+use warren_core::{LayoutName, Workdir};
 
 use crate::names::WORKSPACE_DIR;
 use crate::Error;
@@ -71,12 +75,26 @@ pub enum PrepareConfig {
         /// `agents/skills`): must exist too.
         #[serde(default)]
         also_require: Vec<String>,
+        /// Where to write warren's accounts files, for a layout whose user images do not
+        /// name (E2B's); absent for the others, whose pods keep the image's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        accounts: Option<AccountsTask>,
     },
     /// warren's own pod: the claims' root directories become the sandbox user's.
     ClaimRoots {
         /// The claims' mount points.
         roots: Vec<PathBuf>,
     },
+}
+
+/// Where and for which layout the accounts files are written ([`crate::accounts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountsTask {
+    /// Where the accounts `emptyDir` is mounted in the prepare container.
+    pub dir: PathBuf,
+    /// The layout whose sandbox user the files name (at 1000:1000, I11).
+    pub layout: LayoutName,
 }
 
 /// What a run did.
@@ -90,6 +108,9 @@ pub struct PrepareReport {
     pub skipped: Vec<String>,
     /// `workspace/` was made.
     pub created_workspace: bool,
+    /// The accounts files were written.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub wrote_accounts: bool,
 }
 
 /// `warren __k8s-prepare <json>`: runs the task, reports on stderr, and answers the exit
@@ -120,7 +141,15 @@ pub fn prepare(config: &PrepareConfig) -> Result<PrepareReport, Error> {
             root,
             workdir,
             also_require,
-        } => prepare_sandbox(root, workdir, also_require),
+            accounts,
+        } => {
+            let mut report = prepare_sandbox(root, workdir, also_require)?;
+            if let Some(accounts) = accounts {
+                write_accounts(accounts)?;
+                report.wrote_accounts = true;
+            }
+            Ok(report)
+        }
         PrepareConfig::ClaimRoots { roots } => claim_roots(roots),
     }
 }
@@ -400,6 +429,42 @@ fn require_dir(workspace: BorrowedFd<'_>, home: Place, dir: &str) -> Result<(), 
             return Err(missing(format!("{walked} is on another mount")));
         }
         current = Some(next);
+    }
+    Ok(())
+}
+
+/// Writes the accounts files of `task.layout` into `task.dir` (the pod's accounts
+/// `emptyDir`): each to a staging name opened with `O_NOFOLLOW` beneath the directory's
+/// descriptor, made 0644 (the sandbox user reads them; root, running this, owns them), then
+/// renamed over the final name, so a container that ran before (the init step runs again
+/// when a pod's sandbox is recreated) never sees a half-written file.
+fn write_accounts(task: &AccountsTask) -> Result<(), Error> {
+    let layout = task.layout.layout();
+    if !crate::accounts::needed(layout) {
+        return Err(Error::PrepareConfig(format!(
+            "the {} layout keeps the image's accounts",
+            task.layout
+        )));
+    }
+    let dir = open_root(&task.dir)?;
+    for (name, content) in crate::accounts::contents(layout) {
+        let staging = format!(".{name}.new");
+        let fd = openat(
+            &dir,
+            staging.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(Error::io("create", &staging))?;
+        // Whatever the umask: the sandbox user must read them.
+        fchmod(&fd, Mode::from_raw_mode(0o644)).map_err(Error::io("chmod", &staging))?;
+        let mut rest = content.as_bytes();
+        while !rest.is_empty() {
+            let written = rustix::io::write(&fd, rest).map_err(Error::io("write", &staging))?;
+            rest = &rest[written..];
+        }
+        rustix::fs::fsync(&fd).map_err(Error::io("sync", &staging))?;
+        renameat(&dir, staging.as_str(), &dir, name).map_err(Error::io("rename", name))?;
     }
     Ok(())
 }

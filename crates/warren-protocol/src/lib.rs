@@ -231,8 +231,9 @@ pub struct CreateSandbox {
     /// `/home/gem/user-data`, the skill projection at `/home/gem/skills`. `deerflow`: the
     /// workdir at `/mnt/user-data` (with `workspace/`, `uploads/` and `outputs/` made in
     /// it), the skill projection at `/mnt/skills/public` and the uid's personal skills at
-    /// `/mnt/skills/custom`, both read-only. File paths of the sandbox use the same names.
-    /// Part of the binding (409 `layout_conflict`).
+    /// `/mnt/skills/custom`, both read-only. `e2b`: sandbox user `user`, the workdir
+    /// itself mounted (writable) as the home `/home/user`. File paths of the sandbox use
+    /// the same names. Part of the binding (409 `layout_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<SandboxLayout>,
 }
@@ -248,6 +249,9 @@ pub enum SandboxLayout {
     /// skills at `/mnt/skills/public` and `/mnt/skills/custom` (read-only): DeerFlow's
     /// AIO sandbox view.
     Deerflow,
+    /// E2B's `base` template view: user `user`, the workdir mounted (writable) as the
+    /// home `/home/user`; no skill mount.
+    E2b,
 }
 
 /// Where a sandbox's processes may connect.

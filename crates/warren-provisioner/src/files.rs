@@ -36,7 +36,7 @@ enum Access {
 }
 
 /// The two roots one sandbox's file operations can reach.
-struct SandboxRoots {
+pub(crate) struct SandboxRoots {
     /// The uid whose quota a full workspace is, when it has a volume of its own (I23).
     quota_uid: Option<warren_core::Uid>,
     layout: &'static warren_core::Layout,
@@ -47,7 +47,7 @@ struct SandboxRoots {
 }
 
 impl SandboxRoots {
-    fn resolve(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
+    pub(crate) fn resolve(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
         Ok(VirtualPath::parse(
             input,
             self.layout,
@@ -56,7 +56,7 @@ impl SandboxRoots {
         )?)
     }
 
-    fn open(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
+    pub(crate) fn open(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
         let root = match path.root() {
             VirtualRoot::UserData => WorkspaceRoot::open(&self.workspace),
             VirtualRoot::Skills => WorkspaceRoot::open(&self.skills),
@@ -103,6 +103,16 @@ impl SandboxRoots {
     }
 }
 
+/// A mount's root is never removed, moved or replaced: in a layout that mounts the workdir
+/// (DeerFlow's `/mnt/user-data`, E2B's `/home/user`) it is the workdir itself, which the
+/// file layer would otherwise let go as an ordinary directory of the workspace (I15).
+fn refuse_mount_root(path: &VirtualPath, action: &'static str) -> Result<(), ProvisionerError> {
+    if path.is_mount_root() {
+        return Err(fs_error(path, FsError::RootRefused { action }));
+    }
+    Ok(())
+}
+
 fn fs_error(path: &VirtualPath, source: FsError) -> ProvisionerError {
     ProvisionerError::File {
         path: path.to_string(),
@@ -125,7 +135,7 @@ impl Provisioner {
         Ok(self.roots_of(&record))
     }
 
-    fn roots_of(&self, record: &SandboxRecord) -> SandboxRoots {
+    pub(crate) fn roots_of(&self, record: &SandboxRecord) -> SandboxRoots {
         let (workspace, skills) = self.mounts(record);
         SandboxRoots {
             quota_uid: (!record.ephemeral && self.quota_enforced_for(&record.uid))
@@ -335,6 +345,8 @@ impl Provisioner {
         let roots = self.roots(id).await?;
         let from = roots.resolve(from)?;
         let to = roots.resolve(to)?;
+        refuse_mount_root(&from, "rename")?;
+        refuse_mount_root(&to, "replace")?;
         self.blocking(move || {
             let root = roots.open_writable(&from)?;
             roots.open_writable(&to)?;
@@ -353,6 +365,7 @@ impl Provisioner {
         recursive: bool,
     ) -> Result<VirtualPath, ProvisionerError> {
         let roots = self.roots(id).await?;
+        refuse_mount_root(&roots.resolve(input)?, "remove")?;
         let removed = self
             .on_path(roots, input, Access::Write, move |root, rel| {
                 root.remove(rel, recursive)

@@ -29,11 +29,14 @@ mod membership;
 mod metrics;
 mod ownership;
 mod quotas;
+mod records;
 mod recovery;
 mod sandboxes;
 mod shell;
 mod skills;
 mod snapshots;
+mod usage;
+mod watch;
 pub use sandboxes::{Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
 
 use std::collections::{BTreeMap, HashMap};
@@ -57,6 +60,7 @@ pub use quotas::{
     volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,
     MIN_QUOTA_BYTES, MIN_QUOTA_INODES,
 };
+pub use records::{RecordWrite, TransportRecord};
 pub use recovery::RecoveryReport;
 pub use shell::{
     check_session_id, CommandReport, CommandStatus, CommandWait, SessionInfo, SessionKind,
@@ -64,6 +68,7 @@ pub use shell::{
     MAX_IMPLICIT_SHELL_SESSIONS, MAX_SESSION_ID_BYTES, MAX_SHELL_COMMAND_BYTES, MAX_SHELL_SESSIONS,
 };
 pub use skills::{check_skill_name, SkillSources, SkillSyncReport};
+pub use usage::SandboxDisk;
 use warren_backend::{Backend, BackendKind};
 use warren_core::{DataLayout, SandboxId};
 pub use warren_snapshot::{GcStats, S3Config};

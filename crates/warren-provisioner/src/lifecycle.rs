@@ -253,6 +253,32 @@ impl Provisioner {
         Ok(idle >= self.config.idle_timeout)
     }
 
+    /// Pauses a sandbox's runtime now, as the reaper would reclaim it (I30): a runtime
+    /// snapshot, then the runtime ends; the sandbox becomes `stopped`, its workspace stays
+    /// (I15), and its next exec starts a runtime from the snapshot. `Ok(None)` when no
+    /// runtime runs or the backend takes no snapshots. Commands still running are killed
+    /// with the runtime: the caller ends what it started first.
+    ///
+    /// Only the node that owns the runtime can reclaim it; elsewhere the snapshot is taken
+    /// (forwarded to the owner) and the runtime stays until the owner's reaper takes it.
+    pub async fn pause_runtime(
+        &self,
+        id: &SandboxId,
+    ) -> Result<Option<warren_store::RuntimeSnapshot>, ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        if record.state != SandboxState::Running {
+            return Ok(None);
+        }
+        let snapshot = match self.snapshot_runtime(id, "pause").await {
+            Ok(snapshot) => Some(snapshot),
+            Err(ProvisionerError::SnapshotUnsupported { .. }) => None,
+            Err(ProvisionerError::RuntimeNotRunning { .. }) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        self.reclaim(id, record.generation).await?;
+        Ok(snapshot)
+    }
+
     /// Ends the runtime of `generation` if the sandbox still runs it, under the lifecycle
     /// lock; the sandbox becomes `stopped` and its next exec starts a fresh runtime.
     async fn reclaim(&self, id: &SandboxId, generation: i64) -> Result<bool, ProvisionerError> {

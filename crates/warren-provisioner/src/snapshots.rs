@@ -1,7 +1,9 @@
 //! Runtime snapshots and resume (I30): a runtime's ephemeral state (the copy-on-write
-//! layers over the root, and `/home/gem` outside the persistent mounts) recorded with the
-//! same engine as checkpoints, so a reaped runtime comes back with its installed
-//! dependencies and files. `/tmp` is not kept.
+//! layers over the root, and the layout's home, `/home/gem`, outside the persistent
+//! mounts) recorded with the same engine as checkpoints, so a reaped runtime comes back
+//! with its installed dependencies and files. `/tmp` is not kept. A layout whose home is
+//! the persistent workdir (E2B's `/home/user`) has no ephemeral home: its snapshots
+//! record an empty home, and its seeds put nothing there.
 //!
 //! The next use of a sandbox whose runtime was reaped (not terminated) starts the new
 //! runtime from the latest snapshot of the same generation: the snapshot is restored into
@@ -125,6 +127,22 @@ impl Provisioner {
             .filter(|snapshot| snapshot.generation == record.generation);
         let store = self.snapshot_store(&record.uid)?;
         let started = std::time::Instant::now();
+        // A home that is the persistent workdir is not ephemeral state (I30): the snapshot
+        // records an empty directory of warren's in its place, removed afterwards.
+        let empty_home = match &roots.home {
+            Some(_) => None,
+            None => Some(
+                self.layout
+                    .data_dir()
+                    .join("seeds")
+                    .join(format!(".empty-home-{}", uuid::Uuid::new_v4().simple())),
+            ),
+        };
+        let home_path = roots
+            .home
+            .clone()
+            .or_else(|| empty_home.clone())
+            .expect("either the runtime's home or an empty one");
         let (cow, home, bytes) = self
             .blocking(move || {
                 let open = |path: &PathBuf, what: &str| {
@@ -145,14 +163,26 @@ impl Provisioner {
                     Ok::<_, ProvisionerError>((id, stats))
                 };
                 let cow_root = open(&roots.cow, "the runtime's copy-on-write layer")?;
-                let home_root = open(&roots.home, "/home/gem")?;
-                let (cow, cow_stats) =
-                    snap(&cow_root, parent.as_ref().map(|p| p.cow_manifest.as_str()))?;
-                let (home, home_stats) = snap(
-                    &home_root,
-                    parent.as_ref().map(|p| p.home_manifest.as_str()),
-                )?;
-                Ok((cow, home, cow_stats.bytes_read + home_stats.bytes_read))
+                if let Some(empty) = &empty_home {
+                    std::fs::create_dir_all(empty).map_err(|source| ProvisionerError::File {
+                        path: "an empty home".to_owned(),
+                        source: warren_fs::FsError::RootUnavailable { errno: source },
+                    })?;
+                }
+                let taken = (|| {
+                    let home_root = open(&home_path, "the runtime's home")?;
+                    let (cow, cow_stats) =
+                        snap(&cow_root, parent.as_ref().map(|p| p.cow_manifest.as_str()))?;
+                    let (home, home_stats) = snap(
+                        &home_root,
+                        parent.as_ref().map(|p| p.home_manifest.as_str()),
+                    )?;
+                    Ok((cow, home, cow_stats.bytes_read + home_stats.bytes_read))
+                })();
+                if let Some(empty) = &empty_home {
+                    let _ = std::fs::remove_dir(empty);
+                }
+                taken
             })
             .await?;
         let snapshot = self

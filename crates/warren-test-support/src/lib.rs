@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use reqwest::{Client, Method, RequestBuilder};
 
+mod e2b;
+pub use e2b::{E2bServer, E2B_UIDS};
 mod postgres;
 pub use postgres::PostgresServer;
 pub mod kube;

@@ -23,6 +23,9 @@ pub(crate) struct ForwardedExec {
     pub(crate) stream: bool,
     /// The caller's execution guard token, checked by the owner at the command's start.
     pub(crate) fence: Option<i64>,
+    /// What the run record shows instead of the program, when the transport says so.
+    #[serde(default)]
+    pub(crate) record_as: Option<String>,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -50,6 +53,7 @@ impl ForwardedExec {
             requested_by: input.requested_by,
             stream,
             fence,
+            record_as: input.record_as,
         }
     }
 
@@ -67,6 +71,7 @@ impl ForwardedExec {
                 .decode(self.stdin_b64)
                 .map_err(|_| "stdin_b64 is not base64")?,
             requested_by: self.requested_by,
+            record_as: self.record_as,
         })
     }
 }
@@ -203,6 +208,7 @@ mod tests {
             timeout: Some(Duration::from_millis(1500)),
             stdin: vec![0, 255, 10],
             requested_by: "agent".into(),
+            record_as: Some("what the client asked".into()),
         };
         let json =
             serde_json::to_string(&ForwardedExec::new(input.clone(), true, Some(7))).unwrap();

@@ -17,8 +17,8 @@ use landlock::{
 };
 
 /// Where the sandbox user may write in every layout (DAC and the mount layout decide the
-/// rest); the layout's writable persistent mounts are added to it ([`writable`]).
-pub(crate) const WRITABLE: &[&str] = &["/home/gem", "/tmp", "/dev", "/usr/local", "/opt"];
+/// rest); the layout's home and writable persistent mounts are added to it ([`writable`]).
+pub(crate) const WRITABLE: &[&str] = &["/tmp", "/dev", "/usr/local", "/opt"];
 
 /// Everything the sandbox user may write to in a runtime of `layout` with `extra` mounts:
 /// [`WRITABLE`], the layout's home, and the view's writable persistent mounts
@@ -96,6 +96,8 @@ mod tests {
             ]
         );
         assert!(!deerflow.iter().any(|p| p.starts_with("/mnt/skills")));
+        let e2b = writable(LayoutName::E2b.layout(), &[]);
+        assert_eq!(e2b, ["/dev", "/home/user", "/opt", "/tmp", "/usr/local"]);
     }
 
     #[test]

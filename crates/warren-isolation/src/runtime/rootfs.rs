@@ -5,7 +5,8 @@
 //! /                 tmpfs, read-only after assembly (host profile), or an overlay (rootfs dir)
 //! /usr /opt /lib*   overlay: host directory read-only below, per-runtime tmpfs above (CoW)
 //! /etc              overlay over the provisioner's filtered copy of /etc (no secrets)
-//! /home/gem         tmpfs, size-capped, owned by 1000:1000 (the layout's home)
+//! /home/gem         tmpfs, size-capped, owned by 1000:1000 (the layout's home); in E2B's
+//!                   layout `/home/user` is no tmpfs but the workdir's bind (below)
 //! <the layout's persistent mounts>, each a bind of a directory init opened by
 //!                   descriptor, rw or ro as the layout says, nosuid, nodev; the ARS layout:
 //!   /home/gem/user-data   this uid's UserWorkspace, rw
@@ -15,6 +16,8 @@
 //!   /mnt/user-data        the sandbox's workdir, rw
 //!   /mnt/skills/public    this uid's skill projection, ro
 //!   /mnt/skills/custom    this uid's personal skills, ro
+//!                   the E2B layout (the home is the mount):
+//!   /home/user            the sandbox's workdir, rw
 //! /tmp /dev/shm     tmpfs, size-capped, 1777
 //! /dev              tmpfs (ro) with null zero full random urandom tty bound from the host,
 //!                   a private devpts instance, and the usual /proc/self/fd links
@@ -292,17 +295,9 @@ fn chown_tree_top(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Paths inside an image root that warren creates, mounts on or chowns before pivot_root.
-const IMAGE_PATHS_WARREN_USES: &[&str] = &[
-    "home",
-    "home/gem",
-    "tmp",
-    "proc",
-    "dev",
-    "usr",
-    "usr/local",
-    "opt",
-];
+/// Paths inside an image root that warren creates, mounts on or chowns before pivot_root
+/// (the layout's home and mount points are checked as they are made, [`mount_point`]).
+const IMAGE_PATHS_WARREN_USES: &[&str] = &["home", "tmp", "proc", "dev", "usr", "usr/local", "opt"];
 
 fn refuse_symlink(root: &Path, relative: &str) -> Result<(), SetupError> {
     let mut path = root.to_owned();
@@ -400,32 +395,34 @@ fn mount_point(root: &Path, target: &str) -> Result<std::path::PathBuf, SetupErr
 /// those inside the home get their mount points in the fresh tmpfs, the others on the
 /// runtime's root (the host profile's tmpfs or the image's overlay), which is still
 /// writable here and made read-only only after `pivot_root`.
+///
+/// A layout whose home is a persistent mount (E2B's workdir at `/home/user`) gets no
+/// tmpfs and no seed there: the bind is the home, and it is persistent already (I30).
 fn home(config: &RuntimeConfig, root: &Path, mounts: &[OpenMount]) -> Result<(), SetupError> {
     let layout = config.layout.layout();
-    let home = mount_point(root, layout.home)?;
-    rustix_step(
-        "mount /home/gem",
-        tmpfs(
-            &home,
-            MountFlags::NOSUID | MountFlags::NODEV,
-            &format!(
-                "size={},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_GID}",
-                config.limits.home_bytes
+    if layout.home_is_ephemeral() {
+        let home = mount_point(root, layout.home)?;
+        rustix_step(
+            "mount the home",
+            tmpfs(
+                &home,
+                MountFlags::NOSUID | MountFlags::NODEV,
+                &format!(
+                    "size={},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_GID}",
+                    config.limits.home_bytes
+                ),
             ),
-        ),
-    )?;
-    if let Some(seed) = &config.seed {
-        // The persistent mounts inside the home are not state: a snapshot never holds
-        // them, and a seed never puts anything (a symlink least of all) where they go.
-        let skip: Vec<&str> = layout
-            .mounts_in_home()
-            .into_iter()
-            .filter_map(|name| name.split('/').next())
-            .collect();
-        step(
-            "seed /home/gem",
-            copy_seed(&seed.join("home"), &home, &skip),
         )?;
+        if let Some(seed) = &config.seed {
+            // The persistent mounts inside the home are not state: a snapshot never holds
+            // them, and a seed never puts anything (a symlink least of all) where they go.
+            let skip: Vec<&str> = layout
+                .mounts_in_home()
+                .into_iter()
+                .filter_map(|name| name.split('/').next())
+                .collect();
+            step("seed the home", copy_seed(&seed.join("home"), &home, &skip))?;
+        }
     }
     for mount in mounts {
         let target = mount_point(root, &mount.target)?;

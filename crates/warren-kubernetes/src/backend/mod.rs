@@ -18,7 +18,9 @@
 //!
 //! A runtime snapshot's `/home/gem` streams through the agent (no host path to it exists):
 //! received into a directory of warren's for the snapshot engine, and sent back into a
-//! resumed pod before its first command.
+//! resumed pod before its first command. The E2B layout's home is the workdir (I7): its pod
+//! has no home `emptyDir`, its user comes from warren's accounts files
+//! ([`crate::accounts`]), and snapshots skip its home (I30).
 //!
 //! Network `open`/`allowlist`: a pod has no proxy port of its own; its NetworkPolicy lets
 //! it reach warren's egress proxy port and nothing else, its commands' proxy variables
@@ -52,7 +54,7 @@ use warren_agent::remote::RemoteAgent;
 use warren_agent::{AgentConfig, AgentKey};
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, RuntimeLimits, RuntimeSpec,
+    ExecOutcome, ExecRequest, OutputSink, RuntimeLimits, RuntimeSpec, RuntimeUsage,
 };
 use warren_core::{DataLayout, SandboxId};
 
@@ -224,6 +226,7 @@ impl KubernetesBackend {
             ));
         }
         let key = self.key(&spec.sandbox, spec.generation);
+        let layout = spec.layout.layout();
         let agent = AgentConfig {
             sandbox: spec.sandbox.to_string(),
             generation: spec.generation,
@@ -232,7 +235,12 @@ impl KubernetesBackend {
             egress: false,
             socket_dir: None,
             listen: Some(SocketAddr::from(([0, 0, 0, 0], self.config.agent_port))),
-            home: PathBuf::from(spec.layout.layout().home),
+            // Only an ephemeral home is kept open for snapshots (I30): E2B's home is the
+            // workdir, persistent already, and the agent gets `HOME`, `USER` and `LOGNAME`
+            // from the layout warren sends with each command, not from this.
+            home: layout
+                .home_is_ephemeral()
+                .then(|| PathBuf::from(layout.home)),
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
         let limits = &self.config.limits;
@@ -257,7 +265,14 @@ impl KubernetesBackend {
             limits: Limits {
                 cpu_millis: limits.cpu_millis.unwrap_or(1000),
                 memory_bytes: limits.memory_bytes.unwrap_or(2048 * MIB),
-                ephemeral_storage_bytes: limits.cow_bytes + limits.home_bytes + limits.tmp_bytes,
+                // The home's emptyDir counts only where there is one (not E2B's, I30).
+                ephemeral_storage_bytes: limits.cow_bytes
+                    + if layout.home_is_ephemeral() {
+                        limits.home_bytes
+                    } else {
+                        0
+                    }
+                    + limits.tmp_bytes,
                 home_bytes: limits.home_bytes,
                 tmp_bytes: limits.tmp_bytes,
             },
@@ -627,10 +642,12 @@ impl KubernetesBackend {
                 sandbox: sandbox.clone(),
                 reason,
             })?;
-        if let Some(seed) = &spec.seed {
+        let ephemeral_home = spec.layout.layout().home_is_ephemeral();
+        if let (Some(seed), true) = (&spec.seed, ephemeral_home) {
             // Resuming a reaped runtime (I30): its /home/gem comes back through the agent
             // before the first command. A seed that cannot be copied leaves the home as
-            // far as it got, never a failed start (as on Docker).
+            // far as it got, never a failed start (as on Docker). A home that is the
+            // workdir (E2B's) is persistent: nothing of it is in a seed.
             match agent
                 .restore_home(seed.join("home"), self.config.limits.home_bytes)
                 .await
@@ -839,7 +856,12 @@ impl Backend for KubernetesBackend {
         sink: Option<OutputSink>,
     ) -> Result<ExecOutcome, BackendError> {
         let known = self.find(sandbox)?;
-        let mut spec = exec_spec(request, &known.spec.network, &known.spec.env);
+        let mut spec = exec_spec(
+            request,
+            known.spec.layout.layout(),
+            &known.spec.network,
+            &known.spec.env,
+        );
         if known.spec.network.has_egress() {
             // Not the runtime's loopback (a pod has no proxy port of its own): warren's.
             let host = match self.config.proxy_host.as_deref() {
@@ -910,10 +932,21 @@ impl Backend for KubernetesBackend {
         }
     }
 
+    /// Not measured: a pod's cgroup lives on its node, out of warren's reach, and the
+    /// figures Kubernetes offers come from the kubelet's resource metrics (a
+    /// metrics-server's API), which warren does not depend on. The agent in the pod could
+    /// read its container's cgroup, but the control protocol has no request for it yet;
+    /// until then no figure is reported rather than a guess (I22).
+    async fn usage(&self, _sandbox: &SandboxId) -> Result<Option<RuntimeUsage>, BackendError> {
+        Ok(None)
+    }
+
     /// The runtime's `/home/gem`, received from its agent into a directory of warren's
     /// (no host path to a pod's home exists), for a snapshot (I30); the pod has no
     /// copy-on-write layer of warren's (its image's root is read-only), so that one is
     /// empty. The directory is replaced at the next snapshot and removed with the runtime.
+    /// A home that is the persistent workdir (E2B's) is not recorded: `home` is `None` and
+    /// nothing is asked of the agent.
     async fn ephemeral_roots(
         &self,
         sandbox: &SandboxId,
@@ -926,8 +959,10 @@ impl Backend for KubernetesBackend {
             sandbox: sandbox.clone(),
             source,
         };
+        let ephemeral_home = known.spec.layout.layout().home_is_ephemeral();
         let _ = std::fs::remove_dir_all(&staging);
-        for dir in [staging.join("cow"), staging.join("home")] {
+        let home = ephemeral_home.then(|| staging.join("home"));
+        for dir in std::iter::once(staging.join("cow")).chain(home.clone()) {
             std::fs::create_dir_all(&dir).map_err(failed)?;
         }
         std::fs::set_permissions(
@@ -935,12 +970,19 @@ impl Backend for KubernetesBackend {
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         )
         .map_err(failed)?;
+        let Some(home) = home else {
+            // The home is the persistent workdir (E2B's): nothing of it is ephemeral state.
+            return Ok(Some(EphemeralRoots {
+                cow: staging.join("cow"),
+                home: None,
+            }));
+        };
         // The home is an emptyDir of `home_bytes`: more than that cannot be there.
         let limit = self.config.limits.home_bytes.saturating_mul(2);
-        match known.agent.archive_home(staging.join("home"), limit).await {
+        match known.agent.archive_home(home.clone(), limit).await {
             Ok(_) => Ok(Some(EphemeralRoots {
                 cow: staging.join("cow"),
-                home: staging.join("home"),
+                home: Some(home),
             })),
             Err(RunError::Gone(_)) => Ok(None),
             Err(RunError::Io(source)) => Err(failed(source)),

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 use warren_core::{LayoutName, NetworkPolicy};
 use warren_kubernetes::names::{object_name, AGENT_KEY_ENV};
-use warren_kubernetes::{build, Error, Peer, PrepareConfig, ServiceType};
+use warren_kubernetes::{build, AccountsTask, Error, Peer, PrepareConfig, ServiceType};
 
 use super::support::{ars, plan};
 
@@ -125,7 +125,117 @@ fn a_deerflow_pod_mounts_its_workdir_and_both_skill_trees_by_sub_path() {
             root: "/warren/user-data".into(),
             workdir: "threads/t1/user-data".into(),
             also_require: vec!["agents/skills".into()],
+            accounts: None,
         }
+    );
+}
+
+#[test]
+fn an_e2b_pod_mounts_its_workdir_at_the_home_and_warrens_accounts_read_only() {
+    let plan = plan(LayoutName::E2b, NetworkPolicy::None, ServiceType::ClusterIp);
+    let (pod, _, _) = objects(&plan);
+    let sandbox = &pod["spec"]["containers"][0];
+    // I7: the workdir itself, writable, is the home; no home emptyDir anywhere (I30).
+    assert_eq!(
+        mount(sandbox, "/home/user"),
+        &json!({"name": "user-data", "mountPath": "/home/user", "subPath": "shared/alice/workspace/e2b/s1"})
+    );
+    // I11: user at 1000 named by warren's files, each a read-only subPath of the emptyDir.
+    assert_eq!(
+        mount(sandbox, "/etc/passwd"),
+        &json!({"name": "accounts", "mountPath": "/etc/passwd", "subPath": "passwd", "readOnly": true})
+    );
+    assert_eq!(
+        mount(sandbox, "/etc/group"),
+        &json!({"name": "accounts", "mountPath": "/etc/group", "subPath": "group", "readOnly": true})
+    );
+    let targets: Vec<&str> = sandbox["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            "/tmp",
+            "/opt/warren-agent",
+            "/etc/passwd",
+            "/etc/group",
+            "/home/user"
+        ]
+    );
+    assert_eq!(
+        pod["spec"]["volumes"],
+        json!([
+            {"name": "user-data", "persistentVolumeClaim": {"claimName": "warren-user-data"}},
+            {"name": "skills", "persistentVolumeClaim": {"claimName": "warren-skills", "readOnly": true}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "268435456"}},
+            {"name": "agent", "emptyDir": {"sizeLimit": "268435456"}},
+            {"name": "accounts", "emptyDir": {"sizeLimit": "65536"}},
+        ])
+    );
+    // The prepare container writes them: it alone sees the accounts emptyDir, writable.
+    let inits = pod["spec"]["initContainers"].as_array().unwrap();
+    assert_eq!(
+        inits[0]["volumeMounts"],
+        json!([
+            {"name": "user-data", "mountPath": "/warren/user-data", "subPath": "shared/alice"},
+            {"name": "accounts", "mountPath": "/warren/accounts"},
+        ])
+    );
+    assert_eq!(
+        inits[1]["volumeMounts"],
+        json!([{"name": "agent", "mountPath": "/opt/warren-agent"}])
+    );
+    let command: Vec<String> = serde_json::from_value(inits[0]["command"].clone()).unwrap();
+    let config: PrepareConfig = serde_json::from_str(&command[2]).unwrap();
+    assert_eq!(
+        config,
+        PrepareConfig::Sandbox {
+            root: "/warren/user-data".into(),
+            workdir: "e2b/s1".into(),
+            also_require: vec![],
+            accounts: Some(AccountsTask {
+                dir: "/warren/accounts".into(),
+                layout: LayoutName::E2b,
+            }),
+        }
+    );
+    // And for the layouts whose user the image names, none of it.
+    for layout in [LayoutName::Ars, LayoutName::Deerflow] {
+        let (pod, _, _) = objects(&super::support::plan(
+            layout,
+            NetworkPolicy::None,
+            ServiceType::ClusterIp,
+        ));
+        let text = pod.to_string();
+        assert!(!text.contains("accounts"), "{layout}: {text}");
+        assert!(!text.contains("/etc/passwd"), "{layout}");
+        assert_eq!(
+            mount(&pod["spec"]["containers"][0], "/home/gem")["name"],
+            "home"
+        );
+    }
+    super::support::assert_valid("e2b", &super::support::sandbox_stream(&plan));
+}
+
+#[test]
+fn an_e2b_plan_without_its_home_mount_is_refused() {
+    let mut plan = plan(LayoutName::E2b, NetworkPolicy::None, ServiceType::ClusterIp);
+    plan.mounts.clear();
+    match build(&plan) {
+        Err(Error::Invalid { what, value, .. }) => {
+            assert_eq!((what, value.as_str()), ("mount target", "/home/user"))
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut plan =
+        super::support::plan(LayoutName::E2b, NetworkPolicy::None, ServiceType::ClusterIp);
+    plan.mounts[0].target = "/etc/passwd".into();
+    assert!(
+        build(&plan).is_err(),
+        "warren's accounts files are reserved"
     );
 }
 
@@ -161,6 +271,7 @@ fn the_root_init_container_sees_only_the_uids_subtree_and_keeps_only_chown_and_d
             root: "/warren/user-data".into(),
             workdir: "projects/a".into(),
             also_require: vec![],
+            accounts: None,
         }
     );
 

@@ -2,11 +2,12 @@
 //! (as the suite does in CI); run elsewhere, these tests fail saying so rather than skip.
 
 use std::fs;
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use warren_core::LayoutName;
 use warren_kubernetes::prepare::MARKER;
-use warren_kubernetes::{prepare, prepare_main, Error, PrepareConfig};
+use warren_kubernetes::{prepare, prepare_main, AccountsTask, Error, PrepareConfig};
 
 /// Owner of everything before the migration: some other uid, as a tree written by an
 /// earlier warren or by hand would have.
@@ -59,6 +60,7 @@ impl Claim {
             root: self.root(),
             workdir: workdir.into(),
             also_require: vec![],
+            accounts: None,
         }
     }
 }
@@ -223,6 +225,7 @@ fn a_root_that_is_a_symlink_is_refused() {
         root: link.clone(),
         workdir: "projects/a".into(),
         also_require: vec![],
+        accounts: None,
     };
     assert!(matches!(prepare(&config), Err(Error::NotADirectory(_))));
     assert_eq!(owner(&claim.claim.join("shared/bob")), (LEGACY, LEGACY));
@@ -293,6 +296,7 @@ fn the_workspace_is_made_for_a_new_uid_but_its_workdir_still_must_exist() {
         root: root.clone(),
         workdir: "projects/a".into(),
         also_require: vec![],
+        accounts: None,
     };
     assert!(matches!(
         prepare(&config),
@@ -313,6 +317,7 @@ fn other_directories_a_mount_shows_must_exist_too() {
         root: claim.root(),
         workdir: "projects/a".into(),
         also_require: vec!["agents/skills".into()],
+        accounts: None,
     };
     match prepare(&config) {
         Err(Error::WorkdirMissing { workdir, .. }) => assert_eq!(workdir, "agents/skills"),
@@ -376,4 +381,71 @@ fn claim_roots_gives_only_the_roots_themselves_to_the_sandbox_user() {
         prepare(&PrepareConfig::ClaimRoots { roots: vec![link] }),
         Err(Error::NotADirectory(_))
     ));
+}
+
+#[test]
+fn an_e2b_pod_gets_warrens_accounts_files_naming_user_at_1000() {
+    let claim = Claim::new();
+    fs::create_dir_all(claim.root().join("workspace/e2b/s1")).unwrap();
+    let accounts = tempfile::tempdir().unwrap();
+    // The emptyDir as a kubelet makes it: world-writable.
+    fs::set_permissions(accounts.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let config = PrepareConfig::Sandbox {
+        root: claim.root(),
+        workdir: "e2b/s1".into(),
+        also_require: vec![],
+        accounts: Some(AccountsTask {
+            dir: accounts.path().into(),
+            layout: LayoutName::E2b,
+        }),
+    };
+    // Twice: a pod whose sandbox is recreated runs its init containers again.
+    for _ in 0..2 {
+        let report = prepare(&config).unwrap();
+        assert!(report.wrote_accounts, "{report:?}");
+        let passwd = fs::read_to_string(accounts.path().join("passwd")).unwrap();
+        assert!(
+            passwd.ends_with("user:x:1000:1000:user:/home/user:/bin/sh\n"),
+            "I11: {passwd}"
+        );
+        assert!(passwd.starts_with("root:x:0:0:"), "{passwd}");
+        let group = fs::read_to_string(accounts.path().join("group")).unwrap();
+        assert!(group.ends_with("user:x:1000:\n"), "{group}");
+        for file in ["passwd", "group"] {
+            let meta = fs::metadata(accounts.path().join(file)).unwrap();
+            assert_eq!(
+                (meta.uid(), meta.mode() & 0o7777),
+                (0, 0o644),
+                "{file}: root's, readable by the sandbox user"
+            );
+        }
+        let names: Vec<_> = fs::read_dir(accounts.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "no staging file is left: {names:?}");
+    }
+}
+
+#[test]
+fn accounts_are_refused_for_a_layout_whose_user_the_image_names_or_through_a_link() {
+    let claim = Claim::new();
+    let accounts = tempfile::tempdir().unwrap();
+    let task = |dir: PathBuf, layout| PrepareConfig::Sandbox {
+        root: claim.root(),
+        workdir: "projects/a".into(),
+        also_require: vec![],
+        accounts: Some(AccountsTask { dir, layout }),
+    };
+    assert!(matches!(
+        prepare(&task(accounts.path().into(), LayoutName::Ars)),
+        Err(Error::PrepareConfig(_))
+    ));
+    let link = accounts.path().join("link");
+    symlink(&claim.outside, &link).unwrap();
+    assert!(matches!(
+        prepare(&task(link, LayoutName::E2b)),
+        Err(Error::NotADirectory(_))
+    ));
+    assert!(!claim.outside.join("passwd").exists());
 }

@@ -33,6 +33,7 @@ pub fn plan(layout: LayoutName, network: NetworkPolicy, service_type: ServiceTyp
     let workdir = Workdir::new(match layout {
         LayoutName::Ars => "projects/a",
         LayoutName::Deerflow => "threads/t1/user-data",
+        LayoutName::E2b => "e2b/s1",
     })
     .unwrap();
     PodPlan {

@@ -12,7 +12,10 @@
 //!            10.232.0.0/16 per pod, host side .1 (hostIP), pod side .2 (podIP, eth0)
 //! volumes    emptyDir: a directory under state_dir (a tmpfs of sizeLimit when set);
 //!            persistentVolumeClaim: the claim's host directory; subPaths made as a kubelet
-//!            makes them (root, the volume root's mode), refused when they leave the volume
+//!            makes them (root, the volume root's mode), refused when they leave the volume;
+//!            a subPath that is a file when its container starts (one an init container
+//!            wrote into an emptyDir) is bound as that file, over the image's file there
+//!            (`/etc/passwd`) or a new empty one, as a container runtime binds it
 //! init       each init container in order, to completion
 //! main       the containers; Ready once each readinessProbe's port accepts a connection
 //! ```

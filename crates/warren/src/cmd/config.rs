@@ -47,6 +47,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub deerflow: DeerflowSection,
     #[serde(default)]
+    pub e2b: E2bSection,
+    #[serde(default)]
     pub cluster: ClusterSection,
     /// The Kubernetes backend's cluster (issue 15): `warren k8s manifests` writes it.
     #[serde(default)]
@@ -157,6 +159,88 @@ impl DeerflowSection {
             self.extra_mount_paths.clone(),
             self.extra_mount_roots.clone(),
         )?))
+    }
+}
+
+/// E2B's API on a listener of its own (issue 17): off unless `listen` (or `--e2b-listen`)
+/// is set.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct E2bSection {
+    /// Where the E2B control plane and every sandbox's envd listen.
+    pub listen: Option<std::net::SocketAddr>,
+    /// API keys (`e2b_` and at least 32 hex digits) and the uid each acts for. More keys
+    /// come from `warren e2b key create`, kept in the state store as digests.
+    #[serde(default)]
+    pub keys: BTreeMap<String, String>,
+    /// Templates beside `base` (the server's default runtime) and what each starts.
+    #[serde(default)]
+    pub templates: BTreeMap<String, warren_e2b::TemplateTarget>,
+    /// The domain of host-name routing: envd at `49983-<sandboxID>.<domain>`.
+    pub domain: Option<String>,
+    /// Where sandboxes allowed internet access may connect [default: `{ mode = "open" }`,
+    /// public destinations through warren's filtering proxy].
+    pub internet: Option<warren_core::NetworkPolicy>,
+    /// The timeout of a sandbox created without one [default: 300].
+    pub default_timeout_s: Option<u64>,
+    /// The longest timeout a sandbox may ask for [default: 86400].
+    pub max_timeout_s: Option<u64>,
+    /// The PEM certificate chain the E2B listener serves TLS with (the server's certificate
+    /// first; for `api.<domain>` and `*.<domain>`). With `tls_key`; without both, plain HTTP.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of `tls_cert`.
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl E2bSection {
+    /// The listener's TLS, read and checked now (so a bad file stops the server before it
+    /// touches anything): `tls_cert` and `tls_key` both, or neither for plain HTTP.
+    pub fn tls(&self) -> anyhow::Result<Option<warren_e2b::TlsConfig>> {
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => Ok(None),
+            (Some(cert), Some(key)) => Ok(Some(
+                warren_e2b::TlsConfig::from_pem_files(cert, key)
+                    .context("e2b.tls_cert, e2b.tls_key")?,
+            )),
+            (Some(_), None) => bail!("e2b.tls_cert is set without e2b.tls_key: TLS needs both"),
+            (None, Some(_)) => bail!("e2b.tls_key is set without e2b.tls_cert: TLS needs both"),
+        }
+    }
+
+    /// The validated configuration. No key may be the provisioner token (I13).
+    pub fn config(
+        &self,
+        token: &warren_api::ProvisionerToken,
+    ) -> anyhow::Result<warren_e2b::E2bConfig> {
+        let mut keys = Vec::new();
+        for (key, uid) in &self.keys {
+            let api_key = warren_e2b::ApiKey::parse(key)
+                .with_context(|| "e2b.keys: a key is not usable".to_string())?;
+            if token.matches(key) {
+                bail!(
+                    "e2b.keys: a key is the provisioner token; give E2B clients keys of their own"
+                );
+            }
+            let uid = warren_core::Uid::new(uid.clone())
+                .with_context(|| format!("e2b.keys: {uid:?} is not a usable uid"))?;
+            keys.push((api_key, uid));
+        }
+        let mut config = warren_e2b::E2bConfig::new(keys).with_templates(self.templates.clone())?;
+        if let Some(domain) = &self.domain {
+            config = config.with_domain(domain)?;
+        }
+        if let Some(internet) = &self.internet {
+            config = config.with_internet(internet.clone())?;
+        }
+        let default = self
+            .default_timeout_s
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(warren_e2b::E2bConfig::DEFAULT_TIMEOUT);
+        let max = self
+            .max_timeout_s
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(warren_e2b::E2bConfig::MAX_TIMEOUT);
+        Ok(config.with_timeouts(default, max)?)
     }
 }
 

@@ -5,6 +5,7 @@ mod config;
 mod data_dir_lock;
 mod doctor;
 mod drain;
+mod e2b;
 mod image;
 mod kubernetes;
 pub mod output;
@@ -37,6 +38,8 @@ enum Command {
     Image(image::ImageArgs),
     /// Run warren on Kubernetes: print the manifests (offline).
     K8s(kubernetes::K8sArgs),
+    /// E2B's API: create the API keys E2B clients use (offline; works on the state store).
+    E2b(e2b::E2bArgs),
     /// Manage workdirs of a user (client of a running server).
     Workdir(client::WorkdirArgs),
     /// Manage sandboxes (client of a running server).
@@ -77,6 +80,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Drain(args) => drain::run(args),
         Command::Image(args) => image::run(args),
         Command::K8s(args) => kubernetes::run(args),
+        Command::E2b(args) => e2b::run(args).await,
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Checkpoint(args) => client::checkpoint(args).await,

@@ -40,6 +40,11 @@ pub struct ServeArgs {
     /// say so.
     #[arg(long, env = "WARREN_LISTEN")]
     listen: Option<SocketAddr>,
+    /// Serve E2B's API (control plane and every sandbox's envd) on this address too, so
+    /// the official E2B SDKs work with `E2B_API_URL` and `E2B_SANDBOX_URL` set to it
+    /// (`[e2b]` in warren.toml holds the keys and templates).
+    #[arg(long, env = "WARREN_E2B_LISTEN")]
+    e2b_listen: Option<SocketAddr>,
     /// File holding the provisioner token (at least 32 characters). `WARREN_TOKEN` wins
     /// over it; with neither, a token is generated into <data-dir>/token.
     #[arg(long)]
@@ -175,6 +180,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or(10),
     )?;
     let limits = file.limits()?;
+    // What the E2B API reports as a sandbox's size (`cpuCount`, `memoryMB`).
+    let limits_cpus = limits
+        .cpu_millis
+        .map(|millis| millis.div_ceil(1000) as u32)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    let limits_memory_mb = limits
+        .memory_bytes
+        .map_or(1024, |bytes| bytes / (1024 * 1024));
     let listen = args
         .listen
         .or(file.listen)
@@ -247,6 +260,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
     data_dir_lock.record(&address.to_string())?;
+    let e2b_listener = match args.e2b_listen.or(file.e2b.listen) {
+        Some(e2b_listen) => {
+            // The certificate is read with the port, so a bad file fails start-up as early.
+            let tls = file.e2b.tls()?;
+            let listener = tokio::net::TcpListener::bind(e2b_listen)
+                .await
+                .with_context(|| format!("cannot listen on {e2b_listen} for the E2B API"))?;
+            Some((listener, tls))
+        }
+        None => None,
+    };
     let token_file = args.token_file.clone().or(file.token_file.clone());
     let token = load_token(token_file.as_deref(), &data_dir)?;
     let docker: Option<Arc<dyn Backend>> = if docker_enabled {
@@ -579,6 +603,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Err(_) => std::future::pending().await,
         }
     };
+    let e2b = match e2b_listener {
+        Some((e2b_listener, e2b_tls)) => {
+            let reported_memory_mb = limits_memory_mb;
+            let config = file
+                .e2b
+                .config(&token)?
+                .with_reported_limits(limits_cpus, reported_memory_mb);
+            let e2b = warren_e2b::E2b::new(provisioner.clone(), config, &token.secret_digest());
+            let e2b_address = e2b_listener.local_addr()?;
+            let deadlines = e2b.spawn_deadlines();
+            let router = e2b.router();
+            let scheme = if e2b_tls.is_some() { "https" } else { "http" };
+            // HTTP/1.1 and HTTP/2 (h2c, or h2 by ALPN over TLS) on the one listener.
+            let served = tokio::spawn(warren_e2b::serve(e2b_listener, router, e2b_tls));
+            tracing::info!(address = %e2b_address, scheme, "the E2B API is served");
+            println!("warren E2B API listening on {scheme}://{e2b_address}");
+            Some((served, deadlines))
+        }
+        None => None,
+    };
     let mut api = ApiState::new(provisioner, token).with_viewer_key(viewer_key);
     if let Some(deerflow) = deerflow {
         tracing::info!(
@@ -612,6 +656,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             failed = drained.failed,
             "drained: every runtime this node owned is handed back"
         );
+    }
+    if let Some((served, deadlines)) = e2b {
+        served.abort();
+        deadlines.abort();
     }
     // The node's lease ends now rather than lapsing: the others see it left.
     match membership_store.leave_cluster().await {

@@ -116,7 +116,7 @@ impl TcpAgent {
         let spec = ExecSpec {
             argv: request.argv.clone(),
             cwd: self.home.path().display().to_string(),
-            env: warren_agent::environment::base_environment(),
+            env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
         };
         runtime().block_on(client.run(spec, &request, None))
     }
@@ -187,7 +187,7 @@ fn a_command_runs_over_tcp_with_its_stdin_output_exit_code_and_usage() {
     let spec = ExecSpec {
         argv: request.argv.clone(),
         cwd: agent.home.path().display().to_string(),
-        env: warren_agent::environment::base_environment(),
+        env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
     };
     let outcome = runtime()
         .block_on(agent.client().run(spec, &request, None))
@@ -220,7 +220,7 @@ fn output_over_the_cap_is_cut_and_streamed_whole_to_the_sink() {
     let spec = ExecSpec {
         argv: request.argv.clone(),
         cwd: "/".into(),
-        env: warren_agent::environment::base_environment(),
+        env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
     };
     let (sink, mut chunks) = tokio::sync::mpsc::channel(16);
     let rt = runtime();
@@ -261,7 +261,7 @@ fn a_client_that_goes_away_gets_its_command_killed() {
     let spec = ExecSpec {
         argv: request.argv.clone(),
         cwd: "/".into(),
-        env: warren_agent::environment::base_environment(),
+        env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
     };
     let rt = runtime();
     let client = agent.client();
@@ -617,7 +617,7 @@ fn stdin_a_background_process_holds_unread_does_not_hold_the_agent() {
     let spec = ExecSpec {
         argv: request.argv.clone(),
         cwd: "/".into(),
-        env: warren_agent::environment::base_environment(),
+        env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
     };
     let started = Instant::now();
     let outcome = runtime()

@@ -364,6 +364,76 @@ async fn a_restarted_server_adopts_its_pod_and_replaces_one_tampered_with() {
     assert_eq!(pod["metadata"]["annotations"]["warren.dev/generation"], "1");
 }
 
+/// The E2B layout (I7) on Kubernetes: the pod's home is the workdir's subPath, its
+/// `/etc/passwd` and `/etc/group` warren's, read-only (I11), and a restarted server adopts
+/// exactly that pod. The layout's rules themselves run here too, as
+/// `layouts::e2b::kubernetes::*`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_e2b_sandbox_runs_in_a_pod_whose_home_is_its_workdir_and_is_adopted_after_a_restart() {
+    let mut server = server();
+    server.workdir("alice", "e2b/s1").await;
+    let (status, body) = server
+        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+            "uid": "alice", "runtime_scope_id": "e2b", "workdir": "e2b/s1", "layout": "e2b",
+        })))
+        .await;
+    assert!(status == 201 || status == 200, "{status} {body}");
+    let id = body["sandbox_id"].as_str().unwrap().to_owned();
+    let result = server
+        .exec(
+            &id,
+            "whoami; echo $HOME; pwd; echo hi > /home/user/x; grep '^user:' /etc/passwd; \
+             (echo x >> /etc/passwd) 2>/dev/null && echo writable || echo read-only; \
+             ls -A /home/user",
+        )
+        .await;
+    assert_eq!(
+        output(&result),
+        "user\n/home/user\n/home/user\nuser:x:1000:1000:user:/home/user:/bin/sh\nread-only\nx\n",
+        "{result}\n{}",
+        logs(&server, &id, "sandbox")
+    );
+    let response = server
+        .request(Method::GET, &format!("/v1/sandboxes/{id}/files"))
+        .query(&[("path", "/home/user/x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), "hi\n");
+    let on_claim = user_data(&server).join("alice/workspace/e2b/s1/x");
+    assert_eq!(std::fs::metadata(&on_claim).unwrap().uid(), 1000, "I11");
+
+    // The pod as the cluster holds it: no home emptyDir (I30), the accounts emptyDir.
+    let pod = object(&server, Kind::Pod, &id).await.unwrap();
+    let volumes: Vec<&str> = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(volumes, ["user-data", "skills", "tmp", "agent", "accounts"]);
+    let mounts = pod["spec"]["containers"][0]["volumeMounts"].clone();
+    for want in [
+        json!({"name": "user-data", "mountPath": "/home/user", "subPath": "shared/alice/workspace/e2b/s1"}),
+        json!({"name": "accounts", "mountPath": "/etc/passwd", "subPath": "passwd", "readOnly": true}),
+        json!({"name": "accounts", "mountPath": "/etc/group", "subPath": "group", "readOnly": true}),
+    ] {
+        assert!(
+            mounts.as_array().unwrap().contains(&want),
+            "{want} in {mounts}"
+        );
+    }
+    assert_eq!(pod["metadata"]["annotations"]["warren.dev/layout"], "e2b");
+
+    // A restarted server adopts exactly this pod: the same one serves, as `user`.
+    let first = pod_uid(&server, &id).await;
+    server.restart_after_kill();
+    let after = server.exec(&id, "cat ~/x; whoami; echo $HOME").await;
+    assert_eq!(output(&after), "hi\nuser\n/home/user\n", "{after}");
+    assert_eq!(pod_uid(&server, &id).await, first, "the E2B pod is adopted");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_deleted_behind_warrens_back_is_replaced_by_a_fresh_one() {
     let server = server();

@@ -890,3 +890,273 @@ async fn on_an_image_root_the_deerflow_mounts_get_mount_points_and_links_to_them
         assert_eq!(server.exec(&ars, "echo ok").await["stdout"], "ok\n");
     }
 }
+
+/// The E2B layout (issue 17): sandbox user `user`, the workdir mounted writable as its
+/// home `/home/user`, on the local, the Docker and the Kubernetes backend
+/// (`layouts::e2b::local::<rule>`, `layouts::e2b::docker::<rule>`,
+/// `layouts::e2b::kubernetes::<rule>`, the last on the test cluster and as root).
+mod e2b {
+    use std::time::Duration;
+
+    use reqwest::Method;
+    use serde_json::json;
+    use warren_test_support::TestServer;
+
+    use super::super::conformance::Host;
+    use super::super::output as out;
+    use super::stdout;
+
+    conformance_suite!(
+        an_e2b_runtime_runs_as_user_in_its_home_which_is_the_workdir,
+        files_in_the_e2b_home_outlive_a_reap_and_the_runtime,
+        paths_and_links_in_the_e2b_home_expose_nothing_else,
+    );
+    // The same rules on the Kubernetes backend's test cluster: the pod's home is the
+    // workdir's subPath and its accounts warren's (I7, I11), its snapshots skip it (I30).
+    conformance_kubernetes!(
+        an_e2b_runtime_runs_as_user_in_its_home_which_is_the_workdir,
+        files_in_the_e2b_home_outlive_a_reap_and_the_runtime,
+        paths_and_links_in_the_e2b_home_expose_nothing_else,
+    );
+
+    const WORKDIR: &str = "e2b/sbx-1";
+
+    /// Creates `workdir` and an E2B-layout sandbox of (uid, scope) bound to it.
+    async fn e2b_sandbox(server: &TestServer, uid: &str, scope: &str, workdir: &str) -> String {
+        server.workdir(uid, workdir).await;
+        let (status, body) = server
+            .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+                "uid": uid, "runtime_scope_id": scope, "workdir": workdir, "layout": "e2b",
+            })))
+            .await;
+        assert!(
+            status == 201 || status == 200,
+            "create sandbox: {status} {body}"
+        );
+        assert_eq!(
+            (body["layout"].as_str(), body["workdir_path"].as_str()),
+            (Some("e2b"), Some("/home/user")),
+            "{body}"
+        );
+        body["sandbox_id"].as_str().expect("sandbox_id").to_owned()
+    }
+
+    async fn read_file(server: &TestServer, id: &str, path: &str) -> (u16, String) {
+        let response = server
+            .request(Method::GET, &format!("/v1/sandboxes/{id}/files"))
+            .query(&[("path", path)])
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    }
+
+    async fn an_e2b_runtime_runs_as_user_in_its_home_which_is_the_workdir(host: Host) {
+        let server = host.start();
+        let id = e2b_sandbox(&server, "alice", "e2b", WORKDIR).await;
+        let view = server
+            .exec(
+                &id,
+                "whoami; id -u; id -g; id -gn; echo $HOME $USER $LOGNAME; pwd; \
+                 grep '^user:' /etc/passwd; grep ':1000:' /etc/passwd | wc -l; \
+                 grep '^user:' /etc/group; stat -c '%u:%g %a' /home/user; cd && pwd",
+            )
+            .await;
+        assert_eq!(
+            stdout(&view),
+            "user\n1000\n1000\nuser\n/home/user user user\n/home/user\n\
+             user:x:1000:1000:user:/home/user:/bin/sh\n1\nuser:x:1000:\n1000:1000 755\n/home/user\n",
+            "{host:?}: I7/I11: user 1000 at home in the workdir: {view}"
+        );
+        let writes = server
+            .exec(
+                &id,
+                "echo abs > /home/user/x && echo rel > y && mkdir -p d && echo deep > ~/d/z && \
+                 ls -A /home/user; ls /home/gem 2>&1 | grep -c 'No such file'",
+            )
+            .await;
+        assert_eq!(
+            stdout(&writes),
+            "d\nx\ny\n1\n",
+            "{host:?}: the home holds only what was written (no skills, no user-data): {writes}"
+        );
+        // The same files through the file API, under /home/user and relative to it.
+        for (path, content) in [
+            ("/home/user/x", "abs\n"),
+            ("y", "rel\n"),
+            ("/home/user/d/z", "deep\n"),
+        ] {
+            assert_eq!(
+                read_file(&server, &id, path).await,
+                (200, content.to_owned()),
+                "{host:?}: {path}"
+            );
+        }
+        // And on the host, in the workdir, as the sandbox user (I11).
+        let on_host = server.workspace_of("alice").join(WORKDIR).join("x");
+        assert_eq!(std::fs::read_to_string(&on_host).unwrap(), "abs\n");
+        if super::super::running_as_root() {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::metadata(&on_host).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (1000, 1000), "{host:?}: I11");
+        }
+        // A file written through the API shows inside.
+        let response = server
+            .request(Method::PUT, &format!("/v1/sandboxes/{id}/files"))
+            .query(&[("path", "/home/user/from-api")])
+            .body("api\n")
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "{}", response.status());
+        let seen = server.exec(&id, "cat ~/from-api").await;
+        assert_eq!(stdout(&seen), "api\n", "{host:?}: {seen}");
+    }
+
+    async fn files_in_the_e2b_home_outlive_a_reap_and_the_runtime(host: Host) {
+        let server = host.start_with(&["--idle-timeout", "1", "--reap-interval", "1"]);
+        let id = e2b_sandbox(&server, "alice", "e2b", WORKDIR).await;
+        let setup = "echo kept > ~/kept && echo gone > /tmp/scratch && \
+                     (mkdir -p /usr/local/share/e2b && echo cow > /usr/local/share/e2b/c || true)";
+        assert_eq!(server.exec(&id, setup).await["exit_code"], 0);
+        assert!(
+            server
+                .reaches_state(&id, "stopped", Duration::from_secs(15))
+                .await,
+            "{host:?}: an idle runtime was not reaped"
+        );
+        let next = server
+            .exec(
+                &id,
+                "cat ~/kept; ls -A ~; cat /tmp/scratch 2>/dev/null || echo no-tmp; \
+                 cat /usr/local/share/e2b/c 2>/dev/null || echo no-cow",
+            )
+            .await;
+        // The local backend's copy-on-write layer is recorded and comes back (I30); a
+        // Docker container's root is the read-only image (nothing to record).
+        let cow = match host {
+            Host::Local => "cow",
+            _ => "no-cow",
+        };
+        assert_eq!(
+            stdout(&next),
+            format!("kept\nkept\nno-tmp\n{cow}\n"),
+            "{host:?}: the home is the workdir (I15): nothing of it restored twice, /tmp gone: {next}"
+        );
+        server.terminate(&id).await;
+        assert_eq!(
+            std::fs::read_to_string(server.workspace_of("alice").join(WORKDIR).join("kept"))
+                .unwrap(),
+            "kept\n",
+            "{host:?}: the workdir outlives the sandbox's runtime (I15)"
+        );
+        let again = e2b_sandbox(&server, "alice", "e2b", WORKDIR).await;
+        let fresh = server.exec(&again, "cat /home/user/kept; whoami").await;
+        assert_eq!(stdout(&fresh), "kept\nuser\n", "{host:?}: {fresh}");
+    }
+
+    async fn paths_and_links_in_the_e2b_home_expose_nothing_else(host: Host) {
+        let server = host.start();
+        // Another workdir of the same uid, which the E2B home must not reach.
+        let other = e2b_sandbox(&server, "alice", "other", "e2b/sbx-2").await;
+        assert_eq!(
+            server.exec(&other, "echo secret > ~/secret").await["exit_code"],
+            0
+        );
+        let id = e2b_sandbox(&server, "alice", "e2b", WORKDIR).await;
+        let links = server
+            .exec(
+                &id,
+                "ln -s / root && ln -s /etc/passwd passwd && ln -s ../sbx-2 sibling && \
+                 ln -s ../../../../.. up && echo ok",
+            )
+            .await;
+        assert_eq!(stdout(&links), "ok\n", "{links}");
+        let data_dir = server.data_dir().to_string_lossy().into_owned();
+        for (route, path) in [
+            ("files", "/home/user/root/etc/passwd"),
+            ("files", "/home/user/passwd"),
+            ("files", "/home/user/sibling/secret"),
+            ("files", "sibling/secret"),
+            ("files", "/home/user/up/etc/passwd"),
+            ("files", "/home/user/../../etc/passwd"),
+            ("files", "../sbx-2/secret"),
+            ("files", "/etc/passwd"),
+            ("files", "/home/gem/user-data/e2b/sbx-2/secret"),
+            ("files", "/home/userx"),
+            ("files/list", "/home/user/root"),
+            ("files/list", "/home"),
+            ("files/stat", "/home/user/up/etc"),
+        ] {
+            let response = server
+                .request(Method::GET, &format!("/v1/sandboxes/{id}/{route}"))
+                .query(&[("path", path)])
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap();
+            assert!(
+                (400..500).contains(&status),
+                "{host:?}: {route} {path} answered {status}: {body}"
+            );
+            assert!(
+                !body.contains("root:x:0:0")
+                    && !body.contains("secret\n")
+                    && !body.contains(&data_dir),
+                "{host:?}: {route} {path} exposed something: {body}"
+            );
+        }
+        // Writes outside the home are refused the same way.
+        for path in ["/home/user/../x", "/tmp/x", "/home/user/root/tmp/x"] {
+            let response = server
+                .request(Method::PUT, &format!("/v1/sandboxes/{id}/files"))
+                .query(&[("path", path)])
+                .body("x")
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            assert!(
+                (400..500).contains(&status),
+                "{host:?}: PUT {path}: {status}"
+            );
+        }
+        // The home is the workdir's mount root: it may be written into, never removed or
+        // moved away (that would delete or move the whole workdir).
+        for path in ["/home/user", "/home/user/", ".", "/home/user/."] {
+            let response = server
+                .request(Method::DELETE, &format!("/v1/sandboxes/{id}/files"))
+                .query(&[("path", path), ("recursive", "true")])
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            assert!(
+                (400..500).contains(&status),
+                "{host:?}: DELETE {path}: {status}"
+            );
+        }
+        for (from, to) in [("/home/user", "/home/user/moved"), ("passwd", "/home/user")] {
+            let response = server
+                .request(Method::POST, &format!("/v1/sandboxes/{id}/files/move"))
+                .json(&serde_json::json!({"from": from, "to": to, "overwrite": true}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            assert!(
+                (400..500).contains(&status),
+                "{host:?}: move {from} to {to}: {status}"
+            );
+        }
+        // Inside the runtime the home is still only the workdir.
+        let inside = server.exec(&id, "cat sibling/secret 2>&1; ls -A").await;
+        let text = out(&inside);
+        assert!(
+            text.contains("No such file") && text.ends_with("passwd\nroot\nsibling\nup\n"),
+            "{host:?}: the sibling workdir is not under the home: {text}"
+        );
+    }
+}

@@ -14,6 +14,8 @@ mod conformance;
 mod data_dir;
 mod deerflow;
 mod docker;
+mod e2b;
+mod e2b_metrics;
 mod env;
 mod errors;
 mod etag;
@@ -78,3 +80,4 @@ pub(crate) fn write_config(text: &str) -> tempfile::NamedTempFile {
     std::fs::write(file.path(), text).unwrap();
     file
 }
+mod e2b_tls;

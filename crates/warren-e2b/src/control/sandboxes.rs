@@ -1,0 +1,396 @@
+//! Creating, reading, listing, timing out and killing E2B sandboxes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use warren_core::{LayoutName, NetworkPolicy, RuntimeScope};
+use warren_provisioner::{RecordWrite, SandboxRequest};
+
+use super::wire::{NewSandbox, RefreshRequest, Sandbox, SandboxDetail, TimeoutRequest};
+use super::{caller, owned, parse_body, save};
+use crate::error::{shorten, ApiFailure};
+use crate::state::{E2bSandbox, E2bState};
+use crate::Shared;
+
+/// The disk size reported (`diskSizeMB`): the workdir is the uid's workspace, bounded by
+/// the uid's quota where one is set, not by a per-sandbox disk.
+const REPORTED_DISK_MB: u64 = 10 * 1024;
+
+/// The timeout a request asks for, within the configured bounds.
+pub(crate) fn timeout_of(shared: &Shared, seconds: Option<u64>) -> Result<Duration, ApiFailure> {
+    let timeout = seconds
+        .map(Duration::from_secs)
+        .unwrap_or(shared.config.default_timeout);
+    if timeout > shared.config.max_timeout {
+        return Err(ApiFailure::bad_request(format!(
+            "timeout {}s exceeds the maximum of {}s this server allows",
+            timeout.as_secs(),
+            shared.config.max_timeout.as_secs()
+        )));
+    }
+    Ok(timeout)
+}
+
+/// `now + timeout` as a time.
+pub(crate) fn deadline(timeout: Duration) -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::MAX)
+}
+
+/// `POST /sandboxes` and `POST /v2/sandboxes`: a new sandbox of the key's uid, its runtime
+/// started before the answer (E2B's create returns a sandbox ready for commands).
+pub(crate) async fn create(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiFailure> {
+    let uid = caller(&shared, &headers).await?;
+    let request: NewSandbox = serde_json::from_slice(&body).map_err(|error| {
+        ApiFailure::bad_request(format!("the request body is not valid: {error}"))
+    })?;
+    let Some(template) = shared.config.template(&request.template_id) else {
+        return Err(ApiFailure::new(
+            StatusCode::NOT_FOUND,
+            format!("template '{}' not found", shorten(&request.template_id)),
+        ));
+    };
+    let timeout = timeout_of(&shared, request.timeout)?;
+    let env_vars = request.env_vars.unwrap_or_default();
+    check_env(&env_vars)?;
+    let metadata = request.metadata.unwrap_or_default();
+    check_metadata(&metadata)?;
+    let allow_internet_access = request.allow_internet_access.unwrap_or(true);
+
+    let sandbox_id = super::new_sandbox_id();
+    let scope = RuntimeScope::new(format!("e2b-{sandbox_id}"))
+        .map_err(|error| ApiFailure::bad_request(error.to_string()))?;
+    let workdir = format!("e2b/{sandbox_id}");
+    shared
+        .provisioner
+        .create_workdir(&uid, Some(&workdir))
+        .await?;
+    let mut sandbox_request = SandboxRequest::new(uid.clone(), scope);
+    sandbox_request.workdir = Some(workdir);
+    sandbox_request.network = if allow_internet_access {
+        shared.config.internet.clone()
+    } else {
+        NetworkPolicy::None
+    };
+    sandbox_request.backend = template.backend.clone();
+    sandbox_request.image = template.image.clone();
+    sandbox_request.layout = Some(LayoutName::E2b);
+    let (record, _) = shared.provisioner.create_sandbox(sandbox_request).await?;
+
+    let now = chrono::Utc::now();
+    let sandbox = E2bSandbox {
+        sandbox_id: sandbox_id.clone(),
+        warren_id: record.id.clone(),
+        uid,
+        template_id: request.template_id.clone(),
+        alias: None,
+        metadata,
+        env_vars,
+        started_at: now,
+        end_at: deadline(timeout),
+        state: E2bState::Running,
+        secure: request.secure.unwrap_or(true),
+        auto_pause: request.auto_pause.unwrap_or(false),
+        allow_internet_access,
+        paused_snapshot: None,
+        cpu_count: shared.config.cpu_count,
+        memory_mb: shared.config.memory_mb,
+    };
+    save(&shared, &sandbox, RecordWrite::Create).await?;
+    // The runtime starts now, so a broken template fails the create, not the first command.
+    if let Err(error) = shared.provisioner.start_runtime(&record.id).await {
+        super::lifecycle::end(&shared, &sandbox).await;
+        return Err(error.into());
+    }
+    let token = sandbox
+        .secure
+        .then(|| shared.secrets.access_token(&sandbox_id));
+    let answer = Sandbox::of(&sandbox, token, shared.config.domain.as_deref());
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
+}
+
+/// Environment names and values E2B would take, and warren's bounds on them.
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiFailure> {
+    if env.len() > 256 {
+        return Err(ApiFailure::bad_request("at most 256 envVars"));
+    }
+    for (name, value) in env {
+        let valid = !name.is_empty()
+            && name.len() <= 256
+            && !name.as_bytes()[0].is_ascii_digit()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            return Err(ApiFailure::bad_request(format!(
+                "envVars name {:?} must be letters, digits and underscores, not starting with a digit",
+                shorten(name)
+            )));
+        }
+        if value.len() > 128 * 1024 || value.contains('\0') {
+            return Err(ApiFailure::bad_request(format!(
+                "envVars value of {name} must be at most 128 KiB without NUL bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Metadata within bounds: it is stored in the sandbox's record.
+fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiFailure> {
+    let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if metadata.len() > 64 || size > 16 * 1024 {
+        return Err(ApiFailure::bad_request(
+            "metadata holds at most 64 entries and 16 KiB",
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /sandboxes/{id}`.
+pub(crate) async fn get_one(
+    State(shared): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<SandboxDetail>, ApiFailure> {
+    let uid = caller(&shared, &headers).await?;
+    let (sandbox, _) = owned(&shared, &uid, &id).await?;
+    let token = sandbox
+        .secure
+        .then(|| shared.secrets.access_token(&sandbox.sandbox_id));
+    Ok(Json(SandboxDetail::of(
+        &sandbox,
+        token,
+        shared.config.domain.as_deref(),
+        REPORTED_DISK_MB,
+    )))
+}
+
+/// The query of the list routes.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct ListQuery {
+    /// `k=v&k2=v2`, URL-encoded as one value: every pair must match.
+    metadata: Option<String>,
+    /// `running`, `paused` or both, comma-separated (v2; default both).
+    state: Option<String>,
+    /// Where the previous page ended.
+    #[serde(rename = "nextToken")]
+    next_token: Option<String>,
+    /// Most sandboxes per page (default 100, at most 1000).
+    limit: Option<usize>,
+}
+
+/// `GET /sandboxes`: the running sandboxes of the key's uid (E2B's v1 list).
+pub(crate) async fn list_running(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Query(mut query): Query<ListQuery>,
+) -> Result<Response, ApiFailure> {
+    query.state = Some("running".into());
+    query.limit = Some(query.limit.unwrap_or(usize::MAX));
+    list_page(&shared, &headers, query).await
+}
+
+/// `GET /v2/sandboxes`: the sandboxes of the key's uid in the asked states, a page at a
+/// time (`X-Next-Token`).
+pub(crate) async fn list(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiFailure> {
+    list_page(&shared, &headers, query).await
+}
+
+async fn list_page(
+    shared: &Shared,
+    headers: &HeaderMap,
+    query: ListQuery,
+) -> Result<Response, ApiFailure> {
+    let uid = caller(shared, headers).await?;
+    let wanted = parse_metadata_filter(query.metadata.as_deref())?;
+    let states: Vec<E2bState> = match query.state.as_deref() {
+        None | Some("") => vec![E2bState::Running, E2bState::Paused],
+        Some(list) => list
+            .split(',')
+            .map(|state| match state.trim() {
+                "running" => Ok(E2bState::Running),
+                "paused" => Ok(E2bState::Paused),
+                other => Err(ApiFailure::bad_request(format!(
+                    "state {:?} is not running or paused",
+                    shorten(other)
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let now = chrono::Utc::now();
+    let mut found: Vec<E2bSandbox> = super::all_sandboxes(shared)
+        .await?
+        .into_iter()
+        .map(|(sandbox, _)| sandbox)
+        .filter(|sandbox| sandbox.uid == uid)
+        .filter(|sandbox| sandbox.state == E2bState::Paused || sandbox.end_at > now)
+        .filter(|sandbox| states.contains(&sandbox.state))
+        .filter(|sandbox| {
+            wanted
+                .iter()
+                .all(|(key, value)| sandbox.metadata.get(key) == Some(value))
+        })
+        .collect();
+    // Newest first; the page token is the last id handed out, so pages never repeat or skip
+    // a sandbox that stays.
+    found.sort_by(|a, b| {
+        b.started_at
+            .cmp(&a.started_at)
+            .then_with(|| a.sandbox_id.cmp(&b.sandbox_id))
+    });
+    if let Some(token) = &query.next_token {
+        let Some(position) = found
+            .iter()
+            .position(|sandbox| &sandbox.sandbox_id == token)
+        else {
+            return Err(ApiFailure::bad_request(
+                "nextToken names no sandbox of this listing",
+            ));
+        };
+        found.drain(..=position);
+    }
+    let more = found.len() > limit;
+    found.truncate(limit);
+    let page: Vec<SandboxDetail> = found
+        .iter()
+        .map(|sandbox| SandboxDetail::of(sandbox, None, None, REPORTED_DISK_MB))
+        .collect();
+    let mut response = Json(page).into_response();
+    if more {
+        if let Some(last) = found.last() {
+            if let Ok(value) = HeaderValue::from_str(&last.sandbox_id) {
+                response.headers_mut().insert("x-next-token", value);
+            }
+        }
+    }
+    Ok(response)
+}
+
+/// `k=v&k2=v2` as the SDKs encode it (each key and value percent-encoded).
+fn parse_metadata_filter(text: Option<&str>) -> Result<Vec<(String, String)>, ApiFailure> {
+    let Some(text) = text.filter(|text| !text.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    text.split('&')
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').ok_or_else(|| {
+                ApiFailure::bad_request("metadata is key=value pairs joined by &")
+            })?;
+            Ok((percent_decode(key)?, percent_decode(value)?))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> Result<String, ApiFailure> {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .map_err(|_| ApiFailure::bad_request("metadata is not UTF-8"))
+}
+
+/// `DELETE /sandboxes/{id}`: 204, or 404. The runtime and every process go; the workdir
+/// stays in the uid's workspace (I15): warren never loses workspace files.
+pub(crate) async fn kill(
+    State(shared): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiFailure> {
+    let uid = caller(&shared, &headers).await?;
+    let (sandbox, version) = super::owned_unexpired(&shared, &uid, &id).await?;
+    match super::lifecycle::kill(&shared, &sandbox, version).await {
+        Ok(()) => {}
+        // Another kill (or the deadline task) took it first: it is gone all the same.
+        Err(crate::E2bError::Conflict) => return Err(ApiFailure::sandbox_not_found(&id)),
+        Err(error) => return Err(error.into()),
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox now ends `timeout` seconds from now.
+pub(crate) async fn set_timeout(
+    State(shared): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<StatusCode, ApiFailure> {
+    let uid = caller(&shared, &headers).await?;
+    let request: TimeoutRequest = serde_json::from_slice(&body).map_err(|error| {
+        ApiFailure::bad_request(format!("the request body is not valid: {error}"))
+    })?;
+    let timeout = timeout_of(&shared, Some(request.timeout))?;
+    extend(&shared, &uid, &id, timeout, true).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/refreshes`: keeps the sandbox alive `duration` more seconds.
+pub(crate) async fn refresh(
+    State(shared): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<StatusCode, ApiFailure> {
+    let uid = caller(&shared, &headers).await?;
+    let request: RefreshRequest = parse_body(&body)?;
+    let timeout = timeout_of(&shared, request.duration)?;
+    extend(&shared, &uid, &id, timeout, false).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Moves a running sandbox's deadline to `now + timeout` (`shorten`: also earlier).
+async fn extend(
+    shared: &Shared,
+    uid: &warren_core::Uid,
+    id: &str,
+    timeout: Duration,
+    shorten_too: bool,
+) -> Result<(), ApiFailure> {
+    for _ in 0..super::lifecycle::CONFLICT_RETRIES {
+        let (mut sandbox, version) = owned(shared, uid, id).await?;
+        if sandbox.state != E2bState::Running || sandbox.end_at <= chrono::Utc::now() {
+            return Err(ApiFailure::sandbox_not_found(id));
+        }
+        let end_at = deadline(timeout);
+        if !shorten_too && end_at <= sandbox.end_at {
+            return Ok(());
+        }
+        sandbox.end_at = end_at;
+        match save(shared, &sandbox, RecordWrite::Replace(version)).await {
+            Ok(_) => return Ok(()),
+            Err(crate::E2bError::Conflict) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(crate::E2bError::Conflict.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metadata_filter_reads_pairs_as_the_sdks_encode_them() {
+        let pairs = parse_metadata_filter(Some("user%20id=a%26b&kind=x")).unwrap();
+        assert_eq!(
+            pairs,
+            [
+                ("user id".to_owned(), "a&b".to_owned()),
+                ("kind".to_owned(), "x".to_owned())
+            ]
+        );
+        assert!(parse_metadata_filter(Some("novalue")).is_err());
+        assert!(parse_metadata_filter(Some("a=%ff")).is_err());
+        assert!(parse_metadata_filter(None).unwrap().is_empty());
+    }
+}

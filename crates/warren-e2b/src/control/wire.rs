@@ -1,0 +1,157 @@
+//! The JSON shapes of E2B's control plane, as the SDKs read and write them (field names
+//! are E2B's: `sandboxID`, `templateID`, `envVars`, ...). Requests ignore fields warren
+//! has no use for (`mcp`, `volumeMounts`, `iam`, ...), as newer SDKs send more than older
+//! servers know; what a field would change and warren cannot do is refused, not ignored.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::state::E2bSandbox;
+
+/// `POST /sandboxes` and `POST /v2/sandboxes`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NewSandbox {
+    /// The template (or its alias).
+    #[serde(rename = "templateID")]
+    pub(crate) template_id: String,
+    /// Seconds until the sandbox is killed (or paused, with `autoPause`).
+    pub(crate) timeout: Option<u64>,
+    /// Pause instead of kill when the timeout passes.
+    #[serde(default)]
+    pub(crate) auto_pause: Option<bool>,
+    /// Whether envd requires the access token (the SDKs send `true`).
+    #[serde(default)]
+    pub(crate) secure: Option<bool>,
+    /// Whether the sandbox may reach the internet (default: yes).
+    #[serde(rename = "allow_internet_access", default)]
+    pub(crate) allow_internet_access: Option<bool>,
+    /// The caller's labels.
+    #[serde(default)]
+    pub(crate) metadata: Option<BTreeMap<String, String>>,
+    /// Environment for every command.
+    #[serde(default)]
+    pub(crate) env_vars: Option<BTreeMap<String, String>>,
+}
+
+/// `POST /sandboxes/{id}/timeout`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TimeoutRequest {
+    /// Seconds from now.
+    pub(crate) timeout: u64,
+}
+
+/// `POST /sandboxes/{id}/refreshes`.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct RefreshRequest {
+    /// Seconds from now (default: the sandbox's default timeout).
+    pub(crate) duration: Option<u64>,
+}
+
+/// `POST /sandboxes/{id}/connect`, `/v2/.../connect` and `/resume`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ConnectRequest {
+    /// Seconds from now.
+    pub(crate) timeout: Option<u64>,
+    /// `/resume` only: pause again when the timeout passes.
+    pub(crate) auto_pause: Option<bool>,
+}
+
+/// `Sandbox`: what create, connect and resume answer.
+#[derive(Debug, Serialize)]
+pub(crate) struct Sandbox {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alias: Option<String>,
+    #[serde(rename = "clientID")]
+    client_id: String,
+    #[serde(rename = "envdVersion")]
+    envd_version: &'static str,
+    #[serde(rename = "envdAccessToken", skip_serializing_if = "Option::is_none")]
+    envd_access_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    domain: Option<String>,
+}
+
+/// `SandboxDetail` (get) and `ListedSandbox` (list): the same fields, the detail with the
+/// access token and domain.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SandboxDetail {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alias: Option<String>,
+    #[serde(rename = "clientID")]
+    client_id: String,
+    started_at: DateTime<Utc>,
+    end_at: DateTime<Utc>,
+    envd_version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    envd_access_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    domain: Option<String>,
+    cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    memory_mb: u64,
+    #[serde(rename = "diskSizeMB")]
+    disk_size_mb: u64,
+    metadata: BTreeMap<String, String>,
+    state: &'static str,
+    allow_internet_access: bool,
+}
+
+/// The client id E2B reports (the node the sandbox runs on, in E2B's fleet): warren has
+/// no such thing per sandbox, so a constant the SDKs accept.
+const CLIENT_ID: &str = "warren";
+
+impl Sandbox {
+    /// The answer for `sandbox`, with its envd access token when it is secure.
+    pub(crate) fn of(sandbox: &E2bSandbox, token: Option<String>, domain: Option<&str>) -> Self {
+        Self {
+            template_id: sandbox.template_id.clone(),
+            sandbox_id: sandbox.sandbox_id.clone(),
+            alias: sandbox.alias.clone(),
+            client_id: CLIENT_ID.into(),
+            envd_version: crate::envd::ENVD_VERSION,
+            envd_access_token: token,
+            domain: domain.map(str::to_owned),
+        }
+    }
+}
+
+impl SandboxDetail {
+    /// The answer for `sandbox`.
+    pub(crate) fn of(
+        sandbox: &E2bSandbox,
+        token: Option<String>,
+        domain: Option<&str>,
+        disk_size_mb: u64,
+    ) -> Self {
+        Self {
+            template_id: sandbox.template_id.clone(),
+            sandbox_id: sandbox.sandbox_id.clone(),
+            alias: sandbox.alias.clone(),
+            client_id: CLIENT_ID.into(),
+            started_at: sandbox.started_at,
+            end_at: sandbox.end_at,
+            envd_version: crate::envd::ENVD_VERSION,
+            envd_access_token: token,
+            domain: domain.map(str::to_owned),
+            cpu_count: sandbox.cpu_count,
+            memory_mb: sandbox.memory_mb,
+            disk_size_mb,
+            metadata: sandbox.metadata.clone(),
+            state: sandbox.state.as_str(),
+            allow_internet_access: sandbox.allow_internet_access,
+        }
+    }
+}

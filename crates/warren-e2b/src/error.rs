@@ -1,0 +1,140 @@
+//! The crate's error type, and how a failure becomes E2B's error body
+//! (`{"code": <int>, "message": <str>}`, the SDKs read both fields) or a Connect error.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use warren_provisioner::ProvisionerError;
+
+use crate::envd::connect::{Code, ConnectError};
+
+/// What went wrong in the E2B API or its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum E2bError {
+    /// An API key is not `e2b_` followed by 32 to 256 hex digits.
+    #[error("an E2B API key is `e2b_` followed by at least 32 hex digits (create one with `warren e2b key create --uid <uid>`)")]
+    InvalidKey,
+    /// A template name holds characters E2B's template ids never do.
+    #[error("[e2b.templates] name {name:?} must be 1 to 128 letters, digits or `-_.:/`")]
+    InvalidTemplateName {
+        /// The name.
+        name: String,
+    },
+    /// The domain is not a host name.
+    #[error("[e2b] domain {domain:?} is not a DNS name")]
+    InvalidDomain {
+        /// The domain.
+        domain: String,
+    },
+    /// The internet policy is not usable.
+    #[error("[e2b] internet: {0}")]
+    InvalidNetwork(warren_core::CoreError),
+    /// The timeouts are zero or the default exceeds the maximum.
+    #[error("[e2b] default_timeout_s must be positive and at most max_timeout_s")]
+    InvalidTimeouts,
+    /// A record in the state store could not be read.
+    #[error("an E2B record in the state store is corrupt")]
+    CorruptRecord,
+    /// The record changed under an update: another request or replica changed it.
+    #[error("the sandbox changed while this request worked on it; retry")]
+    Conflict,
+    /// The provisioner refused or failed.
+    #[error(transparent)]
+    Provisioner(#[from] ProvisionerError),
+}
+
+impl E2bError {
+    /// The failure as envd answers it.
+    pub(crate) fn into_connect(self) -> ConnectError {
+        let failure = ApiFailure::from(self);
+        let code = match failure.status {
+            StatusCode::NOT_FOUND => Code::NotFound,
+            StatusCode::BAD_REQUEST => Code::InvalidArgument,
+            StatusCode::FORBIDDEN => Code::PermissionDenied,
+            StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+            StatusCode::CONFLICT => Code::FailedPrecondition,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::INSUFFICIENT_STORAGE => {
+                Code::ResourceExhausted
+            }
+            StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,
+            StatusCode::NOT_IMPLEMENTED => Code::Unimplemented,
+            _ => Code::Internal,
+        };
+        ConnectError::new(code, failure.message)
+    }
+}
+
+/// A REST failure: E2B's error body with the HTTP status as its `code`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApiFailure {
+    /// The HTTP status (also the body's `code`).
+    pub(crate) status: StatusCode,
+    /// A message for humans: virtual paths and E2B ids only, nothing internal (I1).
+    pub(crate) message: String,
+}
+
+impl ApiFailure {
+    /// A failure with this status and message.
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// 404 for a sandbox that does not exist (or is another key's).
+    pub(crate) fn sandbox_not_found(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            format!("sandbox {:?} not found", shorten(id)),
+        )
+    }
+
+    /// 400 for a malformed request.
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+/// At most 64 characters of something a client sent, for messages.
+pub(crate) fn shorten(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+impl From<E2bError> for ApiFailure {
+    fn from(error: E2bError) -> Self {
+        match error {
+            E2bError::Provisioner(error) => Self::from(error),
+            E2bError::Conflict => Self::new(StatusCode::CONFLICT, error.to_string()),
+            E2bError::InvalidKey => Self::new(StatusCode::UNAUTHORIZED, error.to_string()),
+            other => {
+                tracing::error!(error = %other, "E2B request failed");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+            }
+        }
+    }
+}
+
+impl From<ProvisionerError> for ApiFailure {
+    fn from(error: ProvisionerError) -> Self {
+        let status = status_of(&error);
+        if status.is_server_error() {
+            tracing::error!(error = %error, "E2B request failed in the provisioner");
+        }
+        Self::new(status, error.public_message())
+    }
+}
+
+/// The HTTP status of a provisioner failure (the rule the DeerFlow transport follows too).
+pub(crate) fn status_of(error: &ProvisionerError) -> StatusCode {
+    StatusCode::from_u16(error.transport_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+impl IntoResponse for ApiFailure {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "code": self.status.as_u16(),
+            "message": self.message,
+        });
+        (self.status, axum::Json(body)).into_response()
+    }
+}

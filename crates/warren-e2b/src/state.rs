@@ -1,0 +1,169 @@
+//! What warren keeps of an E2B sandbox beyond the warren sandbox behind it: the E2B id,
+//! template, metadata, environment, deadline and pause state, as one record in the state
+//! store (namespace [`RECORD_NAMESPACE`]) so every replica reads it alike; and the
+//! per-sandbox secrets (envd access token, signed file URLs) derived, never stored.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use warren_core::{SandboxId, Uid};
+
+/// The namespace of E2B's records in the state store.
+pub(crate) const RECORD_NAMESPACE: &str = "e2b";
+
+/// The key of a sandbox's record.
+pub(crate) fn record_key(sandbox_id: &str) -> String {
+    format!("sandboxes/{sandbox_id}")
+}
+
+/// Whether an E2B sandbox runs or sleeps in a runtime snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum E2bState {
+    /// Its runtime runs (or starts on the next command).
+    Running,
+    /// Paused: its runtime was snapshotted and reclaimed; connect resumes it.
+    Paused,
+}
+
+impl E2bState {
+    /// The name E2B's API uses.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Paused => "paused",
+        }
+    }
+}
+
+/// One E2B sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct E2bSandbox {
+    /// E2B's id (`sandboxID`): 20 lowercase letters and digits.
+    pub(crate) sandbox_id: String,
+    /// The warren sandbox behind it.
+    #[serde(with = "text::sandbox_id")]
+    pub(crate) warren_id: SandboxId,
+    /// Whose boundary it lives in: the uid the API key maps to.
+    #[serde(with = "text::uid")]
+    pub(crate) uid: Uid,
+    /// The template it was created from.
+    pub(crate) template_id: String,
+    /// The alias the template was asked for by, when it was.
+    pub(crate) alias: Option<String>,
+    /// The caller's metadata, returned by get and list and filtered on.
+    pub(crate) metadata: BTreeMap<String, String>,
+    /// Environment every command of the sandbox gets.
+    pub(crate) env_vars: BTreeMap<String, String>,
+    /// When it was created.
+    pub(crate) started_at: DateTime<Utc>,
+    /// When its timeout kills it (or pauses it, with `auto_pause`).
+    pub(crate) end_at: DateTime<Utc>,
+    /// Running or paused.
+    pub(crate) state: E2bState,
+    /// Whether envd requires the access token (`secure` at create).
+    pub(crate) secure: bool,
+    /// Whether the timeout pauses instead of killing.
+    pub(crate) auto_pause: bool,
+    /// Whether its runtime may reach the internet (through warren's filtering proxy).
+    pub(crate) allow_internet_access: bool,
+    /// The latest runtime snapshot a pause took, which the next resume starts from.
+    pub(crate) paused_snapshot: Option<String>,
+    /// Figures reported to the SDK (`cpuCount`, `memoryMB`).
+    pub(crate) cpu_count: u32,
+    /// See `cpu_count`.
+    pub(crate) memory_mb: u64,
+}
+
+/// The secrets of E2B sandboxes, derived from the provisioner token's digest.
+pub(crate) struct SandboxSecrets {
+    key: [u8; 32],
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+impl SandboxSecrets {
+    /// The secrets of a server whose provisioner token has this digest.
+    pub(crate) fn derive(secret_digest: &[u8]) -> Self {
+        let mut mac =
+            HmacSha256::new_from_slice(secret_digest).expect("HMAC takes keys of any length");
+        mac.update(b"warren-e2b-sandbox-secrets-v1");
+        Self {
+            key: mac.finalize().into_bytes().into(),
+        }
+    }
+
+    /// The envd access token of a sandbox (`envdAccessToken`): 64 hex digits.
+    pub(crate) fn access_token(&self, sandbox_id: &str) -> String {
+        let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC takes keys of any length");
+        mac.update(b"envd-access-token:");
+        mac.update(sandbox_id.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Whether `presented` is the sandbox's access token, compared in constant time.
+    pub(crate) fn token_matches(&self, sandbox_id: &str, presented: &str) -> bool {
+        let expected: [u8; 32] = Sha256::digest(self.access_token(sandbox_id)).into();
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        expected.ct_eq(&presented).into()
+    }
+}
+
+/// warren's identifiers in records as their text, checked again when read back.
+pub(crate) mod text {
+    /// A [`warren_core::Uid`].
+    pub(crate) mod uid {
+        use serde::{Deserialize, Deserializer, Serializer};
+        use warren_core::Uid;
+
+        /// Writes the uid's text.
+        pub(crate) fn serialize<S: Serializer>(uid: &Uid, out: S) -> Result<S::Ok, S::Error> {
+            out.serialize_str(uid.as_str())
+        }
+
+        /// Reads and checks a uid.
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Uid, D::Error> {
+            let text = String::deserialize(input)?;
+            Uid::new(text).map_err(serde::de::Error::custom)
+        }
+    }
+
+    /// A [`warren_core::SandboxId`].
+    pub(crate) mod sandbox_id {
+        use serde::{Deserialize, Deserializer, Serializer};
+        use warren_core::SandboxId;
+
+        /// Writes the id's text.
+        pub(crate) fn serialize<S: Serializer>(id: &SandboxId, out: S) -> Result<S::Ok, S::Error> {
+            out.serialize_str(id.as_str())
+        }
+
+        /// Reads and checks an id.
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            input: D,
+        ) -> Result<SandboxId, D::Error> {
+            let text = String::deserialize(input)?;
+            SandboxId::parse(&text).map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_tokens_differ_per_sandbox_and_per_server_secret() {
+        let one = SandboxSecrets::derive(b"digest-one");
+        let two = SandboxSecrets::derive(b"digest-two");
+        assert_ne!(one.access_token("a"), one.access_token("b"));
+        assert_ne!(one.access_token("a"), two.access_token("a"));
+        assert_eq!(one.access_token("a").len(), 64);
+        assert!(one.token_matches("a", &one.access_token("a")));
+        assert!(!one.token_matches("a", &one.access_token("b")));
+        assert!(!one.token_matches("a", ""));
+    }
+}

@@ -1,0 +1,173 @@
+//! A directory of a sandbox's persistent mounts, opened by descriptor for a watch (I1, I2).
+//!
+//! A transport that watches a directory (E2B's envd: inotify on `/proc/self/fd/<n>`) gets
+//! the directory's descriptor, resolved by virtual path exactly like a read, and never a
+//! host path: what it watches is the very directory the resolution found, however the path
+//! is renamed or swapped for a link afterwards, and everything it opens beneath it later
+//! goes through `warren-fs` by that descriptor.
+
+use std::os::fd::OwnedFd;
+
+use warren_core::{SandboxId, VirtualPath};
+
+use crate::{Provisioner, ProvisionerError};
+
+impl Provisioner {
+    /// Opens the directory `path` of the sandbox `id` for a watch: its virtual path (parsed
+    /// against the sandbox's layout, mounts and workdir like every file operation) and a
+    /// descriptor of it (`O_RDONLY | O_DIRECTORY`), resolved beneath the mount's tree with no
+    /// `..`, no link in any component (the last one included) and no mount crossing (I2).
+    ///
+    /// Read access: it is allowed in every sandbox state and on read-only mounts (I17).
+    /// Unlike the other file operations it does **not** count as sandbox activity: a watch
+    /// is opened once and then sees changes made by others, so a caller that wants the
+    /// watch's start counted records that itself, and nothing it does per event or per
+    /// tick keeps a sandbox from being reaped.
+    pub async fn open_watch_dir(
+        &self,
+        id: &SandboxId,
+        path: &str,
+    ) -> Result<(VirtualPath, OwnedFd), ProvisionerError> {
+        let record = self.sandbox(id).await?;
+        // The roots exactly as a read opens them (`files.rs`), without the activity a
+        // file operation records.
+        let roots = self.roots_of(&record);
+        let path = roots.resolve(path)?;
+        self.blocking(move || {
+            let root = roots.open(&path)?;
+            let fd = root
+                .open_dir(path.relative())
+                .map_err(|source| ProvisionerError::File {
+                    path: path.to_string(),
+                    source,
+                })?;
+            Ok((path, fd))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::sync::Arc;
+
+    use warren_backend::MemoryBackend;
+    use warren_core::{RuntimeScope, Uid};
+
+    use warren_fs::{FsError, WorkspaceRoot};
+
+    use super::*;
+    use crate::{ProvisionerConfig, SandboxRequest};
+
+    struct Fixture {
+        provisioner: Provisioner,
+        id: SandboxId,
+        /// The host directory of the sandbox's workdir.
+        workdir: std::path::PathBuf,
+        data_dir: std::path::PathBuf,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+    }
+
+    async fn fixture() -> Fixture {
+        let data_dir = std::env::temp_dir().join(format!("warren-watch-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let provisioner = Provisioner::new(
+            ProvisionerConfig::new(&data_dir),
+            Arc::new(warren_store::SqliteStore::open_in_memory().await.unwrap()),
+            Arc::new(MemoryBackend::new()),
+        );
+        let uid = Uid::plain("alice").unwrap();
+        provisioner
+            .create_workdir(&uid, Some("projects/a"))
+            .await
+            .unwrap();
+        let (record, _) = provisioner
+            .create_sandbox(SandboxRequest {
+                workdir: Some("projects/a".into()),
+                ..SandboxRequest::new(uid, RuntimeScope::new("t").unwrap())
+            })
+            .await
+            .unwrap();
+        let workdir = provisioner.mounts(&record).0.join("projects/a");
+        std::fs::create_dir_all(workdir.join("sub/deeper")).unwrap();
+        std::fs::create_dir_all(data_dir.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(data_dir.join("elsewhere"), workdir.join("link")).unwrap();
+        std::os::unix::fs::symlink("sub", workdir.join("rel_link")).unwrap();
+        std::fs::write(workdir.join("file"), b"x").unwrap();
+        Fixture {
+            provisioner,
+            id: record.id,
+            workdir,
+            data_dir,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_directory_opens_by_descriptor_under_its_virtual_path() {
+        let f = fixture().await;
+        let before = f.provisioner.sandbox(&f.id).await.unwrap().last_active_at;
+        let (path, fd) = f.provisioner.open_watch_dir(&f.id, "sub").await.unwrap();
+        assert_eq!(path.relative(), "projects/a/sub");
+        // The descriptor is the directory itself: its child is there by name.
+        let root = WorkspaceRoot::from_dir_fd(fd).unwrap();
+        assert_eq!(root.stat("deeper").unwrap().kind, warren_fs::Kind::Dir);
+        let (_, fd) = f.provisioner.open_watch_dir(&f.id, ".").await.unwrap();
+        assert!(warren_fs::open_child_dir(fd.as_fd(), "sub".as_ref()).is_ok());
+        // Opening a watch is not activity.
+        let after = f.provisioner.sandbox(&f.id).await.unwrap().last_active_at;
+        assert_eq!(before, after);
+    }
+
+    #[tokio::test]
+    async fn links_parents_and_paths_outside_the_mounts_are_refused() {
+        let f = fixture().await;
+        let refused =
+            |result: Result<(VirtualPath, OwnedFd), ProvisionerError>| result.expect_err("refused");
+        for link in ["link", "rel_link", "link/x", "rel_link/deeper"] {
+            let error = refused(f.provisioner.open_watch_dir(&f.id, link).await);
+            assert!(
+                matches!(
+                    error,
+                    ProvisionerError::File {
+                        source: FsError::SymlinkRefused { .. },
+                        ..
+                    }
+                ),
+                "{link}: {error:?}"
+            );
+        }
+        for outside in ["../b", "sub/../../x", "/etc", "/proc/self"] {
+            let error = refused(f.provisioner.open_watch_dir(&f.id, outside).await);
+            assert!(
+                matches!(error, ProvisionerError::Invalid(_)),
+                "{outside}: {error:?}"
+            );
+            // No host path in what a client is shown (I1).
+            let message = error.public_message();
+            assert!(!message.contains(f.data_dir.to_str().unwrap()), "{message}");
+        }
+        let error = refused(f.provisioner.open_watch_dir(&f.id, "file").await);
+        assert!(matches!(
+            error,
+            ProvisionerError::File {
+                source: FsError::NotADirectory { .. },
+                ..
+            }
+        ));
+        let error = refused(f.provisioner.open_watch_dir(&f.id, "missing").await);
+        assert!(matches!(
+            error,
+            ProvisionerError::File {
+                source: FsError::NotFound { .. },
+                ..
+            }
+        ));
+        assert!(f.workdir.join("link").is_symlink());
+    }
+}
