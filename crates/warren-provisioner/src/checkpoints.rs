@@ -203,10 +203,86 @@ impl Provisioner {
                 commands: running,
             });
         }
-        let store = self.snapshot_store(&record.uid)?;
-        let workspace = self.workspace_of(&record);
         let base = checkpoint.workdir.as_str().to_owned();
-        let manifest = checkpoint.manifest.clone();
+        self.restore_manifest(&record, base, checkpoint.manifest.clone())
+            .await?;
+        tracing::info!(sandbox = %id, checkpoint = %checkpoint.id, "workdir restored from a checkpoint");
+        Ok(checkpoint)
+    }
+
+    /// Fills the new sandbox `target`'s workdir from `source`'s checkpoint: a sandbox
+    /// started from another's recorded state (E2B's snapshots). Both must be of the same
+    /// uid (another uid's checkpoint is not found, exactly like one that does not exist),
+    /// and the target's workdir must be empty: this seeds a new workdir, it never replaces
+    /// files (that is [`Provisioner::restore_checkpoint`]). Refused while a command runs in
+    /// the target.
+    pub async fn restore_checkpoint_into(
+        &self,
+        target: &SandboxId,
+        source: &SandboxId,
+        checkpoint: &str,
+    ) -> Result<Checkpoint, ProvisionerError> {
+        let not_found = || ProvisionerError::CheckpointNotFound {
+            checkpoint: checkpoint.chars().take(100).collect(),
+        };
+        let record = self.sandbox(target).await?;
+        let source_record = self
+            .store
+            .get_sandbox(source)
+            .await?
+            .ok_or_else(not_found)?;
+        if source_record.uid != record.uid {
+            return Err(not_found());
+        }
+        let found = self
+            .store
+            .list_checkpoints(source)
+            .await?
+            .into_iter()
+            .find(|c| c.id == checkpoint)
+            .ok_or_else(not_found)?;
+        let lock = self.lifecycle_lock(target);
+        let _guard = lock.lock().await;
+        let running = self.inflight(target);
+        if running > 0 {
+            return Err(ProvisionerError::SandboxBusy {
+                sandbox: target.clone(),
+                commands: running,
+            });
+        }
+        let workspace = self.workspace_of(&record);
+        let base = record.workdir.as_str().to_owned();
+        let probe = base.clone();
+        let empty = self
+            .blocking(move || {
+                let root = WorkspaceRoot::open(&workspace)
+                    .map_err(|source| snapshot_file_error(&probe, source))?;
+                let listing = root
+                    .list(probe.as_str(), 1, 1)
+                    .map_err(|source| snapshot_file_error(&probe, source))?;
+                Ok::<_, ProvisionerError>(listing.entries.is_empty())
+            })
+            .await?;
+        if !empty {
+            return Err(ProvisionerError::BadRequest(
+                "a checkpoint of another sandbox is restored only into an empty, new workdir",
+            ));
+        }
+        self.restore_manifest(&record, base, found.manifest.clone())
+            .await?;
+        tracing::info!(sandbox = %target, source = %source, checkpoint = %found.id, "new workdir filled from another sandbox's checkpoint");
+        Ok(found)
+    }
+
+    /// Puts the tree `base` of the sandbox's workspace back as `manifest` recorded it.
+    async fn restore_manifest(
+        &self,
+        record: &SandboxRecord,
+        base: String,
+        manifest: String,
+    ) -> Result<(), ProvisionerError> {
+        let store = self.snapshot_store(&record.uid)?;
+        let workspace = self.workspace_of(record);
         let limits = self.snapshot_limits(None);
         self.blocking(move || {
             let root = WorkspaceRoot::open(&workspace)
@@ -214,9 +290,7 @@ impl Provisioner {
             warren_snapshot::restore_with(&root, &base, store.as_ref(), &manifest, &limits)
                 .map_err(|error| snapshot_error(&base, error))
         })
-        .await?;
-        tracing::info!(sandbox = %id, checkpoint = %checkpoint.id, "workdir restored from a checkpoint");
-        Ok(checkpoint)
+        .await
     }
 }
 
@@ -231,5 +305,112 @@ fn snapshot_error(workdir: &str, error: SnapshotError) -> ProvisionerError {
     match error {
         SnapshotError::File(source) => snapshot_file_error(workdir, source),
         other => ProvisionerError::Snapshot(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use warren_backend::MemoryBackend;
+    use warren_core::RuntimeScope;
+    use warren_fs::{ByteRange, WriteOptions};
+    use warren_store::SqliteStore;
+
+    use super::*;
+    use crate::{ProvisionerConfig, SandboxRequest};
+
+    async fn sandbox_of(provisioner: &Provisioner, uid: &str, workdir: &str) -> SandboxId {
+        let uid = Uid::plain(uid).unwrap();
+        provisioner
+            .create_workdir(&uid, Some(workdir))
+            .await
+            .unwrap();
+        let (record, _) = provisioner
+            .create_sandbox(SandboxRequest {
+                workdir: Some(workdir.into()),
+                ..SandboxRequest::new(uid, RuntimeScope::new(workdir.replace('/', "-")).unwrap())
+            })
+            .await
+            .unwrap();
+        record.id
+    }
+
+    async fn write(provisioner: &Provisioner, id: &SandboxId, path: &str, text: &str) {
+        provisioner
+            .write(
+                id,
+                path,
+                text.as_bytes().to_vec(),
+                WriteOptions::default(),
+                false,
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn read(provisioner: &Provisioner, id: &SandboxId, path: &str) -> Option<String> {
+        let read = provisioner.read(id, path, ByteRange::FULL).await.ok()?;
+        Some(String::from_utf8(read.value.bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_fills_a_new_empty_workdir_of_the_same_uid_only() {
+        let data_dir =
+            std::env::temp_dir().join(format!("warren-ckpt-into-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let provisioner = Provisioner::new(
+            ProvisionerConfig::new(&data_dir),
+            Arc::new(SqliteStore::open_in_memory().await.unwrap()),
+            Arc::new(MemoryBackend::new()),
+        );
+        let source = sandbox_of(&provisioner, "alice", "e2b/source").await;
+        write(&provisioner, &source, "a.txt", "from the source").await;
+        let (checkpoint, _) = provisioner.create_checkpoint(&source).await.unwrap();
+
+        let target = sandbox_of(&provisioner, "alice", "e2b/target").await;
+        let restored = provisioner
+            .restore_checkpoint_into(&target, &source, &checkpoint.id)
+            .await
+            .unwrap();
+        assert_eq!(restored.id, checkpoint.id);
+        assert_eq!(
+            read(&provisioner, &target, "a.txt").await.as_deref(),
+            Some("from the source")
+        );
+        // The source is untouched, and the target's workdir is its own from now on.
+        write(&provisioner, &target, "a.txt", "changed in the target").await;
+        assert_eq!(
+            read(&provisioner, &source, "a.txt").await.as_deref(),
+            Some("from the source")
+        );
+
+        // A workdir with files is never replaced this way.
+        let refused = provisioner
+            .restore_checkpoint_into(&target, &source, &checkpoint.id)
+            .await;
+        assert!(
+            matches!(refused, Err(ProvisionerError::BadRequest(_))),
+            "{refused:?}"
+        );
+
+        // Another uid's checkpoint is not found, like one that does not exist.
+        let bob = sandbox_of(&provisioner, "bob", "e2b/bob").await;
+        let refused = provisioner
+            .restore_checkpoint_into(&bob, &source, &checkpoint.id)
+            .await;
+        assert!(
+            matches!(refused, Err(ProvisionerError::CheckpointNotFound { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(read(&provisioner, &bob, "a.txt").await, None);
+        let unknown = provisioner
+            .restore_checkpoint_into(&target, &source, "ckpt-nope")
+            .await;
+        assert!(
+            matches!(unknown, Err(ProvisionerError::CheckpointNotFound { .. })),
+            "{unknown:?}"
+        );
+        let _ = std::fs::remove_dir_all(&data_dir);
     }
 }

@@ -7,10 +7,11 @@ mod deadlines;
 mod lifecycle;
 mod metrics;
 mod sandboxes;
+mod snapshots;
 mod wire;
 
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use warren_core::Uid;
 use warren_provisioner::{ProvisionerError, RecordWrite};
@@ -46,6 +47,9 @@ pub(crate) fn routes(shared: Shared) -> Router {
         .route("/sandboxes/{id}/resume", post(lifecycle::resume))
         .route("/sandboxes/{id}/connect", post(lifecycle::connect))
         .route("/v2/sandboxes/{id}/connect", post(lifecycle::connect))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/snapshots", get(snapshots::list))
+        .route("/templates/{id}", delete(snapshots::delete))
         .with_state(shared)
 }
 

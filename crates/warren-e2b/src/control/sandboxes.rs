@@ -52,11 +52,26 @@ pub(crate) async fn create(
     let request: NewSandbox = serde_json::from_slice(&body).map_err(|error| {
         ApiFailure::bad_request(format!("the request body is not valid: {error}"))
     })?;
-    let Some(template) = shared.config.template(&request.template_id) else {
-        return Err(ApiFailure::new(
+    let template_not_found = || {
+        ApiFailure::new(
             StatusCode::NOT_FOUND,
             format!("template '{}' not found", shorten(&request.template_id)),
-        ));
+        )
+    };
+    // A template of the configuration, or a snapshot of the key's uid (another uid's is
+    // not found, exactly like a template that does not exist).
+    let (template, snapshot) = match shared.config.template(&request.template_id) {
+        Some(template) => (template, None),
+        None => {
+            let (snapshot, _) = super::snapshots::find(&shared, &uid, &request.template_id)
+                .await?
+                .ok_or_else(template_not_found)?;
+            let template = shared
+                .config
+                .template(&snapshot.template_id)
+                .ok_or_else(template_not_found)?;
+            (template, Some(snapshot))
+        }
     };
     let timeout = timeout_of(&shared, request.timeout)?;
     let env_vars = request.env_vars.unwrap_or_default();
@@ -83,6 +98,9 @@ pub(crate) async fn create(
     sandbox_request.backend = template.backend.clone();
     sandbox_request.image = template.image.clone();
     sandbox_request.layout = Some(LayoutName::E2b);
+    sandbox_request.from_snapshot = snapshot
+        .as_ref()
+        .and_then(|snapshot| snapshot.runtime_snapshot.clone());
     let (record, _) = shared.provisioner.create_sandbox(sandbox_request).await?;
 
     let now = chrono::Utc::now();
@@ -105,6 +123,17 @@ pub(crate) async fn create(
         memory_mb: shared.config.memory_mb,
     };
     save(&shared, &sandbox, RecordWrite::Create).await?;
+    // A snapshot's workdir fills the new one before its runtime starts.
+    if let Some(snapshot) = &snapshot {
+        if let Err(error) = shared
+            .provisioner
+            .restore_checkpoint_into(&record.id, &snapshot.source_warren_id, &snapshot.checkpoint)
+            .await
+        {
+            super::lifecycle::end(&shared, &sandbox).await;
+            return Err(error.into());
+        }
+    }
     // The runtime starts now, so a broken template fails the create, not the first command.
     if let Err(error) = shared.provisioner.start_runtime(&record.id).await {
         super::lifecycle::end(&shared, &sandbox).await;

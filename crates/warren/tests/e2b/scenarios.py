@@ -341,6 +341,55 @@ def pause_resume():
     check_eq(resumed.commands.run("echo resumed").stdout, "resumed\n", "a command after resume")
 
 
+def snapshots():
+    src = create("snapshots", timeout=180)
+    src.files.write(f"{HOME}/kept/in-home.txt", "kept by the snapshot")
+    # Outside the home, where the sandbox user may write (commands never run as root).
+    outside = src.commands.run(
+        "for d in /usr/local/share /usr/local /opt /var/tmp; do "
+        "if mkdir -p $d/warren-snap 2>/dev/null && echo pkg > $d/warren-snap/f; then "
+        "echo $d/warren-snap/f; break; fi; done").stdout.strip()
+    check(outside.startswith("/") and not outside.startswith(HOME),
+          "a file written outside the home", outside)
+    name = f"snap-{RUN}"[:100].lower()
+    info = src.create_snapshot(name=name)
+    check(info.snapshot_id, "create_snapshot gives a snapshot id", info)
+    check_eq(list(info.names), [name], "create_snapshot gives the names it was asked for")
+    raises(Exception, "a second snapshot with a taken name (409)", src.create_snapshot, name=name)
+    src.kill()
+
+    for template in [info.snapshot_id, name]:
+        made = create("snapshots", template=template, timeout=120)
+        print(f"installed outside the home: {outside}")
+        check_eq(made.files.read(f"{HOME}/kept/in-home.txt"), "kept by the snapshot",
+                 f"the home's file in a sandbox made from the snapshot ({template})")
+        check_eq(made.commands.run(f"cat {outside}").stdout, "pkg\n",
+                 f"a file installed outside the home comes back ({template})")
+        made.kill()
+
+    ids = [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
+    check(info.snapshot_id in ids, "list_snapshots shows the snapshot", ids)
+    by_source = [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=src.sandbox_id).next_items()]
+    check_eq(by_source, [info.snapshot_id], "list_snapshots filtered by the source sandbox")
+    bob_ids = [s.snapshot_id for s in Sandbox.list_snapshots(api_key=BOB_KEY).next_items()]
+    check(info.snapshot_id not in bob_ids, "bob does not list alice's snapshot", bob_ids)
+    for template in [info.snapshot_id, name]:
+        error = raises(SandboxException, f"bob creates a sandbox from alice's snapshot ({template})",
+                       create, "snapshots", template=template, api_key=BOB_KEY)
+        check("404" in str(error), "another uid's snapshot is a 404 like an unknown template",
+              str(error))
+    check_eq(Sandbox.delete_snapshot(info.snapshot_id, api_key=BOB_KEY), False,
+             "bob deletes alice's snapshot")
+
+    check_eq(Sandbox.delete_snapshot(info.snapshot_id), True, "delete_snapshot")
+    check_eq(Sandbox.delete_snapshot(info.snapshot_id), False, "delete_snapshot again (404)")
+    error = raises(SandboxException, "a sandbox from a deleted snapshot", create, "snapshots",
+                   template=info.snapshot_id)
+    check("404" in str(error), "a deleted snapshot is a 404 like an unknown template", str(error))
+    ids = [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
+    check(info.snapshot_id not in ids, "a deleted snapshot is not listed", ids)
+
+
 # ---------------------------------------------------------------------------------------
 # Commands
 
@@ -885,8 +934,8 @@ def path_attacks():
 SCENARIOS = {
     f.__name__: f
     for f in [
-        lifecycle, errors, timeout_expiry, set_timeout, pause_resume, foreground, background,
-        stdin, connect_running, envs, cwd, command_timeout, files, watch, write_files,
+        lifecycle, errors, timeout_expiry, set_timeout, pause_resume, snapshots, foreground,
+        background, stdin, connect_running, envs, cwd, command_timeout, files, watch, write_files,
         signed_urls, pty, other_users, envd_credentials, path_attacks,
     ]
 }

@@ -264,6 +264,7 @@ python_scenarios! {
     a_sandbox_is_killed_when_its_timeout_expires => "timeout_expiry",
     set_timeout_moves_a_sandbox_deadline_later_and_earlier => "set_timeout",
     resume_after_pause_keeps_files_and_installs_but_not_processes => "pause_resume",
+    a_snapshot_starts_new_sandboxes_with_its_files_and_installs_for_its_uid_only => "snapshots",
     an_e2b_python_sdk_runs_a_foreground_command_and_reads_its_output => "foreground",
     a_background_command_is_waited_for_listed_and_killed => "background",
     a_command_reads_what_send_stdin_sends_until_stdin_is_closed => "stdin",
