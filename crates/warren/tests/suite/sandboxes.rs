@@ -580,13 +580,13 @@ async fn a_deerflow_layout_sandbox_shows_its_workdir_at_mnt_user_data_with_read_
     );
     let (status, body) = create_scoped(
         &server,
-        json!({"uid": "alice", "runtime_scope_id": "t9", "layout": "e2b"}),
+        json!({"uid": "alice", "runtime_scope_id": "t9", "layout": "e2b-desktop"}),
     )
     .await;
     assert_eq!(status, 400, "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("ars") && message.contains("deerflow"),
+        message.contains("ars") && message.contains("deerflow") && message.contains("e2b"),
         "an unknown layout names the known ones: {body}"
     );
 }
