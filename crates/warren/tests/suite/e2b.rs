@@ -299,9 +299,9 @@ fn the_e2b_js_sdk_creates_runs_commands_and_reads_writes_and_lists_files() {
 }
 
 #[test]
-fn on_docker_an_e2b_python_sdk_runs_commands_and_reads_and_writes_files() {
+fn on_docker_an_e2b_python_sdk_runs_commands_with_stdin_and_a_pty_and_reads_and_writes_files() {
     let server = TestServer::start_e2b_docker(bin(), "");
-    for name in ["foreground", "files"] {
+    for name in ["foreground", "files", "stdin", "pty"] {
         scenario_on(&server, Sdk::Current, name);
     }
 }
