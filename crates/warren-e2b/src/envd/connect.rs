@@ -379,6 +379,17 @@ impl Call {
             .take()
     }
 
+    /// Reads and drops what is left of the request body, so an HTTP/1.1 connection stays
+    /// usable for the client's next request when the call is answered without reading it
+    /// (an unknown sandbox, a wrong token). hyper closes a connection whose request body
+    /// was left unread, and a client that reuses it from its pool at that moment fails
+    /// with a broken pipe. Bounded: past [`drain_body`]'s limits the connection closes.
+    pub(crate) async fn drain(&mut self) {
+        if let Some(body) = self.take_body() {
+            drain_body(body).await;
+        }
+    }
+
     /// The call's one request message: the body of a unary call, the single envelope of a
     /// server-streaming one. The body can be read once.
     pub(crate) async fn message<T: Message>(&mut self) -> Result<T, ConnectError> {
@@ -636,6 +647,24 @@ fn inflate(compressed: &[u8]) -> Result<Bytes, ConnectError> {
         return Err(too_large(inflated.len()));
     }
     Ok(Bytes::from(inflated))
+}
+
+/// Reads and drops a request body answered without being read, at most 1 MiB and for at
+/// most a second: enough for any request a refused client sends (a Start, a small
+/// upload), and no way to hold a server task on a large or stalled one.
+pub(crate) async fn drain_body(body: Body) {
+    const LIMIT: usize = 1024 * 1024;
+    let drain = async {
+        let mut chunks = body.into_data_stream();
+        let mut seen = 0usize;
+        while let Some(Ok(chunk)) = chunks.next().await {
+            seen = seen.saturating_add(chunk.len());
+            if seen > LIMIT {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// A body read whole, refused once it passes `limit` bytes.

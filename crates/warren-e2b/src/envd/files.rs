@@ -194,7 +194,15 @@ async fn serve_upload(
 ) -> Result<Response, ApiFailure> {
     let Query(query) = query.map_err(|error| ApiFailure::bad_request(error.body_text()))?;
     let (parts, body) = request.into_parts();
-    let sandbox = authorize(shared, &parts.headers, &query, Operation::Write).await?;
+    let sandbox = match authorize(shared, &parts.headers, &query, Operation::Write).await {
+        Ok(sandbox) => sandbox,
+        Err(failure) => {
+            // The connection stays usable for the client's next request (see
+            // `connect::drain_body`).
+            super::connect::drain_body(body).await;
+            return Err(failure);
+        }
+    };
     let header = |name| {
         parts
             .headers

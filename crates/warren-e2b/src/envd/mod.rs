@@ -90,13 +90,16 @@ where
     F: FnOnce(EnvdContext, connect::Call) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
-    let call = match connect::Call::from_request(request) {
+    let mut call = match connect::Call::from_request(request) {
         Ok(call) => call,
         Err(response) => return response,
     };
     match resolve(&shared, call.headers()).await {
         Ok(ctx) => service(ctx, call).await,
-        Err(error) => call.error(error),
+        Err(error) => {
+            call.drain().await;
+            call.error(error)
+        }
     }
 }
 
