@@ -427,7 +427,8 @@ fn file_error(path: &str, error: &FsError) -> ApiError {
         | F::SetAttributes { .. }
         | F::Rename { .. }
         | F::Remove { .. }
-        | F::List { .. } => return ApiError::internal("a file operation failed", error),
+        | F::List { .. }
+        | F::Io { .. } => return ApiError::internal("a file operation failed", error),
     };
     ApiError::new(
         status,

@@ -331,6 +331,21 @@ pub enum FsError {
         /// What the kernel said.
         errno: io::Error,
     },
+    /// A system call of the ownership migration ([`crate::migrate_subtree_once`],
+    /// [`crate::give_tree`]) failed. Kept apart from the variants above, which read an
+    /// `errno` as a refusal of a path a client asked for: here every failure is the walk's
+    /// own, and which call failed (a `chmod` refused for want of `CAP_FOWNER`, say) is what
+    /// the operator needs to know.
+    #[error("`{path}`: cannot {op}: {errno}")]
+    Io {
+        /// The system call, as a verb: `open`, `stat`, `list`, `chown`, `chmod`, `create`,
+        /// `write`, `sync`.
+        op: &'static str,
+        /// The entry, relative to the walked tree (`.` for its root).
+        path: String,
+        /// What the kernel said.
+        errno: io::Error,
+    },
 }
 
 /// Which operation an unexpected `errno` belongs to, so it lands in the matching variant.

@@ -20,6 +20,10 @@
 //!
 //! Error messages never contain a host path (I1): callers may show them to agents.
 //!
+//! [`ownership`] holds the one-time migration of a uid's subtree to the sandbox user (I11:
+//! owner 1000:1000, no world-writable or setuid/setgid modes), walked by descriptor with the
+//! same rules (I2); the Kubernetes init step and the storage migrator both run it.
+//!
 //! Hardlinks are out of scope for path resolution: a hardlink inside the workspace to a file
 //! outside it is the same inode, and no resolver can tell. Keeping such links out is the job
 //! of whoever can create them (the sandbox must not share a filesystem with secrets it can
@@ -28,6 +32,7 @@
 mod dir;
 mod error;
 mod etag;
+pub mod ownership;
 mod path;
 mod remove;
 mod resolve;
@@ -41,6 +46,9 @@ mod write;
 pub use dir::{child_dirs, open_child_dir};
 pub use error::{FsError, InvalidPathReason};
 pub use etag::Etag;
+pub use ownership::{
+    give_tree, migrate_subtree_once, OwnershipReport, OWNERSHIP_MARKER, SANDBOX_ID,
+};
 pub use path::{MAX_COMPONENT_LEN, MAX_PATH_LEN};
 pub use resolve::Resolver;
 pub use root::{Owner, WorkspaceRoot};

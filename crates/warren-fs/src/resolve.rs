@@ -78,6 +78,7 @@ pub(crate) struct Meta {
     pub(crate) gid: u32,
     pub(crate) size: u64,
     pub(crate) modified_unix_ms: i64,
+    pub(crate) modified_unix_ns: i64,
     pub(crate) inode: u64,
     pub(crate) links: u64,
     pub(crate) changed_unix_ns: i64,
@@ -99,6 +100,7 @@ impl Meta {
             gid: st.st_gid as u32,
             size,
             modified_unix_ms: secs.saturating_mul(1000).saturating_add(nanos / 1_000_000),
+            modified_unix_ns: secs.saturating_mul(1_000_000_000).saturating_add(nanos),
             inode: st.st_ino as u64,
             links: st.st_nlink as u64,
             changed_unix_ns: i64::try_from(st.st_ctime)

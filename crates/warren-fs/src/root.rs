@@ -424,6 +424,7 @@ pub(crate) fn entry_from_meta(
         size: meta.size,
         mode: meta.mode,
         modified_unix_ms: meta.modified_unix_ms,
+        modified_unix_ns: meta.modified_unix_ns,
         uid: meta.uid,
         gid: meta.gid,
         symlink_target: os_symlink_target

@@ -125,6 +125,21 @@ impl WorkspaceRoot {
         mode: Option<u32>,
         modified_unix_ms: i64,
     ) -> Result<(), FsError> {
+        let modified_unix_ns = modified_unix_ms
+            .div_euclid(1000)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(modified_unix_ms.rem_euclid(1000) * 1_000_000);
+        self.set_attributes_ns(rel, mode, modified_unix_ns)
+    }
+
+    /// [`WorkspaceRoot::set_attributes`] with the modification time to the nanosecond
+    /// (nanoseconds since the epoch, negative before 1970), as `cp -a` keeps it.
+    pub fn set_attributes_ns(
+        &self,
+        rel: &(impl AsRef<OsStr> + ?Sized),
+        mode: Option<u32>,
+        modified_unix_ns: i64,
+    ) -> Result<(), FsError> {
         self.ensure_writable(rel)?;
         let path = RelPath::parse(rel)?;
         let (parent, leaf) = self.parent_of(&path)?;
@@ -145,8 +160,8 @@ impl WorkspaceRoot {
             }
         }
         let modified = Timespec {
-            tv_sec: modified_unix_ms.div_euclid(1000),
-            tv_nsec: modified_unix_ms.rem_euclid(1000) * 1_000_000,
+            tv_sec: modified_unix_ns.div_euclid(1_000_000_000),
+            tv_nsec: modified_unix_ns.rem_euclid(1_000_000_000),
         };
         let times = Timestamps {
             last_access: Timespec {
@@ -247,7 +262,7 @@ impl WorkspaceRoot {
                 crate::Kind::Dir => {
                     self.mkdir_p(&dest)?;
                     stats.dirs += 1;
-                    attributes.push((dest, Some(entry.mode), entry.modified_unix_ms));
+                    attributes.push((dest, Some(entry.mode), entry.modified_unix_ns));
                 }
                 crate::Kind::Symlink => {
                     self.create_symlink(
@@ -255,7 +270,7 @@ impl WorkspaceRoot {
                         entry.os_symlink_target.as_deref().unwrap_or_default(),
                     )?;
                     stats.symlinks += 1;
-                    attributes.push((dest, None, entry.modified_unix_ms));
+                    attributes.push((dest, None, entry.modified_unix_ns));
                 }
                 crate::Kind::File => {
                     let mut input = source.open_file(&entry.os_path)?;
@@ -269,15 +284,63 @@ impl WorkspaceRoot {
                     })?;
                     stats.files += 1;
                     stats.bytes += copied;
-                    attributes.push((dest, Some(entry.mode & 0o777), entry.modified_unix_ms));
+                    attributes.push((dest, Some(entry.mode & 0o777), entry.modified_unix_ns));
                 }
                 crate::Kind::Other => stats.skipped += 1,
             }
         }
         // Children before parents, so a read-only directory is sealed last.
         for (path, mode, modified) in attributes.into_iter().rev() {
-            self.set_attributes(&path, mode, modified)?;
+            self.set_attributes_ns(&path, mode, modified)?;
         }
         Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{symlink, MetadataExt};
+
+    use crate::{Resolver, WorkspaceRoot};
+
+    #[test]
+    fn a_nanosecond_modification_time_is_set_and_read_back_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        symlink("file", dir.path().join("link")).unwrap();
+        for resolver in Resolver::ALL {
+            let root = WorkspaceRoot::open_with(dir.path(), resolver).unwrap();
+            // After 1970, and before it (a negative time whose nanoseconds still count up).
+            for (ns, secs, nanos) in [
+                (1_700_000_000_123_456_789, 1_700_000_000, 123_456_789),
+                (-1_500_000_001, -2, 499_999_999),
+            ] {
+                root.set_attributes_ns("file", Some(0o640), ns).unwrap();
+                root.set_attributes_ns("link", None, ns).unwrap();
+                // `stat` refuses a link; a listing shows it as itself.
+                let listing = root.list("", 1, 10).unwrap();
+                let listed = |name: &str| {
+                    let entry = listing.entries.iter().find(|e| e.path == name);
+                    entry.unwrap().clone()
+                };
+                assert_eq!(root.stat("file").unwrap(), listed("file"));
+                for name in ["file", "link"] {
+                    let entry = listed(name);
+                    assert_eq!(entry.modified_unix_ns, ns, "{name} {resolver:?}");
+                    assert_eq!(
+                        entry.modified_unix_ms,
+                        ns.div_euclid(1_000_000),
+                        "{name} {resolver:?}"
+                    );
+                    let host = std::fs::symlink_metadata(dir.path().join(name)).unwrap();
+                    assert_eq!((host.mtime(), host.mtime_nsec()), (secs, nanos), "{name}");
+                }
+                assert_eq!(listed("file").mode, 0o640);
+                assert_eq!(listed("link").symlink_target.as_deref(), Some("file"));
+            }
+            // Milliseconds are the same time with no nanoseconds beyond them.
+            root.set_attributes("file", None, -1_001).unwrap();
+            assert_eq!(root.stat("file").unwrap().modified_unix_ns, -1_001_000_000);
+        }
     }
 }

@@ -45,6 +45,9 @@ pub struct Entry {
     pub mode: u32,
     /// Last modification time, in milliseconds since the Unix epoch.
     pub modified_unix_ms: i64,
+    /// The same time to the nanosecond (saturating), as `cp -a` keeps it: what a copy
+    /// that must be exact sets with [`crate::WorkspaceRoot::set_attributes_ns`].
+    pub modified_unix_ns: i64,
     /// Owning user id.
     pub uid: u32,
     /// Owning group id.

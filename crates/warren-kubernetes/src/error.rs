@@ -3,6 +3,7 @@
 //! pod's root init step refused.
 
 use rustix::io::Errno;
+use warren_fs::FsError;
 
 /// Everything this crate refuses, each with a sentence a person can act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -140,6 +141,31 @@ pub enum Error {
         /// The depth limit.
         limit: usize,
     },
+    /// Any other refusal of warren-fs's ownership migration, as its message (the walk
+    /// answers [`FsError::Io`] and [`FsError::TooDeep`], which map to [`Error::Io`] and
+    /// [`Error::TooDeep`]; this keeps the mapping total).
+    #[error("ownership migration: {0}")]
+    Ownership(String),
+}
+
+/// The ownership migration's errors ([`warren_fs::migrate_subtree_once`]) as this crate's,
+/// with the same messages the init step gave when the walk lived here. `FsError` carries
+/// `std::io::Error`, which is neither `Clone` nor `Eq`, so it is mapped rather than wrapped.
+impl From<FsError> for Error {
+    fn from(error: FsError) -> Self {
+        match error {
+            FsError::Io { op, path, errno } => Self::Io {
+                op,
+                path,
+                errno: Errno::from_io_error(&errno).unwrap_or(Errno::IO),
+            },
+            FsError::TooDeep { path, limit } => Self::TooDeep {
+                path,
+                limit: limit as usize,
+            },
+            other => Self::Ownership(other.to_string()),
+        }
+    }
 }
 
 impl Error {

@@ -3,14 +3,16 @@
 //!
 //! [`read_pod`] refuses anything warren would not have made: another instance's, missing or
 //! unparsable metadata, privileges (host namespaces, a service account token, a privileged
-//! or root sandbox container, capabilities added, a writable root, an `fsGroup`), volumes
-//! other than the two claims and exactly its layout's `emptyDir`s (a `hostPath` above all),
-//! and every mount view other than exactly its layout's own and persistent mounts for its
-//! uid and workdir (legacy layouts: `/home/gem/projects`, nested user-data mounts, writable
-//! skills). The E2B layout's pod (I7) is its own shape: no home `emptyDir`, the workdir's
-//! subPath at `/home/user`, and warren's `/etc/passwd` and `/etc/group` as read-only
-//! subPaths of the `accounts` `emptyDir`, which the prepare container alone writes; a pod
-//! of another layout with any of that, or an E2B pod without it, is refused.
+//! or root sandbox container, capabilities added: by the prepare container, any outside
+//! [`PREPARE_CAPABILITIES`], a subset being accepted; a writable root, an `fsGroup`),
+//! volumes other than the two claims and exactly its layout's `emptyDir`s (a `hostPath`
+//! above all), and every mount view other than exactly its layout's own and persistent
+//! mounts for its uid and workdir (legacy layouts: `/home/gem/projects`, nested user-data
+//! mounts, writable skills). The E2B layout's pod (I7) is its own shape: no home
+//! `emptyDir`, the workdir's subPath at `/home/user`, and warren's `/etc/passwd` and
+//! `/etc/group` as read-only subPaths of the `accounts` `emptyDir`, which the prepare
+//! container alone writes; a pod of another layout with any of that, or an E2B pod without
+//! it, is refused.
 //! [`decide`] then adopts only a pod equal to what the sandbox's record asks for
 //! (uid, runtime scope, workdir, network, the mounts with their subPaths and modes, the
 //! generation, the layout, the image, the claims) and removes the rest with the reason;
@@ -543,6 +545,10 @@ fn check_container_privileges(spec: &PodSpec, container: &Container) -> Result<(
         return refuse("capabilities not dropped");
     }
     let added = capabilities.add.unwrap_or_default();
+    // The prepare container may add [`PREPARE_CAPABILITIES`] or any subset of them (a pod of
+    // an earlier warren added `CHOWN` and `DAC_OVERRIDE` only: less than today's, so kept
+    // rather than re-created on upgrade); anything outside that set is refused. Every other
+    // container adds none.
     let allowed: &[&str] = if name == CONTAINER_PREPARE {
         &PREPARE_CAPABILITIES
     } else {
@@ -828,6 +834,72 @@ mod tests {
     }
 
     #[test]
+    fn the_prepare_container_is_adopted_with_its_capabilities_or_fewer_and_never_more() {
+        let plan = plan();
+        let with_prepare_capabilities = |add: Value| {
+            let mut value = pod_value(&plan);
+            assert_eq!(
+                value["spec"]["initContainers"][0]["name"],
+                CONTAINER_PREPARE
+            );
+            value["spec"]["initContainers"][0]["securityContext"]["capabilities"]["add"] = add;
+            value
+        };
+        // What this version builds.
+        assert_eq!(
+            pod_value(&plan)["spec"]["initContainers"][0]["securityContext"]["capabilities"],
+            json!({"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]})
+        );
+        // Adopted: today's set in any order, and a subset of it, as the previous version
+        // built (CHOWN and DAC_OVERRIDE only): re-creating every pod on upgrade for having
+        // less would gain nothing.
+        for add in [
+            json!(["CHOWN", "DAC_OVERRIDE", "FOWNER"]),
+            json!(["FOWNER", "CHOWN", "DAC_OVERRIDE"]),
+            json!(["CHOWN", "DAC_OVERRIDE"]),
+            json!(["CHOWN"]),
+            json!([]),
+        ] {
+            let value = with_prepare_capabilities(add.clone());
+            assert_eq!(
+                read(value.clone()),
+                Ok(PodIdentity::of_plan(&plan)),
+                "{add}"
+            );
+            assert!(
+                matches!(decide_on(value, &plan), Decision::Adopt { .. }),
+                "{add}"
+            );
+        }
+        // Refused and removed: anything outside the set, alone or beside it.
+        for (add, extra) in [
+            (
+                json!(["CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_ADMIN"]),
+                "SYS_ADMIN",
+            ),
+            (json!(["CHOWN", "DAC_OVERRIDE", "SYS_ADMIN"]), "SYS_ADMIN"),
+            (json!(["SETUID"]), "SETUID"),
+            (
+                json!(["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]),
+                "FSETID",
+            ),
+            (json!(["CAP_FOWNER"]), "CAP_FOWNER"),
+        ] {
+            let expected =
+                Error::Privileges(format!("container prepare: capability {extra} added"));
+            let value = with_prepare_capabilities(add.clone());
+            assert_eq!(read(value.clone()).err(), Some(expected.clone()), "{add}");
+            assert_eq!(
+                decide_on(value, &plan),
+                Decision::Remove {
+                    reason: expected.to_string()
+                },
+                "{add}"
+            );
+        }
+    }
+
+    #[test]
     fn a_pod_of_another_binding_is_removed_naming_the_difference() {
         let built = plan();
         type Change = Box<dyn Fn(&mut PodPlan)>;
@@ -979,12 +1051,36 @@ mod tests {
                 Error::Privileges("container sandbox: capability SYS_ADMIN added".into()),
             ),
             (
-                "the prepare container with more than CHOWN and DAC_OVERRIDE",
+                "the prepare container with more than CHOWN, DAC_OVERRIDE and FOWNER",
+                Box::new(|p| {
+                    p["spec"]["initContainers"][0]["securityContext"]["capabilities"]["add"] =
+                        json!(["CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_ADMIN"])
+                }),
+                Error::Privileges("container prepare: capability SYS_ADMIN added".into()),
+            ),
+            (
+                "the prepare container with a subset and something else",
                 Box::new(|p| {
                     p["spec"]["initContainers"][0]["securityContext"]["capabilities"]["add"] =
                         json!(["CHOWN", "SYS_ADMIN"])
                 }),
                 Error::Privileges("container prepare: capability SYS_ADMIN added".into()),
+            ),
+            (
+                "the prepare container keeping set-id bits a chmod would lose",
+                Box::new(|p| {
+                    p["spec"]["initContainers"][0]["securityContext"]["capabilities"]["add"] =
+                        json!(["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"])
+                }),
+                Error::Privileges("container prepare: capability FSETID added".into()),
+            ),
+            (
+                "the prepare container's capabilities on the agent-bundle container",
+                Box::new(|p| {
+                    p["spec"]["initContainers"][1]["securityContext"]["capabilities"]["add"] =
+                        json!(["FOWNER"])
+                }),
+                Error::Privileges("container agent-bundle: capability FOWNER added".into()),
             ),
             (
                 "privilege escalation",

@@ -4,9 +4,11 @@
 //! The Pod is what a Docker container is on the Docker backend (I16, I18):
 //!
 //! ```text
-//! init  prepare       warren's image, root with CHOWN + DAC_OVERRIDE only: the uid's subtree
-//!                     of USER_DATA (shared/<safe_uid>) at /warren/user-data; the one-time
-//!                     1000:1000 migration, workspace/ made, the workdir verified (crate::prepare);
+//! init  prepare       warren's image, root with CHOWN + DAC_OVERRIDE + FOWNER only: the uid's
+//!                     subtree of USER_DATA (shared/<safe_uid>) at /warren/user-data; the
+//!                     one-time 1000:1000 migration (which also strips world-write and
+//!                     setuid/setgid bits), workspace/ made, the workdir verified
+//!                     (crate::prepare);
 //!                     E2B: also the `accounts` emptyDir at /warren/accounts, written into
 //! init  agent-bundle  warren's image, 1000:1000: copies the agent into the `agent` emptyDir
 //! main  sandbox       the user's image, 1000:1000, read-only root, no capabilities, the agent
@@ -687,9 +689,17 @@ pub(crate) fn unprivileged() -> SecurityContext {
     }
 }
 
-/// The capabilities the prepare container keeps: `chown` itself, and reading and writing
-/// directories the sandbox user owns with mode 0700.
-pub const PREPARE_CAPABILITIES: [&str; 2] = ["CHOWN", "DAC_OVERRIDE"];
+/// The capabilities the sandbox pod's prepare container keeps: `CHOWN` to give the uid's
+/// subtree to the sandbox user, `DAC_OVERRIDE` to read and write directories the sandbox
+/// user owns with mode 0700, and `FOWNER` to take world-write and setuid/setgid bits off
+/// entries the migration has just given to the sandbox user (`chmod` of a file root does
+/// not own; warren-fs's `ownership` walk, [`mod@crate::prepare`]). Nothing else: no
+/// `FSETID`, no `SETUID`/`SETGID`, no `SYS_ADMIN`. [`crate::identity`] refuses a prepare
+/// container adding anything outside this set, and accepts a subset of it (a pod built by
+/// an earlier warren, with `CHOWN` and `DAC_OVERRIDE` only). warren's own pod's
+/// `claim-roots` step ([`crate::deploy`]) only chowns the claims' roots and keeps `CHOWN`
+/// alone.
+pub const PREPARE_CAPABILITIES: [&str; 3] = ["CHOWN", "DAC_OVERRIDE", "FOWNER"];
 
 fn prepare_security() -> SecurityContext {
     SecurityContext {

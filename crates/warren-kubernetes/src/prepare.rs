@@ -7,12 +7,17 @@
 //! 1. makes `workspace/` (the UserWorkspace, the sandbox container's subPath root) if it is
 //!    missing, owned by the sandbox user;
 //! 2. once per uid (a marker file in the subtree, outside `workspace/`, so no sandbox can
-//!    forge or remove it), gives every entry of the subtree to 1000:1000 (I11): walked by
+//!    forge or remove it), gives every entry of the subtree to 1000:1000 (I11) and takes
+//!    world-write and setuid/setgid bits off its directories and regular files: walked by
 //!    directory descriptor, each name opened with `O_NOFOLLOW` beneath its parent's
-//!    descriptor, a symlink changed as itself (never its target), nothing on another
+//!    descriptor (I2), a symlink changed as itself (never its target), nothing on another
 //!    mount (device and mount id compared with the subtree's) entered or changed, and a
 //!    non-directory with other hard links left alone unless already the sandbox user's
-//!    (its other names may lie outside the subtree);
+//!    (its other names may lie outside the subtree). The walk lives in warren-fs's
+//!    `ownership` module ([`warren_fs::migrate_subtree_once`]), which the storage migrator
+//!    runs too, so both leave the same tree behind. Changing an entry's mode once it is
+//!    the sandbox user's needs `CAP_FOWNER`, which is why the pod's prepare container keeps
+//!    `FOWNER` beside `CHOWN` and `DAC_OVERRIDE` ([`crate::manifests::PREPARE_CAPABILITIES`]);
 //! 3. checks that the workdir exists (textually by [`Workdir`]'s rules, then opened one
 //!    component at a time with `O_NOFOLLOW`), and any other directory of the UserWorkspace
 //!    a mount shows. It never creates them, nor `uploads/` or `outputs/`: a workdir that is
@@ -35,31 +40,25 @@
 //! affected: its subPaths' components (`shared/<uid>/workspace`) are not writable by any
 //! sandbox.
 
-use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use rustix::fs::{
-    chownat, fchmod, fchown, fstat, mkdirat, openat, renameat, statat, statx, AtFlags, Dir,
-    FileType, Gid, Mode, OFlags, StatxFlags, Uid, CWD,
+    chownat, fchmod, fchown, fstat, mkdirat, openat, renameat, statat, statx, AtFlags, FileType,
+    Gid, Mode, OFlags, StatxFlags, Uid, CWD,
 };
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use warren_core::{LayoutName, Workdir};
+use warren_fs::{migrate_subtree_once, SANDBOX_ID};
 
 use crate::names::WORKSPACE_DIR;
 use crate::Error;
 
 /// The marker saying the subtree's ownership was migrated (kept in the uid's subtree,
-/// beside `workspace/`).
-pub const MARKER: &str = ".warren-owner-1000";
-/// How deep the migration walks before refusing: warren-fs's walks stop at the same depth
-/// (one descriptor is held per level, well under a container's open-file limit).
-pub const MAX_DEPTH: usize = 256;
-
-/// The sandbox user and group (I11).
-const SANDBOX_UID: u32 = 1000;
+/// beside `workspace/`): warren-fs's [`warren_fs::OWNERSHIP_MARKER`], under the name this
+/// module has always given it.
+pub use warren_fs::OWNERSHIP_MARKER as MARKER;
 
 /// What the root init step is asked to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,7 +101,8 @@ pub struct AccountsTask {
 pub struct PrepareReport {
     /// The walk ran (no marker was there).
     pub migrated: bool,
-    /// Entries whose owner changed.
+    /// Entries whose owner or mode the walk changed (each counted once); for
+    /// [`PrepareConfig::ClaimRoots`], roots whose owner changed.
     pub changed: u64,
     /// Entries left alone, relative to the subtree, and why.
     pub skipped: Vec<String>,
@@ -165,12 +165,14 @@ fn open_root(path: &std::path::Path) -> Result<OwnedFd, Error> {
 }
 
 fn sandbox_ids() -> (Uid, Gid) {
-    (Uid::from_raw(SANDBOX_UID), Gid::from_raw(SANDBOX_UID))
+    (Uid::from_raw(SANDBOX_ID), Gid::from_raw(SANDBOX_ID))
 }
 
 /// Where an open file lies: its device, and its mount when the kernel says (5.8+). Two
 /// entries in different places are on different mounts (a bind mount of the same
-/// filesystem has the same device but another mount id).
+/// filesystem has the same device but another mount id). The ownership walk compares the
+/// same two numbers in warren-fs; here they keep `workspace/` and the workdir checks on the
+/// subtree's own mount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Place {
     dev: u64,
@@ -209,17 +211,12 @@ fn prepare_sandbox(
 
     let workspace = ensure_workspace(root_fd.as_fd(), home, &mut report)?;
 
-    let migrated = match statat(&root_fd, MARKER, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => FileType::from_raw_mode(st.st_mode) == FileType::RegularFile,
-        Err(Errno::NOENT) => false,
-        Err(errno) => return Err(Error::io("stat", MARKER)(errno)),
-    };
-    if !migrated {
-        report.migrated = true;
-        give(root_fd.as_fd(), ".", &mut report)?;
-        walk(root_fd.as_fd(), "", home, 0, &mut report)?;
-        write_marker(root_fd.as_fd())?;
-    }
+    // The one routine the storage migrator runs too (warren-fs's `ownership`): owners to
+    // 1000:1000 (I11) and no world-writable or setuid/setgid modes, once per subtree.
+    let ownership = migrate_subtree_once(root_fd.as_fd())?;
+    report.migrated = ownership.migrated;
+    report.changed = ownership.changed;
+    report.skipped = ownership.skipped;
 
     for dir in std::iter::once(workdir.as_str()).chain(also_require.iter().map(String::as_str)) {
         require_dir(workspace.as_fd(), home, dir)?;
@@ -270,127 +267,12 @@ fn not_a_dir_or(errno: Errno, path: &str, op: &'static str) -> Error {
     }
 }
 
-/// Gives an open file to the sandbox user, unless it is already.
-fn give(fd: BorrowedFd<'_>, path: &str, report: &mut PrepareReport) -> Result<(), Error> {
-    let st = fstat(fd).map_err(Error::io("stat", path))?;
-    if st.st_uid == SANDBOX_UID && st.st_gid == SANDBOX_UID {
-        return Ok(());
-    }
-    let (uid, gid) = sandbox_ids();
-    // By descriptor: `fd` is the file that was opened without following anything, so this
-    // changes exactly it (for an `O_PATH` descriptor of a symlink, the link itself).
-    chownat(fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH).map_err(Error::io("chown", path))?;
-    report.changed += 1;
-    Ok(())
-}
-
 fn join(parent: &str, name: &str) -> String {
     if parent.is_empty() {
         name.to_owned()
     } else {
         format!("{parent}/{name}")
     }
-}
-
-/// Gives everything beneath the directory `dir` (at `path` in the subtree) to the sandbox
-/// user, depth first.
-fn walk(
-    dir: BorrowedFd<'_>,
-    path: &str,
-    home: Place,
-    depth: usize,
-    report: &mut PrepareReport,
-) -> Result<(), Error> {
-    if depth >= MAX_DEPTH {
-        return Err(Error::TooDeep {
-            path: path.to_owned(),
-            limit: MAX_DEPTH,
-        });
-    }
-    let mut names: Vec<OsString> = Vec::new();
-    // A descriptor of its own for the listing, so `dir` stays usable for the `*at` calls.
-    let listing = openat(dir, ".", dir_flags(), Mode::empty()).map_err(Error::io("open", path))?;
-    for entry in Dir::new(listing).map_err(Error::io("list", path))? {
-        let entry = entry.map_err(Error::io("list", path))?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(OsStr::from_bytes(name).to_owned());
-        }
-    }
-    names.sort_unstable();
-    for name in names {
-        let child = join(path, &name.to_string_lossy());
-        match openat(dir, &name, dir_flags(), Mode::empty()) {
-            Ok(sub) => {
-                if place(sub.as_fd(), &child)? != home {
-                    report.skipped.push(format!("{child}: a mount point"));
-                    continue;
-                }
-                give(sub.as_fd(), &child, report)?;
-                walk(sub.as_fd(), &child, home, depth + 1, report)?;
-            }
-            // Not a directory (or a symlink, which is never followed): the entry itself.
-            Err(Errno::LOOP | Errno::NOTDIR) => leaf(dir, &name, &child, home, report)?,
-            Err(Errno::NOENT) => {} // removed meanwhile
-            Err(errno) => return Err(Error::io("open", child)(errno)),
-        }
-    }
-    Ok(())
-}
-
-/// A non-directory entry: opened as itself (`O_PATH | O_NOFOLLOW`: a symlink is the link,
-/// a FIFO is not opened for I/O), checked, and changed by that descriptor.
-fn leaf(
-    dir: BorrowedFd<'_>,
-    name: &OsStr,
-    path: &str,
-    home: Place,
-    report: &mut PrepareReport,
-) -> Result<(), Error> {
-    let fd = match openat(
-        dir,
-        name,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(errno) => return Err(Error::io("open", path)(errno)),
-    };
-    let st = fstat(&fd).map_err(Error::io("stat", path))?;
-    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-        // Swapped for a directory since it was listed: the next run's business.
-        report.skipped.push(format!("{path}: changed while walked"));
-        return Ok(());
-    }
-    if place(fd.as_fd(), path)? != home {
-        report.skipped.push(format!("{path}: a mount point"));
-        return Ok(());
-    }
-    let ours = st.st_uid == SANDBOX_UID && st.st_gid == SANDBOX_UID;
-    if !ours && st.st_nlink > 1 {
-        report.skipped.push(format!(
-            "{path}: has other hard links, which may lie outside"
-        ));
-        return Ok(());
-    }
-    give(fd.as_fd(), path, report)
-}
-
-fn write_marker(root: BorrowedFd<'_>) -> Result<(), Error> {
-    let fd = match openat(
-        root,
-        MARKER,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::EXIST) => return Ok(()), // a sibling pod of the uid finished first
-        Err(errno) => return Err(Error::io("create", MARKER)(errno)),
-    };
-    rustix::io::write(&fd, b"warren: ownership migrated to 1000:1000\n")
-        .map_err(Error::io("write", MARKER))?;
-    rustix::fs::fsync(&fd).map_err(Error::io("sync", MARKER))
 }
 
 /// Opens `dir` beneath the workspace one component at a time, never following a link nor
@@ -482,7 +364,16 @@ fn claim_roots(roots: &[PathBuf]) -> Result<PrepareReport, Error> {
             Mode::empty(),
         )
         .map_err(|errno| not_a_dir_or(errno, &shown, "open"))?;
-        give(fd.as_fd(), &shown, &mut report)?;
+        let st = fstat(&fd).map_err(Error::io("stat", &shown))?;
+        if st.st_uid == SANDBOX_ID && st.st_gid == SANDBOX_ID {
+            continue;
+        }
+        let (uid, gid) = sandbox_ids();
+        // By descriptor: `fd` is the directory opened without following anything (I2). Its
+        // mode is left alone: this container has `CHOWN` and nothing else.
+        chownat(&fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)
+            .map_err(Error::io("chown", &shown))?;
+        report.changed += 1;
     }
     Ok(report)
 }

@@ -522,6 +522,7 @@ pub fn is_internal_file_error(error: &FsError) -> bool {
             | FsError::Rename { .. }
             | FsError::Remove { .. }
             | FsError::List { .. }
+            | FsError::Io { .. }
     )
 }
 

@@ -272,6 +272,11 @@ impl Provisioner {
             .collect()
     }
 
+    /// Where things live in the data and workspace directories.
+    pub fn layout(&self) -> &DataLayout {
+        &self.layout
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &ProvisionerConfig {
         &self.config

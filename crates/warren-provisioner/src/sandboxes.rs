@@ -83,6 +83,47 @@ pub enum Created {
 }
 
 impl Provisioner {
+    /// Makes (or confirms) the UserWorkspace of `uid` and its skill projection directory,
+    /// and answers the UserWorkspace's host path. With quotas it is the root of the uid's
+    /// own filesystem, mounted here when it is not yet (I23). What the storage migrator
+    /// fills, so migrated files land exactly where sandboxes will see them.
+    pub async fn prepare_user_workspace(&self, uid: &Uid) -> Result<PathBuf, ProvisionerError> {
+        // The shared workspace directory (the data directory on one machine).
+        let data_dir = self.layout.workspace_dir().to_owned();
+        let safe = uid.safe();
+        let volume = self.volume_job(uid);
+        self.blocking(move || -> Result<PathBuf, ProvisionerError> {
+            let workspace_relative = DataLayout::user_workspace_relative(&safe);
+            // The workspace directory's own tree is the provisioner's (root-owned when run
+            // as root); only the UserWorkspace and what is inside it belong to 1000:1000
+            // (I11).
+            let data = WorkspaceRoot::open(&data_dir)
+                .map_err(|source| file_error("the data directory", source))?
+                .with_owner(None);
+            let (parent, _) = workspace_relative
+                .rsplit_once('/')
+                .expect("the workspace path has a parent component");
+            for dir in [parent, &DataLayout::skill_projection_relative(&safe)] {
+                data.mkdir_p(dir)
+                    .map_err(|source| file_error("the data directory", source))?;
+            }
+            match volume {
+                // With quotas the workspace is the root of the uid's own filesystem (I23).
+                Some(volume) => volume.run()?,
+                None => {
+                    let owner_dir = WorkspaceRoot::open(&data_dir.join(parent))
+                        .map_err(|source| file_error("the user workspace", source))?;
+                    owner_dir
+                        .mkdir_p("workspace")
+                        .map_err(|source| file_error("the user workspace", source))?;
+                }
+            }
+            Ok(data_dir.join(&workspace_relative))
+        })
+        .await
+        .map_err(|error| self.quota_error(uid, error))
+    }
+
     /// Creates (or confirms) a workdir of `uid`, making the UserWorkspace and the skill
     /// projection directories on first use. Only the workdir itself is created: `uploads/`
     /// and `outputs/` appear on first use (I8).
@@ -95,39 +136,11 @@ impl Provisioner {
             Some(path) => Workdir::new(path)?,
             None => Workdir::new_project(),
         };
-        // The shared workspace directory (the data directory on one machine).
-        let data_dir = self.layout.workspace_dir().to_owned();
-        let safe = uid.safe();
+        let workspace = self.prepare_user_workspace(uid).await?;
         let relative = workdir.as_str().to_owned();
-        let volume = self.volume_job(uid);
         let created = self
             .blocking(move || -> Result<bool, ProvisionerError> {
-                let workspace_relative = DataLayout::user_workspace_relative(&safe);
-                // The workspace directory's own tree is the provisioner's (root-owned when run
-                // as root); only the UserWorkspace and what is inside it belong to 1000:1000
-                // (I11).
-                let data = WorkspaceRoot::open(&data_dir)
-                    .map_err(|source| file_error("the data directory", source))?
-                    .with_owner(None);
-                let (parent, _) = workspace_relative
-                    .rsplit_once('/')
-                    .expect("the workspace path has a parent component");
-                for dir in [parent, &DataLayout::skill_projection_relative(&safe)] {
-                    data.mkdir_p(dir)
-                        .map_err(|source| file_error("the data directory", source))?;
-                }
-                match volume {
-                    // With quotas the workspace is the root of the uid's own filesystem (I23).
-                    Some(volume) => volume.run()?,
-                    None => {
-                        let owner_dir = WorkspaceRoot::open(&data_dir.join(parent))
-                            .map_err(|source| file_error("the user workspace", source))?;
-                        owner_dir
-                            .mkdir_p("workspace")
-                            .map_err(|source| file_error("the user workspace", source))?;
-                    }
-                }
-                let workspace = WorkspaceRoot::open(&data_dir.join(&workspace_relative))
+                let workspace = WorkspaceRoot::open(&workspace)
                     .map_err(|source| file_error("the user workspace", source))?;
                 workspace
                     .mkdir_p(&relative)

@@ -112,6 +112,32 @@ pub enum StoreError {
         reason: &'static str,
     },
 
+    /// A migration with this id was planned from another plan: the source changed since it
+    /// was planned, so resuming the recorded migration would move what is no longer there.
+    #[error(
+        "migration {id:?} was planned with plan digest {planned}, but the plan now has digest \
+         {requested}: the source changed since it was planned; finish or abandon the planned \
+         migration before planning it again"
+    )]
+    MigrationConflict {
+        /// The migration's id.
+        id: String,
+        /// The digest of the plan recorded when it was begun.
+        planned: String,
+        /// The digest of the plan it was begun with now.
+        requested: String,
+    },
+
+    /// A migration or its items break the journal's rules (no id, a plan that is not JSON,
+    /// an item key twice); nothing was written.
+    #[error("invalid migration {id:?}: {reason}")]
+    MigrationInvalid {
+        /// The migration's id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+
     /// The alias already names another sandbox; an alias is never moved.
     #[error("{namespace} sandbox {alias:?} already names sandbox {bound}")]
     AliasConflict {

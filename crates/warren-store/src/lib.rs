@@ -9,6 +9,7 @@
 mod aliases;
 mod error;
 mod guard;
+pub mod migrations;
 mod model;
 mod nodes;
 mod owners;
@@ -20,6 +21,10 @@ mod sqlite;
 pub use aliases::SandboxAlias;
 pub use error::StoreError;
 pub use guard::{FenceCheck, FenceHold, Guard, GuardAcquire, ManualClock};
+pub use migrations::{
+    ItemState, ItemUpdate, MigrationItem, MigrationRecord, MigrationState, NewMigration,
+    NewMigrationItem,
+};
 pub use model::{
     NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, WorkdirRecord,
@@ -504,6 +509,48 @@ pub trait StateStore: Send + Sync + 'static {
         state: SandboxState,
         fence: &OwnerFence,
     ) -> Result<Option<SandboxRecord>, StoreError>;
+
+    /// Begins a migration (I36, see [`migrations`]): writes it and all its items, state
+    /// planned, in one transaction. If a migration with this id exists: the same
+    /// `plan_digest` → `Ok(existing record)`, unchanged, its items untouched (a rerun
+    /// resumes); another → [`StoreError::MigrationConflict`], nothing written: the source
+    /// changed since it was planned. A migration without an id or plan digest, whose plan is
+    /// not JSON or which names an item key twice is [`StoreError::MigrationInvalid`].
+    async fn begin_migration(
+        &self,
+        migration: &NewMigration,
+        items: &[NewMigrationItem],
+    ) -> Result<MigrationRecord, StoreError>;
+
+    /// A migration, if it was begun.
+    async fn get_migration(&self, id: &str) -> Result<Option<MigrationRecord>, StoreError>;
+
+    /// Every migration, oldest first (ties broken by id).
+    async fn list_migrations(&self) -> Result<Vec<MigrationRecord>, StoreError>;
+
+    /// The items of a migration, ordered by key; empty for a migration never begun.
+    async fn migration_items(&self, id: &str) -> Result<Vec<MigrationItem>, StoreError>;
+
+    /// Compare-and-set of one item's step: moves item `(id, key)` from `from` to `to` and
+    /// writes `update` (its workdir record included) in one transaction. `Ok(false)`, with
+    /// nothing written, when the item is not in state `from` or does not exist.
+    async fn advance_migration_item(
+        &self,
+        id: &str,
+        key: &str,
+        from: ItemState,
+        to: ItemState,
+        update: ItemUpdate<'_>,
+    ) -> Result<bool, StoreError>;
+
+    /// Compare-and-set of a migration's own state: `Ok(false)`, with nothing written, when
+    /// it is not in state `from` or does not exist.
+    async fn set_migration_state(
+        &self,
+        id: &str,
+        from: MigrationState,
+        to: MigrationState,
+    ) -> Result<bool, StoreError>;
 }
 
 #[cfg(test)]

@@ -262,7 +262,7 @@ pub struct ParseEnumError {
 }
 
 impl ParseEnumError {
-    fn new(kind: &'static str, value: &str) -> Self {
+    pub(crate) fn new(kind: &'static str, value: &str) -> Self {
         // Stored values are short; anything long is garbage and need not be echoed whole.
         let value = value.chars().take(64).collect();
         Self { kind, value }

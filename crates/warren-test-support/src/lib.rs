@@ -18,6 +18,7 @@ mod e2b;
 pub use e2b::{E2bServer, E2B_UIDS};
 mod postgres;
 pub use postgres::PostgresServer;
+pub mod deerflow_tree;
 pub mod kube;
 pub mod workload;
 

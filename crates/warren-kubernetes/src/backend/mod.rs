@@ -763,7 +763,7 @@ impl KubernetesBackend {
 /// The argument `warren` recognises to write the agent bundle into a directory (the
 /// pod's agent-bundle init container).
 pub const AGENT_BUNDLE_ARG: &str = "__agent-bundle";
-/// The argument `warren` recognises to run a pod's root init step ([`crate::prepare`]).
+/// The argument `warren` recognises to run a pod's root init step ([`mod@crate::prepare`]).
 pub const PREPARE_ARG: &str = "__k8s-prepare";
 /// How long a deleted pod may take to be gone.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -240,7 +240,8 @@ fn an_e2b_plan_without_its_home_mount_is_refused() {
 }
 
 #[test]
-fn the_root_init_container_sees_only_the_uids_subtree_and_keeps_only_chown_and_dac_override() {
+fn the_root_init_container_sees_only_the_uids_subtree_and_keeps_only_chown_dac_override_and_fowner()
+{
     let plan = ars();
     let (pod, _, _) = objects(&plan);
     let inits = pod["spec"]["initContainers"].as_array().unwrap();
@@ -259,7 +260,7 @@ fn the_root_init_container_sees_only_the_uids_subtree_and_keeps_only_chown_and_d
     assert_eq!(context["readOnlyRootFilesystem"], json!(true));
     assert_eq!(
         context["capabilities"],
-        json!({"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE"]})
+        json!({"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]})
     );
     let command: Vec<String> = serde_json::from_value(prepare["command"].clone()).unwrap();
     assert_eq!(command[..2], ["/usr/local/bin/warren", "__k8s-prepare"]);

@@ -5,9 +5,14 @@ use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use rustix::io::Errno;
+use rustix::thread::{capabilities, set_capabilities, CapabilitySet, CapabilitySets};
 use warren_core::LayoutName;
+use warren_kubernetes::manifests::PREPARE_CAPABILITIES;
 use warren_kubernetes::prepare::MARKER;
-use warren_kubernetes::{prepare, prepare_main, AccountsTask, Error, PrepareConfig};
+use warren_kubernetes::{prepare, prepare_main, AccountsTask, Error, PrepareConfig, PrepareReport};
+
+use super::support::ars;
 
 /// Owner of everything before the migration: some other uid, as a tree written by an
 /// earlier warren or by hand would have.
@@ -111,6 +116,148 @@ fn the_first_run_gives_the_uids_whole_subtree_to_the_sandbox_user() {
     assert!(claim.root().join(MARKER).is_file());
     // shared/ itself and the claim's root are not the uid's to take.
     assert_eq!(owner(&claim.claim.join("shared")), (LEGACY, LEGACY));
+}
+
+#[test]
+fn the_first_run_takes_world_write_and_set_id_bits_off_the_subtree() {
+    let claim = Claim::new();
+    let dir = claim.root().join("workspace/projects/a");
+    let file = dir.join("file");
+    // As a kubelet makes a missing subPath (the volume root's mode) and an older runtime left
+    // the rest: world-writable, set-id.
+    for (path, mode) in [(&claim.root(), 0o777), (&dir, 0o2777), (&file, 0o6777)] {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let report = prepare(&claim.config("projects/a")).unwrap();
+    assert!(report.migrated);
+    for (path, mode) in [(&claim.root(), 0o775), (&dir, 0o775), (&file, 0o775)] {
+        let meta = fs::symlink_metadata(path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+            (1000, 1000, mode),
+            "{path:?}"
+        );
+    }
+}
+
+/// The capabilities the sandbox pod's prepare container adds (after dropping ALL), read
+/// from the pod warren builds.
+fn pod_prepare_capabilities() -> Vec<String> {
+    let pod = serde_json::to_value(warren_kubernetes::build(&ars()).unwrap().pod).unwrap();
+    let prepare = &pod["spec"]["initContainers"][0];
+    assert_eq!(prepare["name"], "prepare");
+    let capabilities = &prepare["securityContext"]["capabilities"];
+    assert_eq!(capabilities["drop"], serde_json::json!(["ALL"]));
+    serde_json::from_value(capabilities["add"].clone()).unwrap()
+}
+
+/// Runs `config` as root holding exactly `names` (effective and permitted; nothing
+/// inheritable), as a container that drops ALL and adds them does. Capabilities belong to a
+/// thread, so the task runs on one of its own and the rest of the suite keeps root's.
+fn prepare_with_capabilities(
+    config: &PrepareConfig,
+    names: &[String],
+) -> Result<PrepareReport, Error> {
+    let set = names.iter().fold(CapabilitySet::empty(), |set, name| {
+        set | CapabilitySet::from_name(name).unwrap_or_else(|| panic!("no capability {name}"))
+    });
+    let config = config.clone();
+    std::thread::spawn(move || {
+        set_capabilities(
+            None,
+            CapabilitySets {
+                effective: set,
+                permitted: set,
+                inheritable: CapabilitySet::empty(),
+            },
+        )
+        .unwrap();
+        assert_eq!(capabilities(None).unwrap().effective, set);
+        prepare(&config)
+    })
+    .join()
+    .unwrap()
+}
+
+/// A subtree no marker covers yet, as an older runtime or a hand left it: a world-writable
+/// directory, a setgid directory, a setgid program and a world-writable file, all another
+/// uid's. Answers each with the mode the migration must leave.
+fn plant_loose_modes(claim: &Claim) -> Vec<(PathBuf, u32)> {
+    let a = claim.root().join("workspace/projects/a");
+    let entries = [
+        (a.join("scratch"), true, 0o777, 0o775),
+        (claim.root().join("workspace/team"), true, 0o2775, 0o775),
+        (a.join("tool"), false, 0o2755, 0o755),
+        (a.join("notes"), false, 0o666, 0o664),
+    ];
+    entries
+        .into_iter()
+        .map(|(path, dir, mode, after)| {
+            if dir {
+                fs::create_dir(&path).unwrap();
+            } else {
+                fs::write(&path, "#!/bin/sh\n").unwrap();
+            }
+            std::os::unix::fs::lchown(&path, Some(LEGACY), Some(LEGACY)).unwrap();
+            // After the chown, which may clear set-id bits.
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(mode_of(&path), mode, "{path:?}");
+            (path, after)
+        })
+        .collect()
+}
+
+fn mode_of(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+#[test]
+fn with_exactly_the_pods_capabilities_it_strips_loose_modes_from_another_uids_entries() {
+    let capabilities = pod_prepare_capabilities();
+    assert_eq!(capabilities, ["CHOWN", "DAC_OVERRIDE", "FOWNER"]);
+    assert_eq!(capabilities, PREPARE_CAPABILITIES);
+    let claim = Claim::new();
+    let planted = plant_loose_modes(&claim);
+    let report = prepare_with_capabilities(&claim.config("projects/a"), &capabilities).unwrap();
+    assert!(report.migrated);
+    for (path, mode) in &planted {
+        assert_eq!(owner(path), (1000, 1000), "{path:?}");
+        assert_eq!(mode_of(path), *mode, "{path:?}");
+    }
+    assert!(claim.root().join(MARKER).is_file());
+    assert!(owners(&claim.root())
+        .iter()
+        .all(|(path, owner)| path.ends_with(MARKER) || *owner == (1000, 1000)));
+}
+
+#[test]
+fn without_fowner_as_an_earlier_pod_had_it_fails_and_leaves_the_next_run_to_finish() {
+    let claim = Claim::new();
+    let planted = plant_loose_modes(&claim);
+    // The previous version's prepare container: chown, but no chmod of what is not root's.
+    let earlier = ["CHOWN".to_owned(), "DAC_OVERRIDE".to_owned()];
+    match prepare_with_capabilities(&claim.config("projects/a"), &earlier) {
+        Err(Error::Io {
+            op: "chmod",
+            path,
+            errno: Errno::PERM,
+        }) => assert_eq!(path, "workspace/projects/a/notes"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!claim.root().join(MARKER).exists(), "no marker on failure");
+    // The pod this version builds finishes the job on the same tree.
+    let report =
+        prepare_with_capabilities(&claim.config("projects/a"), &pod_prepare_capabilities())
+            .unwrap();
+    assert!(report.migrated);
+    for (path, mode) in &planted {
+        assert_eq!(
+            (owner(path), mode_of(path)),
+            ((1000, 1000), *mode),
+            "{path:?}"
+        );
+    }
+    assert!(claim.root().join(MARKER).is_file());
 }
 
 #[test]

@@ -17,6 +17,7 @@
 
 mod aliases;
 mod guard;
+mod migrations;
 mod nodes;
 mod owners;
 mod records;
@@ -42,11 +43,6 @@ use crate::{
 
 /// The schema, embedded at build time.
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
-
-/// How long a request waits for a pooled connection before the store reports itself
-/// unavailable: short, so a database that is down answers 503 quickly instead of holding
-/// every request.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The columns of a sandbox row.
 const SANDBOX_COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend, state, \
@@ -88,6 +84,11 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    /// How long a request waits for a pooled connection before the store reports itself
+    /// unavailable: short, so a database that is down answers 503 quickly instead of
+    /// holding every request. A shorter outage only delays the requests that meet it.
+    pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`),
     /// then brings its schema up to date.
     ///
@@ -99,7 +100,7 @@ impl PostgresStore {
         let connect = connect.application_name("warren");
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(1))
-            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .acquire_timeout(Self::ACQUIRE_TIMEOUT)
             // Every connection handed out has just answered: one broken while the server
             // restarted is dropped here instead of failing a request.
             .test_before_acquire(true)
@@ -1215,6 +1216,46 @@ impl StateStore for PostgresStore {
                 .await
                 .map(|()| None),
         }
+    }
+
+    async fn begin_migration(
+        &self,
+        migration: &crate::NewMigration,
+        items: &[crate::NewMigrationItem],
+    ) -> Result<crate::MigrationRecord, StoreError> {
+        migrations::begin(&self.pool, now_millis(), migration, items).await
+    }
+
+    async fn get_migration(&self, id: &str) -> Result<Option<crate::MigrationRecord>, StoreError> {
+        migrations::get(&self.pool, id).await
+    }
+
+    async fn list_migrations(&self) -> Result<Vec<crate::MigrationRecord>, StoreError> {
+        migrations::list(&self.pool).await
+    }
+
+    async fn migration_items(&self, id: &str) -> Result<Vec<crate::MigrationItem>, StoreError> {
+        migrations::items(&self.pool, id).await
+    }
+
+    async fn advance_migration_item(
+        &self,
+        id: &str,
+        key: &str,
+        from: crate::ItemState,
+        to: crate::ItemState,
+        update: crate::ItemUpdate<'_>,
+    ) -> Result<bool, StoreError> {
+        migrations::advance_item(&self.pool, now_millis(), id, key, from, to, update).await
+    }
+
+    async fn set_migration_state(
+        &self,
+        id: &str,
+        from: crate::MigrationState,
+        to: crate::MigrationState,
+    ) -> Result<bool, StoreError> {
+        migrations::set_state(&self.pool, now_millis(), id, from, to).await
     }
 }
 

@@ -24,6 +24,7 @@ use warren_core::{AgentEnvVar, NetworkPolicy, RuntimeScope, SandboxId, Uid, Work
 
 mod aliases;
 mod guard;
+mod migrations;
 mod nodes;
 mod owners;
 mod records;
@@ -1337,6 +1338,46 @@ impl StateStore for SqliteStore {
                 .map(|()| None),
         }
     }
+
+    async fn begin_migration(
+        &self,
+        migration: &crate::NewMigration,
+        items: &[crate::NewMigrationItem],
+    ) -> Result<crate::MigrationRecord, StoreError> {
+        migrations::begin(&self.pool, now_millis(), migration, items).await
+    }
+
+    async fn get_migration(&self, id: &str) -> Result<Option<crate::MigrationRecord>, StoreError> {
+        migrations::get(&self.pool, id).await
+    }
+
+    async fn list_migrations(&self) -> Result<Vec<crate::MigrationRecord>, StoreError> {
+        migrations::list(&self.pool).await
+    }
+
+    async fn migration_items(&self, id: &str) -> Result<Vec<crate::MigrationItem>, StoreError> {
+        migrations::items(&self.pool, id).await
+    }
+
+    async fn advance_migration_item(
+        &self,
+        id: &str,
+        key: &str,
+        from: crate::ItemState,
+        to: crate::ItemState,
+        update: crate::ItemUpdate<'_>,
+    ) -> Result<bool, StoreError> {
+        migrations::advance_item(&self.pool, now_millis(), id, key, from, to, update).await
+    }
+
+    async fn set_migration_state(
+        &self,
+        id: &str,
+        from: crate::MigrationState,
+        to: crate::MigrationState,
+    ) -> Result<bool, StoreError> {
+        migrations::set_state(&self.pool, now_millis(), id, from, to).await
+    }
 }
 
 #[cfg(test)]
@@ -1436,6 +1477,49 @@ mod tests {
         let new = claim("alice", "t", "projects/a");
         let created = store.claim_sandbox(&new).await.unwrap().into_record();
         assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(created));
+    }
+
+    #[tokio::test]
+    async fn a_migration_item_whose_uid_breaks_its_type_is_reported_as_corrupt() {
+        let store = SqliteStore::open_in_memory().await.unwrap();
+        let migration = crate::NewMigration {
+            id: "m-1".to_owned(),
+            kind: "deerflow".to_owned(),
+            source: "/srv/deerflow".to_owned(),
+            plan_digest: "d".to_owned(),
+            plan: "{}".to_owned(),
+        };
+        let item = crate::NewMigrationItem {
+            key: "a".to_owned(),
+            kind: "workdir".to_owned(),
+            source: "threads/a".to_owned(),
+            uid: Some(Uid::new("alice").unwrap()),
+            target: "projects/a".to_owned(),
+        };
+        store.begin_migration(&migration, &[item]).await.unwrap();
+        sqlx::query("UPDATE migration_items SET uid = ''")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let err = store.migration_items("m-1").await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    table: "migration_items",
+                    column: "uid",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let result = sqlx::query("UPDATE migration_items SET state = 'moved'")
+            .execute(&store.pool)
+            .await;
+        assert!(matches!(
+            violation(&result.unwrap_err()),
+            Some(ErrorKind::CheckViolation)
+        ));
     }
 
     #[test]

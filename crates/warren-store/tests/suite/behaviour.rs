@@ -9,13 +9,16 @@ use std::time::Duration;
 
 use warren_core::{AgentEnvVar, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
-    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewSandbox, NodeState,
-    OwnerFence, RecordWrite, RunOutcome, RunStatus, RuntimeClaim, SandboxClaim, SandboxRecord,
-    SandboxState, StateStore, StoreError, TakenOver, NODE_LOST,
+    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, ItemState, ItemUpdate,
+    MigrationState, NewSandbox, NodeState, OwnerFence, RecordWrite, RunOutcome, RunStatus,
+    RuntimeClaim, SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError, TakenOver,
+    NODE_LOST,
 };
 
 use super::backends::Backend;
-use super::fixtures::{claim, exited, next_millisecond, run, uid, workdir};
+use super::fixtures::{
+    claim, exited, migration, migration_item, next_millisecond, run, uid, workdir,
+};
 
 /// Claims `new` from `tasks` concurrent tokio tasks, spread over `stores`, and returns every
 /// answer.
@@ -2012,4 +2015,535 @@ pub async fn concurrent_claims_of_one_runtime_leave_exactly_one_owner(backend: &
     }
     assert_eq!(owners.len(), 1, "{owners:?}");
     assert_eq!(owners[0].1, 1);
+}
+
+/// Two handles of one database where the backend shares one (a rerun is another process);
+/// else one handle twice.
+async fn second_handle(backend: &dyn Backend, store: &Arc<dyn StateStore>) -> Arc<dyn StateStore> {
+    if backend.is_shared() {
+        backend.open().await
+    } else {
+        Arc::clone(store)
+    }
+}
+
+/// The states of a migration's items, by key.
+async fn item_states(store: &dyn StateStore, id: &str) -> Vec<(String, ItemState)> {
+    store
+        .migration_items(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|item| (item.key, item.state))
+        .collect()
+}
+
+pub async fn a_migration_begun_twice_with_the_same_digest_is_resumed_unchanged(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let rerun = second_handle(backend, &store).await;
+    let items = [
+        migration_item("a", Some("alice")),
+        migration_item("b", Some("bob")),
+    ];
+    let begun = store
+        .begin_migration(&migration("m-1", "digest-1"), &items)
+        .await
+        .unwrap();
+    assert_eq!(begun.id, "m-1");
+    assert_eq!(begun.kind, "deerflow");
+    assert_eq!(begun.plan_digest, "digest-1");
+    assert_eq!(begun.plan, migration("m-1", "digest-1").plan);
+    assert_eq!(begun.state, MigrationState::Planned);
+    assert_eq!(begun.created_at, begun.updated_at);
+    assert_eq!(
+        store.get_migration("m-1").await.unwrap(),
+        Some(begun.clone())
+    );
+    assert!(store
+        .advance_migration_item(
+            "m-1",
+            "a",
+            ItemState::Planned,
+            ItemState::Copied,
+            ItemUpdate::default()
+        )
+        .await
+        .unwrap());
+    next_millisecond().await;
+
+    // The rerun after a crash: the same plan, whatever items it lists now.
+    let resumed = rerun
+        .begin_migration(&migration("m-1", "digest-1"), &[migration_item("c", None)])
+        .await
+        .unwrap();
+
+    assert_eq!(resumed, begun, "resumed unchanged");
+    assert_eq!(
+        item_states(&*rerun, "m-1").await,
+        [
+            ("a".to_owned(), ItemState::Copied),
+            ("b".to_owned(), ItemState::Planned)
+        ],
+        "the items keep the steps they took, and no item is added"
+    );
+    assert_eq!(rerun.list_migrations().await.unwrap(), [begun]);
+}
+
+pub async fn a_migration_begun_again_with_another_digest_is_refused_and_changes_nothing(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let rerun = second_handle(backend, &store).await;
+    let begun = store
+        .begin_migration(
+            &migration("m-1", "digest-1"),
+            &[migration_item("a", Some("alice"))],
+        )
+        .await
+        .unwrap();
+
+    let err = rerun
+        .begin_migration(
+            &migration("m-1", "digest-2"),
+            &[
+                migration_item("a", Some("alice")),
+                migration_item("b", None),
+            ],
+        )
+        .await
+        .unwrap_err();
+
+    match &err {
+        StoreError::MigrationConflict {
+            id,
+            planned,
+            requested,
+        } => {
+            assert_eq!(
+                (id.as_str(), planned.as_str(), requested.as_str()),
+                ("m-1", "digest-1", "digest-2")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let message = err.to_string();
+    assert!(
+        message.contains("the source changed since it was planned"),
+        "{message}"
+    );
+    assert!(message.contains("\"m-1\""), "{message}");
+    assert_eq!(store.get_migration("m-1").await.unwrap(), Some(begun));
+    assert_eq!(
+        item_states(&*store, "m-1").await,
+        [("a".to_owned(), ItemState::Planned)]
+    );
+}
+
+pub async fn a_migration_that_names_an_item_twice_is_refused_and_writes_nothing(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let err = store
+        .begin_migration(
+            &migration("m-1", "digest-1"),
+            &[migration_item("a", None), migration_item("a", None)],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::MigrationInvalid { id, .. } if id == "m-1"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("planned twice"), "{err}");
+    assert_eq!(store.get_migration("m-1").await.unwrap(), None);
+    assert!(store.migration_items("m-1").await.unwrap().is_empty());
+    // Nothing half-written stands in the way of the corrected plan.
+    store
+        .begin_migration(&migration("m-1", "digest-1"), &[migration_item("a", None)])
+        .await
+        .unwrap();
+}
+
+pub async fn a_migration_item_advances_only_from_the_state_it_is_in(backend: &dyn Backend) {
+    let store = backend.open().await;
+    store
+        .begin_migration(
+            &migration("m-1", "digest-1"),
+            &[migration_item("a", None), migration_item("b", None)],
+        )
+        .await
+        .unwrap();
+    let step = |key: &'static str, from: ItemState, to: ItemState| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .advance_migration_item("m-1", key, from, to, ItemUpdate::default())
+                .await
+                .unwrap()
+        }
+    };
+
+    assert!(step("a", ItemState::Planned, ItemState::Copied).await);
+    assert!(
+        !step("a", ItemState::Planned, ItemState::Copied).await,
+        "a step already taken is not taken again"
+    );
+    assert!(
+        !step("a", ItemState::Verified, ItemState::Switched).await,
+        "a step from a state the item is not in"
+    );
+    assert!(step("a", ItemState::Copied, ItemState::Verified).await);
+    assert!(!step("nope", ItemState::Planned, ItemState::Copied).await);
+    assert!(!store
+        .advance_migration_item(
+            "m-unknown",
+            "a",
+            ItemState::Planned,
+            ItemState::Copied,
+            ItemUpdate::default()
+        )
+        .await
+        .unwrap());
+
+    assert_eq!(
+        item_states(&*store, "m-1").await,
+        [
+            ("a".to_owned(), ItemState::Verified),
+            ("b".to_owned(), ItemState::Planned)
+        ]
+    );
+}
+
+pub async fn the_workdir_given_with_a_step_is_recorded_with_it_and_a_refused_step_records_none(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let alice = uid("alice");
+    store
+        .begin_migration(
+            &migration("m-1", "digest-1"),
+            &[
+                migration_item("a", Some("alice")),
+                migration_item("b", Some("alice")),
+            ],
+        )
+        .await
+        .unwrap();
+    for (from, to) in [
+        (ItemState::Planned, ItemState::Copied),
+        (ItemState::Copied, ItemState::Verified),
+    ] {
+        for key in ["a", "b"] {
+            assert!(store
+                .advance_migration_item("m-1", key, from, to, ItemUpdate::default())
+                .await
+                .unwrap());
+        }
+    }
+
+    // A step from the wrong state fails: neither it nor its workdir is written.
+    let refused = workdir("projects/refused");
+    assert!(!store
+        .advance_migration_item(
+            "m-1",
+            "a",
+            ItemState::Copied,
+            ItemState::Switched,
+            ItemUpdate {
+                manifest: Some("f".repeat(64).as_str()),
+                workdir: Some((&alice, &refused)),
+                ..ItemUpdate::default()
+            },
+        )
+        .await
+        .unwrap());
+    assert!(store.list_workdirs(&alice).await.unwrap().is_empty());
+    assert_eq!(
+        store.migration_items("m-1").await.unwrap()[0].manifest,
+        None
+    );
+
+    // The switch records the workdir with it.
+    let a = workdir("projects/a");
+    assert!(store
+        .advance_migration_item(
+            "m-1",
+            "a",
+            ItemState::Verified,
+            ItemState::Switched,
+            ItemUpdate {
+                workdir: Some((&alice, &a)),
+                ..ItemUpdate::default()
+            },
+        )
+        .await
+        .unwrap());
+    let listed = store.list_workdirs(&alice).await.unwrap();
+    assert_eq!(listed.iter().map(|w| &w.workdir).collect::<Vec<_>>(), [&a]);
+
+    // Idempotent, as record_workdir is: a workdir already recorded does not fail the step.
+    let b = workdir("projects/b");
+    assert!(store.record_workdir(&alice, &b).await.unwrap());
+    assert!(store
+        .advance_migration_item(
+            "m-1",
+            "b",
+            ItemState::Verified,
+            ItemState::Switched,
+            ItemUpdate {
+                workdir: Some((&alice, &b)),
+                ..ItemUpdate::default()
+            },
+        )
+        .await
+        .unwrap());
+    let listed: Vec<_> = store
+        .list_workdirs(&alice)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.workdir)
+        .collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed.contains(&a) && listed.contains(&b), "{listed:?}");
+    assert_eq!(
+        item_states(&*store, "m-1").await,
+        [
+            ("a".to_owned(), ItemState::Switched),
+            ("b".to_owned(), ItemState::Switched)
+        ]
+    );
+}
+
+pub async fn migration_items_come_back_ordered_by_key_with_what_each_step_wrote(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    // Keys compare bytewise on every store: upper case sorts before lower case.
+    let planned = [
+        migration_item("threads/b", Some("bob")),
+        migration_item("uploads/z", None),
+        migration_item("Threads/A", Some("alice")),
+        migration_item("threads/a", Some("alice")),
+    ];
+    store
+        .begin_migration(&migration("m-1", "digest-1"), &planned)
+        .await
+        .unwrap();
+    let manifest_a = "a".repeat(64);
+    let manifest_b = "b".repeat(64);
+    assert!(store
+        .advance_migration_item(
+            "m-1",
+            "threads/a",
+            ItemState::Planned,
+            ItemState::Copied,
+            ItemUpdate {
+                manifest: Some(&manifest_a),
+                files: Some(3),
+                bytes: Some(4096),
+                workdir: None,
+            },
+        )
+        .await
+        .unwrap());
+    // A step that writes nothing else keeps what the item holds.
+    assert!(store
+        .advance_migration_item(
+            "m-1",
+            "threads/a",
+            ItemState::Copied,
+            ItemState::Verified,
+            ItemUpdate::default(),
+        )
+        .await
+        .unwrap());
+    // Counts beyond 32 bits.
+    assert!(store
+        .advance_migration_item(
+            "m-1",
+            "threads/b",
+            ItemState::Planned,
+            ItemState::Copied,
+            ItemUpdate {
+                manifest: Some(&manifest_b),
+                files: Some(70_000),
+                bytes: Some(5_000_000_000),
+                workdir: None,
+            },
+        )
+        .await
+        .unwrap());
+    // One field at a time.
+    assert!(store
+        .advance_migration_item(
+            "m-1",
+            "threads/b",
+            ItemState::Copied,
+            ItemState::Verified,
+            ItemUpdate {
+                bytes: Some(5_000_000_001),
+                ..ItemUpdate::default()
+            },
+        )
+        .await
+        .unwrap());
+
+    let items = store.migration_items("m-1").await.unwrap();
+
+    let keys: Vec<&str> = items.iter().map(|item| item.key.as_str()).collect();
+    assert_eq!(keys, ["Threads/A", "threads/a", "threads/b", "uploads/z"]);
+    let summary: Vec<_> = items
+        .iter()
+        .map(|item| (item.state, item.manifest.as_deref(), item.files, item.bytes))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (ItemState::Planned, None, 0, 0),
+            (ItemState::Verified, Some(manifest_a.as_str()), 3, 4096),
+            (
+                ItemState::Verified,
+                Some(manifest_b.as_str()),
+                70_000,
+                5_000_000_001
+            ),
+            (ItemState::Planned, None, 0, 0),
+        ]
+    );
+    for item in &items {
+        let new = planned
+            .iter()
+            .find(|new| new.key == item.key)
+            .expect("a planned item");
+        assert_eq!(item.migration_id, "m-1");
+        assert_eq!(
+            (&item.kind, &item.source, &item.uid, &item.target),
+            (&new.kind, &new.source, &new.uid, &new.target)
+        );
+    }
+    assert!(store.migration_items("m-unknown").await.unwrap().is_empty());
+}
+
+pub async fn the_state_of_a_migration_is_compare_and_set(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let begun = store
+        .begin_migration(&migration("m-1", "digest-1"), &[])
+        .await
+        .unwrap();
+    next_millisecond().await;
+
+    assert!(!store
+        .set_migration_state("m-1", MigrationState::Committed, MigrationState::Cleaned)
+        .await
+        .unwrap());
+    assert!(store
+        .set_migration_state("m-1", MigrationState::Planned, MigrationState::Committed)
+        .await
+        .unwrap());
+    assert!(
+        !store
+            .set_migration_state("m-1", MigrationState::Planned, MigrationState::Committed)
+            .await
+            .unwrap(),
+        "a state already left"
+    );
+    assert!(!store
+        .set_migration_state(
+            "m-unknown",
+            MigrationState::Planned,
+            MigrationState::Committed
+        )
+        .await
+        .unwrap());
+
+    let committed = store.get_migration("m-1").await.unwrap().unwrap();
+    assert_eq!(committed.state, MigrationState::Committed);
+    assert_eq!(committed.created_at, begun.created_at);
+    assert!(committed.updated_at > begun.updated_at);
+    assert!(store
+        .set_migration_state("m-1", MigrationState::Committed, MigrationState::Cleaned)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.get_migration("m-1").await.unwrap().unwrap().state,
+        MigrationState::Cleaned
+    );
+}
+
+pub async fn migrations_are_listed_oldest_first(backend: &dyn Backend) {
+    let store = backend.open().await;
+    assert!(store.list_migrations().await.unwrap().is_empty());
+    for id in ["m-b", "m-c", "m-a"] {
+        store
+            .begin_migration(&migration(id, "digest"), &[])
+            .await
+            .unwrap();
+        next_millisecond().await;
+    }
+    let ids: Vec<String> = store
+        .list_migrations()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.id)
+        .collect();
+    assert_eq!(ids, ["m-b", "m-c", "m-a"]);
+}
+
+pub async fn concurrent_steps_of_one_item_let_exactly_one_win_and_record_only_its_workdir(
+    backend: &dyn Backend,
+) {
+    let setup = backend.open().await;
+    setup
+        .begin_migration(
+            &migration("m-1", "digest-1"),
+            &[migration_item("a", Some("alice"))],
+        )
+        .await
+        .unwrap();
+    let mut steps = Vec::new();
+    for task in 0..20 {
+        let store = if backend.is_shared() && task % 2 == 0 {
+            backend.open().await
+        } else {
+            Arc::clone(&setup)
+        };
+        steps.push(tokio::spawn(async move {
+            let alice = uid("alice");
+            let workdir = workdir(&format!("projects/racer-{task}"));
+            let won = store
+                .advance_migration_item(
+                    "m-1",
+                    "a",
+                    ItemState::Planned,
+                    ItemState::Copied,
+                    ItemUpdate {
+                        workdir: Some((&alice, &workdir)),
+                        ..ItemUpdate::default()
+                    },
+                )
+                .await
+                .unwrap();
+            (won, workdir)
+        }));
+    }
+    let mut winners = Vec::new();
+    for step in steps {
+        let (won, workdir) = step.await.unwrap();
+        if won {
+            winners.push(workdir);
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let recorded: Vec<_> = setup
+        .list_workdirs(&uid("alice"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.workdir)
+        .collect();
+    assert_eq!(recorded, winners, "only the winning step's workdir");
 }

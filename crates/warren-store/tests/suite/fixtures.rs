@@ -1,7 +1,7 @@
 //! Short constructors for the values the tests pass around.
 
 use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
-use warren_store::{NewRun, NewSandbox, RunOutcome};
+use warren_store::{NewMigration, NewMigrationItem, NewRun, NewSandbox, RunOutcome};
 
 pub fn uid(uid: &str) -> Uid {
     Uid::new(uid).expect("valid uid")
@@ -48,4 +48,26 @@ pub fn exited(exit_code: i32) -> RunOutcome {
 /// Waits long enough for the millisecond clock the store records to move on.
 pub async fn next_millisecond() {
     tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+}
+
+/// A migration of the DeerFlow kind, planned with `digest`.
+pub fn migration(id: &str, digest: &str) -> NewMigration {
+    NewMigration {
+        id: id.to_owned(),
+        kind: "deerflow".to_owned(),
+        source: "/srv/deerflow/.deer-flow".to_owned(),
+        plan_digest: digest.to_owned(),
+        plan: format!(r#"{{"digest":"{digest}","items":[]}}"#),
+    }
+}
+
+/// A migration item moving `key` of the source to the workdir `key` of `uid`, if any.
+pub fn migration_item(key: &str, uid_: Option<&str>) -> NewMigrationItem {
+    NewMigrationItem {
+        key: key.to_owned(),
+        kind: "workdir".to_owned(),
+        source: format!("threads/{key}"),
+        uid: uid_.map(uid),
+        target: format!("projects/{key}"),
+    }
 }

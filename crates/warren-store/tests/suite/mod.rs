@@ -66,6 +66,15 @@ macro_rules! behaviour_suite {
                 a_restarted_node_adopts_only_the_runtimes_still_recorded_as_its_own,
                 recovery_closes_only_the_runs_of_its_own_node,
                 concurrent_claims_of_one_runtime_leave_exactly_one_owner,
+                a_migration_begun_twice_with_the_same_digest_is_resumed_unchanged,
+                a_migration_begun_again_with_another_digest_is_refused_and_changes_nothing,
+                a_migration_that_names_an_item_twice_is_refused_and_writes_nothing,
+                a_migration_item_advances_only_from_the_state_it_is_in,
+                the_workdir_given_with_a_step_is_recorded_with_it_and_a_refused_step_records_none,
+                migration_items_come_back_ordered_by_key_with_what_each_step_wrote,
+                the_state_of_a_migration_is_compare_and_set,
+                migrations_are_listed_oldest_first,
+                concurrent_steps_of_one_item_let_exactly_one_win_and_record_only_its_workdir,
             );
         }
     };

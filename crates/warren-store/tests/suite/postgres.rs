@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use warren_store::{PostgresOptions, PostgresStore, StateStore, StoreError};
+use warren_store::{ItemState, ItemUpdate, PostgresOptions, PostgresStore, StateStore, StoreError};
 use warren_test_support::PostgresServer;
 
 use super::backends::{postgres_server, Postgres};
-use super::fixtures::{claim, run};
+use super::fixtures::{claim, migration, migration_item, run, uid, workdir};
 
 async fn connect(url: &str) -> PostgresStore {
     PostgresStore::connect(url, &PostgresOptions::default())
@@ -215,4 +215,82 @@ async fn a_held_fencing_token_makes_acquisitions_in_other_processes_wait_until_i
         "{check:?}"
     );
     assert!(hold.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_whose_workdir_cannot_be_recorded_leaves_its_item_where_it_was() {
+    let backend = Postgres::new();
+    let store = connect(backend.url()).await;
+    store
+        .begin_migration(
+            &migration("m-1", "digest-1"),
+            &[migration_item("a", Some("alice"))],
+        )
+        .await
+        .unwrap();
+    // The workdir insert fails after the item's compare-and-set succeeded.
+    postgres_server().psql_in(
+        backend.url(),
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+         CREATE TRIGGER refuse_workdirs BEFORE INSERT ON workdirs \
+         FOR EACH ROW EXECUTE FUNCTION refuse();",
+    );
+    let alice = uid("alice");
+    let a = workdir("projects/a");
+    let step = || {
+        store.advance_migration_item(
+            "m-1",
+            "a",
+            ItemState::Planned,
+            ItemState::Copied,
+            ItemUpdate {
+                manifest: Some("m"),
+                files: Some(1),
+                bytes: Some(2),
+                workdir: Some((&alice, &a)),
+            },
+        )
+    };
+
+    step().await.expect_err("the workdir cannot be recorded");
+
+    let items = store.migration_items("m-1").await.unwrap();
+    assert_eq!(
+        (items[0].state, items[0].manifest.as_deref(), items[0].files),
+        (ItemState::Planned, None, 0),
+        "the step was rolled back with its workdir"
+    );
+    postgres_server().psql_in(backend.url(), "DROP TRIGGER refuse_workdirs ON workdirs");
+    assert!(step().await.unwrap());
+    assert_eq!(store.list_workdirs(&alice).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_beginning_one_migration_at_once_write_its_plan_once() {
+    let backend = Postgres::new();
+    let stores = [connect(backend.url()).await, connect(backend.url()).await];
+    let items: Vec<_> = (0..200)
+        .map(|n| migration_item(&format!("item-{n:03}"), Some("alice")))
+        .collect();
+    let begins: Vec<_> = stores
+        .iter()
+        .cycle()
+        .take(8)
+        .cloned()
+        .map(|store| {
+            let items = items.clone();
+            tokio::spawn(async move {
+                store
+                    .begin_migration(&migration("m-1", "digest-1"), &items)
+                    .await
+            })
+        })
+        .collect();
+    let mut records = Vec::new();
+    for begin in begins {
+        records.push(begin.await.unwrap().expect("every begin succeeds"));
+    }
+    assert!(records.windows(2).all(|pair| pair[0] == pair[1]));
+    assert_eq!(stores[0].migration_items("m-1").await.unwrap().len(), 200);
 }

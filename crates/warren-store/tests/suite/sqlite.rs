@@ -5,9 +5,9 @@ use std::path::Path;
 
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
-use warren_store::{SqliteStore, StateStore, StoreError};
+use warren_store::{ItemState, ItemUpdate, SqliteStore, StateStore, StoreError};
 
-use super::fixtures::{claim, uid, workdir};
+use super::fixtures::{claim, migration, migration_item, uid, workdir};
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path)
@@ -198,4 +198,54 @@ async fn two_file_store_handles_racing_to_claim_create_exactly_one_sandbox() {
     let backend = crate::suite::backends::SqliteFile::new();
     crate::suite::behaviour::two_store_handles_racing_to_claim_create_exactly_one_sandbox(&backend)
         .await;
+}
+
+#[tokio::test]
+async fn a_step_whose_workdir_cannot_be_recorded_leaves_its_item_where_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    store
+        .begin_migration(
+            &migration("m-1", "digest-1"),
+            &[migration_item("a", Some("alice"))],
+        )
+        .await
+        .unwrap();
+    // The workdir insert fails after the item's compare-and-set succeeded.
+    execute_raw(
+        &path,
+        "CREATE TRIGGER refuse_workdirs BEFORE INSERT ON workdirs \
+         BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    )
+    .await;
+    let alice = uid("alice");
+    let a = workdir("projects/a");
+    let step = || {
+        store.advance_migration_item(
+            "m-1",
+            "a",
+            ItemState::Planned,
+            ItemState::Copied,
+            ItemUpdate {
+                manifest: Some("m"),
+                files: Some(1),
+                bytes: Some(2),
+                workdir: Some((&alice, &a)),
+            },
+        )
+    };
+
+    step().await.expect_err("the workdir cannot be recorded");
+
+    let items = store.migration_items("m-1").await.unwrap();
+    assert_eq!(
+        (items[0].state, items[0].manifest.as_deref(), items[0].files),
+        (ItemState::Planned, None, 0),
+        "the step was rolled back with its workdir"
+    );
+    execute_raw(&path, "DROP TRIGGER refuse_workdirs").await;
+    assert!(step().await.unwrap());
+    assert_eq!(store.list_workdirs(&alice).await.unwrap().len(), 1);
+    store.close().await;
 }

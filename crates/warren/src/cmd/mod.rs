@@ -8,6 +8,7 @@ mod drain;
 mod e2b;
 mod image;
 mod kubernetes;
+mod migrate;
 pub mod output;
 mod serve;
 
@@ -40,6 +41,9 @@ enum Command {
     K8s(kubernetes::K8sArgs),
     /// E2B's API: create the API keys E2B clients use (offline; works on the state store).
     E2b(e2b::E2bArgs),
+    /// Import an old deployment's files into warren's workspaces, once and crash-safe
+    /// (offline: refuses while a server runs on the data directory).
+    Migrate(migrate::MigrateArgs),
     /// Manage workdirs of a user (client of a running server).
     Workdir(client::WorkdirArgs),
     /// Manage sandboxes (client of a running server).
@@ -81,6 +85,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Image(args) => image::run(args),
         Command::K8s(args) => kubernetes::run(args),
         Command::E2b(args) => e2b::run(args).await,
+        Command::Migrate(args) => migrate::run(args).await,
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Checkpoint(args) => client::checkpoint(args).await,

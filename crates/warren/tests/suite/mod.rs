@@ -30,6 +30,7 @@ mod layouts;
 mod lifecycle;
 mod mcp;
 mod metrics;
+mod migrate;
 mod network;
 mod openapi;
 mod path_attacks;

@@ -218,6 +218,7 @@ mod tests {
             size,
             mode: if kind == Kind::Dir { 0o755 } else { 0o644 },
             modified_unix_ms: 1_000,
+            modified_unix_ns: 1_000_000_000,
             uid: 1000,
             gid: 1000,
             symlink_target: None,

@@ -126,6 +126,7 @@ mod tests {
             size: 5,
             mode: 0o644,
             modified_unix_ms: 1_700_000_000_250,
+            modified_unix_ns: 1_700_000_000_250_000_000,
             uid: 1000,
             gid: 1000,
             symlink_target: None,
