@@ -60,6 +60,17 @@ pub enum MigrateError {
         /// What changed.
         how: String,
     },
+    /// A committed item of the source was written to after its migration: cleaning it
+    /// would lose what was written.
+    #[error(
+        "{path} was written to after it was migrated, so the source is not cleaned and \
+         nothing of it is removed (migrate what is new into another data directory, or \
+         remove it by hand)"
+    )]
+    ChangedSinceMigration {
+        /// The item, relative to the source.
+        path: String,
+    },
     /// A target already holds other content: never overwritten.
     #[error(
         "{target} already holds content that differs from {source_item} ({detail}); \

@@ -240,7 +240,17 @@ impl Migrator {
             .as_ref()
             .filter(|r| r.state != MigrationState::Planned)
         {
-            // Done before: only the cleaning may be left.
+            // Done before: only the cleaning may be left. A migration imports once: what
+            // the source gained since is said, never silently imported or removed.
+            let mut warnings = Vec::new();
+            if record.state == MigrationState::Committed
+                && self.planned_differently(&source, options, record)
+            {
+                warnings.push(format!(
+                    "the source no longer plans as migration {id} did: what changed there \
+                     since it was committed was not imported"
+                ));
+            }
             if options.clean_source && !options.dry_run && record.state == MigrationState::Committed
             {
                 self.clean(&id, &source).await?;
@@ -251,7 +261,7 @@ impl Migrator {
                 .await?
                 .unwrap_or(record.clone());
             return self
-                .outcome(&record, Vec::new(), Vec::new(), true, started)
+                .outcome(&record, Vec::new(), warnings, true, started)
                 .await;
         }
 
@@ -336,6 +346,24 @@ impl Migrator {
             started,
         )
         .await
+    }
+
+    /// Whether the source, planned again, differs from what `record` planned.
+    fn planned_differently(
+        &self,
+        source: &Path,
+        options: &MigrateOptions,
+        record: &MigrationRecord,
+    ) -> bool {
+        let Ok(root) = WorkspaceRoot::open(source) else {
+            return true;
+        };
+        let plan_options = PlanOptions {
+            default_uid: options.default_uid.clone(),
+            has_shared_skills: self.host.shared_skills_dir().is_some(),
+        };
+        tokio::task::block_in_place(|| plan_deerflow(&root.read_only(), &plan_options))
+            .map_or(true, |plan| plan.digest() != record.plan_digest)
     }
 
     /// Refuses while anything uses the source, or a warren server is live on the store.
@@ -718,7 +746,15 @@ impl Migrator {
             path: source.to_owned(),
             reason: error.to_string(),
         })?;
-        for item in self.store.migration_items(id).await? {
+        let items = self.store.migration_items(id).await?;
+        // Every item first: one written to since its migration keeps the whole source.
+        tokio::task::block_in_place(|| {
+            items
+                .iter()
+                .filter(|item| item.state == ItemState::Committed)
+                .try_for_each(|item| check_unchanged(&root, item))
+        })?;
+        for item in items {
             if item.state == ItemState::Cleaned {
                 continue;
             }
@@ -728,23 +764,7 @@ impl Migrator {
                     item.key, item.state
                 )));
             }
-            tokio::task::block_in_place(|| -> Result<(), MigrateError> {
-                remove_if_present(&root, OsStr::new(&item.source))?;
-                // The thread's own directory, once empty: nothing of DeerFlow's is left.
-                if ItemKind::parse(&item.kind) == Some(ItemKind::Thread) {
-                    if let Some((thread_dir, _)) = item.source.rsplit_once('/') {
-                        match root.remove(thread_dir, false) {
-                            Ok(())
-                            | Err(FsError::NotFound { .. } | FsError::DirectoryNotEmpty { .. }) => {
-                            }
-                            Err(error) => {
-                                return Err(MigrateError::fs(format!("remove {thread_dir}"))(error))
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            })?;
+            tokio::task::block_in_place(|| remove_source_item(&root, &item))?;
             self.advance_to(&item, ItemState::Cleaned, None).await?;
             self.step("cleaned");
         }
@@ -909,6 +929,49 @@ impl Migrator {
             elapsed_ms: started.elapsed().as_millis() as u64,
         })
     }
+}
+
+/// A committed item still in the source must be exactly what was migrated: whatever was
+/// written into it since would be lost by the cleaning, so a changed item refuses it.
+fn check_unchanged(root: &WorkspaceRoot, item: &MigrationItem) -> Result<(), MigrateError> {
+    let source = OsStr::new(&item.source);
+    if matches!(occupancy(root, source)?, Occupancy::Absent) {
+        return Ok(());
+    }
+    let found = manifest_of(root, source, None)?;
+    if found.digest() != journal_manifest(item)? {
+        return Err(MigrateError::ChangedSinceMigration {
+            path: item.source.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Removes a committed, checked item from the source. It is renamed aside in one step
+/// first, so a removal cut short by a crash never leaves a half-removed item that no longer
+/// matches its manifest; the next run finishes removing what was set aside.
+fn remove_source_item(root: &WorkspaceRoot, item: &MigrationItem) -> Result<(), MigrateError> {
+    let (parent, leaf) = match item.source.rsplit_once('/') {
+        Some((parent, leaf)) => (format!("{parent}/"), leaf),
+        None => (String::new(), item.source.as_str()),
+    };
+    let aside = OsString::from(format!("{parent}.{leaf}.warren-migrate-removing"));
+    let source = OsStr::new(&item.source);
+    if !matches!(occupancy(root, source)?, Occupancy::Absent) {
+        root.rename(source, &aside, false)
+            .map_err(MigrateError::fs(format!("set {} aside", item.source)))?;
+    }
+    remove_if_present(root, &aside)?;
+    // The thread's own directory, once empty: nothing of DeerFlow's is left of it.
+    if ItemKind::parse(&item.kind) == Some(ItemKind::Thread) {
+        if let Some((thread_dir, _)) = item.source.rsplit_once('/') {
+            match root.remove(thread_dir, false) {
+                Ok(()) | Err(FsError::NotFound { .. } | FsError::DirectoryNotEmpty { .. }) => {}
+                Err(error) => return Err(MigrateError::fs(format!("remove {thread_dir}"))(error)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The manifest digest the journal holds for an item past its copy.

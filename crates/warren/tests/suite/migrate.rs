@@ -1678,3 +1678,47 @@ fn a_migration_into_a_postgres_state_store_records_its_workdirs_there() {
     // The SQLite store of the data directory knows nothing of it.
     assert_eq!(status(&site, &[])["migrations"], json!([]));
 }
+
+#[test]
+fn a_source_written_to_after_its_migration_is_never_cleaned_and_the_change_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = generate(&dir.path().join("deer-flow"), &small_spec());
+    let site = Site::new();
+    let first = migrated(&site, &tree.root, &[]);
+    assert_eq!(first["state"], "committed", "{first}");
+
+    // DeerFlow ran again on the old directory: a thread got a new file.
+    let thread = &tree.threads[0];
+    let late = tree.thread_dir(thread).join("outputs/written-after.txt");
+    fs::create_dir_all(late.parent().unwrap()).unwrap();
+    fs::write(&late, b"written after the migration\n").unwrap();
+
+    // A plain rerun says so and imports nothing new.
+    let again = migrated(&site, &tree.root, &[]);
+    assert_eq!(again["state"], "committed", "{again}");
+    assert!(
+        again["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("was not imported")),
+        "{again}"
+    );
+
+    // Cleaning refuses that thread, and loses nothing of it.
+    let mut args = os_args(&["migrate", "deerflow", "--source"]);
+    args.push(tree.root.clone().into());
+    args.extend(os_args(&["--clean-source"]));
+    args.extend(site.args());
+    let out = run(&args, &[]);
+    assert!(!out.status.success(), "the cleaning was not refused");
+    let message = stderr(&out);
+    assert!(
+        message.contains("was written to after it was migrated"),
+        "{message}"
+    );
+    assert_eq!(fs::read(&late).unwrap(), b"written after the migration\n");
+    assert!(tree.thread_dir(thread).join("workspace").exists());
+    let journal = status(&site, &[]);
+    assert_eq!(journal["migrations"][0]["state"], "committed", "{journal}");
+}
