@@ -47,7 +47,7 @@ pub use dir::{child_dirs, open_child_dir};
 pub use error::{FsError, InvalidPathReason};
 pub use etag::Etag;
 pub use ownership::{
-    give_tree, migrate_subtree_once, OwnershipReport, OWNERSHIP_MARKER, SANDBOX_ID,
+    give_tree, migrate_subtree_once, MountPlace, OwnershipReport, OWNERSHIP_MARKER, SANDBOX_ID,
 };
 pub use path::{MAX_COMPONENT_LEN, MAX_PATH_LEN};
 pub use resolve::Resolver;

@@ -126,23 +126,33 @@ fn dir_flags() -> OFlags {
 
 /// Where an open file lies: its device, and its mount when the kernel says (5.8+). Two
 /// entries in different places are on different mounts (a bind mount of the same
-/// filesystem has the same device but another mount id).
+/// filesystem has the same device but another mount id). The Kubernetes init step compares
+/// places too, for the directories it must find on the subtree's own mount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Place {
-    dev: u64,
-    mount: Option<u64>,
+pub struct MountPlace {
+    /// The device.
+    pub dev: u64,
+    /// The mount id, when the kernel reports one.
+    pub mount: Option<u64>,
 }
 
-fn place(fd: BorrowedFd<'_>, path: &str) -> Result<Place, FsError> {
-    let st = fstat(fd).map_err(|e| io_error("stat", path, e))?;
-    let mount = statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
-        .ok()
-        .filter(|stx| stx.stx_mask & StatxFlags::MNT_ID.bits() != 0)
-        .map(|stx| stx.stx_mnt_id);
-    Ok(Place {
-        dev: st.st_dev,
-        mount,
-    })
+impl MountPlace {
+    /// The place of the open file `fd`.
+    pub fn of(fd: BorrowedFd<'_>) -> Result<Self, rustix::io::Errno> {
+        let st = fstat(fd)?;
+        let mount = statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
+            .ok()
+            .filter(|stx| stx.stx_mask & StatxFlags::MNT_ID.bits() != 0)
+            .map(|stx| stx.stx_mnt_id);
+        Ok(Self {
+            dev: st.st_dev,
+            mount,
+        })
+    }
+}
+
+fn place(fd: BorrowedFd<'_>, path: &str) -> Result<MountPlace, FsError> {
+    MountPlace::of(fd).map_err(|e| io_error("stat", path, e))
 }
 
 fn is_sandbox_users(st: &Stat) -> bool {
@@ -221,7 +231,7 @@ fn names(dir: BorrowedFd<'_>, path: &str) -> Result<Vec<OsString>, FsError> {
 fn walk(
     dir: BorrowedFd<'_>,
     path: &str,
-    home: Place,
+    home: MountPlace,
     depth: u32,
     report: &mut OwnershipReport,
 ) -> Result<(), FsError> {
@@ -258,7 +268,7 @@ fn leaf(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     path: &str,
-    home: Place,
+    home: MountPlace,
     report: &mut OwnershipReport,
 ) -> Result<(), FsError> {
     let fd: OwnedFd = match openat(

@@ -44,13 +44,13 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 use rustix::fs::{
-    chownat, fchmod, fchown, fstat, mkdirat, openat, renameat, statat, statx, AtFlags, FileType,
-    Gid, Mode, OFlags, StatxFlags, Uid, CWD,
+    chownat, fchmod, fchown, fstat, mkdirat, openat, renameat, statat, AtFlags, FileType, Gid,
+    Mode, OFlags, Uid, CWD,
 };
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use warren_core::{LayoutName, Workdir};
-use warren_fs::{migrate_subtree_once, SANDBOX_ID};
+use warren_fs::{migrate_subtree_once, MountPlace, SANDBOX_ID};
 
 use crate::names::WORKSPACE_DIR;
 use crate::Error;
@@ -168,27 +168,8 @@ fn sandbox_ids() -> (Uid, Gid) {
     (Uid::from_raw(SANDBOX_ID), Gid::from_raw(SANDBOX_ID))
 }
 
-/// Where an open file lies: its device, and its mount when the kernel says (5.8+). Two
-/// entries in different places are on different mounts (a bind mount of the same
-/// filesystem has the same device but another mount id). The ownership walk compares the
-/// same two numbers in warren-fs; here they keep `workspace/` and the workdir checks on the
-/// subtree's own mount.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Place {
-    dev: u64,
-    mount: Option<u64>,
-}
-
-fn place(fd: BorrowedFd<'_>, path: &str) -> Result<Place, Error> {
-    let st = fstat(fd).map_err(Error::io("stat", path))?;
-    let mount = statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
-        .ok()
-        .filter(|stx| stx.stx_mask & StatxFlags::MNT_ID.bits() != 0)
-        .map(|stx| stx.stx_mnt_id);
-    Ok(Place {
-        dev: st.st_dev,
-        mount,
-    })
+fn place(fd: BorrowedFd<'_>, path: &str) -> Result<MountPlace, Error> {
+    MountPlace::of(fd).map_err(Error::io("stat", path))
 }
 
 fn prepare_sandbox(
@@ -227,7 +208,7 @@ fn prepare_sandbox(
 /// Opens `workspace/`, making it (the sandbox user's, 0755) when missing.
 fn ensure_workspace(
     root: BorrowedFd<'_>,
-    home: Place,
+    home: MountPlace,
     report: &mut PrepareReport,
 ) -> Result<OwnedFd, Error> {
     let fd = match openat(root, WORKSPACE_DIR, dir_flags(), Mode::empty()) {
@@ -277,7 +258,7 @@ fn join(parent: &str, name: &str) -> String {
 
 /// Opens `dir` beneath the workspace one component at a time, never following a link nor
 /// crossing a mount; refuses (naming it) when it is not there.
-fn require_dir(workspace: BorrowedFd<'_>, home: Place, dir: &str) -> Result<(), Error> {
+fn require_dir(workspace: BorrowedFd<'_>, home: MountPlace, dir: &str) -> Result<(), Error> {
     let missing = |reason: String| Error::WorkdirMissing {
         workdir: dir.to_owned(),
         reason,
