@@ -175,6 +175,10 @@ pub struct ProcessPressure {
     pub current: u64,
     /// The limit, or `None` when the runtime has none.
     pub max: Option<u64>,
+    /// Forks the limit has refused so far in the runtime's life (the pids controller's
+    /// `max` events), or `None` when the backend cannot tell. Two looks tell whether the
+    /// limit was hit between them, even when `current` is below it at both.
+    pub refused: Option<u64>,
 }
 
 impl ProcessPressure {

@@ -884,6 +884,8 @@ impl Backend for DockerBackend {
                 current: pids.current?,
                 // The engine reports "no limit" as 0.
                 max: pids.limit.filter(|&limit| limit > 0),
+                // Nor does it report the forks the limit refused.
+                refused: None,
             })
         }))
     }

@@ -699,7 +699,8 @@ impl Backend for LocalBackend {
         Ok(killed)
     }
 
-    /// `pids.current` against `pids.max` of the sandbox's cgroup (init and every command).
+    /// `pids.current` against `pids.max` of the sandbox's cgroup (init and every command),
+    /// and the forks refused at that limit so far (`pids.events`).
     async fn process_pressure(
         &self,
         sandbox: &SandboxId,
@@ -722,6 +723,7 @@ impl Backend for LocalBackend {
             Some(ProcessPressure {
                 current: stats.pids_current?,
                 max: stats.pids_max,
+                refused: stats.pids_refused,
             })
         }))
     }

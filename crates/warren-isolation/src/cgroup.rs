@@ -238,6 +238,12 @@ pub struct CgroupStats {
     pub pids_current: Option<u64>,
     /// The task limit (`pids.max`); `None` when unlimited (`max`) or not reported.
     pub pids_max: Option<u64>,
+    /// Forks refused because a pids limit was reached, so far: the `max` count of
+    /// `pids.events`, summed over the sandbox's cgroup and every cgroup below it (the
+    /// kernel counts a refusal in the forking task's cgroup, or, on cgroup v2 of recent
+    /// kernels, in the one whose limit was reached). It falls when a leaf that counted
+    /// some is removed.
+    pub pids_refused: Option<u64>,
     /// CPU time consumed (v2 `cpu.stat` `usage_usec`, v1 `cpuacct.usage`).
     pub cpu_usage_usec: Option<u64>,
     /// The memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`); `None` when
@@ -1554,7 +1560,25 @@ fn read_stats(
         fill(&mut stats.pids_current, || read_u64(dir, "pids.current"));
         // "max" (unlimited) does not parse, and stays `None`.
         fill(&mut stats.pids_max, || read_u64(dir, "pids.max"));
+        fill(&mut stats.pids_refused, || pids_refused(dir, 0));
     }
+}
+
+/// The `max` count of `pids.events` in `dir` and every cgroup below it; `None` when `dir`
+/// itself has none (a kernel without the file).
+fn pids_refused(dir: BorrowedFd<'_>, depth: usize) -> Option<u64> {
+    let own = stat_field(&read_file(dir, "pids.events").ok()?, "max")?;
+    let below = if depth >= MAX_DEPTH {
+        0
+    } else {
+        child_dirs(dir)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|child| open_dir_optional(dir, child.as_str()).ok().flatten())
+            .filter_map(|child| pids_refused(child.as_fd(), depth + 1))
+            .sum()
+    };
+    Some(own + below)
 }
 
 /// The CPU limit a v2 `cpu.max` (`<quota> <period>`, quota `max` for none) sets, in

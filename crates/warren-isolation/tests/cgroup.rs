@@ -553,8 +553,10 @@ fn pids_max_of_20_makes_a_fork_loop_fail() {
     let stats = cgroup.stats();
     let pids = stats.pids_current;
     assert!(pids.is_some_and(|n| n <= 20), "pids.current {pids:?}");
-    // What the reaper compares pids.current with (`process_pressure`).
+    // What the reaper compares pids.current with (`process_pressure`), and the forks the
+    // limit refused, which it compares between two passes.
     assert_eq!(stats.pids_max, Some(20), "{stats:?}");
+    assert!(stats.pids_refused.is_some_and(|n| n > 0), "{stats:?}");
     // The sleeps that did start hold stderr open; kill them before reading it.
     cgroup.kill_all().unwrap();
     let mut stderr = String::new();

@@ -207,6 +207,10 @@ pub struct Provisioner {
     shutdown: warren_snapshot::CancelFlag,
     /// Sandboxes a reaper pass is working on, so overlapping passes never take one twice.
     reaping: Mutex<std::collections::HashSet<SandboxId>>,
+    /// Per running sandbox, the runtime generation and how many forks its pids limit had
+    /// refused when a reaper pass last looked: the next pass tells from it whether the
+    /// limit was hit in between (`lifecycle.rs`).
+    fork_refusals: Mutex<HashMap<SandboxId, (i64, u64)>>,
     /// Bounds the sandboxes all reaper passes work on at once.
     reap_slots: Arc<tokio::sync::Semaphore>,
     /// Serialises making and mounting workspace volumes (rare: a uid's first workdir).
@@ -245,6 +249,7 @@ impl Provisioner {
             metrics: metrics::Metrics::new(),
             shutdown: warren_snapshot::CancelFlag::new(),
             reaping: Mutex::new(std::collections::HashSet::new()),
+            fork_refusals: Mutex::new(HashMap::new()),
             reap_slots,
             volume_lock: Arc::default(),
             fence_gates: Arc::default(),

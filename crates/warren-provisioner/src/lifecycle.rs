@@ -103,7 +103,7 @@ impl Provisioner {
         if self.is_shutting_down() {
             return Ok(report);
         }
-        let claimed: Vec<(SandboxRecord, ReapClaim<'_>)> = self
+        let running: Vec<SandboxRecord> = self
             .store
             .list_sandboxes(None)
             .await?
@@ -111,6 +111,16 @@ impl Provisioner {
             .filter(|record| record.state == SandboxState::Running)
             // Each node reaps the runtimes it owns (issue 14).
             .filter(|record| self.owner_fence(&record.id).is_some())
+            .collect();
+        // What was remembered of runtimes that have ended since goes.
+        let ids: std::collections::HashSet<&SandboxId> =
+            running.iter().map(|record| &record.id).collect();
+        self.fork_refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|id, _| ids.contains(id));
+        let claimed: Vec<(SandboxRecord, ReapClaim<'_>)> = running
+            .into_iter()
             .filter_map(|record| {
                 let claim = self.claim_for_reaping(&record.id)?;
                 Some((record, claim))
@@ -227,6 +237,9 @@ impl Provisioner {
         record: &SandboxRecord,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, ProvisionerError> {
+        // Taken out: a check that does not look at the pids limit again forgets it, so a
+        // count is only ever compared with the look just before.
+        let refused_before = self.take_fork_refusals(record);
         if self.inflight(&record.id) > 0
             || self
                 .store
@@ -245,7 +258,9 @@ impl Provisioner {
             .processes(&record.id)
             .await
             .map_err(ProvisionerError::Backend)?;
-        if processes.is_some_and(|n| n > 0) && !self.pinned_at_pids_limit(&record.id).await? {
+        if processes.is_some_and(|n| n > 0)
+            && !self.pinned_at_pids_limit(record, refused_before).await?
+        {
             self.store.touch_sandbox(&record.id).await?;
             return Ok(false);
         }
@@ -309,28 +324,76 @@ impl Provisioner {
 }
 
 impl Provisioner {
-    /// Whether the runtime's tasks fill its pids limit. A bomb's processes die and are
-    /// replaced all the time, so the count may dip below the limit for an instant: a few
-    /// samples are taken, and one at the limit is enough.
-    async fn pinned_at_pids_limit(&self, id: &SandboxId) -> Result<bool, ProvisionerError> {
+    /// Whether the runtime's tasks are pinned at its pids limit (see [`pinned`]), given how
+    /// many forks the limit had refused at the previous look (`before`). A few samples are
+    /// taken, up to the first at the limit; the count the last one shows is remembered for
+    /// the next look.
+    async fn pinned_at_pids_limit(
+        &self,
+        record: &SandboxRecord,
+        before: Option<u64>,
+    ) -> Result<bool, ProvisionerError> {
+        let mut samples = Vec::with_capacity(PIDS_SAMPLES);
         for sample in 0..PIDS_SAMPLES {
             if sample > 0 {
                 tokio::time::sleep(PIDS_SAMPLE_GAP).await;
             }
             match self
                 .backend
-                .process_pressure(id)
+                .process_pressure(&record.id)
                 .await
                 .map_err(ProvisionerError::Backend)?
             {
-                Some(pressure) if pressure.at_limit() => return Ok(true),
-                Some(_) => {}
+                Some(pressure) => {
+                    samples.push(pressure);
+                    if pressure.at_limit() {
+                        break;
+                    }
+                }
                 // The backend cannot tell: nothing to go on.
                 None => return Ok(false),
             }
         }
-        Ok(false)
+        if let Some(count) = samples.last().and_then(|pressure| pressure.refused) {
+            self.fork_refusals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(record.id.clone(), (record.generation, count));
+        }
+        Ok(pinned(&samples, before))
     }
+
+    /// Takes what the previous look saw of the forks the runtime's pids limit refused.
+    fn take_fork_refusals(&self, record: &SandboxRecord) -> Option<u64> {
+        self.fork_refusals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&record.id)
+            // A count of an earlier runtime of the sandbox says nothing about this one.
+            .filter(|(generation, _)| *generation == record.generation)
+            .map(|(_, count)| count)
+    }
+}
+
+/// Whether a runtime whose process pressure was sampled as `samples`, one after another, is
+/// pinned at its pids limit: it can start nothing, so its processes are no activity.
+///
+/// One sample at the limit is enough. But a fork bomb's processes die and are replaced all
+/// the time (a dash process exits when its fork is refused), so the count dips below the
+/// limit and climbs back; on a loaded machine the climb may outlast every sample, and a
+/// pass that took the bomb for work would start the idle timeout again. So forks the limit
+/// refused count too: any since `before` (what the previous look saw) or, without it,
+/// during the samples, mean the limit was hit again in between.
+fn pinned(samples: &[warren_backend::ProcessPressure], before: Option<u64>) -> bool {
+    if samples
+        .iter()
+        .any(warren_backend::ProcessPressure::at_limit)
+    {
+        return true;
+    }
+    let first = before.or_else(|| samples.first().and_then(|pressure| pressure.refused));
+    let last = samples.last().and_then(|pressure| pressure.refused);
+    matches!((first, last), (Some(first), Some(last)) if last > first)
 }
 
 /// How many times, and how far apart, [`Provisioner::pinned_at_pids_limit`] looks.
@@ -366,4 +429,53 @@ fn check_lease_request(holder: &str, ttl: Duration) -> Result<(), ProvisionerErr
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use warren_backend::ProcessPressure;
+
+    use super::pinned;
+
+    fn sample(current: u64, refused: Option<u64>) -> ProcessPressure {
+        ProcessPressure {
+            current,
+            max: Some(64),
+            refused,
+        }
+    }
+
+    #[test]
+    fn one_sample_at_the_limit_is_pinned() {
+        assert!(pinned(&[sample(40, None), sample(64, None)], None));
+        assert!(pinned(&[sample(64, Some(9))], Some(9)));
+    }
+
+    #[test]
+    fn a_bomb_climbing_back_through_every_sample_is_pinned_by_the_forks_refused_meanwhile() {
+        // A reaper pass that found a bomb below its limit of 64 at every sample, on a
+        // loaded machine: it had been refused forks since the pass before.
+        let climbing = [43, 48, 51, 55, 58].map(|n| sample(n, Some(4146)));
+        assert!(pinned(&climbing, Some(3947)));
+        // Without a pass before: refused during the samples.
+        assert!(pinned(&[sample(58, Some(10)), sample(61, Some(12))], None));
+        assert!(!pinned(&climbing, None));
+    }
+
+    #[test]
+    fn processes_below_the_limit_refused_nothing_are_not_pinned() {
+        let busy = [sample(12, Some(5)), sample(13, Some(5))];
+        assert!(!pinned(&busy, Some(5)));
+        assert!(!pinned(&busy, None));
+        // A backend that does not count refusals.
+        assert!(!pinned(&[sample(63, None)], Some(3)));
+        // Fewer than before: a leaf that counted some was removed.
+        assert!(!pinned(&[sample(10, Some(2))], Some(7)));
+        let unlimited = ProcessPressure {
+            current: 1000,
+            max: None,
+            refused: Some(0),
+        };
+        assert!(!pinned(&[unlimited], Some(0)));
+    }
 }

@@ -220,8 +220,9 @@ async fn a_fork_bomb_pinning_the_pids_limit_with_no_command_running_is_reaped_an
     let started = server
         .exec(
             &id,
-            // Every bomb process forks forever (bash retries a failed fork), so the bomb
-            // never dies out: it holds the limit until something kills it.
+            // Every bomb process forks until a fork is refused, and then exits (sh is
+            // dash); the others take its place at once. The bomb never dies out: it fills
+            // the limit, dips below it and fills it again until something kills it.
             "echo kept > kept.txt; (bomb() { while :; do bomb & done; }; bomb) >/dev/null 2>&1 & exit 0",
         )
         .await;
