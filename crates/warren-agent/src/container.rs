@@ -51,6 +51,12 @@ pub struct AgentConfig {
     /// is the persistent workdir (E2B's): there is nothing of it to snapshot or seed.
     #[serde(default = "default_home")]
     pub home: Option<PathBuf>,
+    /// The runtime is a gVisor sandbox (issue 19): the agent starts as the sandbox's root
+    /// (root of runsc's Sentry, not of the host), keeps each command's tree in a cgroup of
+    /// the Sentry's own (no subreaper exists there but PID 1's), and makes each command
+    /// the sandbox user.
+    #[serde(default)]
+    pub gvisor: bool,
 }
 
 /// Containers started before layouts existed keep their home where the default layout

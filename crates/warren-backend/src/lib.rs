@@ -141,6 +141,13 @@ pub trait Backend: Send + Sync + 'static {
         (kind == self.kind()).then(|| self.capabilities())
     }
 
+    /// Why the backend of that kind cannot run the gVisor tier on this host now, in words
+    /// an operator can act on; `None` when it can (issue 19). A backend with no such tier
+    /// says so.
+    fn gvisor_unavailable(&self, kind: BackendKind) -> Option<String> {
+        Some(format!("the {} backend has no gVisor tier", kind.as_str()))
+    }
+
     /// Starts the runtime described by `spec`. Creating a runtime that already exists with
     /// the same identity returns it unchanged.
     async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError>;

@@ -77,6 +77,7 @@ impl Backend for MemoryBackend {
             isolation: false,
             survives_restart: false,
             resource_limits: false,
+            gvisor: false,
         }
     }
 
@@ -152,6 +153,7 @@ mod tests {
             sandbox: SandboxId::derive(&uid, &scope),
             backend: BackendKind::Memory,
             image: None,
+            isolation: warren_core::IsolationTier::Kernel,
             generation: 1,
             uid,
             runtime_scope: scope,

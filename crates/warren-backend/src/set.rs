@@ -83,6 +83,16 @@ impl Backend for BackendSet {
         self.member(kind).map(|b| b.capabilities())
     }
 
+    fn gvisor_unavailable(&self, kind: BackendKind) -> Option<String> {
+        match self.member(kind) {
+            Some(backend) => backend.gvisor_unavailable(kind),
+            None => Some(format!(
+                "the {} backend is not enabled on this server",
+                kind.as_str()
+            )),
+        }
+    }
+
     async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
         let backend = self
             .member(spec.backend)
@@ -219,6 +229,7 @@ mod tests {
             sandbox: SandboxId::derive(&uid, &scope),
             backend,
             image: None,
+            isolation: warren_core::IsolationTier::Kernel,
             generation: 1,
             uid,
             runtime_scope: scope,

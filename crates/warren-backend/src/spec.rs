@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use warren_core::{
-    ExtraMount, LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir,
+    ExtraMount, IsolationTier, LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId,
+    Uid, Workdir,
 };
 
 /// The backends warren knows.
@@ -59,6 +60,9 @@ pub struct Capabilities {
     pub survives_restart: bool,
     /// Enforces memory, process and CPU limits.
     pub resource_limits: bool,
+    /// Can run runtimes on the gVisor tier on this host now (issue 19); why not is
+    /// [`crate::Backend::gvisor_unavailable`].
+    pub gvisor: bool,
 }
 
 /// Everything a backend needs to start one runtime.
@@ -71,6 +75,8 @@ pub struct RuntimeSpec {
     /// The image its root filesystem comes from, for backends that run images (Docker);
     /// part of the identity.
     pub image: Option<String>,
+    /// The isolation tier (issue 19); part of the binding and of the identity.
+    pub isolation: IsolationTier,
     /// Which start of this sandbox it is; part of the identity a backend records.
     pub generation: i64,
     /// The workspace owner.

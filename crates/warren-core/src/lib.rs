@@ -11,6 +11,7 @@ mod data_dir;
 mod env;
 mod extra_mount;
 mod identity;
+mod isolation_tier;
 mod layout;
 mod network;
 mod sandbox_user;
@@ -26,6 +27,7 @@ pub use env::{
 };
 pub use extra_mount::{view_mounts, ExtraMount, ViewMount, EXTRA_MOUNT_PARENT, MAX_EXTRA_MOUNTS};
 pub use identity::{RuntimeScope, SafeUid, SandboxId, Uid};
+pub use isolation_tier::IsolationTier;
 pub use layout::{Layout, LayoutMount, LayoutName, MountSource, VirtualRoot, PERSONAL_SKILLS};
 pub use network::{embedded_ipv4, is_internal, NetworkPolicy};
 pub use sandbox_user::{group_with, passwd_with, SANDBOX_GID, SANDBOX_UID};

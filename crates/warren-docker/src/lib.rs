@@ -410,6 +410,7 @@ impl DockerBackend {
                 .layout()
                 .home_is_ephemeral()
                 .then(|| PathBuf::from(spec.layout.layout().home)),
+            gvisor: spec.isolation == warren_core::IsolationTier::Gvisor,
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
         let mounts = spec.mounts();
@@ -686,6 +687,7 @@ impl Backend for DockerBackend {
             isolation: true,
             survives_restart: true,
             resource_limits: self.limits_enforced,
+            gvisor: false,
         }
     }
 

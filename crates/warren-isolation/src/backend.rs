@@ -512,6 +512,7 @@ impl Backend for LocalBackend {
             isolation: true,
             survives_restart: true,
             resource_limits: enforceable.memory && enforceable.pids,
+            gvisor: false,
         }
     }
 
@@ -601,6 +602,7 @@ impl Backend for LocalBackend {
                     sandbox: SandboxId::parse(&identity.sandbox).ok()?,
                     backend: BackendKind::Local,
                     image: None,
+                    isolation: warren_core::IsolationTier::Kernel,
                     generation: identity.generation,
                     uid: warren_core::Uid::new(identity.uid.clone()).ok()?,
                     runtime_scope: warren_core::RuntimeScope::new(identity.runtime_scope.clone())

@@ -241,6 +241,7 @@ impl KubernetesBackend {
             home: layout
                 .home_is_ephemeral()
                 .then(|| PathBuf::from(layout.home)),
+            gvisor: false,
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
         let limits = &self.config.limits;
@@ -317,6 +318,7 @@ impl KubernetesBackend {
             sandbox: identity.sandbox.clone(),
             backend: BackendKind::Kubernetes,
             image: Some(identity.image.clone()),
+            isolation: warren_core::IsolationTier::Kernel,
             generation: identity.generation,
             uid: identity.uid.clone(),
             runtime_scope: identity.runtime_scope.clone(),
@@ -780,6 +782,7 @@ impl Backend for KubernetesBackend {
             isolation: true,
             survives_restart: true,
             resource_limits: true,
+            gvisor: false,
         }
     }
 

@@ -532,6 +532,7 @@ fn deerflow_spec(
             Host::Kubernetes => BackendKind::Kubernetes,
         },
         image: (host == Host::Docker).then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
+        isolation: warren_core::IsolationTier::Kernel,
         generation,
         uid: uid.clone(),
         runtime_scope: runtime_scope.clone(),
