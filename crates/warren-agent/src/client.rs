@@ -171,6 +171,90 @@ pub fn kill_all(dir: &Path) -> Result<u64, RunError> {
     }
 }
 
+/// Receives the runtime's home (a runtime snapshot's `/home/gem`, I30) into `into`, an
+/// empty directory of warren's, at most `limit` bytes of file data, through a pipe the
+/// agent writes a tar stream into ([`Request::ArchiveHome`]). For runtimes whose home the
+/// host cannot reach by descriptor (gVisor, issue 19). The stream comes from inside the
+/// sandbox: it is unpacked only by descriptor ([`crate::home::restore`]: no entry lands
+/// outside `into` or goes through a link). Blocks: call it off the async threads.
+pub fn archive_home(dir: &Path, into: &Path, limit: u64) -> Result<crate::home::Moved, RunError> {
+    let target = crate::home::open_dir(into)?;
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let stream = home_request(dir, &Request::ArchiveHome { limit }, write)?;
+    let unpacked = crate::home::restore(target.as_fd(), std::fs::File::from(read), limit);
+    let reply = home_reply(&stream, "archive")?;
+    unpacked?;
+    Ok(reply)
+}
+
+/// Sends the directory `from` (warren's own: a restored snapshot's home) into the
+/// runtime's home before its first command, at most `limit` bytes of file data, through a
+/// pipe ([`Request::RestoreHome`]). Blocks: call it off the async threads.
+pub fn restore_home(dir: &Path, from: &Path, limit: u64) -> Result<crate::home::Moved, RunError> {
+    let source = crate::home::open_dir(from)?;
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let stream = home_request(dir, &Request::RestoreHome { limit }, read)?;
+    let packed = crate::home::archive(source.as_fd(), std::fs::File::from(write), limit);
+    let reply = home_reply(&stream, "restore")?;
+    let packed = packed?;
+    Ok(crate::home::Moved {
+        skipped: reply.skipped + packed.skipped,
+        ..reply
+    })
+}
+
+/// Sends a home move with its pipe end; the agent's copy is the only one left after this.
+fn home_request(
+    dir: &Path,
+    request: &Request,
+    pipe: OwnedFd,
+) -> Result<std::os::unix::net::UnixStream, RunError> {
+    let stream = connect(dir).map_err(|error| match error.kind() {
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+            RunError::Gone(error)
+        }
+        _ => RunError::Io(error),
+    })?;
+    protocol::send_frame(stream.as_fd(), request, &[pipe.as_fd()])?;
+    drop(pipe);
+    Ok(stream)
+}
+
+/// The agent's count of a home move, or why it refused.
+fn home_reply(
+    stream: &std::os::unix::net::UnixStream,
+    what: &str,
+) -> Result<crate::home::Moved, RunError> {
+    stream.set_read_timeout(Some(HOME_MOVE_TIMEOUT))?;
+    match protocol::recv_frame::<Reply>(stream.as_fd())? {
+        Some((
+            Reply::Moved {
+                entries,
+                bytes,
+                skipped,
+            },
+            _,
+        )) => Ok(crate::home::Moved {
+            entries,
+            bytes,
+            skipped,
+        }),
+        Some((Reply::Refused { reason }, _)) => Err(std::io::Error::other(format!(
+            "the agent could not {what} the home: {reason}"
+        ))
+        .into()),
+        Some((other, _)) => {
+            Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
+        }
+        None => Err(RunError::Gone(std::io::Error::from(
+            std::io::ErrorKind::UnexpectedEof,
+        ))),
+    }
+}
+
+/// How long a home move waits for the agent's count once the stream has ended.
+const HOME_MOVE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How long [`kill_all`] waits for the runtime's answer.
 const KILL_ALL_TIMEOUT: Duration = Duration::from_secs(60);
 

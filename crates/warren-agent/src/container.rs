@@ -57,6 +57,17 @@ pub struct AgentConfig {
     /// the sandbox user.
     #[serde(default)]
     pub gvisor: bool,
+    /// The most processes the sandbox user may have at once (`RLIMIT_NPROC`), set where
+    /// the runtime's own pids limit cannot be the bound: under gVisor the host's pids
+    /// cgroup counts the Sentry's threads, not the sandbox's processes.
+    #[serde(default)]
+    pub max_processes: Option<u64>,
+    /// The most address space one process may map (`RLIMIT_AS`), where a memory limit on
+    /// the host would otherwise end the whole runtime: under gVisor the host's memory
+    /// cgroup holds the Sentry, and one command's runaway would kill every process of the
+    /// sandbox at once.
+    #[serde(default)]
+    pub max_address_space: Option<u64>,
 }
 
 /// Containers started before layouts existed keep their home where the default layout
@@ -116,15 +127,21 @@ fn agent(config: AgentConfig) -> Result<std::convert::Infallible, String> {
     } else {
         None
     };
+    let (credentials, groups) = if config.gvisor {
+        let groups = sentry_setup(config.max_processes, config.max_address_space)?;
+        (Credentials::SentryRoot, Some(groups))
+    } else {
+        (Credentials::AlreadySandboxUser, None)
+    };
     let mut server = ServerConfig {
         sandbox: config.sandbox,
         generation: config.generation,
         nofile: config.nofile,
-        credentials: Credentials::AlreadySandboxUser,
+        credentials,
         listener: None,
         gateway: None,
         proxy,
-        groups: None,
+        groups,
         keep: Vec::new(),
     };
     match (&config.socket_dir, config.listen, key) {
@@ -133,8 +150,13 @@ fn agent(config: AgentConfig) -> Result<std::convert::Infallible, String> {
             let _ = std::fs::remove_file(&socket_path);
             let listener = UnixListener::bind(&socket_path)
                 .map_err(|e| format!("bind the control socket: {e}"))?;
-            std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| format!("restrict the control socket: {e}"))?;
+            // In a gVisor sandbox the socket is the host's (runsc `--host-uds=create`), and
+            // the Sentry may not change a host file's mode: there the directory guards it
+            // (root's, 0700, so the sandbox user cannot reach or replace it).
+            if !config.gvisor {
+                std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| format!("restrict the control socket: {e}"))?;
+            }
             server.listener = Some(listener);
         }
         (None, Some(address), Some(key)) => {
@@ -181,6 +203,64 @@ fn agent(config: AgentConfig) -> Result<std::convert::Infallible, String> {
     }
     let server = Server::new(server).map_err(|e| e.to_string())?;
     server.serve()
+}
+
+/// The agent as root of a gVisor sandbox (issue 19): the Sentry's cgroups to hold each
+/// command's tree, the sandbox user's process limit, and no capability beyond what
+/// serving needs (making commands the sandbox user, signalling them). Root here is the
+/// Sentry's: the host sees runsc's unprivileged sandbox process.
+fn sentry_setup(
+    max_processes: Option<u64>,
+    max_address_space: Option<u64>,
+) -> Result<Box<dyn crate::server::CommandGroups>, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("the agent of a gVisor sandbox must start as the sandbox's root".into());
+    }
+    let groups = crate::server::sentry_groups::SentryGroups::mount(std::path::Path::new("/tmp"))
+        .map_err(|e| format!("mount the sandbox's cgroups: {e}"))?;
+    // Root is not held to RLIMIT_NPROC; every command is the sandbox user, and the limit
+    // counts all of that user's processes in the sandbox. RLIMIT_AS holds each process,
+    // the agent's included (it maps little): inherited by every command.
+    for (limit, resource, what) in [
+        (
+            max_processes,
+            rustix::process::Resource::Nproc,
+            "the sandbox user's processes",
+        ),
+        (
+            max_address_space,
+            rustix::process::Resource::As,
+            "each process's address space",
+        ),
+    ] {
+        if let Some(limit) = limit {
+            let limit = rustix::process::Rlimit {
+                current: Some(limit),
+                maximum: Some(limit),
+            };
+            rustix::process::setrlimit(resource, limit)
+                .map_err(|e| format!("limit {what}: {e}"))?;
+        }
+    }
+    // An empty bounding set, inherited by every command, so none can regain a
+    // capability by any exec (the agent keeps what it holds: the bounding set limits
+    // only what an exec grants). Capabilities this Sentry does not know are EINVAL.
+    for capability in rustix::thread::CapabilitySet::all().iter() {
+        match rustix::thread::remove_capability_from_bounding_set(capability) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => return Err(format!("empty the bounding set: {e}")),
+        }
+    }
+    // Mounting is done: nothing the agent does later needs CAP_SYS_ADMIN or CAP_SETPCAP.
+    let mut sets = rustix::thread::capabilities(None)
+        .map_err(|e| format!("read the agent's capabilities: {e}"))?;
+    let done = rustix::thread::CapabilitySet::SYS_ADMIN | rustix::thread::CapabilitySet::SETPCAP;
+    sets.effective.remove(done);
+    sets.permitted.remove(done);
+    sets.inheritable.remove(done);
+    rustix::thread::set_capabilities(None, sets)
+        .map_err(|e| format!("drop CAP_SYS_ADMIN and CAP_SETPCAP: {e}"))?;
+    Ok(Box::new(groups))
 }
 
 /// Takes the agent key from the environment and removes it there, so nothing started

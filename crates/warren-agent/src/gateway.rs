@@ -186,12 +186,7 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
 /// [`crate::environment::HOME_FD`] (inherited by the gateway), opened again through it, so
 /// no path of the home's is resolved now.
 fn home_fd() -> io::Result<OwnedFd> {
-    let kept = format!("/proc/self/fd/{}", crate::environment::HOME_FD);
-    Ok(rustix::fs::open(
-        kept.as_str(),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?)
+    crate::home::open_kept_home()
 }
 
 fn moved_or_refused(result: io::Result<crate::home::Moved>) -> Reply {

@@ -301,6 +301,18 @@ pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
+/// The runtime's home as the agent keeps it: the directory opened at its start and held at
+/// [`crate::environment::HOME_FD`] (inherited by its children), opened again through it,
+/// so no path of the home's is resolved now.
+pub fn open_kept_home() -> io::Result<OwnedFd> {
+    let kept = format!("/proc/self/fd/{}", crate::environment::HOME_FD);
+    Ok(rustix::fs::open(
+        kept.as_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;

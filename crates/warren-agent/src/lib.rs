@@ -24,6 +24,7 @@ pub mod home;
 pub mod protocol;
 pub mod remote;
 pub mod seccomp;
+pub mod sentry_limits;
 pub mod server;
 pub mod sys;
 pub mod wire;

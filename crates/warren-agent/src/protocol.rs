@@ -37,14 +37,16 @@ pub enum Request {
     /// runtime keeps serving. Answered with [`Reply::KilledAll`] once they are gone.
     KillAll,
     /// Send the runtime's home as a tar stream ([`crate::home`]), at most `limit` bytes of
-    /// file data: data frames, then [`Reply::Moved`]. Over TCP only (a pod, where no host
-    /// path to the home exists); the Unix socket's host reads the home by descriptor.
+    /// file data: over TCP as data frames, on the Unix socket into the one pipe attached;
+    /// then [`Reply::Moved`]. Where the host has no path to the home: a pod, and a gVisor
+    /// sandbox, whose descriptors live in the Sentry (issue 19).
     ArchiveHome {
         /// Most bytes of file data.
         limit: u64,
     },
     /// Receive a tar stream into the runtime's (empty) home before its first command (a
-    /// resumed runtime, I30): data frames follow, then [`Reply::Moved`]. Over TCP only.
+    /// resumed runtime, I30): data frames follow over TCP, on the Unix socket the stream
+    /// comes through the one pipe attached; then [`Reply::Moved`].
     RestoreHome {
         /// Most bytes of file data.
         limit: u64,

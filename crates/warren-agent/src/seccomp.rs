@@ -430,6 +430,7 @@ mod tests {
         personality: i32,
         socket: i32,
         socketpair: i32,
+        mknodat: i32,
     }
 
     const X86_64: Abi = Abi {
@@ -445,6 +446,7 @@ mod tests {
         personality: 135,
         socket: 41,
         socketpair: 53,
+        mknodat: 259,
     };
 
     const AARCH64: Abi = Abi {
@@ -460,6 +462,7 @@ mod tests {
         personality: 92,
         socket: 198,
         socketpair: 199,
+        mknodat: 33,
     };
 
     const ABIS: [&Abi; 2] = [&X86_64, &AARCH64];
@@ -806,9 +809,42 @@ mod tests {
         );
         let x86 = select_filters("x86_64").expect("selects");
         let rules = |map: &Map<String, Value>| map[DENY_FILTER]["filter"].as_array().map(Vec::len);
+        let policy: Value = serde_json::from_str(POLICY_JSON).unwrap();
+        let x86_only = policy[format!("{DENY_FILTER}@x86_64")]["filter"]
+            .as_array()
+            .map_or(0, Vec::len);
+        assert!(x86_only >= REQUIRED_X86_64.len());
         assert_eq!(
             rules(&x86).unwrap_or(0),
-            rules(&selected).unwrap_or(0) + REQUIRED_X86_64.len()
+            rules(&selected).unwrap_or(0) + x86_only
         );
+    }
+
+    #[test]
+    fn device_nodes_are_refused_and_fifos_and_files_are_not() {
+        const S_IFCHR: u64 = 0o020000;
+        const S_IFBLK: u64 = 0o060000;
+        const S_IFIFO: u64 = 0o010000;
+        const S_IFREG: u64 = 0o100000;
+        for abi in ABIS {
+            for kind in [S_IFCHR, S_IFBLK] {
+                let mode = kind | 0o666;
+                assert_eq!(
+                    call(abi, abi.mknodat, [0, 0, mode, 0, 0, 0]),
+                    EPERM,
+                    "{}",
+                    abi.arch
+                );
+            }
+            for kind in [S_IFIFO, S_IFREG] {
+                let mode = kind | 0o644;
+                assert_eq!(
+                    call(abi, abi.mknodat, [0, 0, mode, 0, 0, 0]),
+                    Verdict::Allow,
+                    "{}",
+                    abi.arch
+                );
+            }
+        }
     }
 }

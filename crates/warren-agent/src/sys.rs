@@ -202,6 +202,16 @@ pub fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
+/// `setsid(2)`, the new session's id not read: gVisor's Sentry (issue 19) answers 0 for it,
+/// which rustix's `setsid` takes for an impossible pid and panics on.
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid takes no arguments and touches no memory of this process.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Marks every descriptor from `first` up close-on-exec, so a later `execve` leaves the
 /// command only stdin, stdout and stderr.
 pub fn cloexec_from(first: u32) -> io::Result<()> {
@@ -217,7 +227,44 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
         )
     };
     if result < 0 {
-        return Err(io::Error::last_os_error());
+        let error = io::Error::last_os_error();
+        // gVisor's Sentry (issue 19) knows close_range but not its CLOEXEC flag (EINVAL),
+        // and kernels before 5.11 lack it (ENOSYS): mark each open descriptor instead.
+        return match error.raw_os_error() {
+            Some(libc::EINVAL) | Some(libc::ENOSYS) => cloexec_each_from(first),
+            _ => Err(error),
+        };
+    }
+    Ok(())
+}
+
+/// [`cloexec_from`] one descriptor at a time, as `/proc/self/fd` lists them.
+fn cloexec_each_from(first: u32) -> io::Result<()> {
+    let listing = rustix::fs::open(
+        "/proc/self/fd",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let mut open = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&listing)? {
+        let entry = entry?;
+        if let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            open.push(fd);
+        }
+    }
+    let own = listing.as_raw_fd() as u32;
+    for fd in open.into_iter().filter(|&fd| fd >= first && fd != own) {
+        // SAFETY: the descriptor is this process's own (just listed) and only borrowed for
+        // the fcntl; one closed since the listing fails with EBADF, which is ignored.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd as i32) };
+        if let Ok(flags) = rustix::io::fcntl_getfd(borrowed) {
+            rustix::io::fcntl_setfd(borrowed, flags | rustix::io::FdFlags::CLOEXEC)?;
+        }
     }
     Ok(())
 }

@@ -271,9 +271,12 @@ fn schema_rules(schemas: &mut Map<String, Value>) {
 /// What the served document says about this server's own configuration: the backends a
 /// sandbox may name, and the host directories a workdir may be filled from.
 pub(crate) struct ServerFacts {
+    /// The enabled backends, the default first.
     pub(crate) backends: Vec<String>,
     pub(crate) host_dirs: Vec<String>,
     pub(crate) docker: bool,
+    /// The enabled backends that can run the gVisor tier on this host now (issue 19).
+    pub(crate) gvisor: Vec<String>,
 }
 
 /// Narrows the document to one server's configuration ([`ServerFacts`]).
@@ -309,6 +312,46 @@ pub(crate) fn describe_server(doc: &mut Value, facts: &ServerFacts) {
         .and_then(|s| s.pointer_mut("/properties/host_dir"))
     {
         host_dir["enum"] = with_null(&facts.host_dirs);
+    }
+    if let Some(create) = schemas.get_mut("CreateSandbox") {
+        describe_isolation(create, facts);
+    }
+}
+
+/// The tiers a new sandbox may ask for here (issue 19): `gvisor` only on a backend that
+/// can run it now, which the server otherwise refuses with 422 `isolation_unavailable`, an
+/// answer schema-valid input must not get.
+fn describe_isolation(create: &mut Value, facts: &ServerFacts) {
+    if facts.gvisor.is_empty() {
+        if let Some(isolation) = create.pointer_mut("/properties/isolation") {
+            *isolation = json!({"enum": ["kernel", null], "description": "The isolation tier: only `kernel` here, since no backend of this server can run gVisor on its host."});
+        }
+        return;
+    }
+    if facts.backends.iter().all(|b| facts.gvisor.contains(b)) {
+        return;
+    }
+    // gVisor on a named backend that runs it, or on the default one (no backend named)
+    // when that one runs it.
+    let default_runs_it = facts
+        .backends
+        .first()
+        .is_some_and(|default| facts.gvisor.contains(default));
+    let mut backends: Vec<Value> = facts.gvisor.iter().map(|b| json!(b)).collect();
+    let mut then = json!({"properties": {"backend": {}}});
+    if default_runs_it {
+        backends.push(Value::Null);
+    } else {
+        then["required"] = json!(["backend"]);
+    }
+    then["properties"]["backend"]["enum"] = Value::Array(backends);
+    let rule = json!({
+        "if": {"properties": {"isolation": {"const": "gvisor"}}, "required": ["isolation"]},
+        "then": then,
+    });
+    match create.get_mut("allOf").and_then(Value::as_array_mut) {
+        Some(all) => all.push(rule),
+        None => create["allOf"] = json!([rule]),
     }
 }
 

@@ -125,6 +125,16 @@ impl From<ProvisionerError> for ApiError {
             P::ExtraMountsConflict { .. } => {
                 Self::new(StatusCode::CONFLICT, "extra_mounts_conflict", message)
             }
+            P::IsolationConflict { .. } => {
+                Self::new(StatusCode::CONFLICT, "isolation_conflict", message)
+            }
+            // Well-formed, but this server cannot honour it now (issue 19): like an image
+            // missing from the Docker host, 422 rather than the caller's syntax error.
+            P::IsolationUnavailable { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "isolation_unavailable",
+                message,
+            ),
             P::ExtraMountSource { .. } => Self::bad_request("extra_mount_unusable", message),
             P::InvalidNode(_) => Self::bad_request("invalid_node", message),
             P::BackendUnavailable { .. } => Self::bad_request("backend_unavailable", message),

@@ -58,6 +58,9 @@ pub struct ApiState {
     deerflow: Option<Arc<warren_deerflow::Deerflow>>,
     /// The cluster key, when this node forwards to and serves other replicas (issue 14).
     cluster_key: Option<peer::ClusterKey>,
+    /// What the gVisor probe found at start-up, for `/health` (issue 19): probed once,
+    /// never per request (it starts sandboxes).
+    gvisor: Arc<warren_protocol::GvisorHealth>,
 }
 
 impl ApiState {
@@ -70,7 +73,17 @@ impl ApiState {
             viewer_key: Arc::new(ViewerKey::ephemeral()),
             deerflow: None,
             cluster_key: None,
+            gvisor: Arc::new(warren_protocol::GvisorHealth {
+                reason: Some("gVisor was not probed on this server".to_owned()),
+                ..Default::default()
+            }),
         }
+    }
+
+    /// Reports `gvisor`, the start-up gVisor probe's findings, on `/health` (issue 19).
+    pub fn with_gvisor(mut self, gvisor: warren_protocol::GvisorHealth) -> Self {
+        self.gvisor = Arc::new(gvisor);
+        self
     }
 
     /// Links this node to the other replicas with `key`: runtime operations for runtimes
@@ -352,5 +365,6 @@ async fn health(axum::extract::State(state): axum::extract::State<ApiState>) -> 
         exec: capabilities.exec,
         warnings: backend.warnings(),
         quotas: state.provisioner.quotas().enforcement.as_str().into(),
+        gvisor: state.gvisor.as_ref().clone(),
     })
 }

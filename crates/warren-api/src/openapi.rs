@@ -95,6 +95,17 @@ pub(crate) async fn serve(
     let facts = crate::contract::ServerFacts {
         docker: backends.contains(&warren_backend::BackendKind::Docker),
         backends: backends.iter().map(|k| k.as_str().to_owned()).collect(),
+        gvisor: backends
+            .iter()
+            .filter(|k| {
+                state
+                    .provisioner
+                    .backend()
+                    .gvisor_unavailable(**k)
+                    .is_none()
+            })
+            .map(|k| k.as_str().to_owned())
+            .collect(),
         host_dirs: state
             .provisioner
             .config()
@@ -310,6 +321,58 @@ mod tests {
                 "{method} {path} changes a sandbox but is not fenced"
             );
         }
+    }
+
+    /// `gvisor` is schema-valid only where the server would accept it (issue 19): nowhere
+    /// when no backend runs gVisor, and with a backend that runs it when some do not.
+    #[test]
+    fn the_gvisor_tier_is_offered_only_on_backends_that_run_it() {
+        let described = |backends: &[&str], gvisor: &[&str]| {
+            let mut doc = openapi_document();
+            let names = |list: &[&str]| list.iter().map(|b| (*b).to_owned()).collect();
+            crate::contract::describe_server(
+                &mut doc,
+                &crate::contract::ServerFacts {
+                    backends: names(backends),
+                    host_dirs: Vec::new(),
+                    docker: backends.contains(&"docker"),
+                    gvisor: names(gvisor),
+                },
+            );
+            doc["components"]["schemas"]["CreateSandbox"].clone()
+        };
+        let generated = &openapi_document()["components"]["schemas"];
+        assert_eq!(
+            generated["SandboxIsolation"]["enum"],
+            serde_json::json!(["kernel", "gvisor"])
+        );
+        assert!(generated["SandboxInfo"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("isolation")));
+
+        let none = described(&["local"], &[]);
+        assert_eq!(
+            none["properties"]["isolation"]["enum"],
+            serde_json::json!(["kernel", null])
+        );
+        assert!(none.get("allOf").is_none());
+
+        let all = described(&["local", "docker"], &["local", "docker"]);
+        assert!(all["properties"]["isolation"].get("enum").is_none());
+        assert!(all.get("allOf").is_none());
+
+        let docker_only = described(&["local", "docker"], &["docker"]);
+        assert_eq!(
+            docker_only["allOf"][0]["then"],
+            serde_json::json!({"properties": {"backend": {"enum": ["docker"]}},
+                               "required": ["backend"]})
+        );
+        let default_only = described(&["local", "docker"], &["local"]);
+        assert_eq!(
+            default_only["allOf"][0]["then"],
+            serde_json::json!({"properties": {"backend": {"enum": ["local", null]}}})
+        );
     }
 
     #[test]

@@ -7,10 +7,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use warren_core::{IsolationScope, LayoutName, NetworkPolicy, RunContext, RuntimeScope, Uid};
+use warren_core::{
+    IsolationScope, IsolationTier, LayoutName, NetworkPolicy, RunContext, RuntimeScope, Uid,
+};
 use warren_protocol::{
-    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxLayout, SandboxList,
-    TerminateSandbox,
+    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxIsolation,
+    SandboxLayout, SandboxList, TerminateSandbox,
 };
 use warren_provisioner::{
     Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError, SandboxRequest,
@@ -32,6 +34,10 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
             LayoutName::Ars => SandboxLayout::Ars,
             LayoutName::Deerflow => SandboxLayout::Deerflow,
             LayoutName::E2b => SandboxLayout::E2b,
+        },
+        isolation: match record.isolation {
+            IsolationTier::Kernel => SandboxIsolation::Kernel,
+            IsolationTier::Gvisor => SandboxIsolation::Gvisor,
         },
         network: NetworkSpec {
             mode: record.network.mode().to_owned(),
@@ -135,8 +141,8 @@ fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
         (status = 200, body = SandboxInfo, description = "Exists with this identity"),
         (status = 404, body = warren_protocol::ErrorBody, description = "workdir_not_found"),
         (status = 400, body = warren_protocol::ErrorBody, description = "invalid_request, invalid_uid, invalid_scope, invalid_network, invalid_image; reserved_uid: a uid named directly may not start with session:, agent: or global:"),
-        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict, network_conflict or env_policy_conflict: the live sandbox is bound otherwise"),
-        (status = 422, body = warren_protocol::ErrorBody, description = "image_not_found: the image (named, or the server's default) is not on the Docker host; warren never pulls"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict, network_conflict, env_policy_conflict, backend_conflict, layout_conflict or isolation_conflict: the live sandbox is bound otherwise"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "image_not_found: the image (named, or the server's default) is not on the Docker host; warren never pulls. isolation_unavailable: the sandbox's backend cannot run the gvisor tier on this server"),
     ),
     security(("bearer" = []))
 )]
@@ -168,6 +174,10 @@ pub(crate) async fn create(
                 SandboxLayout::Ars => LayoutName::Ars,
                 SandboxLayout::Deerflow => LayoutName::Deerflow,
                 SandboxLayout::E2b => LayoutName::E2b,
+            }),
+            isolation: request.isolation.map(|isolation| match isolation {
+                SandboxIsolation::Kernel => IsolationTier::Kernel,
+                SandboxIsolation::Gvisor => IsolationTier::Gvisor,
             }),
             ..SandboxRequest::new(uid, scope)
         })

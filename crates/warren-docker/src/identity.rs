@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use bollard::models::ContainerInspectResponse;
 use warren_backend::{BackendKind, RuntimeSpec};
 use warren_core::{
-    ExtraMount, LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId, Uid, VirtualRoot,
-    Workdir,
+    ExtraMount, IsolationTier, LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId,
+    Uid, VirtualRoot, Workdir,
 };
 
 use crate::staging::staging_path;
@@ -33,6 +33,8 @@ const LABEL_EXTRA_MOUNTS: &str = "dev.warren.extra-mounts";
 /// direct bind's source must agree. Containers made before layouts lack them.
 const LABEL_USER_WORKSPACE: &str = "dev.warren.user-workspace";
 const LABEL_SKILL_PROJECTION: &str = "dev.warren.skill-projection";
+/// The isolation tier (issue 19); a container without it is the kernel tier's.
+const LABEL_ISOLATION: &str = "dev.warren.isolation";
 
 /// The legacy mount of the workspace's projects, refused for reuse (I16).
 const LEGACY_PROJECTS: &str = "/home/gem/projects";
@@ -73,6 +75,7 @@ impl Identity {
             && ours.layout == spec.layout
             && ours.network == spec.network
             && ours.image == spec.image
+            && ours.isolation == spec.isolation
             && ours.user_workspace == spec.user_workspace
             && ours.skill_projection == spec.skill_projection
     }
@@ -82,13 +85,16 @@ impl Identity {
     /// its layout's persistent binds with the right modes and sources (I16). `binds` is
     /// the backend's staging directory (`staging`); `accounts` the directory of its
     /// accounts files, which a layout whose user images do not name binds read-only at
-    /// `/etc/passwd` and `/etc/group` (`accounts`), and no other layout does.
+    /// `/etc/passwd` and `/etc/group` (`accounts`), and no other layout does. A gVisor
+    /// container must run on `gvisor_runtime` with exactly the agent's capabilities inside
+    /// the Sentry; a kernel-tier one on the engine's default runtime with none.
     pub fn from_container(
         container: &ContainerInspectResponse,
         instance: &str,
         env: BTreeMap<String, String>,
         binds: &Path,
         accounts: &Path,
+        gvisor_runtime: &str,
     ) -> Result<Self, LayoutProblem> {
         let labels = container
             .config
@@ -125,10 +131,37 @@ impl Identity {
             return Err(LayoutProblem::BadLabel(LABEL_IMAGE));
         }
 
+        let isolation = match labels.get(LABEL_ISOLATION) {
+            Some(name) => {
+                IsolationTier::parse(name).ok_or(LayoutProblem::BadLabel(LABEL_ISOLATION))?
+            }
+            None => IsolationTier::Kernel,
+        };
         let host = container.host_config.clone().unwrap_or_default();
+        let mut added = host.cap_add.clone().unwrap_or_default();
+        added.sort();
+        let (expected_added, expected_runtime) = match isolation {
+            IsolationTier::Kernel => (Vec::new(), None),
+            IsolationTier::Gvisor => {
+                let mut agent: Vec<String> = crate::gvisor::AGENT_CAPABILITIES
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .collect();
+                agent.sort();
+                (agent, Some(gvisor_runtime))
+            }
+        };
+        // The engine reports the default runtime by name (`runc`) or not at all.
+        let runtime = host
+            .runtime
+            .as_deref()
+            .filter(|r| *r != "runc" && !r.is_empty());
+        if runtime != expected_runtime {
+            return Err(LayoutProblem::Runtime(runtime.unwrap_or("runc").to_owned()));
+        }
         if host.privileged == Some(true)
             || !host.cap_drop.unwrap_or_default().iter().any(|c| c == "ALL")
-            || !host.cap_add.unwrap_or_default().is_empty()
+            || added != expected_added
             || host.readonly_rootfs != Some(true)
             || !host
                 .security_opt
@@ -261,7 +294,7 @@ impl Identity {
                 sandbox,
                 backend: BackendKind::Docker,
                 image: Some(image),
-                isolation: warren_core::IsolationTier::Kernel,
+                isolation,
                 generation,
                 uid,
                 runtime_scope,
@@ -301,6 +334,9 @@ pub enum LayoutProblem {
     /// It publishes ports.
     #[error("it publishes ports")]
     PublishedPorts,
+    /// It runs on another runtime than its isolation tier's.
+    #[error("it runs on runtime {0:?}, not its isolation tier's")]
+    Runtime(String),
     /// Legacy layout: an old `/home/gem/projects` mount.
     #[error("legacy layout: it mounts /home/gem/projects")]
     ProjectsMount,
@@ -334,6 +370,7 @@ pub(crate) fn container_labels(instance: &str, spec: &RuntimeSpec) -> HashMap<St
         (LABEL_SCOPE.to_owned(), spec.runtime_scope.to_string()),
         (LABEL_WORKDIR.to_owned(), spec.workdir.to_string()),
         (LABEL_LAYOUT.to_owned(), spec.layout.to_string()),
+        (LABEL_ISOLATION.to_owned(), spec.isolation.to_string()),
         (
             LABEL_EXTRA_MOUNTS.to_owned(),
             serde_json::to_string(&spec.extra_mounts).expect("extra mounts serialise"),
@@ -452,6 +489,7 @@ mod tests {
             BTreeMap::new(),
             Path::new(BINDS),
             Path::new(ACCOUNTS),
+            "runsc",
         )
     }
 

@@ -34,6 +34,7 @@
 #![deny(missing_docs)]
 
 mod accounts;
+mod gvisor;
 mod identity;
 mod staging;
 
@@ -54,13 +55,13 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use warren_agent::bundle::{self, AgentBundle};
 use warren_agent::client::{self, RunError};
-use warren_agent::AgentConfig;
+use warren_agent::{sentry_limits, AgentConfig};
 use warren_backend::RuntimeLimits;
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
     ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec, RuntimeUsage,
 };
-use warren_core::SandboxId;
+use warren_core::{IsolationTier, SandboxId};
 
 pub use identity::{LayoutProblem, LABEL_INSTANCE, LABEL_SANDBOX};
 
@@ -138,6 +139,9 @@ pub struct DockerBackendConfig {
     pub socket: Option<String>,
     /// Limits of every container.
     pub limits: RuntimeLimits,
+    /// The name dockerd registered runsc under, for the gVisor tier (issue 19); `None`
+    /// is `runsc`.
+    pub gvisor_runtime: Option<String>,
 }
 
 /// Runtimes as Docker containers.
@@ -154,6 +158,8 @@ pub struct DockerBackend {
     binds_dir: PathBuf,
     /// An empty directory: the copy-on-write layers of a read-only image root.
     no_cow: PathBuf,
+    /// Per-sandbox staging of gVisor homes for runtime snapshots (I30).
+    snapshots_dir: PathBuf,
     /// `/etc/passwd` and `/etc/group` of layouts whose user images do not name
     /// ([`accounts`]).
     accounts_dir: PathBuf,
@@ -163,6 +169,9 @@ pub struct DockerBackend {
     warnings: Vec<String>,
     /// The engine enforces memory and process limits.
     limits_enforced: bool,
+    /// The runtime name of the gVisor tier, and why the engine cannot serve it, if not.
+    gvisor_runtime: String,
+    gvisor_problem: Option<String>,
     live: Mutex<HashMap<SandboxId, Identity>>,
 }
 
@@ -203,6 +212,11 @@ impl DockerBackend {
             .await
             .map_err(engine("read the engine's information"))?;
         let mut warnings = Vec::new();
+        let gvisor_runtime = config
+            .gvisor_runtime
+            .clone()
+            .unwrap_or_else(|| "runsc".to_owned());
+        let gvisor_problem = gvisor::runtime_problem(info.runtimes.as_ref(), &gvisor_runtime);
         let limits_enforced = info.memory_limit != Some(false) && info.pids_limit != Some(false);
         for (enforced, what) in [
             (
@@ -241,6 +255,7 @@ impl DockerBackend {
         let state_dir = root.join("state");
         let binds_dir = root.join("binds");
         let no_cow = root.join("no-cow");
+        let snapshots_dir = root.join("snapshots");
         let accounts_dir = root.join("accounts");
         for (dir, what) in [
             (&root, "the docker directory"),
@@ -248,6 +263,7 @@ impl DockerBackend {
             (&state_dir, "the state directory"),
             (&binds_dir, "the staging directories"),
             (&no_cow, "the empty copy-on-write directory"),
+            (&snapshots_dir, "the snapshot staging directory"),
         ] {
             std::fs::create_dir_all(dir).map_err(|source| DockerError::HostDir { what, source })?;
         }
@@ -288,11 +304,14 @@ impl DockerBackend {
             state_dir,
             binds_dir,
             no_cow,
+            snapshots_dir,
             accounts_dir,
             bundle,
             engine_version: version.version.unwrap_or_default(),
             warnings,
             limits_enforced,
+            gvisor_runtime,
+            gvisor_problem,
             live: Mutex::new(HashMap::new()),
         })
     }
@@ -364,7 +383,11 @@ impl DockerBackend {
         }
         self.teardown(&spec.sandbox).await?;
         let socket_dir = self.socket_dir(&spec.sandbox);
-        make_socket_dir(&socket_dir).map_err(|source| DockerError::HostDir {
+        let agent_uid = match spec.isolation {
+            IsolationTier::Kernel => warren_core::SANDBOX_UID,
+            IsolationTier::Gvisor => 0,
+        };
+        make_socket_dir(&socket_dir, agent_uid).map_err(|source| DockerError::HostDir {
             what: "the sandbox's socket directory",
             source,
         })?;
@@ -410,7 +433,15 @@ impl DockerBackend {
                 .layout()
                 .home_is_ephemeral()
                 .then(|| PathBuf::from(spec.layout.layout().home)),
-            gvisor: spec.isolation == warren_core::IsolationTier::Gvisor,
+            gvisor: spec.isolation == IsolationTier::Gvisor,
+            max_processes: (spec.isolation == IsolationTier::Gvisor)
+                .then_some(self.config.limits.pids_max)
+                .flatten()
+                .map(sentry_limits::sandbox_processes),
+            max_address_space: (spec.isolation == IsolationTier::Gvisor)
+                .then_some(self.config.limits.memory_bytes)
+                .flatten()
+                .map(sentry_limits::address_space),
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
         let mounts = spec.mounts();
@@ -441,7 +472,13 @@ impl DockerBackend {
             let _ = self.teardown(&spec.sandbox).await;
             return Err(error);
         }
-        let agent = self.agent_process(&name).await;
+        // A gVisor container's PID 1 on the host is runsc's sandbox process, not the agent:
+        // its /proc shows the Sentry's view of nothing, so there is no agent process to
+        // check mounts through or to reach the home by (snapshots: not on this tier yet).
+        let agent = match spec.isolation {
+            IsolationTier::Kernel => self.agent_process(&name).await,
+            IsolationTier::Gvisor => None,
+        };
         if let Some((pid, _)) = agent {
             let check = tokio::task::spawn_blocking(move || verify_mounts(pid, &mounts))
                 .await
@@ -453,6 +490,22 @@ impl DockerBackend {
             }
         }
         let ephemeral_home = spec.layout.layout().home_is_ephemeral();
+        if let (Some(seed), IsolationTier::Gvisor, true) =
+            (&spec.seed, spec.isolation, ephemeral_home)
+        {
+            // The Sentry's home is reached through the agent, as a tar stream (I30).
+            let (home, dir) = (seed.join("home"), socket_dir.clone());
+            let limit = self.config.limits.home_bytes;
+            let seeded = tokio::task::spawn_blocking(move || {
+                client::restore_home(&dir, &home, limit).map_err(|e| match e {
+                    RunError::Gone(e) | RunError::Io(e) => e,
+                })
+            })
+            .await;
+            if let Ok(Err(error)) | Err(error) = seeded.map_err(std::io::Error::other) {
+                tracing::warn!(sandbox = %spec.sandbox, %error, "could not restore /home/gem from the snapshot; it starts empty");
+            }
+        }
         if let (Some(seed), Some((pid, _)), true) = (&spec.seed, &agent, ephemeral_home) {
             // Resuming a reaped runtime (I30): its /home/gem comes back before the first
             // command. A seed that cannot be copied leaves a fresh /home/gem, never a
@@ -537,6 +590,14 @@ impl DockerBackend {
             tmpfs: Some(tmpfs),
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
+            // Inside the Sentry only: the gVisor agent's root (see `gvisor`).
+            cap_add: (spec.isolation == IsolationTier::Gvisor).then(|| {
+                gvisor::AGENT_CAPABILITIES
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .collect()
+            }),
+            runtime: (spec.isolation == IsolationTier::Gvisor).then(|| self.gvisor_runtime.clone()),
             // Docker's default seccomp profile stays on (no `seccomp=` option); the agent
             // adds warren's own to each command.
             security_opt: Some(vec!["no-new-privileges:true".into()]),
@@ -547,7 +608,13 @@ impl DockerBackend {
             memory: limits.memory_bytes.map(to_i64),
             // Memory plus swap equal to memory: no swap.
             memory_swap: limits.memory_bytes.map(to_i64),
-            pids_limit: limits.pids_max.map(to_i64),
+            pids_limit: limits
+                .pids_max
+                .map(|max| match spec.isolation {
+                    IsolationTier::Kernel => max,
+                    IsolationTier::Gvisor => sentry_limits::host_tasks(max),
+                })
+                .map(to_i64),
             nano_cpus: limits.cpu_millis.map(|m| to_i64(m) * 1_000_000),
             shm_size: Some(to_i64(limits.shm_bytes)),
             ulimits: Some(vec![ResourcesUlimits {
@@ -561,7 +628,14 @@ impl DockerBackend {
         };
         ContainerCreateBody {
             image: Some(image.to_owned()),
-            user: Some("1000:1000".into()),
+            // The gVisor agent starts as the Sentry's root and makes each command 1000:1000.
+            user: Some(
+                match spec.isolation {
+                    IsolationTier::Kernel => "1000:1000",
+                    IsolationTier::Gvisor => "0:0",
+                }
+                .into(),
+            ),
             hostname: Some("warren".into()),
             working_dir: Some(layout.home.into()),
             env: Some(Vec::new()),
@@ -654,6 +728,8 @@ impl DockerBackend {
             remove_socket_dir(&self.socket_dir(sandbox)),
             std::fs::remove_file(self.state_file(sandbox)),
             staging::remove(&self.binds_dir.join(sandbox.as_str())),
+            // warren's own copy of a gVisor home (links are removed, never followed).
+            std::fs::remove_dir_all(self.snapshots_dir.join(sandbox.as_str())),
         ] {
             if let Err(error) = result {
                 if error.kind() != std::io::ErrorKind::NotFound {
@@ -687,14 +763,41 @@ impl Backend for DockerBackend {
             isolation: true,
             survives_restart: true,
             resource_limits: self.limits_enforced,
-            gvisor: false,
+            gvisor: self.gvisor_problem.is_none(),
         }
+    }
+
+    fn gvisor_unavailable(&self, kind: BackendKind) -> Option<String> {
+        if kind != BackendKind::Docker {
+            return Some(format!(
+                "the {} backend is not enabled on this server",
+                kind.as_str()
+            ));
+        }
+        self.gvisor_problem.clone()
     }
 
     async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
         if let Some(identity) = self.find(&spec.sandbox).await {
             if identity.matches(spec) {
                 return Ok(DiscoveredRuntime { spec: spec.clone() });
+            }
+        }
+        if spec.isolation == IsolationTier::Gvisor {
+            if let Some(problem) = self.gvisor_unavailable(BackendKind::Docker) {
+                return Err(BackendError::Create {
+                    sandbox: spec.sandbox.clone(),
+                    source: std::io::Error::other(problem),
+                });
+            }
+            if spec.network.has_egress() {
+                return Err(BackendError::Create {
+                    sandbox: spec.sandbox.clone(),
+                    source: std::io::Error::other(
+                        "a network policy with egress is not available on the gVisor tier yet: \
+                         the Sentry cannot hand the proxy's connections to the host",
+                    ),
+                });
             }
         }
         let identity = self.launch(spec).await.map_err(|error| match error {
@@ -881,6 +984,15 @@ impl Backend for DockerBackend {
         let Some(Ok(sample)) = stats.next().await else {
             return Ok(None);
         };
+        // The host's count of a gVisor container is mostly the Sentry's threads: it says
+        // nothing of the sandbox's processes, whose bound is the agent's RLIMIT_NPROC.
+        if self
+            .lock()
+            .get(sandbox)
+            .is_some_and(|identity| identity.spec.isolation == IsolationTier::Gvisor)
+        {
+            return Ok(None);
+        }
         Ok(sample.pids_stats.and_then(|pids| {
             Some(ProcessPressure {
                 current: pids.current?,
@@ -925,6 +1037,9 @@ impl Backend for DockerBackend {
             return Ok(None);
         };
         let ephemeral_home = identity.spec.layout.layout().home_is_ephemeral();
+        if identity.spec.isolation == IsolationTier::Gvisor {
+            return self.archive_gvisor_home(sandbox, ephemeral_home).await;
+        }
         let Some((pid, birth)) = identity.agent else {
             return Ok(None);
         };
@@ -993,6 +1108,49 @@ impl DockerBackend {
     /// Reads the container of `sandbox` back into an identity, or says why it cannot be
     /// reused: it must exist, run, have exactly warren's layout (I16), and its agent must
     /// answer with the generation its labels say.
+    /// A gVisor container's home as a runtime snapshot's (I30): the Sentry's descriptors
+    /// are not the host's, so the agent sends it as a tar stream into a staging directory
+    /// of warren's, `<data>/docker/snapshots/<sbx>` (the root is the read-only image: `cow`
+    /// stays empty).
+    async fn archive_gvisor_home(
+        &self,
+        sandbox: &SandboxId,
+        ephemeral_home: bool,
+    ) -> Result<Option<EphemeralRoots>, BackendError> {
+        let staging = self.snapshots_dir.join(sandbox.as_str());
+        let failed = |source: std::io::Error| BackendError::Exec {
+            sandbox: sandbox.clone(),
+            source,
+        };
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(staging.join("cow")).map_err(failed)?;
+        set_mode(&staging, 0o700).map_err(failed)?;
+        if !ephemeral_home {
+            // The home is the persistent workdir (E2B's): nothing of it is ephemeral state.
+            return Ok(Some(EphemeralRoots {
+                cow: staging.join("cow"),
+                home: None,
+            }));
+        }
+        let home = staging.join("home");
+        std::fs::create_dir(&home).map_err(failed)?;
+        // The home is a tmpfs of `home_bytes`: more than that cannot be there.
+        let limit = self.config.limits.home_bytes.saturating_mul(2);
+        let (dir, into) = (self.socket_dir(sandbox), home.clone());
+        let archived =
+            tokio::task::spawn_blocking(move || client::archive_home(&dir, &into, limit))
+                .await
+                .map_err(|e| failed(std::io::Error::other(e)))?;
+        match archived {
+            Ok(_) => Ok(Some(EphemeralRoots {
+                cow: staging.join("cow"),
+                home: Some(home),
+            })),
+            Err(RunError::Gone(_)) => Ok(None),
+            Err(RunError::Io(source)) => Err(failed(source)),
+        }
+    }
+
     async fn inspect_identity(&self, sandbox: &SandboxId) -> Result<Identity, String> {
         let name = self.container_name(sandbox);
         let inspected = self
@@ -1007,10 +1165,12 @@ impl DockerBackend {
             env,
             &self.binds_dir,
             &self.accounts_dir,
+            &self.gvisor_runtime,
         )
         .map_err(|problem| problem.to_string())?;
         identity.agent = inspected
             .state
+            .filter(|_| identity.spec.isolation == IsolationTier::Kernel)
             .as_ref()
             .and_then(|state| state.pid)
             .and_then(|pid| i32::try_from(pid).ok())
@@ -1043,7 +1203,9 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
 /// own, 64 KiB and 16 inodes, so a sandbox cannot fill the host's disk through it (its
 /// other writable places are size-capped tmpfs inside the container). Without root the
 /// engine's socket is root-equivalent anyway, but the directory is then not capped.
-fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
+/// `owner` is the agent's uid: 1000 on the kernel tier, the Sentry's root on gVisor's,
+/// where nothing of the sandbox user's may reach or replace the socket.
+fn make_socket_dir(dir: &Path, owner: u32) -> std::io::Result<()> {
     match std::fs::create_dir(dir) {
         Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
         _ => {}
@@ -1055,7 +1217,11 @@ fn make_socket_dir(dir: &Path) -> std::io::Result<()> {
             dir,
             "tmpfs",
             MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-            c"size=64k,nr_inodes=16,mode=0700,uid=1000,gid=1000",
+            std::ffi::CString::new(format!(
+                "size=64k,nr_inodes=16,mode=0700,uid={owner},gid={owner}"
+            ))
+            .expect("no NUL in the options")
+            .as_c_str(),
         )?;
         return Ok(());
     }

@@ -6,8 +6,8 @@
 //! host directory. UserWorkspace files are never touched (I15).
 
 use std::collections::HashMap;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -18,12 +18,12 @@ use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
     ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec, RuntimeUsage,
 };
-use warren_core::{NetworkPolicy, SandboxId};
+use warren_core::{IsolationTier, NetworkPolicy, SandboxId};
 
 use crate::cgroup::{CgroupSupport, SandboxCgroup};
 use crate::config::{IdMap, MountConfig, RootSource, RuntimeConfig, RuntimeLimits};
 use crate::host::HostReport;
-use crate::runtime::RUNTIME_INIT_ARG;
+use crate::launcher::{spawn_launcher, Launcher, LauncherPool};
 use crate::IsolationError;
 use warren_agent::client::{exec_spec, ping, ping_full, process_birth, run, RunError};
 
@@ -65,6 +65,55 @@ struct RuntimeIdentity {
     /// reaped elsewhere is never mistaken for it.
     #[serde(default)]
     init_birth: String,
+    /// The tier (issue 19); runtimes recorded before tiers existed are the kernel's. On
+    /// gVisor `pid` is runsc's sandbox process (the Sentry), and the control socket is in
+    /// the runtime directory's `run/` (the one directory the sandbox sees of it).
+    #[serde(default)]
+    isolation: IsolationTier,
+}
+
+/// A gVisor runtime's home as a runtime snapshot's (I30): the agent sends it as a tar
+/// stream into `staging` (warren's, 0700, made fresh), unpacked by descriptor; `cow` is an
+/// empty directory (the root is read-only). `None` when the runtime is gone.
+async fn gvisor_home(
+    sandbox: &SandboxId,
+    socket_dir: &Path,
+    staging: &Path,
+    ephemeral_home: bool,
+    home_bytes: u64,
+) -> Result<Option<EphemeralRoots>, BackendError> {
+    let failed = |source: std::io::Error| BackendError::Exec {
+        sandbox: sandbox.clone(),
+        source,
+    };
+    let _ = std::fs::remove_dir_all(staging);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(staging)
+        .map_err(failed)?;
+    std::fs::create_dir(staging.join("cow")).map_err(failed)?;
+    let cow = staging.join("cow");
+    if !ephemeral_home {
+        // The home is the persistent workdir (E2B's): nothing of it is ephemeral state.
+        return Ok(Some(EphemeralRoots { cow, home: None }));
+    }
+    let home = staging.join("home");
+    std::fs::create_dir(&home).map_err(failed)?;
+    // The home is a tmpfs of `home_bytes`: more than that cannot be there.
+    let limit = home_bytes.saturating_mul(2);
+    let (dir, into) = (socket_dir.to_owned(), home.clone());
+    let archived =
+        tokio::task::spawn_blocking(move || warren_agent::client::archive_home(&dir, &into, limit))
+            .await
+            .map_err(|e| failed(std::io::Error::other(e)))?;
+    match archived {
+        Ok(_) => Ok(Some(EphemeralRoots {
+            cow,
+            home: Some(home),
+        })),
+        Err(warren_agent::client::RunError::Gone(_)) => Ok(None),
+        Err(warren_agent::client::RunError::Io(source)) => Err(failed(source)),
+    }
 }
 
 impl RuntimeIdentity {
@@ -78,9 +127,21 @@ impl RuntimeIdentity {
             && self.runtime_scope == spec.runtime_scope.as_str()
             && self.workdir == spec.workdir.as_str()
             && self.layout == spec.layout
+            && self.isolation == spec.isolation
             && self.extra_mounts == spec.extra_mounts
             && self.user_workspace == spec.user_workspace
             && self.skill_projection == spec.skill_projection
+    }
+}
+
+impl RuntimeIdentity {
+    /// Where the runtime's control socket is: init binds it in the runtime directory; a
+    /// gVisor runtime's agent in the `run/` directory it sees as `/run/warren`.
+    fn socket_dir(&self, runtime_dir: &Path) -> PathBuf {
+        match self.isolation {
+            IsolationTier::Kernel => runtime_dir.to_owned(),
+            IsolationTier::Gvisor => runtime_dir.join("run"),
+        }
     }
 }
 
@@ -102,6 +163,8 @@ pub struct LocalBackend {
     /// Launchers started ahead of need (see [`LauncherPool`]).
     launchers: LauncherPool,
     live: Mutex<HashMap<SandboxId, RuntimeIdentity>>,
+    /// The gVisor tier, or why this backend cannot run it (issue 19).
+    gvisor: Result<crate::runsc::GvisorTier, String>,
 }
 
 impl LocalBackend {
@@ -159,7 +222,34 @@ impl LocalBackend {
             cgroups_enabled: user_namespace.is_none(),
             user_namespace,
             live: Mutex::new(HashMap::new()),
+            gvisor: Err("gVisor was not probed".to_owned()),
         })
+    }
+
+    /// Enables the gVisor tier as `host` (the probe's result, `crate::gvisor::probe`)
+    /// allows (issue 19): prepares runsc's state root, the staging directories and the
+    /// agent bundle under the data directory. When it cannot, the tier stays unavailable,
+    /// and [`Backend::gvisor_unavailable`] says why.
+    pub fn with_gvisor(mut self, host: &crate::gvisor::GvisorHost) -> Self {
+        self.gvisor = if self.config.rootfs.is_some() {
+            Err(
+                "the gVisor tier shows the host profile; it is not available with --rootfs"
+                    .to_owned(),
+            )
+        } else if !self.cgroups_enabled {
+            Err(crate::gvisor::NOT_ROOT_REASON.to_owned())
+        } else {
+            crate::runsc::GvisorTier::prepare(
+                host,
+                &self.config.data_dir,
+                &self.config.init_program,
+                &self.instance,
+            )
+        };
+        if let Err(reason) = &self.gvisor {
+            tracing::info!(%reason, "the local backend runs no gVisor runtimes");
+        }
+        self
     }
 
     /// What this host supports, for `warren doctor`.
@@ -199,7 +289,7 @@ impl LocalBackend {
         // Reading the record and pinging init block (up to the ping's timeout).
         let identity = tokio::task::spawn_blocking(move || {
             let identity = read_identity(&dir)?;
-            ping(&dir)
+            ping(&identity.socket_dir(&dir))
                 .is_some_and(|(s, g)| s == identity.sandbox && g == identity.generation)
                 .then_some(identity)
         })
@@ -213,7 +303,8 @@ impl LocalBackend {
     /// Takes a runtime into this provisioner's care: remembers it and, if its network
     /// policy lets anything out, serves its egress.
     fn adopt(&self, sandbox: &SandboxId, identity: RuntimeIdentity) {
-        if identity.network.has_egress() {
+        // A gVisor runtime has no network yet (`--network=none`, issue 19): no proxy port.
+        if identity.network.has_egress() && identity.isolation == IsolationTier::Kernel {
             if let Err(error) = warren_agent::egress::spawn_egress(
                 self.runtime_dir(sandbox),
                 identity.network.clone(),
@@ -236,11 +327,66 @@ impl LocalBackend {
             .await
             .map_err(|e| create_error(std::io::Error::other(e.to_string())))?;
         std::fs::create_dir_all(&dir).map_err(create_error)?;
+        let pid = match spec.isolation {
+            IsolationTier::Kernel => self.launch_init(spec, &dir).await?,
+            IsolationTier::Gvisor => {
+                let (Ok(tier), RootSource::HostProfile { etc }) =
+                    (&self.gvisor, &self.roots[&spec.layout])
+                else {
+                    let reason = self.gvisor.as_ref().err().cloned().unwrap_or_default();
+                    return Err(create_error(std::io::Error::other(
+                        IsolationError::GvisorUnavailable(reason).to_string(),
+                    )));
+                };
+                let cgroup = self.cgroup_name(&spec.sandbox);
+                tier.launch(spec, &dir, etc, &self.config.limits, &cgroup)
+                    .await
+                    .map_err(|e| create_error(std::io::Error::other(e.to_string())))?
+                    .pid
+            }
+        };
+        let identity = RuntimeIdentity {
+            sandbox: spec.sandbox.to_string(),
+            generation: spec.generation,
+            uid: spec.uid.to_string(),
+            runtime_scope: spec.runtime_scope.to_string(),
+            workdir: spec.workdir.to_string(),
+            layout: spec.layout,
+            extra_mounts: spec.extra_mounts.clone(),
+            user_workspace: spec.user_workspace.clone(),
+            skill_projection: spec.skill_projection.clone(),
+            env: spec.env.clone(),
+            network: spec.network.clone(),
+            cgroup: self.cgroup_name(&spec.sandbox),
+            pid,
+            init_birth: process_birth(pid).unwrap_or_default(),
+            isolation: spec.isolation,
+        };
+        let json = serde_json::to_vec_pretty(&identity)
+            .map_err(|e| create_error(std::io::Error::other(e)))?;
+        if let Err(error) = std::fs::write(dir.join("runtime.json"), json) {
+            // Without its record nothing could ever find this runtime again: end it now.
+            if let (IsolationTier::Gvisor, Ok(tier)) = (spec.isolation, &self.gvisor) {
+                let _ = tier.destroy(&spec.sandbox).await;
+            }
+            kill_and_wait(&identity).await;
+            return Err(create_error(error));
+        }
+        Ok(identity)
+    }
+
+    /// Starts a kernel-tier runtime: a launcher (`warren __runtime-init`) builds it and
+    /// answers init's pid.
+    async fn launch_init(&self, spec: &RuntimeSpec, dir: &Path) -> Result<i32, BackendError> {
+        let create_error = |source| BackendError::Create {
+            sandbox: spec.sandbox.clone(),
+            source,
+        };
         let config = RuntimeConfig {
             sandbox: spec.sandbox.to_string(),
             generation: spec.generation,
             cgroup_name: self.cgroup_name(&spec.sandbox),
-            runtime_dir: dir.clone(),
+            runtime_dir: dir.to_owned(),
             layout: spec.layout,
             extra_mounts: spec.extra_mounts.clone(),
             mounts: spec.mounts().iter().map(MountConfig::from).collect(),
@@ -287,38 +433,12 @@ impl LocalBackend {
                 answer.trim()
             )))
         })?;
-        let pid = match (answer.pid, answer.error) {
-            (Some(pid), None) => pid,
-            (_, error) => {
-                return Err(create_error(std::io::Error::other(
-                    error.unwrap_or_else(|| "no answer".into()),
-                )))
-            }
-        };
-        let identity = RuntimeIdentity {
-            sandbox: spec.sandbox.to_string(),
-            generation: spec.generation,
-            uid: spec.uid.to_string(),
-            runtime_scope: spec.runtime_scope.to_string(),
-            workdir: spec.workdir.to_string(),
-            layout: spec.layout,
-            extra_mounts: spec.extra_mounts.clone(),
-            user_workspace: spec.user_workspace.clone(),
-            skill_projection: spec.skill_projection.clone(),
-            env: spec.env.clone(),
-            network: spec.network.clone(),
-            cgroup: self.cgroup_name(&spec.sandbox),
-            pid,
-            init_birth: process_birth(pid).unwrap_or_default(),
-        };
-        let json = serde_json::to_vec_pretty(&identity)
-            .map_err(|e| create_error(std::io::Error::other(e)))?;
-        if let Err(error) = std::fs::write(dir.join("runtime.json"), json) {
-            // Without its record nothing could ever find this runtime again: end it now.
-            kill_and_wait(&identity).await;
-            return Err(create_error(error));
+        match (answer.pid, answer.error) {
+            (Some(pid), None) => Ok(pid),
+            (_, error) => Err(create_error(std::io::Error::other(
+                error.unwrap_or_else(|| "no answer".into()),
+            ))),
         }
-        Ok(identity)
     }
 
     /// Kills the runtime's init (and with it its whole pid namespace), its cgroups, and
@@ -326,7 +446,17 @@ impl LocalBackend {
     async fn teardown(&self, sandbox: &SandboxId) -> Result<(), IsolationError> {
         let dir = self.runtime_dir(sandbox);
         let identity = self.lock().remove(sandbox).or_else(|| read_identity(&dir));
+        if let Ok(tier) = &self.gvisor {
+            // A gVisor runtime, or a container a crash left before its record was written.
+            let gvisor = identity
+                .as_ref()
+                .is_some_and(|i| i.isolation == IsolationTier::Gvisor);
+            if gvisor || tier.has_container(sandbox) {
+                tier.destroy(sandbox).await?;
+            }
+        }
         if let Some(identity) = identity {
+            // A gVisor runtime's sandbox process is gone now: this finds nothing to kill.
             kill_and_wait(&identity).await;
         }
         let cgroups = self.cgroups.clone();
@@ -350,105 +480,6 @@ impl LocalBackend {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(IsolationError::Teardown(e)),
             _ => Ok(()),
         }
-    }
-}
-
-/// A started `warren __runtime-init`, blocked reading its configuration on stdin.
-///
-/// The process itself belongs to a task that waits for it, so it is reaped the moment it
-/// exits, whether it launched a runtime, failed, or was retired (its stdin closed) while
-/// it waited: a launcher never lingers as a zombie child of the server.
-struct Launcher {
-    stdin: tokio::process::ChildStdin,
-    stdout: tokio::process::ChildStdout,
-    /// Resolves once the launcher exited and was reaped.
-    exited: tokio::task::JoinHandle<()>,
-}
-
-/// Starts `warren __runtime-init`, which then waits for its configuration on stdin.
-fn spawn_launcher(program: &Path) -> std::io::Result<Launcher> {
-    let mut child = tokio::process::Command::new(program)
-        // argv[0] is what /proc shows; never the host path of warren's executable (I1).
-        .arg0("warren-runtime-init")
-        .arg(RUNTIME_INIT_ARG)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(std::io::Error::other("the launcher's stdio is not piped"));
-    };
-    let exited = tokio::spawn(async move {
-        let _ = child.wait().await;
-    });
-    Ok(Launcher {
-        stdin,
-        stdout,
-        exited,
-    })
-}
-
-/// A few launchers started ahead of need, each blocked reading its configuration.
-///
-/// Executing warren's binary and starting its runtime costs ~3 ms, a third of creating a
-/// runtime; a waiting launcher takes that off the request's path. They hold nothing but a
-/// pipe, and they are there only while runtimes are: the oldest is used first (none waits
-/// for ever, or outlives an upgrade of the binary by long), and when the last runtime is
-/// destroyed the waiting ones are retired (their stdin closes, they exit and are reaped),
-/// so an idle server keeps no launcher. When warren exits their stdin closes too.
-struct LauncherPool {
-    program: PathBuf,
-    ready: std::sync::Arc<Mutex<std::collections::VecDeque<Launcher>>>,
-}
-
-impl LauncherPool {
-    const SIZE: usize = 2;
-
-    fn new(program: PathBuf) -> Self {
-        Self {
-            program,
-            ready: std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new())),
-        }
-    }
-
-    /// The oldest waiting launcher (or a fresh one when none waits); the pool refills
-    /// behind.
-    fn take(&self) -> std::io::Result<Launcher> {
-        let taken = self
-            .ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        let ready = self.ready.clone();
-        let program = self.program.clone();
-        tokio::spawn(async move {
-            loop {
-                if ready.lock().unwrap_or_else(|e| e.into_inner()).len() >= Self::SIZE {
-                    return;
-                }
-                match spawn_launcher(&program) {
-                    Ok(launcher) => ready
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push_back(launcher),
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot start a runtime launcher ahead of need");
-                        return;
-                    }
-                }
-            }
-        });
-        match taken {
-            Some(launcher) => Ok(launcher),
-            None => spawn_launcher(&self.program),
-        }
-    }
-
-    /// Retires every waiting launcher: each sees its stdin close, exits, and is reaped.
-    fn retire_all(&self) {
-        self.ready.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -512,8 +543,15 @@ impl Backend for LocalBackend {
             isolation: true,
             survives_restart: true,
             resource_limits: enforceable.memory && enforceable.pids,
-            gvisor: false,
+            gvisor: self.gvisor.is_ok(),
         }
+    }
+
+    fn gvisor_unavailable(&self, kind: BackendKind) -> Option<String> {
+        if kind != BackendKind::Local {
+            return Some(format!("the {} backend has no gVisor tier", kind.as_str()));
+        }
+        self.gvisor.as_ref().err().cloned()
     }
 
     fn warnings(&self) -> Vec<String> {
@@ -578,13 +616,30 @@ impl Backend for LocalBackend {
             return Ok(Vec::new());
         };
         let mut found = Vec::new();
+        let mut claimed = Vec::new();
         for entry in entries.flatten() {
-            let answer = ping(&entry.path());
             let identity = read_identity(&entry.path()).filter(|identity| {
+                let answer = ping(&identity.socket_dir(&entry.path()));
                 answer.as_ref().is_some_and(|(sandbox, generation)| {
                     *sandbox == identity.sandbox && *generation == identity.generation
                 })
             });
+            let identity = match (identity, &self.gvisor) {
+                // A gVisor runtime is adopted only while runsc runs it with the sandbox
+                // process its record names (issue 19).
+                (Some(identity), Ok(tier)) if identity.isolation == IsolationTier::Gvisor => {
+                    let sandbox = SandboxId::parse(&identity.sandbox).ok();
+                    match sandbox {
+                        Some(sandbox) if tier.runs(&sandbox, identity.pid).await => {
+                            claimed.push(tier.container_id(&sandbox));
+                            Some(identity)
+                        }
+                        _ => None,
+                    }
+                }
+                (Some(identity), Err(_)) if identity.isolation == IsolationTier::Gvisor => None,
+                (identity, _) => identity,
+            };
             let Some(identity) = identity else {
                 let name = entry.file_name();
                 if let Some(sandbox) = name.to_str().and_then(|n| SandboxId::parse(n).ok()) {
@@ -602,7 +657,7 @@ impl Backend for LocalBackend {
                     sandbox: SandboxId::parse(&identity.sandbox).ok()?,
                     backend: BackendKind::Local,
                     image: None,
-                    isolation: warren_core::IsolationTier::Kernel,
+                    isolation: identity.isolation,
                     generation: identity.generation,
                     uid: warren_core::Uid::new(identity.uid.clone()).ok()?,
                     runtime_scope: warren_core::RuntimeScope::new(identity.runtime_scope.clone())
@@ -638,6 +693,13 @@ impl Backend for LocalBackend {
                 tracing::warn!(%error, "could not reclaim stale cgroups");
             }
         }
+        if let Ok(tier) = &self.gvisor {
+            // Containers no answering runtime claims: a crash between starting one and
+            // recording it, or a record removed under it.
+            if let Err(error) = tier.sweep(&claimed).await {
+                tracing::warn!(%error, "could not sweep leftover gVisor containers");
+            }
+        }
         Ok(found)
     }
 
@@ -659,7 +721,8 @@ impl Backend for LocalBackend {
             &identity.network,
             &identity.env,
         );
-        match run(&self.runtime_dir(sandbox), spec, request, sink).await {
+        let socket_dir = identity.socket_dir(&self.runtime_dir(sandbox));
+        match run(&socket_dir, spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
             // Init died (OOM, killed): forget it so the provisioner starts a fresh runtime
             // instead of failing every call.
@@ -677,10 +740,10 @@ impl Backend for LocalBackend {
     }
 
     async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
-        if !self.lock().contains_key(sandbox) {
+        let Some(identity) = self.lock().get(sandbox).cloned() else {
             return Ok(None);
-        }
-        let dir = self.runtime_dir(sandbox);
+        };
+        let dir = identity.socket_dir(&self.runtime_dir(sandbox));
         let answer = tokio::task::spawn_blocking(move || ping_full(&dir))
             .await
             .ok()
@@ -689,11 +752,11 @@ impl Backend for LocalBackend {
     }
 
     async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
-        if self.find(sandbox).await.is_none() {
+        let Some(identity) = self.find(sandbox).await else {
             return Ok(None);
-        }
-        let killed =
-            warren_agent::client::kill_all_processes(self.runtime_dir(sandbox), sandbox).await?;
+        };
+        let socket_dir = identity.socket_dir(&self.runtime_dir(sandbox));
+        let killed = warren_agent::client::kill_all_processes(socket_dir, sandbox).await?;
         if killed.is_none() {
             // Init died meanwhile: nothing of the runtime runs any more.
             self.lock().remove(sandbox);
@@ -707,7 +770,10 @@ impl Backend for LocalBackend {
         &self,
         sandbox: &SandboxId,
     ) -> Result<Option<ProcessPressure>, BackendError> {
-        if !self.cgroups_enabled || !self.lock().contains_key(sandbox) {
+        // On gVisor the host cgroup counts the Sentry's tasks, not the runtime's processes
+        // (the agent holds those to the limit inside): no figure to compare (issue 19).
+        let kernel = |i: &RuntimeIdentity| i.isolation == IsolationTier::Kernel;
+        if !self.cgroups_enabled || !self.lock().get(sandbox).is_some_and(kernel) {
             return Ok(None);
         }
         let cgroups = self.cgroups.clone();
@@ -741,16 +807,17 @@ impl Backend for LocalBackend {
     /// exited and count shared pages twice). Also `None` without a CPU or memory
     /// controller to read: half a figure would be reported as a whole one.
     async fn usage(&self, sandbox: &SandboxId) -> Result<Option<RuntimeUsage>, BackendError> {
-        if !self.cgroups_enabled || self.find(sandbox).await.is_none() {
+        let Some(identity) = self.find(sandbox).await.filter(|_| self.cgroups_enabled) else {
             return Ok(None);
-        }
+        };
         let cgroups = self.cgroups.clone();
         let name = self.cgroup_name(sandbox);
         let stats = tokio::task::spawn_blocking(move || {
-            SandboxCgroup::open(&cgroups, &name)
-                .ok()
-                .flatten()
-                .map(|cgroup| cgroup.stats())
+            let mut stats = SandboxCgroup::open(&cgroups, &name).ok().flatten()?.stats();
+            if identity.isolation == IsolationTier::Gvisor && stats.cpu_usage_usec.is_none() {
+                stats.cpu_usage_usec = crate::runsc::cpuacct_usage_usec(&cgroups, &name);
+            }
+            Some(stats)
         })
         .await
         .ok()
@@ -773,6 +840,19 @@ impl Backend for LocalBackend {
         let Some(identity) = self.find(sandbox).await else {
             return Ok(None);
         };
+        if identity.isolation == IsolationTier::Gvisor {
+            // The Sentry holds a gVisor runtime's home: host /proc does not reach it, so
+            // the agent sends it (I30, issue 19). The root is read-only: no layer to keep.
+            let dir = self.runtime_dir(sandbox);
+            return gvisor_home(
+                sandbox,
+                &identity.socket_dir(&dir),
+                &dir.join("snapshot"),
+                identity.layout.layout().home_is_ephemeral(),
+                self.config.limits.home_bytes,
+            )
+            .await;
+        }
         // Both paths go through init's own view: its descriptor of the copy-on-write layer,
         // and its root for the layout's home (`/home/gem`: "home" lives on the runtime's
         // read-only root, "gem" is the tmpfs itself; nothing the sandbox user can replace).

@@ -13,11 +13,15 @@
 mod backend;
 pub mod cgroup;
 pub mod config;
+pub mod gvisor;
 mod host;
+mod launcher;
 pub mod profile;
+mod runsc;
 mod runtime;
 
 pub use backend::{LocalBackend, LocalBackendConfig};
+pub use gvisor::{GvisorHost, GvisorPlatform};
 pub use host::HostReport;
 pub use runtime::{runtime_init_main, RUNTIME_INIT_ARG};
 
@@ -45,4 +49,28 @@ pub enum IsolationError {
     /// Removing a runtime's leftovers failed.
     #[error("cannot remove a runtime's leftovers")]
     Teardown(#[source] std::io::Error),
+    /// A host directory or file of a gVisor runtime could not be made (issue 19).
+    #[error("cannot prepare {what}: {source}")]
+    HostDir {
+        /// Which directory or file.
+        what: &'static str,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A persistent mount's source was refused (a link where the workdir should be) or
+    /// could not be staged; nothing was handed to runsc (I2).
+    #[error("cannot mount {target}: {reason}")]
+    Mount {
+        /// Where the mount would have gone inside the runtime.
+        target: String,
+        /// Why not, in terms of the paths inside the tree (never a host path, I1).
+        reason: String,
+    },
+    /// runsc failed to start a gVisor runtime, or its agent never answered (issue 19).
+    #[error("the gVisor runtime did not start: {0}")]
+    Gvisor(String),
+    /// The gVisor tier cannot run here; the reason is the probe's or the backend's.
+    #[error("the local backend cannot run the gVisor tier: {0}")]
+    GvisorUnavailable(String),
 }

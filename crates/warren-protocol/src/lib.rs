@@ -72,6 +72,34 @@ pub struct Health {
     /// `unenforced` (configured, but this host cannot enforce them).
     #[serde(default)]
     pub quotas: String,
+    /// Whether this host can run the gVisor tier, as probed once at start-up (issue 19).
+    #[serde(default)]
+    pub gvisor: GvisorHealth,
+}
+
+/// [`Health::gvisor`]: what the gVisor probe found when the server started (issue 19).
+/// Whether a given backend runs the tier is its own matter: a sandbox asking for it where
+/// its backend cannot is refused with the reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GvisorHealth {
+    /// runsc is installed and a sandbox ran on one of its platforms here.
+    pub available: bool,
+    /// The platform gVisor sandboxes run on; null when unavailable.
+    pub platform: Option<GvisorPlatform>,
+    /// Why this platform, or why gVisor is unavailable.
+    pub reason: Option<String>,
+    /// What `runsc --version` reports; null when runsc was not found or did not answer.
+    pub runsc_version: Option<String>,
+}
+
+/// The runsc platform that intercepts a gVisor sandbox's system calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GvisorPlatform {
+    /// ptrace: works wherever ptrace is allowed.
+    Ptrace,
+    /// kvm: hardware virtualization (vmx/svm).
+    Kvm,
 }
 
 /// `GET /v1/users/{uid}/usage`: a uid's workspace storage against its quota (I23), from the
@@ -236,6 +264,24 @@ pub struct CreateSandbox {
     /// the same names. Part of the binding (409 `layout_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<SandboxLayout>,
+    /// How strongly the runtime is separated from the host kernel (issue 19). `kernel`:
+    /// namespaces, cgroups, seccomp and Landlock on the host kernel. `gvisor`: every
+    /// system call is served by gVisor's user-space kernel, for untrusted code; 422
+    /// `isolation_unavailable` when the sandbox's backend cannot run it on this server.
+    /// Default: the server's (`isolation` in warren.toml), or the live sandbox's. Part of
+    /// the binding (409 `isolation_conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<SandboxIsolation>,
+}
+
+/// The isolation tier a sandbox's runtimes run on (issue 19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxIsolation {
+    /// Namespaces, cgroups, seccomp and Landlock on the host kernel; the default.
+    Kernel,
+    /// gVisor: the runtime's system calls are served by a user-space kernel (runsc).
+    Gvisor,
 }
 
 /// What a sandbox's runtime looks like from inside (its layout, I7).
@@ -283,6 +329,8 @@ pub struct SandboxInfo {
     pub workdir_path: String,
     /// What the runtime looks like from inside.
     pub layout: SandboxLayout,
+    /// The isolation tier its runtimes run on.
+    pub isolation: SandboxIsolation,
     /// The network policy.
     pub network: NetworkSpec,
     /// The backend hosting the runtime.

@@ -99,6 +99,25 @@ pub enum ProvisionerError {
         /// The layout asked for.
         requested: warren_core::LayoutName,
     },
+    /// The live sandbox of this identity runs on another isolation tier (issue 19, I16).
+    #[error("sandbox {sandbox} of this uid and runtime scope runs on the {bound} isolation tier; a live runtime cannot change it to {requested} (terminate it first)")]
+    IsolationConflict {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its tier.
+        bound: warren_core::IsolationTier,
+        /// The tier asked for.
+        requested: warren_core::IsolationTier,
+    },
+    /// The sandbox's backend cannot run the gVisor tier on this host (issue 19): refused
+    /// before anything is recorded, rather than a sandbox that fails at its first exec.
+    #[error("the {backend} backend cannot run the gvisor isolation tier on this server: {reason}. Ask for \"isolation\": \"kernel\" or a backend that runs gVisor, or have the operator set gVisor up")]
+    IsolationUnavailable {
+        /// The backend's name.
+        backend: &'static str,
+        /// Why not, in the backend's words (an operator can act on them).
+        reason: String,
+    },
     /// A cluster setting (node id, advertise URL, lease TTL) that cannot be used.
     #[error("{0}")]
     InvalidNode(String),
@@ -569,6 +588,7 @@ fn transport_status_of(error: &ProvisionerError) -> http::StatusCode {
         | P::BackendConflict { .. }
         | P::LayoutConflict { .. }
         | P::ExtraMountsConflict { .. }
+        | P::IsolationConflict { .. }
         | P::SandboxAlreadyLive { .. }
         | P::RuntimeNotRunning { .. }
         | P::WorkdirNotEmpty { .. }

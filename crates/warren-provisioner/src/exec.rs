@@ -541,7 +541,7 @@ impl Provisioner {
             sandbox: record.id.clone(),
             backend: BackendKind::parse(&record.backend).unwrap_or(self.backend.kind()),
             image: record.image.clone(),
-            isolation: warren_core::IsolationTier::Kernel,
+            isolation: record.isolation,
             generation: record.generation,
             uid: record.uid.clone(),
             runtime_scope: record.runtime_scope.clone(),

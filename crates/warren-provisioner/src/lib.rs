@@ -37,7 +37,9 @@ mod skills;
 mod snapshots;
 mod usage;
 mod watch;
-pub use sandboxes::{Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE};
+pub use sandboxes::{
+    check_isolation, Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE,
+};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -126,6 +128,9 @@ pub struct ProvisionerConfig {
     pub reap_deadline: Duration,
     /// The image of Docker sandboxes that name none (I18).
     pub default_image: Option<String>,
+    /// The isolation tier of sandboxes that name none (issue 19): `kernel` unless the
+    /// operator chose gVisor for the server.
+    pub default_isolation: warren_core::IsolationTier,
     /// Storage quotas on UserWorkspaces (I23).
     pub quotas: QuotaSettings,
     /// Finds the provisioner token in every value bound for a sandbox, which is then
@@ -179,6 +184,7 @@ impl ProvisionerConfig {
             reap_concurrency: 4,
             reap_deadline: Duration::from_secs(60),
             default_image: None,
+            default_isolation: warren_core::IsolationTier::Kernel,
             quotas: QuotaSettings::default(),
             token_finder: None,
             node: NodeIdentity {

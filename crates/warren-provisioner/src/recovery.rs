@@ -31,8 +31,9 @@ impl Provisioner {
     /// Reconciles the state store with the backend after a start (or a crash).
     ///
     /// A runtime is adopted only if it matches its sandbox's record exactly: same id,
-    /// generation, uid, runtime scope, workdir, layout, extra mounts and network policy (I16). Anything
-    /// else the backend hosts is destroyed; workspace files are never touched (I15).
+    /// generation, uid, runtime scope, workdir, layout, extra mounts, network policy and
+    /// isolation tier (I16, issue 19). Anything else the backend hosts is destroyed;
+    /// workspace files are never touched (I15).
     ///
     /// In a cluster (issue 14) it is this node's reconciliation only: it must have joined
     /// (a new epoch) first. It closes this node's runs, adopts a runtime only while the
@@ -87,6 +88,9 @@ impl Provisioner {
                     && record.network == spec.network
                     && record.backend == spec.backend.as_str()
                     && record.image == spec.image
+                    // A runtime of another tier is never adopted (issue 19): a kernel-tier
+                    // runtime must not serve a sandbox bound to gVisor, nor the reverse.
+                    && record.isolation == spec.isolation
                     && (spec.user_workspace.clone(), spec.skill_projection.clone())
                         == self.mounts(record)
                     && matches!(record.state, SandboxState::Running | SandboxState::Created)

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use warren_backend::BackendKind;
+use warren_backend::{Backend, BackendKind};
 use warren_core::{
-    DataLayout, ExtraMount, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir,
-    PERSONAL_SKILLS,
+    DataLayout, ExtraMount, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid,
+    Workdir, PERSONAL_SKILLS,
 };
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
@@ -52,6 +52,10 @@ pub struct SandboxRequest {
     /// binding. `None` keeps a live sandbox's or shows none. Only operator-facing
     /// transports set it (DeerFlow's `extra_mounts`, checked against warren.toml there).
     pub extra_mounts: Option<Vec<ExtraMount>>,
+    /// The isolation tier its runtimes run on (issue 19); part of the binding. `None`
+    /// keeps a live sandbox's or takes the server's default
+    /// ([`crate::ProvisionerConfig::default_isolation`]).
+    pub isolation: Option<IsolationTier>,
 }
 
 impl SandboxRequest {
@@ -69,7 +73,28 @@ impl SandboxRequest {
             image: None,
             layout: None,
             extra_mounts: None,
+            isolation: None,
         }
+    }
+}
+
+/// Refuses a tier the backend of `kind` cannot run on this host now (issue 19): a sandbox
+/// is never bound to a tier only to fail at its first exec, and a server never starts with
+/// a default tier its default backend cannot run. The kernel tier is every backend's.
+pub fn check_isolation(
+    backend: &dyn Backend,
+    kind: BackendKind,
+    isolation: IsolationTier,
+) -> Result<(), ProvisionerError> {
+    match isolation {
+        IsolationTier::Kernel => Ok(()),
+        IsolationTier::Gvisor => match backend.gvisor_unavailable(kind) {
+            None => Ok(()),
+            Some(reason) => Err(ProvisionerError::IsolationUnavailable {
+                backend: kind.as_str(),
+                reason,
+            }),
+        },
     }
 }
 
@@ -193,6 +218,7 @@ impl Provisioner {
             image,
             layout,
             extra_mounts,
+            isolation,
         } = request;
         let network = network.validate()?;
         if let Some(snapshot) = &from_snapshot {
@@ -218,6 +244,15 @@ impl Provisioner {
             .await?
             .filter(|record| record.state != SandboxState::Terminated);
         let (backend, image) = self.choose_backend(backend, image, live.as_ref())?;
+        let isolation = isolation
+            .or(live.as_ref().map(|record| record.isolation))
+            .unwrap_or(self.config.default_isolation);
+        // A new sandbox (or generation) on a tier its backend cannot run is refused now,
+        // before any workdir, scratch tree or record is made (issue 19). A live sandbox
+        // keeps its binding; another tier for it is the claim's conflict to report.
+        if live.is_none() {
+            check_isolation(self.backend.as_ref(), backend, isolation)?;
+        }
         let layout: LayoutName = layout
             .or(live.as_ref().map(|record| record.layout))
             .unwrap_or_default();
@@ -275,6 +310,7 @@ impl Provisioner {
                 ephemeral,
                 layout,
                 extra_mounts,
+                isolation,
                 seed_snapshot: from_snapshot.clone(),
             })
             .await?;
@@ -327,6 +363,11 @@ impl Provisioner {
             SandboxClaim::ExtraMountsConflict(record) => {
                 Err(ProvisionerError::ExtraMountsConflict { sandbox: record.id })
             }
+            SandboxClaim::IsolationConflict(record) => Err(ProvisionerError::IsolationConflict {
+                sandbox: record.id,
+                bound: record.isolation,
+                requested: isolation,
+            }),
         }
     }
 
@@ -794,6 +835,9 @@ fn check_image_reference(image: &str) -> Result<(), ProvisionerError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod isolation_tests;
 
 #[cfg(test)]
 mod image_tests {

@@ -158,7 +158,7 @@ mod tests {
                 sandbox: record.id.clone(),
                 backend: warren_backend::BackendKind::Memory,
                 image: None,
-                isolation: warren_core::IsolationTier::Kernel,
+                isolation: record.isolation,
                 generation: record.generation,
                 uid: uid.clone(),
                 runtime_scope: record.runtime_scope.clone(),

@@ -7,7 +7,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use warren_core::{ExtraMount, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir};
+use warren_core::{
+    ExtraMount, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir,
+};
 
 /// A workdir created for a uid.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -48,6 +50,8 @@ pub struct NewSandbox {
     /// Operator-allowed host directories shown beside the layout's mounts; part of the
     /// binding like the layout.
     pub extra_mounts: Vec<ExtraMount>,
+    /// The isolation tier its runtimes run on (issue 19); part of the binding.
+    pub isolation: IsolationTier,
     /// A runtime snapshot the new generation starts from (I30); not part of the binding,
     /// and ignored when the claim joins a live generation.
     pub seed_snapshot: Option<String>,
@@ -73,6 +77,7 @@ impl NewSandbox {
             ephemeral: false,
             layout: LayoutName::Ars,
             extra_mounts: Vec::new(),
+            isolation: IsolationTier::Kernel,
             seed_snapshot: None,
         }
     }
@@ -99,6 +104,9 @@ pub enum SandboxClaim {
     LayoutConflict(SandboxRecord),
     /// A live generation shows other extra mounts and cannot change its view (I16).
     ExtraMountsConflict(SandboxRecord),
+    /// A live generation runs on another isolation tier and cannot change it (issue 19,
+    /// I16).
+    IsolationConflict(SandboxRecord),
 }
 
 impl SandboxClaim {
@@ -118,6 +126,8 @@ impl SandboxClaim {
             Self::LayoutConflict(record)
         } else if record.extra_mounts != new.extra_mounts {
             Self::ExtraMountsConflict(record)
+        } else if record.isolation != new.isolation {
+            Self::IsolationConflict(record)
         } else {
             Self::Existing(record)
         }
@@ -135,7 +145,8 @@ impl SandboxClaim {
             | Self::EnvPolicyConflict(record)
             | Self::BackendConflict(record)
             | Self::LayoutConflict(record)
-            | Self::ExtraMountsConflict(record) => record,
+            | Self::ExtraMountsConflict(record)
+            | Self::IsolationConflict(record) => record,
         }
     }
 
@@ -149,7 +160,8 @@ impl SandboxClaim {
             | Self::EnvPolicyConflict(record)
             | Self::BackendConflict(record)
             | Self::LayoutConflict(record)
-            | Self::ExtraMountsConflict(record) => record,
+            | Self::ExtraMountsConflict(record)
+            | Self::IsolationConflict(record) => record,
         }
     }
 }
@@ -179,6 +191,8 @@ pub struct SandboxRecord {
     pub layout: LayoutName,
     /// The current generation's extra mounts, in the order they are mounted.
     pub extra_mounts: Vec<ExtraMount>,
+    /// The isolation tier the current generation's runtimes run on (issue 19).
+    pub isolation: IsolationTier,
     /// The runtime snapshot the current generation was created from, if any.
     pub seed_snapshot: Option<String>,
     /// Where the current generation is in its life.

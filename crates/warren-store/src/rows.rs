@@ -134,6 +134,10 @@ macro_rules! row_decoders {
                 extra_mounts: columns.parse("extra_mounts", |json: String| {
                     serde_json::from_str::<Vec<warren_core::ExtraMount>>(&json)
                 })?,
+                isolation: columns.parse("isolation", |name: String| {
+                    warren_core::IsolationTier::parse(&name)
+                        .ok_or_else(|| format!("unknown isolation tier {name:?}"))
+                })?,
                 seed_snapshot: columns.get("seed_snapshot")?,
                 state: columns.parse("state", |state| state.parse::<SandboxState>())?,
                 generation: columns.get("generation")?,

@@ -910,11 +910,12 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// The variables `warren serve` reads its settings from.
-const SERVE_SETTINGS: [&str; 18] = [
+const SERVE_SETTINGS: [&str; 19] = [
     "WARREN_CONFIG",
     "WARREN_DATA_DIR",
     "WARREN_LISTEN",
     "WARREN_BACKEND",
+    "WARREN_ISOLATION",
     "WARREN_ROOTFS",
     "WARREN_IMAGE",
     "WARREN_DOCKER",

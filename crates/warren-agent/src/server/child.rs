@@ -25,6 +25,10 @@ pub enum Credentials {
     UserNamespace,
     /// Already 1000:1000 with no capability: the agent in a container.
     AlreadySandboxUser,
+    /// Root of a gVisor sandbox (issue 19): every id is switched and groups dropped, as
+    /// for `Root`, but there is no cgroup namespace to make (the Sentry has none; the
+    /// command's group is in the Sentry's own hierarchy, which it never sees mounted).
+    SentryRoot,
 }
 
 /// Runs in the forked child; never returns. A failure is written to `error_pipe` as
@@ -54,13 +58,13 @@ pub(crate) fn exec_command(
     // "/" and nothing of the host's hierarchy. (Init cannot unshare it earlier: moving a
     // process into a cgroup outside the mover's namespace root is refused.) A container
     // already has its own, and no capability to make another.
-    if credentials != Credentials::AlreadySandboxUser {
+    if matches!(credentials, Credentials::Root | Credentials::UserNamespace) {
         if let Err(e) = sys::unshare(rustix::thread::UnshareFlags::NEWCGROUP) {
             fail("cgroup namespace", e.raw_os_error().unwrap_or(0));
         }
     }
-    if let Err(e) = rustix::process::setsid() {
-        fail("setsid", errno(e));
+    if let Err(e) = sys::setsid() {
+        fail("setsid", e.raw_os_error().unwrap_or(0));
     }
     let [stdin, stdout, stderr] = stdio;
     for (result, stage) in [
@@ -92,8 +96,9 @@ pub(crate) fn exec_command(
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
     // In a user namespace setgroups is denied (see init) and the caller's groups stay; in
     // a container the agent already is the sandbox user, without the capability.
+    let in_sentry = credentials == Credentials::SentryRoot;
     let groups = match credentials {
-        Credentials::Root => rustix::thread::set_thread_groups(&[]),
+        Credentials::Root | Credentials::SentryRoot => rustix::thread::set_thread_groups(&[]),
         Credentials::UserNamespace | Credentials::AlreadySandboxUser => Ok(()),
     };
     let credentials = groups
@@ -121,8 +126,11 @@ pub(crate) fn exec_command(
     ) {
         fail("capabilities", errno(e));
     }
-    if let Err(e) = rustix::thread::clear_ambient_capability_set() {
-        fail("capabilities", errno(e));
+    match rustix::thread::clear_ambient_capability_set() {
+        // gVisor's Sentry has no ambient set (EINVAL): there is nothing to clear.
+        Err(rustix::io::Errno::INVAL) if in_sentry => {}
+        Err(e) => fail("capabilities", errno(e)),
+        Ok(()) => {}
     }
     if let Err(e) = rustix::thread::set_no_new_privs(true) {
         fail("no_new_privs", errno(e));

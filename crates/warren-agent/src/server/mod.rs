@@ -12,6 +12,7 @@
 //! The server never starts a thread: it forks.
 
 pub(crate) mod child;
+pub mod sentry_groups;
 pub(crate) mod supervisor;
 pub mod sweep;
 
@@ -95,6 +96,17 @@ pub struct ServerConfig {
     pub groups: Option<Box<dyn CommandGroups>>,
     /// Processes `KillAll` never kills besides the server itself and PID 1 (the gateway).
     pub keep: Vec<i32>,
+}
+
+/// Drops root for good: no supplementary groups, 1000:1000 (I11), which clears every
+/// capability.
+fn become_sandbox_user() -> rustix::io::Result<()> {
+    use crate::environment::{SANDBOX_GID, SANDBOX_UID};
+    rustix::thread::set_thread_groups(&[])?;
+    let gid = rustix::process::Gid::from_raw(SANDBOX_GID);
+    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+    let uid = rustix::process::Uid::from_raw(SANDBOX_UID);
+    rustix::thread::set_thread_res_uid(uid, uid, uid)
 }
 
 /// Processes of the runtime's pid namespace other than init and the runtime's own
@@ -343,17 +355,8 @@ impl Server {
                 let _ =
                     protocol::send_frame(connection.as_fd(), &Reply::KilledAll { processes }, &[]);
             }
-            Request::ArchiveHome { .. } | Request::RestoreHome { .. } => {
-                let _ = protocol::send_frame(
-                    connection.as_fd(),
-                    &Reply::Refused {
-                        reason: "the home is moved by the TCP gateway; on this socket the host \
-                                 reads it by descriptor"
-                            .into(),
-                    },
-                    &[],
-                );
-            }
+            Request::ArchiveHome { limit } => self.move_home(connection, fds, limit, true),
+            Request::RestoreHome { limit } => self.move_home(connection, fds, limit, false),
             Request::Kill => {
                 let _ = protocol::send_frame(
                     connection.as_fd(),
@@ -376,10 +379,25 @@ impl Server {
             });
             return;
         };
-        let cgroup = self.spare.pop().or_else(|| {
-            self.next_exec += 1;
-            self.groups.as_ref()?.group(self.next_exec).ok()
-        });
+        // A runtime with cgroups runs no command outside one: its tree could not be
+        // killed (I24).
+        let cgroup = match (self.spare.pop(), &self.groups) {
+            (Some(spare), _) => Some(spare),
+            (None, None) => None,
+            (None, Some(groups)) => {
+                self.next_exec += 1;
+                match groups.group(self.next_exec) {
+                    Ok(group) => Some(group),
+                    Err(error) => {
+                        reply(&Reply::Failed {
+                            stage: "cgroup".into(),
+                            errno: error.raw_os_error().unwrap_or(libc::EIO),
+                        });
+                        return;
+                    }
+                }
+            }
+        };
         let Ok((error_read, error_write)) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         else {
@@ -501,6 +519,63 @@ impl Server {
             {
                 self.egress = None;
             }
+        }
+    }
+
+    /// Moves the runtime's home (I30) through the one pipe end attached: out as a tar
+    /// stream (`archive`) or in from one. Where the host cannot reach the home by
+    /// descriptor (a gVisor sandbox: the agent's descriptors live in the Sentry), this is
+    /// the way. A child does the work and answers [`Reply::Moved`] on the connection, so the
+    /// server never blocks on the pipe; [`Server::reap`] collects it like any orphan.
+    fn move_home(&mut self, connection: OwnedFd, mut fds: Vec<OwnedFd>, limit: u64, archive: bool) {
+        let refuse = |reason: String| {
+            let _ = protocol::send_frame(connection.as_fd(), &Reply::Refused { reason }, &[]);
+        };
+        let (Some(pipe), true) = (fds.pop(), fds.is_empty()) else {
+            return refuse("a home move carries exactly one pipe".into());
+        };
+        match sys::fork_single_threaded() {
+            Ok(Forked::Child) => {
+                // Commands' kill pipes must close when the server closes them.
+                for exec in self.running.values_mut() {
+                    exec.kill = None;
+                    exec.connection = None;
+                }
+                // What the sandbox user could read, written as the sandbox user: the
+                // agent of a gVisor sandbox is the Sentry's root (issue 19).
+                if self.served.credentials == Credentials::SentryRoot {
+                    if let Err(error) = become_sandbox_user() {
+                        let reason = format!("become the sandbox user: {error}");
+                        let _ = protocol::send_frame(
+                            connection.as_fd(),
+                            &Reply::Refused { reason },
+                            &[],
+                        );
+                        sys::exit_immediately(1)
+                    }
+                }
+                let moved = crate::home::open_kept_home().and_then(|home| {
+                    if archive {
+                        crate::home::archive(home.as_fd(), std::fs::File::from(pipe), limit)
+                    } else {
+                        crate::home::restore(home.as_fd(), std::fs::File::from(pipe), limit)
+                    }
+                });
+                let reply = match moved {
+                    Ok(moved) => Reply::Moved {
+                        entries: moved.entries,
+                        bytes: moved.bytes,
+                        skipped: moved.skipped,
+                    },
+                    Err(error) => Reply::Refused {
+                        reason: error.to_string(),
+                    },
+                };
+                let _ = protocol::send_frame(connection.as_fd(), &reply, &[]);
+                sys::exit_immediately(0)
+            }
+            Ok(Forked::Parent(_)) => {}
+            Err(error) => refuse(format!("fork: {error}")),
         }
     }
 

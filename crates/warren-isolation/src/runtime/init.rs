@@ -21,6 +21,10 @@ use crate::runtime::{rootfs, SetupError};
 
 /// Entry point of `warren __runtime-init`. Never returns.
 pub fn runtime_init_main() -> ! {
+    // `warren __runtime-init gvisor-shim`: the reaper of a gVisor runtime (issue 19).
+    if std::env::args_os().nth(2).as_deref() == Some(crate::runsc::shim::SHIM_ARG.as_ref()) {
+        crate::runsc::shim::shim_main();
+    }
     let code = match launch() {
         Ok(pid) => {
             println!("{{\"pid\":{pid}}}");

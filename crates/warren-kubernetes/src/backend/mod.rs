@@ -242,6 +242,8 @@ impl KubernetesBackend {
                 .home_is_ephemeral()
                 .then(|| PathBuf::from(layout.home)),
             gvisor: false,
+            max_processes: None,
+            max_address_space: None,
         };
         let agent = serde_json::to_string(&agent).expect("the agent config serialises");
         let limits = &self.config.limits;

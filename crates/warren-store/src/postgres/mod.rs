@@ -47,7 +47,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 /// The columns of a sandbox row.
 const SANDBOX_COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend, state, \
      generation, created_at, last_active_at, updated_at, inherit_env, ephemeral, \
-     seed_snapshot, image, layout, extra_mounts";
+     seed_snapshot, image, layout, extra_mounts, isolation";
 
 /// The columns of a run row.
 const RUN_COLUMNS: &str = "id, sandbox_id, generation, command, cwd, requested_by, status, \
@@ -262,8 +262,8 @@ impl StateStore for PostgresStore {
         let inserted = sqlx::query(&format!(
             "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
              generation, created_at, last_active_at, updated_at, network, inherit_env, \
-             ephemeral, seed_snapshot, image, layout, extra_mounts) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13, $14) \
+             ephemeral, seed_snapshot, image, layout, extra_mounts, isolation) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              ON CONFLICT (id) DO NOTHING RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
@@ -280,6 +280,7 @@ impl StateStore for PostgresStore {
         .bind(&new.image)
         .bind(new.layout.as_str())
         .bind(&extra_mounts)
+        .bind(new.isolation.as_str())
         .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;
@@ -306,7 +307,8 @@ impl StateStore for PostgresStore {
             "UPDATE sandboxes SET workdir = $2, backend = $3, state = $4, \
              generation = generation + 1, created_at = $5, last_active_at = $5, \
              updated_at = $5, network = $6, inherit_env = $7, ephemeral = $8, \
-             seed_snapshot = $9, image = $10, layout = $11, extra_mounts = $12 WHERE id = $1 \
+             seed_snapshot = $9, image = $10, layout = $11, extra_mounts = $12, \
+             isolation = $13 WHERE id = $1 \
              RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
@@ -321,6 +323,7 @@ impl StateStore for PostgresStore {
         .bind(&new.image)
         .bind(new.layout.as_str())
         .bind(&extra_mounts)
+        .bind(new.isolation.as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;

@@ -49,7 +49,7 @@ macro_rules! sandbox_columns {
     () => {
         "id, uid, runtime_scope, workdir, network, backend, state, generation, created_at, \
          last_active_at, updated_at, inherit_env, ephemeral, seed_snapshot, image, layout, \
-         extra_mounts"
+         extra_mounts, isolation"
     };
 }
 
@@ -404,7 +404,8 @@ impl StateStore for SqliteStore {
                     "UPDATE sandboxes SET workdir = ?2, backend = ?3, state = ?4, \
                      generation = generation + 1, created_at = ?5, last_active_at = ?5, \
                      updated_at = ?5, network = ?6, inherit_env = ?7, ephemeral = ?8, \
-                     seed_snapshot = ?9, image = ?10, layout = ?11, extra_mounts = ?12 WHERE id = ?1 RETURNING ",
+                     seed_snapshot = ?9, image = ?10, layout = ?11, extra_mounts = ?12, \
+                     isolation = ?13 WHERE id = ?1 RETURNING ",
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
@@ -418,7 +419,8 @@ impl StateStore for SqliteStore {
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
                 .bind(new.layout.as_str())
-.bind(&extra_mounts)
+                .bind(&extra_mounts)
+                .bind(new.isolation.as_str())
                 .fetch_one(&mut *tx)
                 .await
             }
@@ -426,8 +428,8 @@ impl StateStore for SqliteStore {
                 sqlx::query(concat!(
                     "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
                      generation, created_at, last_active_at, updated_at, network, inherit_env, \
-                     ephemeral, seed_snapshot, image, layout, extra_mounts) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+                     ephemeral, seed_snapshot, image, layout, extra_mounts, isolation) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
                      RETURNING ",
                     sandbox_columns!()
                 ))
@@ -444,7 +446,8 @@ impl StateStore for SqliteStore {
                 .bind(&new.seed_snapshot)
                 .bind(&new.image)
                 .bind(new.layout.as_str())
-.bind(&extra_mounts)
+                .bind(&extra_mounts)
+                .bind(new.isolation.as_str())
                 .fetch_one(&mut *tx)
                 .await
             }

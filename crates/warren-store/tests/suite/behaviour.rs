@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use warren_core::{AgentEnvVar, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
+use warren_core::{AgentEnvVar, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, ItemState, ItemUpdate,
     MigrationState, NewSandbox, NodeState, OwnerFence, RecordWrite, RunOutcome, RunStatus,
@@ -239,6 +239,57 @@ pub async fn a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_anoth
     assert!(matches!(
         store.claim_sandbox(&deerflow).await.unwrap(),
         SandboxClaim::Existing(record) if record == reclaimed
+    ));
+}
+
+/// The isolation tier is part of the binding (issue 19): stored and read back as claimed,
+/// kept by a live generation (a claim naming another is a conflict that changes nothing),
+/// free to change with a new generation.
+pub async fn a_live_sandbox_keeps_its_isolation_and_a_new_generation_may_take_another(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "threads/t1/user-data");
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert_eq!(created.isolation, IsolationTier::Kernel, "the default tier");
+    let mut gvisor = new.clone();
+    gvisor.isolation = IsolationTier::Gvisor;
+    match store.claim_sandbox(&gvisor).await.unwrap() {
+        SandboxClaim::IsolationConflict(record) => assert_eq!(record, created),
+        answer => panic!("expected an isolation conflict, got {answer:?}"),
+    }
+    assert_eq!(
+        store.get_sandbox(&new.id).await.unwrap(),
+        Some(created),
+        "a refused claim changes nothing"
+    );
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .await
+        .unwrap();
+    let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&gvisor).await.unwrap() else {
+        panic!("a terminated sandbox is claimed anew");
+    };
+    assert_eq!(
+        (reclaimed.isolation, reclaimed.generation),
+        (IsolationTier::Gvisor, 2)
+    );
+    assert_eq!(
+        store.get_sandbox(&new.id).await.unwrap(),
+        Some(reclaimed.clone()),
+        "read back as written"
+    );
+    assert_eq!(
+        store.list_sandboxes(None).await.unwrap(),
+        vec![reclaimed.clone()]
+    );
+    assert!(matches!(
+        store.claim_sandbox(&gvisor).await.unwrap(),
+        SandboxClaim::Existing(record) if record == reclaimed
+    ));
+    assert!(matches!(
+        store.claim_sandbox(&new).await.unwrap(),
+        SandboxClaim::IsolationConflict(record) if record == reclaimed
     ));
 }
 

@@ -22,6 +22,7 @@ macro_rules! behaviour_suite {
                 claiming_a_live_sandbox_under_another_env_policy_is_a_conflict,
                 a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_another,
                 extra_mounts_are_stored_in_order_and_a_live_sandbox_keeps_them,
+                a_live_sandbox_keeps_its_isolation_and_a_new_generation_may_take_another,
                 an_agent_environment_is_kept_per_uid_and_replaced_whole,
                 setting_one_agent_variable_adds_or_overwrites_within_the_limit,
                 artifacts_are_recorded_listed_and_found_per_sandbox,

@@ -25,6 +25,9 @@ pub struct ConfigFile {
     pub backend: Option<String>,
     pub rootfs: Option<PathBuf>,
     pub image: Option<String>,
+    /// The isolation tier of sandboxes that name none, `kernel` or `gvisor` (issue 19);
+    /// an unknown name is refused with its line like any other bad value.
+    pub isolation: Option<warren_core::IsolationTier>,
     pub token_file: Option<PathBuf>,
     #[serde(default)]
     pub lifecycle: LifecycleSection,
@@ -705,6 +708,25 @@ mod tests {
         assert_eq!(
             file.lifecycle.reap_deadline_s,
             Some(defaults.reap_deadline.as_secs())
+        );
+        assert_eq!(file.isolation, Some(defaults.default_isolation));
+    }
+
+    #[test]
+    fn the_default_isolation_tier_is_kernel_or_gvisor_and_nothing_else() {
+        assert_eq!(ConfigFile::parse("").unwrap().isolation, None);
+        assert_eq!(
+            ConfigFile::parse("isolation = \"gvisor\"\n")
+                .unwrap()
+                .isolation,
+            Some(warren_core::IsolationTier::Gvisor)
+        );
+        let error = ConfigFile::parse("isolation = \"runsc\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("line 1") && error.contains("kernel") && error.contains("gvisor"),
+            "{error}"
         );
     }
 

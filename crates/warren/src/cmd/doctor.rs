@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use warren_isolation::HostReport;
+use warren_isolation::{GvisorHost, GvisorPlatform, HostReport};
 
 use super::output::outln;
 
@@ -30,6 +30,21 @@ pub fn run() -> anyhow::Result<ExitCode> {
             outln!("storage quotas         NO ({reason}); [quotas] needs unenforced = true here")
         }
     }
+    // The gVisor tier (issue 19) is optional: its absence is reported, never a failure.
+    let gvisor = warren_isolation::gvisor::probe(None);
+    let runsc = match (&gvisor.runsc, &gvisor.runsc_version) {
+        (Some(path), Some(version)) => format!("runsc {version} at {}", path.display()),
+        (Some(path), None) => format!("runsc at {}", path.display()),
+        (None, _) => "no runsc".to_owned(),
+    };
+    match gvisor.platform {
+        Some(platform) => outln!(
+            "gVisor tier            yes (platform {}, {runsc})",
+            platform.as_str()
+        ),
+        None => outln!("gVisor tier            NO ({runsc})"),
+    }
+    outln!("  {}", gvisor.reason);
     outln!("cgroups:");
     for line in &report.cgroups {
         outln!("  {line}");
@@ -60,5 +75,18 @@ pub fn run() -> anyhow::Result<ExitCode> {
             "\nthe local backend cannot run here: it needs overlayfs, seccomp, and root or unprivileged user namespaces"
         );
         Ok(ExitCode::from(1))
+    }
+}
+
+/// The gVisor probe's findings as `/health` reports them (issue 19).
+pub fn gvisor_health(host: &GvisorHost) -> warren_protocol::GvisorHealth {
+    warren_protocol::GvisorHealth {
+        available: host.available,
+        platform: host.platform.map(|platform| match platform {
+            GvisorPlatform::Ptrace => warren_protocol::GvisorPlatform::Ptrace,
+            GvisorPlatform::Kvm => warren_protocol::GvisorPlatform::Kvm,
+        }),
+        reason: Some(host.reason.clone()),
+        runsc_version: host.runsc_version.clone(),
     }
 }

@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use rand::Rng;
 use warren_api::{ApiState, ProvisionerToken};
 use warren_backend::{Backend, BackendSet, MemoryBackend};
+use warren_core::IsolationTier;
 use warren_docker::{DockerBackend, DockerBackendConfig};
 use warren_isolation::{LocalBackend, LocalBackendConfig};
 use warren_provisioner::{Provisioner, ProvisionerConfig};
@@ -52,6 +53,10 @@ pub struct ServeArgs {
     /// Which backend hosts runtimes [default: local].
     #[arg(long, value_enum, env = "WARREN_BACKEND")]
     backend: Option<BackendChoice>,
+    /// The isolation tier of sandboxes that name none [default: kernel]. With `gvisor` the
+    /// default backend must be able to run gVisor on this host, or warren does not start.
+    #[arg(long, value_enum, env = "WARREN_ISOLATION")]
+    isolation: Option<IsolationChoice>,
     /// A root filesystem directory for runtimes instead of the host profile (local backend).
     #[arg(long, conflicts_with = "image", env = "WARREN_ROOTFS")]
     rootfs: Option<PathBuf>,
@@ -109,6 +114,24 @@ enum LogFormat {
     Json,
 }
 
+/// `--isolation`: the tiers of `warren_core::IsolationTier`, with their help.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum IsolationChoice {
+    /// Namespaces, cgroups, seccomp and Landlock on the host kernel. The default.
+    Kernel,
+    /// gVisor: every system call of a sandbox is served by runsc's user-space kernel.
+    Gvisor,
+}
+
+impl From<IsolationChoice> for IsolationTier {
+    fn from(choice: IsolationChoice) -> Self {
+        match choice {
+            IsolationChoice::Kernel => Self::Kernel,
+            IsolationChoice::Gvisor => Self::Gvisor,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum BackendChoice {
     /// The native Linux runtime: namespaces, cgroups, seccomp, Landlock. The default.
@@ -144,6 +167,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?,
         (None, None) => BackendChoice::Local,
     };
+    let default_isolation = args
+        .isolation
+        .map(IsolationTier::from)
+        .or(file.isolation)
+        .unwrap_or_default();
     let rootfs = args.rootfs.clone().or(file.rootfs.clone());
     let mut image = args.image.clone().or(file.image.clone());
     let docker_image = match backend_choice {
@@ -273,6 +301,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let token_file = args.token_file.clone().or(file.token_file.clone());
     let token = load_token(token_file.as_deref(), &data_dir)?;
+    // The gVisor tier's probe (issue 19): once, here, before the backends that run the
+    // tier are built. It starts sandboxes (0.2 s on ptrace, up to 5 s more where kvm
+    // hangs), so off the async threads, and never again: `/health` reports this result.
+    let gvisor = tokio::task::spawn_blocking(|| warren_isolation::gvisor::probe(None))
+        .await
+        .context("the gVisor probe failed")?;
     let docker: Option<Arc<dyn Backend>> = if docker_enabled {
         if rootfs.is_some() && matches!(backend_choice, BackendChoice::Docker) {
             bail!("--rootfs is for the local backend; the Docker backend runs images (--image)");
@@ -283,6 +317,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .context("cannot find warren's own executable")?,
             socket: args.docker_socket.clone().or(file.docker.socket.clone()),
             limits: limits.clone(),
+            gvisor_runtime: None,
         })
         .await
         .context("cannot start the Docker backend")?;
@@ -338,7 +373,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     (None, None) => None,
                 },
             })
-            .context("cannot start the local isolation backend (`warren doctor` shows what this host supports)")?;
+            .context("cannot start the local isolation backend (`warren doctor` shows what this host supports)")?
+            .with_gvisor(&gvisor);
             Arc::new(backend)
         }
         BackendChoice::Memory => {
@@ -353,6 +389,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Arc::new(BackendSet::new(default, docker.into_iter().collect()));
     for warning in backend.warnings() {
         tracing::warn!(backend = backend.kind().as_str(), "{warning}");
+    }
+    // A default tier the default backend cannot run would refuse every sandbox that names
+    // none: the server refuses to start instead, saying why (issue 19).
+    match warren_provisioner::check_isolation(backend.as_ref(), backend.kind(), default_isolation) {
+        Ok(()) => {}
+        Err(warren_provisioner::ProvisionerError::IsolationUnavailable { backend, reason }) => {
+            bail!(
+                "the default isolation tier is {default_isolation} (--isolation, \
+                 WARREN_ISOLATION or isolation in the configuration), but the {backend} \
+                 backend cannot run it on this host: {reason}; set gVisor up for it, or \
+                 start with --isolation kernel"
+            )
+        }
+        Err(error) => return Err(error.into()),
     }
     let layout = warren_core::DataLayout::new(&data_dir);
     let state = match args.state.as_deref().or(file.state.url.as_deref()) {
@@ -523,6 +573,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>(),
     )?;
     config.default_image = docker_image;
+    config.default_isolation = default_isolation;
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     config.quotas = file
@@ -623,7 +674,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let mut api = ApiState::new(provisioner, token).with_viewer_key(viewer_key);
+    let mut api = ApiState::new(provisioner, token)
+        .with_viewer_key(viewer_key)
+        .with_gvisor(super::doctor::gvisor_health(&gvisor));
     if let Some(deerflow) = deerflow {
         tracing::info!(
             "DeerFlow's provisioner API is served under /deerflow; its sandbox URLs are bearer \

@@ -294,7 +294,9 @@ fn started_anything(host: Host, server: &TestServer, id: &str) -> Vec<String> {
     let mut found = Vec::new();
     let data = server.data_dir();
     match host {
-        Host::Kubernetes => unreachable!("the layout rules run on the local and Docker backends"),
+        Host::Kubernetes | Host::LocalGvisor | Host::DockerGvisor => {
+            unreachable!("the layout rules run on the local and Docker backends' kernel tier")
+        }
         Host::Local => {
             if data.join("runtimes").join(id).join("runtime.json").exists() {
                 found.push("a runtime record".to_owned());
@@ -468,7 +470,9 @@ impl Drop for BackendLeftovers {
 async fn backend(host: Host, data_dir: &Path) -> Box<dyn Backend> {
     let limits = warren_isolation::config::RuntimeLimits::default();
     match host {
-        Host::Kubernetes => unreachable!("the layout rules run on the local and Docker backends"),
+        Host::Kubernetes | Host::LocalGvisor | Host::DockerGvisor => {
+            unreachable!("the layout rules run on the local and Docker backends' kernel tier")
+        }
         Host::Local => Box::new(
             warren_isolation::LocalBackend::new(warren_isolation::LocalBackendConfig {
                 data_dir: data_dir.to_owned(),
@@ -486,6 +490,7 @@ async fn backend(host: Host, data_dir: &Path) -> Box<dyn Backend> {
                     agent_program: bin().to_owned(),
                     socket: None,
                     limits,
+                    gvisor_runtime: None,
                 })
                 .await
                 .expect("the Docker backend starts"),
@@ -530,6 +535,9 @@ fn deerflow_spec(
             Host::Local => BackendKind::Local,
             Host::Docker => BackendKind::Docker,
             Host::Kubernetes => BackendKind::Kubernetes,
+            Host::LocalGvisor | Host::DockerGvisor => {
+                unreachable!("the layout rules run on the kernel tier")
+            }
         },
         image: (host == Host::Docker).then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
         isolation: warren_core::IsolationTier::Kernel,

@@ -590,3 +590,126 @@ async fn a_deerflow_layout_sandbox_shows_its_workdir_at_mnt_user_data_with_read_
         "an unknown layout names the known ones: {body}"
     );
 }
+
+/// The isolation tier is part of the binding (issue 19): `kernel` unless asked, `gvisor`
+/// refused with 422 where the sandbox's backend cannot run it (the memory backend never
+/// can) before anything is recorded, an unknown tier refused like any bad value, and
+/// another tier for a live sandbox a conflict.
+#[tokio::test]
+async fn the_isolation_tier_is_kernel_by_default_and_gvisor_only_where_a_backend_runs_it() {
+    let server = server();
+    let (status, info) = create(&server, "alice", "t1", None).await;
+    assert_eq!(status, 201, "{info}");
+    assert_eq!(info["isolation"], "kernel", "{info}");
+    let id = info["sandbox_id"].as_str().unwrap().to_owned();
+    let (status, fetched) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+        .await;
+    assert_eq!((status, &fetched["isolation"]), (200, &json!("kernel")));
+    let workdirs = || async {
+        let (status, body) = server
+            .send_json(server.request(Method::GET, "/v1/users/alice/workdirs"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["workdirs"].as_array().unwrap().len()
+    };
+    let workdirs_before = workdirs().await;
+
+    let (status, body) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t2", "isolation": "gvisor"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "isolation_unavailable", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("memory") && message.contains("gvisor") && message.contains("kernel"),
+        "the message names the backend, the tier and what to ask for instead: {message}"
+    );
+    let (status, list) = server
+        .send_json(
+            server
+                .request(Method::GET, "/v1/sandboxes")
+                .query(&[("uid", "alice")]),
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(
+        list["sandboxes"].as_array().unwrap().len(),
+        1,
+        "no sandbox was recorded: {list}"
+    );
+    assert_eq!(workdirs().await, workdirs_before, "no workdir was made");
+
+    let (status, body) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t3", "isolation": "bogus"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_json", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("kernel") && message.contains("gvisor"),
+        "an unknown tier names the known ones: {message}"
+    );
+
+    // The live sandbox keeps its tier: naming it joins, naming another is a conflict
+    // (the backend's ability does not matter to a sandbox already bound).
+    let (status, body) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t1", "isolation": "kernel"}),
+    )
+    .await;
+    assert_eq!((status, &body["sandbox_id"]), (200, &json!(id)), "{body}");
+    let (status, body) = create_scoped(
+        &server,
+        json!({"uid": "alice", "runtime_scope_id": "t1", "isolation": "gvisor"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "isolation_conflict", "{body}");
+
+    // The document offers only what this server accepts.
+    let (status, document) = server
+        .send_json(server.request(Method::GET, "/v1/openapi.json"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        document["components"]["schemas"]["CreateSandbox"]["properties"]["isolation"]["enum"],
+        json!(["kernel", null])
+    );
+}
+
+/// A server whose default tier its default backend cannot run would refuse every sandbox
+/// that names none: it does not start, and says why (issue 19).
+#[test]
+fn a_server_whose_backend_cannot_run_its_default_tier_does_not_start() {
+    let data = tempfile::tempdir().unwrap();
+    let config = super::write_config("isolation = \"gvisor\"\n");
+    for how in [
+        &["--isolation", "gvisor"][..],
+        &["--config", config.path().to_str().unwrap()][..],
+    ] {
+        let mut args = vec![
+            "serve",
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            "memory",
+        ];
+        args.extend_from_slice(how);
+        let out = warren_test_support::run_to_exit(super::bin(), &args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{how:?}: {stderr}");
+        assert!(
+            stderr.contains("gvisor")
+                && stderr.contains("memory backend")
+                && stderr.contains("--isolation kernel"),
+            "{how:?}: {stderr}"
+        );
+    }
+}
