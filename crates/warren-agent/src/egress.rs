@@ -54,9 +54,22 @@ pub fn spawn_egress(
         .name("warren-egress".into())
         .spawn(move || {
             // Ends when init dies (EOF) or the runtime is destroyed.
-            while let Ok(Some((Reply::Connection, fds))) =
-                protocol::recv_frame::<Reply>(stream.as_fd())
-            {
+            loop {
+                let fds = match protocol::recv_frame::<Reply>(stream.as_fd()) {
+                    Ok(Some((Reply::Connection, fds))) => fds,
+                    // The socket stays in the runtime (gVisor): send one of ours in for the
+                    // runtime to relay to, and proxy our end like any connection.
+                    Ok(Some((Reply::ConnectionWanted { id }, _))) => {
+                        match relay_end(&socket_dir, id) {
+                            Ok(ours) => vec![ours],
+                            Err(error) => {
+                                tracing::debug!(%error, "egress relay not set up");
+                                continue;
+                            }
+                        }
+                    }
+                    _ => break,
+                };
                 for fd in fds {
                     let permits = (
                         mine.clone().try_acquire_owned(),
@@ -77,6 +90,17 @@ pub fn spawn_egress(
             }
         })?;
     Ok(())
+}
+
+/// Makes a socket pair for the runtime's waiting proxy connection `id`, sends one end in
+/// on a new control connection ([`Request::Relay`]) and returns the other. A refused
+/// connection (the caps) gets its end too, dropped at once: the runtime's relay then ends
+/// and closes it, as the kernel tier closes a refused socket.
+fn relay_end(socket_dir: &std::path::Path, id: u64) -> std::io::Result<OwnedFd> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let control = crate::client::connect(socket_dir)?;
+    protocol::send_frame(control.as_fd(), &Request::Relay { id }, &[theirs.as_fd()])?;
+    Ok(OwnedFd::from(ours))
 }
 
 /// The proxy connections one runtime may hold open at once: give each runtime one, and

@@ -170,7 +170,7 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
             };
             send_reply(&mut stream, &mut sealer, &moved_or_refused(restored))
         }
-        Request::Kill | Request::Egress => send_reply(
+        Request::Kill | Request::Egress | Request::Relay { .. } => send_reply(
             &mut stream,
             &mut sealer,
             &Reply::Refused {

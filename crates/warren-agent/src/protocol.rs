@@ -51,6 +51,12 @@ pub enum Request {
         /// Most bytes of file data.
         limit: u64,
     },
+    /// The provisioner's end of the proxy connection [`Reply::ConnectionWanted`] named is
+    /// attached (one socket): the server relays between it and the connection it holds.
+    Relay {
+        /// The id the server gave the connection.
+        id: u64,
+    },
 }
 
 /// One command.
@@ -105,6 +111,14 @@ pub enum Reply {
     },
     /// A process connected to the runtime's proxy port; its socket is attached.
     Connection,
+    /// A process connected to the runtime's proxy port, but its socket cannot leave the
+    /// runtime (gVisor's Sentry passes no descriptor to the host, issue 19): the
+    /// provisioner sends [`Request::Relay`] with a socket of its own for it, on a new
+    /// connection.
+    ConnectionWanted {
+        /// Which connection.
+        id: u64,
+    },
     /// Every process but the runtime's own is gone.
     KilledAll {
         /// How many processes were killed.

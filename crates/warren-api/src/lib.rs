@@ -60,7 +60,7 @@ pub struct ApiState {
     cluster_key: Option<peer::ClusterKey>,
     /// What the gVisor probe found at start-up, for `/health` (issue 19): probed once,
     /// never per request (it starts sandboxes).
-    gvisor: Arc<warren_protocol::GvisorHealth>,
+    pub(crate) gvisor: Arc<warren_protocol::GvisorHealth>,
 }
 
 impl ApiState {

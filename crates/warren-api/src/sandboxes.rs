@@ -11,8 +11,8 @@ use warren_core::{
     IsolationScope, IsolationTier, LayoutName, NetworkPolicy, RunContext, RuntimeScope, Uid,
 };
 use warren_protocol::{
-    CreateSandbox, ExecCommand, ExecResult, NetworkSpec, SandboxInfo, SandboxIsolation,
-    SandboxLayout, SandboxList, TerminateSandbox,
+    CreateSandbox, ExecCommand, ExecResult, GvisorHealth, NetworkSpec, SandboxInfo,
+    SandboxIsolation, SandboxLayout, SandboxList, TerminateSandbox,
 };
 use warren_provisioner::{
     Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError, SandboxRequest,
@@ -23,7 +23,9 @@ use warren_store::SandboxRecord;
 use crate::extract::{ApiJson, ApiQuery, Fence, OptionalJson, SandboxPath};
 use crate::{ApiError, ApiState};
 
-pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
+/// The API's view of a sandbox; `gvisor` is the server's gVisor probe, whose limitations
+/// a gVisor sandbox carries as its warnings (issue 19: reported, never silently dropped).
+pub(crate) fn sandbox_info(record: &SandboxRecord, gvisor: &GvisorHealth) -> SandboxInfo {
     SandboxInfo {
         sandbox_id: record.id.to_string(),
         uid: record.uid.to_string(),
@@ -54,6 +56,10 @@ pub(crate) fn sandbox_info(record: &SandboxRecord) -> SandboxInfo {
         generation: record.generation,
         created_at: record.created_at.to_rfc3339(),
         last_active_at: record.last_active_at.to_rfc3339(),
+        warnings: match record.isolation {
+            IsolationTier::Kernel => Vec::new(),
+            IsolationTier::Gvisor => gvisor.limitations.clone(),
+        },
     }
 }
 
@@ -186,7 +192,7 @@ pub(crate) async fn create(
         Created::New => StatusCode::CREATED,
         Created::Existing => StatusCode::OK,
     };
-    Ok((status, Json(sandbox_info(&record))))
+    Ok((status, Json(sandbox_info(&record, &state.gvisor))))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -209,7 +215,10 @@ pub(crate) async fn list(
     let uid = query.uid.map(crate::extract::uid).transpose()?;
     let records = state.provisioner.list_sandboxes(uid.as_ref()).await?;
     Ok(Json(SandboxList {
-        sandboxes: records.iter().map(sandbox_info).collect(),
+        sandboxes: records
+            .iter()
+            .map(|record| sandbox_info(record, &state.gvisor))
+            .collect(),
     }))
 }
 
@@ -224,7 +233,10 @@ pub(crate) async fn get(
     State(state): State<ApiState>,
     SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxInfo>, ApiError> {
-    Ok(Json(sandbox_info(&state.provisioner.sandbox(&id).await?)))
+    Ok(Json(sandbox_info(
+        &state.provisioner.sandbox(&id).await?,
+        &state.gvisor,
+    )))
 }
 
 /// Terminates the sandbox at once: running commands are killed with its runtime;
@@ -247,6 +259,7 @@ pub(crate) async fn delete(
             .provisioner
             .terminate_sandbox(&id, Duration::ZERO)
             .await?,
+        &state.gvisor,
     )))
 }
 
@@ -278,6 +291,7 @@ pub(crate) async fn terminate(
         .map_or(DEFAULT_TERMINATE_GRACE, Duration::from_secs);
     Ok(Json(sandbox_info(
         &state.provisioner.terminate_sandbox(&id, grace).await?,
+        &state.gvisor,
     )))
 }
 

@@ -171,7 +171,7 @@ impl Identity {
         {
             return Err(LayoutProblem::Privileges);
         }
-        let expected_network = if network.has_egress() {
+        let expected_network = if network.has_egress() && isolation == IsolationTier::Kernel {
             container
                 .name
                 .as_deref()

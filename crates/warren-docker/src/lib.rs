@@ -397,7 +397,9 @@ impl DockerBackend {
                 source,
             }
         })?;
-        let network_mode = if spec.network.has_egress() {
+        // A gVisor container has the Sentry's loopback only (runsc `--network=none`): its
+        // agent relays the proxy port's connections to the provisioner (issue 19).
+        let network_mode = if spec.network.has_egress() && spec.isolation == IsolationTier::Kernel {
             let name = self.container_name(&spec.sandbox);
             self.docker
                 .create_network(NetworkCreateRequest {
@@ -788,15 +790,6 @@ impl Backend for DockerBackend {
                 return Err(BackendError::Create {
                     sandbox: spec.sandbox.clone(),
                     source: std::io::Error::other(problem),
-                });
-            }
-            if spec.network.has_egress() {
-                return Err(BackendError::Create {
-                    sandbox: spec.sandbox.clone(),
-                    source: std::io::Error::other(
-                        "a network policy with egress is not available on the gVisor tier yet: \
-                         the Sentry cannot hand the proxy's connections to the host",
-                    ),
                 });
             }
         }

@@ -303,10 +303,12 @@ impl LocalBackend {
     /// Takes a runtime into this provisioner's care: remembers it and, if its network
     /// policy lets anything out, serves its egress.
     fn adopt(&self, sandbox: &SandboxId, identity: RuntimeIdentity) {
-        // A gVisor runtime has no network yet (`--network=none`, issue 19): no proxy port.
-        if identity.network.has_egress() && identity.isolation == IsolationTier::Kernel {
+        // A gVisor runtime has loopback only (`--network=none`): its agent relays the
+        // proxy port's connections to this egress (issue 19).
+        if identity.network.has_egress() {
+            let dir = self.runtime_dir(sandbox);
             if let Err(error) = warren_agent::egress::spawn_egress(
-                self.runtime_dir(sandbox),
+                identity.socket_dir(&dir),
                 identity.network.clone(),
                 tokio::runtime::Handle::current(),
             ) {

@@ -81,6 +81,9 @@ pub struct GvisorHost {
     /// Why this platform was chosen, or why the tier is unavailable, in words an operator
     /// can act on.
     pub reason: String,
+    /// What a sandbox on this tier cannot do here, or does differently from the kernel
+    /// tier (issue 19: reported, never silently dropped); empty when unavailable.
+    pub limitations: Vec<String>,
 }
 
 impl GvisorHost {
@@ -90,13 +93,20 @@ impl GvisorHost {
         (!self.available).then_some(self.reason.as_str())
     }
 
-    fn on(runsc: PathBuf, version: String, platform: GvisorPlatform, reason: String) -> Self {
+    fn on(
+        runsc: PathBuf,
+        version: String,
+        platform: GvisorPlatform,
+        reason: String,
+        stat_works: bool,
+    ) -> Self {
         Self {
             available: true,
             runsc: Some(runsc),
             runsc_version: Some(version),
             platform: Some(platform),
             reason,
+            limitations: limitations(platform, stat_works),
         }
     }
 
@@ -107,8 +117,42 @@ impl GvisorHost {
             runsc_version: version,
             platform: None,
             reason,
+            limitations: Vec::new(),
         }
     }
+}
+
+/// What a sandbox on the gVisor tier cannot do, or does differently, on a host whose
+/// probe found `platform` and (un)working coreutils `stat`.
+fn limitations(platform: GvisorPlatform, stat_works: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    if !stat_works {
+        found.push(
+            "coreutils `stat` and `ls -l` of a path fail with EINVAL: this runsc's Sentry refuses \
+             statx's AT_NO_AUTOMOUNT (a newer runsc accepts it); Python's os.stat and find work"
+                .to_owned(),
+        );
+    }
+    if platform == GvisorPlatform::Ptrace {
+        found.push(
+            "the ptrace platform: every system call is intercepted, so fork/exec-heavy work \
+             (builds, shell loops) runs several times slower than on the kernel tier"
+                .to_owned(),
+        );
+    }
+    found.extend(
+        [
+            "file locks taken inside the sandbox are the Sentry's own: warren's file API does \
+             not see them (it never waits on one either)",
+            "memory: each process may map at most three quarters of the runtime's memory limit \
+             (RLIMIT_AS); the sandbox's processes together reaching the limit end the runtime",
+            "processes: the sandbox user may run a quarter of the kernel tier's pids limit at \
+             once (RLIMIT_NPROC): the host counts the Sentry's tasks behind each",
+            "no Landlock and no per-command cgroup namespace inside: the Sentry is the boundary",
+        ]
+        .map(str::to_owned),
+    );
+    found
 }
 
 /// Probes the gVisor tier: finds runsc (`runsc` when configured, else on PATH or in the
@@ -158,9 +202,9 @@ fn probe_in(configured: Option<&Path>, scratch: &Path) -> GvisorHost {
         return GvisorHost::unavailable(Some(runsc), Some(version), NOT_ROOT_REASON.to_owned());
     }
     let kvm = kvm_verdict(&runsc, &dir.path);
-    if let KvmVerdict::Works { .. } = kvm {
+    if let KvmVerdict::Works { stat_works, .. } = kvm {
         let reason = kvm.describe();
-        return GvisorHost::on(runsc, version, GvisorPlatform::Kvm, reason);
+        return GvisorHost::on(runsc, version, GvisorPlatform::Kvm, reason, stat_works);
     }
     let outcome = live_probe(
         &runsc,
@@ -169,9 +213,9 @@ fn probe_in(configured: Option<&Path>, scratch: &Path) -> GvisorHost {
         &dir.path.join("ptrace"),
     );
     match outcome {
-        LiveOutcome::Succeeded(took) => {
+        LiveOutcome::Succeeded { took, stat_works } => {
             let reason = ptrace_reason(&kvm, took);
-            GvisorHost::on(runsc, version, GvisorPlatform::Ptrace, reason)
+            GvisorHost::on(runsc, version, GvisorPlatform::Ptrace, reason, stat_works)
         }
         failed => GvisorHost::unavailable(
             Some(runsc),
@@ -283,7 +327,11 @@ enum KvmVerdict {
     NoCpuFlag,
     ProbeTimedOut,
     ProbeFailed(String),
-    Works { flag: &'static str, took: Duration },
+    Works {
+        flag: &'static str,
+        took: Duration,
+        stat_works: bool,
+    },
 }
 
 impl KvmVerdict {
@@ -310,7 +358,7 @@ impl KvmVerdict {
                 "kvm: a live probe (`runsc --platform=kvm --network=none do true`) failed \
                  ({detail})"
             ),
-            Self::Works { flag, took } => format!(
+            Self::Works { flag, took, .. } => format!(
                 "kvm: /dev/kvm opens read-write, the CPU has {flag}, and a live probe ran in \
                  {} ms",
                 took.as_millis()
@@ -340,7 +388,11 @@ fn kvm_verdict(runsc: &Path, dir: &Path) -> KvmVerdict {
         KVM_PROBE_LIMIT,
         &dir.join("kvm"),
     ) {
-        LiveOutcome::Succeeded(took) => KvmVerdict::Works { flag, took },
+        LiveOutcome::Succeeded { took, stat_works } => KvmVerdict::Works {
+            flag,
+            took,
+            stat_works,
+        },
         LiveOutcome::TimedOut => KvmVerdict::ProbeTimedOut,
         LiveOutcome::Failed(detail) => KvmVerdict::ProbeFailed(detail),
     }
@@ -363,7 +415,7 @@ fn ptrace_failure_reason(kvm: &KvmVerdict, ptrace: &LiveOutcome, scratch: &Path)
             "did not finish within {} s and was killed",
             PTRACE_PROBE_LIMIT.as_secs()
         ),
-        LiveOutcome::Succeeded(_) => "passed".to_owned(),
+        LiveOutcome::Succeeded { .. } => "passed".to_owned(),
     };
     format!(
         "{}; and ptrace: a live probe (`runsc --platform=ptrace --network=none do true`) \
@@ -378,11 +430,18 @@ fn ptrace_failure_reason(kvm: &KvmVerdict, ptrace: &LiveOutcome, scratch: &Path)
 /// How one live probe ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum LiveOutcome {
-    Succeeded(Duration),
+    /// The sandbox ran; whether coreutils' `stat` of a path worked in it.
+    Succeeded {
+        took: Duration,
+        stat_works: bool,
+    },
     TimedOut,
     /// It could not run, or exited unsuccessfully: the exit status and stderr's tail.
     Failed(String),
 }
+
+/// The live probe's exit status when coreutils' `stat` failed in the sandbox.
+const STAT_FAILS: i32 = 42;
 
 /// Runs `runsc <platform> --network=none do true` in `dir` (made for it): the smallest
 /// sandbox, which proves the platform can run a program. `do` keeps its bundle and state
@@ -403,13 +462,24 @@ fn live_probe(runsc: &Path, platform: GvisorPlatform, limit: Duration, dir: &Pat
         .arg("--root")
         .arg(&state)
         .args(["--ignore-cgroups", platform.flag(), "--network=none", "do"])
-        .arg("true")
+        // The smallest program, plus one question of compatibility: whether coreutils'
+        // `stat` (statx with AT_NO_AUTOMOUNT, coreutils 9) works here (runsc 20221219's
+        // Sentry refuses that flag with EINVAL, so `ls -l` and `stat` of any path fail).
+        .args(["/bin/sh", "-c"])
+        .arg(format!("stat / >/dev/null 2>&1 || exit {STAT_FAILS}"))
         .env("TMPDIR", dir)
         // The sandbox sees the host's root (read-only, under an overlay) and starts in this
         // directory, so it must exist there: warren's own might not.
         .current_dir(dir);
     let outcome = match run_bounded(&mut command, limit, dir, "do") {
-        Ran::Finished(done) if done.status.success() => LiveOutcome::Succeeded(done.took),
+        Ran::Finished(done) if done.status.success() => LiveOutcome::Succeeded {
+            took: done.took,
+            stat_works: true,
+        },
+        Ran::Finished(done) if done.status.code() == Some(STAT_FAILS) => LiveOutcome::Succeeded {
+            took: done.took,
+            stat_works: false,
+        },
         Ran::Finished(done) => LiveOutcome::Failed(failure_detail(done.status, &done.stderr)),
         Ran::TimedOut => LiveOutcome::TimedOut,
         Ran::NotStarted(error) => LiveOutcome::Failed(format!("cannot run runsc: {error}")),
@@ -739,7 +809,8 @@ mod tests {
         assert_eq!(
             KvmVerdict::Works {
                 flag: "vmx",
-                took: Duration::from_millis(420)
+                took: Duration::from_millis(420),
+                stat_works: true,
             }
             .describe(),
             "kvm: /dev/kvm opens read-write, the CPU has vmx, and a live probe ran in 420 ms"
@@ -780,7 +851,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&host).unwrap(),
             serde_json::json!({"available": false, "runsc": null, "runsc_version": null,
-                               "platform": null, "reason": missing})
+                               "platform": null, "reason": missing, "limitations": []})
         );
     }
 
@@ -828,6 +899,24 @@ mod tests {
             assert_eq!(host.platform, Some(GvisorPlatform::Ptrace), "{host:?}");
             assert!(host.reason.contains("using ptrace"), "{host:?}");
         }
+        // The probe asked coreutils' stat too: its answer is a limitation exactly when
+        // stat fails in a sandbox here, which `runsc do` shows independently.
+        let stat = std::process::Command::new(host.runsc.as_ref().unwrap())
+            .args([
+                "--network=none",
+                "--ignore-cgroups",
+                host.platform.unwrap().flag(),
+                "do",
+            ])
+            .args(["/bin/sh", "-c", "stat / >/dev/null 2>&1"])
+            .env("TMPDIR", scratch.path())
+            .current_dir(scratch.path())
+            .status()
+            .unwrap();
+        let reported = host.limitations.iter().any(|l| l.contains("`stat`"));
+        assert_eq!(reported, !stat.success(), "{host:?}");
+        assert!(host.limitations.iter().any(|l| l.contains("file locks")));
+        clean_up(host.runsc.as_ref().unwrap(), scratch.path());
         assert_no_leftovers(scratch.path());
     }
 
@@ -858,7 +947,10 @@ mod tests {
             eprintln!("{platform:?} within {limit:?}: {outcome:?}");
             if platform == GvisorPlatform::Ptrace {
                 assert!(
-                    matches!(outcome, LiveOutcome::TimedOut | LiveOutcome::Succeeded(_)),
+                    matches!(
+                        outcome,
+                        LiveOutcome::TimedOut | LiveOutcome::Succeeded { .. }
+                    ),
                     "{outcome:?}"
                 );
             }

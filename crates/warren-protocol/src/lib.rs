@@ -90,6 +90,10 @@ pub struct GvisorHealth {
     pub reason: Option<String>,
     /// What `runsc --version` reports; null when runsc was not found or did not answer.
     pub runsc_version: Option<String>,
+    /// What a sandbox on the gVisor tier cannot do here, or does differently from the
+    /// kernel tier; empty when the tier is unavailable.
+    #[serde(default)]
+    pub limitations: Vec<String>,
 }
 
 /// The runsc platform that intercepts a gVisor sandbox's system calls.
@@ -350,6 +354,10 @@ pub struct SandboxInfo {
     pub created_at: String,
     /// RFC 3339.
     pub last_active_at: String,
+    /// What this sandbox's isolation tier cannot do on this server, or does differently:
+    /// the gVisor tier's limitations as probed at start-up (issue 19); empty on the kernel
+    /// tier.
+    pub warnings: Vec<String>,
 }
 
 /// `GET /v1/sandboxes`.

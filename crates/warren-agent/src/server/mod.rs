@@ -12,6 +12,7 @@
 //! The server never starts a thread: it forks.
 
 pub(crate) mod child;
+mod relay;
 pub mod sentry_groups;
 pub(crate) mod supervisor;
 pub mod sweep;
@@ -173,6 +174,9 @@ pub struct Server {
     proxy: Option<std::net::TcpListener>,
     /// Where accepted proxy connections go: the provisioner's egress connection.
     egress: Option<OwnedFd>,
+    /// Accepted proxy connections waiting for the provisioner's socket, where they cannot
+    /// be handed over (gVisor: `relay`).
+    waiting: relay::Waiting,
 }
 
 /// What one poll slot watches.
@@ -227,6 +231,7 @@ impl Server {
             spare: Vec::new(),
             proxy: config.proxy,
             egress: None,
+            waiting: relay::Waiting::default(),
             next_exec: 0,
         })
     }
@@ -275,6 +280,7 @@ impl Server {
             if has(|s| matches!(s, Slot::Egress)) {
                 // The provisioner only ever reads from it: input means it went away.
                 self.egress = None;
+                self.waiting.clear();
             }
             if has(|s| matches!(s, Slot::Proxy)) {
                 self.on_proxy_connections();
@@ -357,6 +363,7 @@ impl Server {
             }
             Request::ArchiveHome { limit } => self.move_home(connection, fds, limit, true),
             Request::RestoreHome { limit } => self.move_home(connection, fds, limit, false),
+            Request::Relay { id } => self.start_relay(id, fds),
             Request::Kill => {
                 let _ = protocol::send_frame(
                     connection.as_fd(),
@@ -511,14 +518,46 @@ impl Server {
 
     /// Hands each process that connected to the proxy port to the provisioner, which
     /// applies the sandbox's network policy; without a provisioner the connection closes.
+    /// In a gVisor sandbox no descriptor leaves the runtime: the connection waits here for
+    /// the provisioner's socket instead (`relay`).
     fn on_proxy_connections(&mut self) {
         let Some(proxy) = &self.proxy else { return };
+        let relayed = self.served.credentials == Credentials::SentryRoot;
         while let Ok((stream, _)) = proxy.accept() {
             let Some(egress) = &self.egress else { continue };
-            if protocol::send_frame(egress.as_fd(), &Reply::Connection, &[stream.as_fd()]).is_err()
-            {
+            let sent = if relayed {
+                let id = self.waiting.hold(OwnedFd::from(stream));
+                protocol::send_frame(egress.as_fd(), &Reply::ConnectionWanted { id }, &[])
+            } else {
+                protocol::send_frame(egress.as_fd(), &Reply::Connection, &[stream.as_fd()])
+            };
+            if sent.is_err() {
                 self.egress = None;
+                self.waiting.clear();
             }
+        }
+    }
+
+    /// The provisioner's end for waiting connection `id` arrived: a child relays between
+    /// the two (as the sandbox user: it only moves bytes) until the connection is done;
+    /// [`Server::reap`] collects it like any orphan.
+    fn start_relay(&mut self, id: u64, mut fds: Vec<OwnedFd>) {
+        let (Some(provisioner), true) = (fds.pop(), fds.is_empty()) else {
+            return;
+        };
+        let Some(stream) = self.waiting.take(id) else {
+            return;
+        };
+        if let Ok(Forked::Child) = sys::fork_single_threaded() {
+            for exec in self.running.values_mut() {
+                exec.kill = None;
+                exec.connection = None;
+            }
+            if self.served.credentials == Credentials::SentryRoot && become_sandbox_user().is_err()
+            {
+                sys::exit_immediately(1)
+            }
+            relay::relay(stream, provisioner)
         }
     }
 

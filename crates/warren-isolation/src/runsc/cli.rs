@@ -35,7 +35,7 @@ pub(crate) struct ContainerState {
 
 impl Runsc {
     /// The global flags of every call: the state root, the platform, no network (the
-    /// runtime has loopback only; egress is a later step of issue 19), and host Unix
+    /// runtime has loopback only; its agent relays egress to the provisioner), and host Unix
     /// sockets creatable, so the agent's control socket in `/run/warren` is the host's.
     pub(crate) fn global_args(&self) -> Vec<String> {
         vec![

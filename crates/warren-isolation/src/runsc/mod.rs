@@ -139,8 +139,9 @@ impl GvisorTier {
             sandbox: spec.sandbox.to_string(),
             generation: spec.generation,
             nofile: limits.nofile,
-            // --network=none: loopback only; egress through the agent is a later step.
-            egress: false,
+            // --network=none: loopback only; the agent relays its proxy port's
+            // connections to the provisioner's egress, which applies the policy.
+            egress: spec.network.has_egress(),
             socket_dir: Some(PathBuf::from(SOCKET_MOUNT)),
             listen: None,
             home: layout

@@ -45,6 +45,9 @@ pub fn run() -> anyhow::Result<ExitCode> {
         None => outln!("gVisor tier            NO ({runsc})"),
     }
     outln!("  {}", gvisor.reason);
+    for limitation in &gvisor.limitations {
+        outln!("  limit: {limitation}");
+    }
     outln!("cgroups:");
     for line in &report.cgroups {
         outln!("  {line}");
@@ -88,5 +91,6 @@ pub fn gvisor_health(host: &GvisorHost) -> warren_protocol::GvisorHealth {
         }),
         reason: Some(host.reason.clone()),
         runsc_version: host.runsc_version.clone(),
+        limitations: host.limitations.clone(),
     }
 }

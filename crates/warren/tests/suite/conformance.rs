@@ -706,6 +706,27 @@ async fn commands_run_as_1000_without_privileges_in_the_workdir(host: Host) {
         .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
         .await;
     assert_eq!(sandbox["state"], "running");
+    // What the tier cannot do here is reported with the sandbox, never dropped (issue 19).
+    let warnings = sandbox["warnings"].as_array().expect("warnings");
+    if host.gvisor() {
+        assert_eq!(sandbox["isolation"], "gvisor");
+        let gvisor = &health["gvisor"];
+        assert_eq!(gvisor["available"], true, "{health}");
+        assert!(
+            gvisor["platform"] == "ptrace" || gvisor["platform"] == "kvm",
+            "{health}"
+        );
+        assert_eq!(&gvisor["limitations"], &sandbox["warnings"], "{sandbox}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.as_str().is_some_and(|w| w.contains("file locks"))),
+            "{sandbox}"
+        );
+    } else {
+        assert_eq!(sandbox["isolation"], "kernel");
+        assert!(warnings.is_empty(), "{sandbox}");
+    }
 }
 
 async fn the_view_from_inside_has_exactly_the_two_persistent_mounts(host: Host) {
