@@ -110,6 +110,12 @@ impl GvisorHost {
         }
     }
 
+    /// The tier unavailable without a probe, for `reason` (a server with no backend that
+    /// runs it).
+    pub fn not_probed(reason: String) -> Self {
+        Self::unavailable(None, None, reason)
+    }
+
     fn unavailable(runsc: Option<PathBuf>, version: Option<String>, reason: String) -> Self {
         Self {
             available: false,

@@ -304,9 +304,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // The gVisor tier's probe (issue 19): once, here, before the backends that run the
     // tier are built. It starts sandboxes (0.2 s on ptrace, up to 5 s more where kvm
     // hangs), so off the async threads, and never again: `/health` reports this result.
-    let gvisor = tokio::task::spawn_blocking(|| warren_isolation::gvisor::probe(None))
-        .await
-        .context("the gVisor probe failed")?;
+    // A server whose backends have no gVisor tier (memory, Kubernetes) skips it.
+    let gvisor = if docker_enabled || matches!(backend_choice, BackendChoice::Local) {
+        tokio::task::spawn_blocking(|| warren_isolation::gvisor::probe(None))
+            .await
+            .context("the gVisor probe failed")?
+    } else {
+        let backend = match backend_choice {
+            BackendChoice::Kubernetes => "kubernetes",
+            _ => "memory",
+        };
+        warren_isolation::GvisorHost::not_probed(format!(
+            "the {backend} backend has no gVisor tier: gVisor was not probed"
+        ))
+    };
     let docker: Option<Arc<dyn Backend>> = if docker_enabled {
         if rootfs.is_some() && matches!(backend_choice, BackendChoice::Docker) {
             bail!("--rootfs is for the local backend; the Docker backend runs images (--image)");
