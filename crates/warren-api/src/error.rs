@@ -340,7 +340,10 @@ fn backend_error(error: &BackendError) -> ApiError {
             "runtime_not_found",
             format!("{error}; try again"),
         ),
-        BackendError::Create { .. } => {
+        // Staging failures (`warren_backend::staging`) arise while a runtime starts.
+        BackendError::Create { .. }
+        | BackendError::HostDir { .. }
+        | BackendError::MountRefused { .. } => {
             ApiError::internal("the runtime could not be started", error)
         }
         BackendError::Exec { .. } => ApiError::internal("the command could not be run", error),

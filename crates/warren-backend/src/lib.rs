@@ -14,6 +14,7 @@ mod memory;
 mod mount;
 mod set;
 mod spec;
+pub mod staging;
 mod usage;
 
 use async_trait::async_trait;
@@ -87,6 +88,24 @@ pub enum BackendError {
         /// What failed underneath.
         #[source]
         source: std::io::Error,
+    },
+    /// A host directory of warren's could not be made or removed (staging, `staging`).
+    #[error("cannot prepare {what}")]
+    HostDir {
+        /// Which directory.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A persistent mount's source cannot be bound as the view needs (a link or another
+    /// mount in its path, no permission to stage it); the reason names no host path (I1).
+    #[error("cannot mount {target}: {reason}")]
+    MountRefused {
+        /// The mount point inside the runtime.
+        target: String,
+        /// Why.
+        reason: String,
     },
     /// The cluster refused or failed a request about the sandbox's runtime (after the
     /// retries Kubernetes allows for its answer).

@@ -11,8 +11,8 @@ use warren_core::{
     Uid, VirtualRoot, Workdir,
 };
 
-use crate::staging::staging_path;
 use crate::{AGENT_MOUNT, SOCKET_MOUNT};
+use warren_backend::staging::staging_path;
 
 /// Label naming the warren instance (a hash of its data directory) that owns a container.
 pub const LABEL_INSTANCE: &str = "dev.warren.instance";
@@ -451,7 +451,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(index, mount)| {
-                let source = if crate::staging::is_staged(mount) {
+                let source = if warren_backend::staging::is_staged(mount) {
                     staging_path(Path::new(BINDS), &spec.sandbox, index)
                 } else {
                     mount.tree.clone()

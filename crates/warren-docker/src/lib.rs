@@ -36,7 +36,6 @@
 mod accounts;
 mod gvisor;
 mod identity;
-mod staging;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -56,6 +55,7 @@ use bollard::Docker;
 use warren_agent::bundle::{self, AgentBundle};
 use warren_agent::client::{self, RunError};
 use warren_agent::{sentry_limits, AgentConfig};
+use warren_backend::staging::{is_staged, StagedBinds};
 use warren_backend::RuntimeLimits;
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
@@ -126,6 +126,20 @@ pub enum DockerError {
         /// Why not, in terms of the paths inside the tree (never a host path).
         reason: String,
     },
+}
+
+impl DockerError {
+    /// A staging failure (`warren_backend::staging`) as this backend's.
+    fn from_staging(error: BackendError) -> Self {
+        match error {
+            BackendError::HostDir { what, source } => Self::HostDir { what, source },
+            BackendError::MountRefused { target, reason } => Self::Mount { target, reason },
+            other => Self::HostDir {
+                what: "the sandbox's staging directory",
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
 }
 
 /// Configuration of the Docker backend.
@@ -274,7 +288,7 @@ impl DockerBackend {
         })?;
         // A crash between staging a bind and starting its container leaves the staging
         // mount; every container that used one holds its own copy already.
-        staging::remove_all(&binds_dir).map_err(|source| DockerError::HostDir {
+        warren_backend::staging::remove_all(&binds_dir).map_err(|source| DockerError::HostDir {
             what: "the staging directories",
             source,
         })?;
@@ -450,11 +464,11 @@ impl DockerBackend {
         let name = self.container_name(&spec.sandbox);
         // Dropped (staging mounts detached, directories removed) once the container runs,
         // and on every way out before that.
-        let staged = match staging::StagedBinds::stage(&self.binds_dir, &spec.sandbox, &mounts) {
+        let staged = match StagedBinds::stage(&self.binds_dir, &spec.sandbox, &mounts) {
             Ok(staged) => staged,
             Err(error) => {
                 let _ = self.teardown(&spec.sandbox).await;
-                return Err(error);
+                return Err(DockerError::from_staging(error));
             }
         };
         let body = self.container_body(spec, &mounts, &staged, &image, &network_mode, agent);
@@ -533,7 +547,7 @@ impl DockerBackend {
         &self,
         spec: &RuntimeSpec,
         mounts: &[warren_backend::HostMount],
-        staged: &staging::StagedBinds,
+        staged: &StagedBinds,
         image: &str,
         network_mode: &str,
         agent: String,
@@ -729,7 +743,7 @@ impl DockerBackend {
         for result in [
             remove_socket_dir(&self.socket_dir(sandbox)),
             std::fs::remove_file(self.state_file(sandbox)),
-            staging::remove(&self.binds_dir.join(sandbox.as_str())),
+            warren_backend::staging::remove(&self.binds_dir.join(sandbox.as_str())),
             // warren's own copy of a gVisor home (links are removed, never followed).
             std::fs::remove_dir_all(self.snapshots_dir.join(sandbox.as_str())),
         ] {
@@ -1290,7 +1304,7 @@ fn seed_home(seed: &Path, agent: i32, layout: &warren_core::Layout) -> std::io::
 /// in the meantime (`RENAME_EXCHANGE`), which is no fault.
 fn verify_mounts(agent: i32, mounts: &[warren_backend::HostMount]) -> Result<(), DockerError> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
-    if !mounts.iter().any(staging::is_staged) {
+    if !mounts.iter().any(is_staged) {
         return Ok(());
     }
     let root = rustix::fs::open(
@@ -1299,7 +1313,7 @@ fn verify_mounts(agent: i32, mounts: &[warren_backend::HostMount]) -> Result<(),
         Mode::empty(),
     )
     .map_err(|e| DockerError::AgentDidNotStart(format!("cannot reach its root: {e}")))?;
-    for mount in mounts.iter().filter(|m| staging::is_staged(m)) {
+    for mount in mounts.iter().filter(|m| is_staged(m)) {
         let refused = |reason: String| DockerError::Mount {
             target: mount.target.clone(),
             reason,

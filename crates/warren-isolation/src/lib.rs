@@ -74,3 +74,18 @@ pub enum IsolationError {
     #[error("the local backend cannot run the gVisor tier: {0}")]
     GvisorUnavailable(String),
 }
+
+impl IsolationError {
+    /// A staging failure (`warren_backend::staging`) as this crate's.
+    pub(crate) fn from_staging(error: warren_backend::BackendError) -> Self {
+        use warren_backend::BackendError;
+        match error {
+            BackendError::HostDir { what, source } => Self::HostDir { what, source },
+            BackendError::MountRefused { target, reason } => Self::Mount { target, reason },
+            other => Self::HostDir {
+                what: "the sandbox's staging directory",
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
+}

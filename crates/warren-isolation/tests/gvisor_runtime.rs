@@ -226,7 +226,13 @@ impl Fixture {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let processes = processes_naming(data.as_os_str().as_encoded_bytes());
-            let shims = processes_naming(b"warren-gvisor-shim");
+            // This process's shims only (it is their parent, or their subreaper once
+            // orphaned): other servers on the machine run shims of their own.
+            let own = std::process::id() as i32;
+            let shims: Vec<i32> = processes_naming(b"warren-gvisor-shim")
+                .into_iter()
+                .filter(|&pid| parent_of(pid) == Some(own))
+                .collect();
             if processes.is_empty() && shims.is_empty() {
                 break;
             }
@@ -283,6 +289,18 @@ fn processes_naming(needle: &[u8]) -> Vec<i32> {
                 .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle))
         })
         .collect()
+}
+
+/// The parent pid of `pid`, from `/proc/<pid>/stat` (after the command name, which may
+/// hold spaces and parentheses).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 async fn sh(backend: &LocalBackend, sandbox: &SandboxId, command: &str) -> (Option<i32>, String) {

@@ -22,7 +22,6 @@
 mod cli;
 mod oci;
 pub(crate) mod shim;
-mod staging;
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -82,7 +81,7 @@ impl GvisorTier {
             make_private_dir(dir)
                 .map_err(|e| format!("cannot prepare {} for gVisor: {e}", dir.display()))?;
         }
-        staging::remove_all(&binds)
+        warren_backend::staging::remove_all(&binds)
             .map_err(|e| format!("cannot remove leftover gVisor staging mounts: {e}"))?;
         let agent = AgentBundle::prepare(program, &data.join("runsc-agent"))
             .map_err(|e| format!("cannot prepare the agent bundle for gVisor: {e}"))?;
@@ -133,7 +132,9 @@ impl GvisorTier {
         let mounts = spec.mounts();
         // Dropped (staging mounts detached, directories removed) once the sandbox runs,
         // and on every way out before that.
-        let staged = staging::StagedBinds::stage(&self.binds, &spec.sandbox, &mounts)?;
+        let staged =
+            warren_backend::staging::StagedBinds::stage(&self.binds, &spec.sandbox, &mounts)
+                .map_err(IsolationError::from_staging)?;
         let layout = spec.layout.layout();
         let agent = AgentConfig {
             sandbox: spec.sandbox.to_string(),
@@ -337,7 +338,8 @@ impl GvisorTier {
             .destroy(&self.container_id(sandbox))
             .await
             .map_err(IsolationError::Teardown)?;
-        staging::remove(&self.binds.join(sandbox.as_str())).map_err(IsolationError::Teardown)
+        warren_backend::staging::remove(&self.binds.join(sandbox.as_str()))
+            .map_err(IsolationError::Teardown)
     }
 
     /// Deletes every container under warren's runsc root but those `keep` names: what a
