@@ -21,6 +21,7 @@ mod errors;
 mod etag;
 mod files;
 mod guard;
+mod gvisor_compat;
 mod image;
 mod init;
 mod kill;
