@@ -50,7 +50,11 @@ pub(crate) struct GvisorTier {
     runsc: cli::Runsc,
     /// warren's own executable, run as the shim.
     program: PathBuf,
-    agent: AgentBundle,
+    /// The agent bundle (`<data>/runsc-agent`), made on the first gVisor start: a copy of
+    /// warren's executable where it cannot be hard-linked, which a server that never
+    /// starts a gVisor runtime should not pay for (nor a small data filesystem hold).
+    agent: std::sync::Mutex<Option<AgentBundle>>,
+    agent_root: PathBuf,
     /// Per-sandbox staging directories of binds beneath a user's tree (`staging`).
     binds: PathBuf,
     instance: String,
@@ -64,8 +68,9 @@ pub(crate) struct Started {
 impl GvisorTier {
     /// Prepares the tier's host directories under `data`: runsc's state root
     /// (`<data>/runsc`), the staging directories (`<data>/runsc-binds`, what a crash left
-    /// there detached and removed: a started sandbox holds its own mounts) and the agent
-    /// bundle (`<data>/runsc-agent`). Fails with the reason the tier is unavailable.
+    /// there detached and removed: a started sandbox holds its own mounts). The agent
+    /// bundle (`<data>/runsc-agent`) waits for the first launch. Fails with the reason the
+    /// tier is unavailable.
     pub(crate) fn prepare(
         host: &GvisorHost,
         data: &Path,
@@ -83,8 +88,6 @@ impl GvisorTier {
         }
         warren_backend::staging::remove_all(&binds)
             .map_err(|e| format!("cannot remove leftover gVisor staging mounts: {e}"))?;
-        let agent = AgentBundle::prepare(program, &data.join("runsc-agent"))
-            .map_err(|e| format!("cannot prepare the agent bundle for gVisor: {e}"))?;
         Ok(Self {
             runsc: cli::Runsc {
                 program: runsc,
@@ -92,10 +95,27 @@ impl GvisorTier {
                 platform: platform.as_str(),
             },
             program: program.to_owned(),
-            agent,
+            agent: std::sync::Mutex::new(None),
+            agent_root: data.join("runsc-agent"),
             binds,
             instance: instance.to_owned(),
         })
+    }
+
+    /// The agent bundle's directory, made on first use.
+    fn agent_dir(&self) -> Result<PathBuf, IsolationError> {
+        let mut agent = self.agent.lock().unwrap_or_else(|e| e.into_inner());
+        if agent.is_none() {
+            let prepared =
+                AgentBundle::prepare(&self.program, &self.agent_root).map_err(|source| {
+                    IsolationError::HostDir {
+                        what: "the agent bundle for gVisor",
+                        source,
+                    }
+                })?;
+            *agent = Some(prepared);
+        }
+        Ok(agent.as_ref().expect("prepared above").dir().to_owned())
     }
 
     /// The container id of a sandbox's runtime: unique per warren instance and sandbox.
@@ -154,12 +174,13 @@ impl GvisorTier {
             max_processes: limits.pids_max.map(sentry_limits::sandbox_processes),
             max_address_space: limits.memory_bytes.map(sentry_limits::address_space),
         };
+        let agent_dir = self.agent_dir()?;
         let bundle = oci::BundleSpec {
             layout,
             mounts: &mounts,
             sources: (0..mounts.len()).map(|i| staged.source(i)).collect(),
             etc,
-            agent: self.agent.dir(),
+            agent: &agent_dir,
             socket_dir: &socket_dir,
             agent_config: serde_json::to_string(&agent)
                 .map_err(std::io::Error::other)
