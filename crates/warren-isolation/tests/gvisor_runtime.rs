@@ -605,6 +605,24 @@ async fn switch_tiers(host: GvisorHost) {
     backend.create(&kernel).await.unwrap();
     let (_, version) = sh(&backend, &kernel.sandbox, "cat /proc/version").await;
     assert_eq!(version.trim(), host_version.trim());
+    // Home moves through the control socket are the gVisor agent's: the kernel tier's init
+    // (root of its runtime) refuses them; its host reads the home by descriptor.
+    let runtime_dir = fixture
+        .data()
+        .join("runtimes")
+        .join(kernel.sandbox.as_str());
+    let into = fixture.dir.path().join("moved-home");
+    std::fs::create_dir(&into).unwrap();
+    let refused = warren_agent::client::archive_home(&runtime_dir, &into, 1 << 20)
+        .expect_err("the kernel tier's init moves no home");
+    let refused = match refused {
+        warren_agent::client::RunError::Io(e) | warren_agent::client::RunError::Gone(e) => e,
+    };
+    assert!(
+        refused.to_string().contains("read by descriptor"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_dir(&into).unwrap().count(), 0);
     let listed = std::process::Command::new("runsc")
         .arg(format!("--root={}", fixture.data().join("runsc").display()))
         .args(["list", "-quiet"])

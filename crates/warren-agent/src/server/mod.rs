@@ -573,6 +573,18 @@ impl Server {
         let (Some(pipe), true) = (fds.pop(), fds.is_empty()) else {
             return refuse("a home move carries exactly one pipe".into());
         };
+        // Only a server that is (or can become) exactly the sandbox user moves a home: the
+        // local kernel tier's init is root of its runtime, and its host reads the home by
+        // descriptor instead, as it always has.
+        if !matches!(
+            self.served.credentials,
+            Credentials::AlreadySandboxUser | Credentials::SentryRoot
+        ) {
+            return refuse(
+                "this runtime's home is read by descriptor on the host, not moved through it"
+                    .into(),
+            );
+        }
         match sys::fork_single_threaded() {
             Ok(Forked::Child) => {
                 // Commands' kill pipes must close when the server closes them.
