@@ -489,8 +489,8 @@ impl DockerBackend {
             return Err(error);
         }
         // A gVisor container's PID 1 on the host is runsc's sandbox process, not the agent:
-        // its /proc shows the Sentry's view of nothing, so there is no agent process to
-        // check mounts through or to reach the home by (snapshots: not on this tier yet).
+        // there is no agent process to check mounts through or to reach the home by (its
+        // home moves through the agent instead: `archive_gvisor_home`, and the seed below).
         let agent = match spec.isolation {
             IsolationTier::Kernel => self.agent_process(&name).await,
             IsolationTier::Gvisor => None,
