@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
-    ExecOutcome, ExecRequest, OutputChunk, OutputSink, OutputStream, ResourceUsage,
+    ExecOutcome, ExecRequest, OutputChunk, OutputSink, OutputStream, ProcessControl, ProcessExit,
+    ProcessHandle, ProcessRequest, ProcessSignal, ProcessStart, ResourceUsage,
 };
 
-use crate::protocol::{self, ExecSpec, Reply, Request};
+use crate::protocol::{self, ExecSpec, PtySize, Reply, Request};
 
 /// How long a runtime may take to say it started a command.
 pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -74,25 +75,56 @@ pub async fn connect_async(dir: &Path) -> std::io::Result<tokio::net::UnixStream
 }
 
 /// What a runtime of `layout` is asked to run for `request`: its argv and cwd, and the
-/// complete environment: the clean base (naming the layout's user and home), the proxy variables when the runtime has egress, the
-/// runtime's environment, then the call's own (each layer wins over the ones before, I14).
+/// complete environment ([`command_environment`]).
 pub fn exec_spec(
     request: &ExecRequest,
     layout: &warren_core::Layout,
     network: &warren_core::NetworkPolicy,
     runtime_env: &std::collections::BTreeMap<String, String>,
 ) -> ExecSpec {
+    ExecSpec {
+        argv: request.argv.clone(),
+        cwd: request.cwd.clone(),
+        env: command_environment(layout, network, runtime_env, &request.env),
+        pty: None,
+    }
+}
+
+/// What a runtime of `layout` is asked to run for a long-running process: as
+/// [`exec_spec`], on a terminal when the request asks for one.
+pub fn process_spec(
+    request: &ProcessRequest,
+    layout: &warren_core::Layout,
+    network: &warren_core::NetworkPolicy,
+    runtime_env: &std::collections::BTreeMap<String, String>,
+) -> ExecSpec {
+    ExecSpec {
+        argv: request.argv.clone(),
+        cwd: request.cwd.clone(),
+        env: command_environment(layout, network, runtime_env, &request.env),
+        pty: request.pty.map(|size| PtySize {
+            cols: size.cols,
+            rows: size.rows,
+        }),
+    }
+}
+
+/// The complete environment of a command: the clean base (naming the layout's user and
+/// home), the proxy variables when the runtime has egress, the runtime's environment, then
+/// the call's own (each layer wins over the ones before, I14).
+fn command_environment(
+    layout: &warren_core::Layout,
+    network: &warren_core::NetworkPolicy,
+    runtime_env: &std::collections::BTreeMap<String, String>,
+    call_env: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
     let mut env = crate::environment::base_environment(layout);
     if network.has_egress() {
         env.extend(proxy_environment());
     }
     env.extend(runtime_env.clone());
-    env.extend(request.env.clone());
-    ExecSpec {
-        argv: request.argv.clone(),
-        cwd: request.cwd.clone(),
-        env,
-    }
+    env.extend(call_env.clone());
+    env
 }
 
 /// What tells programs inside a runtime with egress to use its proxy port.
@@ -303,6 +335,27 @@ pub enum RunError {
     Io(#[source] std::io::Error),
 }
 
+impl RunError {
+    /// Whether no runtime answers any more: its backend forgets it, so the next use starts
+    /// a fresh one.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, Self::Gone(_))
+    }
+
+    /// The backend's error for a command or process in `sandbox` that failed so.
+    pub fn into_backend(self, sandbox: &warren_core::SandboxId) -> warren_backend::BackendError {
+        match self {
+            Self::Gone(_) => warren_backend::BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            },
+            Self::Io(source) => warren_backend::BackendError::Exec {
+                sandbox: sandbox.clone(),
+                source,
+            },
+        }
+    }
+}
+
 impl From<std::io::Error> for RunError {
     fn from(error: std::io::Error) -> Self {
         Self::Io(error)
@@ -325,39 +378,12 @@ pub async fn run(
     sink: Option<OutputSink>,
 ) -> Result<ExecOutcome, RunError> {
     let started = Instant::now();
-    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
-    let (stdin_read, stdin_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
-    let stream = connect_async(dir)
-        .await
-        .map_err(|error| match error.kind() {
-            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
-                RunError::Gone(error)
-            }
-            _ => RunError::Io(error),
-        })?
-        .into_std()?;
-    // The request (argv and environment, up to 4 MiB) goes out with a blocking send, off
-    // the async threads: a busy init must not stall the whole API.
-    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-        stream.set_nonblocking(false)?;
-        protocol::send_frame(
-            stream.as_fd(),
-            &Request::Exec(spec),
-            &[
-                stdin_read.as_fd(),
-                stdout_write.as_fd(),
-                stderr_write.as_fd(),
-            ],
-        )?;
-        drop((stdin_read, stdout_write, stderr_write));
-        stream.set_nonblocking(true)?;
-        Ok(stream)
-    })
-    .await
-    .map_err(std::io::Error::other)??;
-    let mut control = tokio::net::UnixStream::from_std(stream)?;
+    let Launched {
+        mut control,
+        stdin: stdin_write,
+        stdout: stdout_read,
+        stderr: stderr_read,
+    } = launch(dir, spec).await?;
 
     let stdin_bytes = request.stdin.clone();
     let writer = tokio::spawn(async move {
@@ -469,6 +495,172 @@ pub async fn run(
     outcome.truncated = out_cut || err_cut;
     outcome.duration = started.elapsed();
     Ok(outcome)
+}
+
+/// A command handed to a runtime: the control connection it was asked on, and the
+/// provisioner's ends of its three pipes.
+struct Launched {
+    control: tokio::net::UnixStream,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+/// Connects to the runtime socket in `dir` and asks it to run `spec` with three fresh
+/// pipes; the runtime's first answer is still to be read.
+async fn launch(dir: &Path, spec: ExecSpec) -> Result<Launched, RunError> {
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let stream = connect_async(dir)
+        .await
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+                RunError::Gone(error)
+            }
+            _ => RunError::Io(error),
+        })?
+        .into_std()?;
+    // The request (argv and environment, up to 4 MiB) goes out with a blocking send, off
+    // the async threads: a busy init must not stall the whole API.
+    let stream = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        stream.set_nonblocking(false)?;
+        protocol::send_frame(
+            stream.as_fd(),
+            &Request::Exec(spec),
+            &[
+                stdin_read.as_fd(),
+                stdout_write.as_fd(),
+                stderr_write.as_fd(),
+            ],
+        )?;
+        drop((stdin_read, stdout_write, stderr_write));
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    Ok(Launched {
+        control: tokio::net::UnixStream::from_std(stream)?,
+        stdin: stdin_write,
+        stdout: stdout_read,
+        stderr: stderr_read,
+    })
+}
+
+/// Starts a long-running process through the runtime socket in `dir` and hands it over
+/// ([`ProcessHandle`]): its pipes become the handle's streams, and one task owns the
+/// control connection, passing signals, resizes and kills to the runtime and reading the
+/// process's `Exited`. Once the handle's controls and its exit are all dropped, the task
+/// drops the connection and the runtime kills the process's tree (I24).
+pub async fn start_process(
+    dir: &Path,
+    spec: ExecSpec,
+    sandbox: &warren_core::SandboxId,
+) -> Result<ProcessStart, RunError> {
+    let pty = spec.pty.is_some();
+    let Launched {
+        mut control,
+        stdin,
+        stdout,
+        stderr,
+    } = launch(dir, spec).await?;
+    let first = tokio::time::timeout(START_TIMEOUT, read_reply(&mut control))
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the runtime did not start the process",
+            )
+        })??;
+    let pid = match first {
+        Reply::Started { pid } => pid,
+        Reply::Failed { stage, errno } => return Ok(ProcessStart::Failed { stage, errno }),
+        other => return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
+    };
+    let (handle_control, requests) = ProcessControl::channel();
+    let (exit_sender, exit) = tokio::sync::oneshot::channel();
+    tokio::spawn(follow_process(control, requests, exit_sender));
+    let failed = {
+        let sandbox = sandbox.clone();
+        move |source: std::io::Error| warren_backend::BackendError::Exec { sandbox, source }
+    };
+    let stderr = if pty {
+        // On a terminal everything comes through the terminal: the third pipe carries
+        // nothing, and the runtime closed its end at once.
+        None
+    } else {
+        Some(
+            Box::pin(tokio::net::unix::pipe::Receiver::from_owned_fd(stderr)?)
+                as warren_backend::ProcessOutput,
+        )
+    };
+    Ok(ProcessStart::Started(ProcessHandle {
+        pid,
+        stdin: Box::pin(tokio::net::unix::pipe::Sender::from_owned_fd(stdin)?),
+        stdout: Box::pin(tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)?),
+        stderr,
+        control: handle_control,
+        exit: Box::pin(async move {
+            match exit.await {
+                Ok(result) => result.map_err(failed),
+                Err(_) => Err(failed(std::io::Error::other(
+                    "the process's connection task ended without an answer",
+                ))),
+            }
+        }),
+    }))
+}
+
+/// Owns one process's control connection: passes requests on, and reads its `Exited`.
+async fn follow_process(
+    control: tokio::net::UnixStream,
+    mut requests: tokio::sync::mpsc::Receiver<ProcessSignal>,
+    mut exit: tokio::sync::oneshot::Sender<std::io::Result<ProcessExit>>,
+) {
+    let (mut reader, mut writer) = control.into_split();
+    // One read for the one reply left, pinned outside the loop: a frame half read when a
+    // request arrives must not be lost.
+    let reading = read_reply(&mut reader);
+    tokio::pin!(reading);
+    let mut controls = true;
+    let ended = loop {
+        tokio::select! {
+            reply = &mut reading => break Some(reply.and_then(|reply| match reply {
+                Reply::Exited { exit_code, signal, user_us, system_us, max_rss_kib } => {
+                    Ok(ProcessExit {
+                        exit_code,
+                        signal,
+                        usage: ResourceUsage {
+                            cpu_user_ms: Some(user_us / 1000),
+                            cpu_system_ms: Some(system_us / 1000),
+                            peak_memory_bytes: Some(max_rss_kib * 1024),
+                        },
+                    })
+                }
+                other => Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
+            })),
+            request = requests.recv(), if controls => match request {
+                Some(request) => {
+                    let request = match request {
+                        ProcessSignal::Signal { signal, group } => Request::Signal { signal, group },
+                        ProcessSignal::Resize(size) => Request::Resize(PtySize { cols: size.cols, rows: size.rows }),
+                        ProcessSignal::Kill => Request::Kill,
+                    };
+                    // A runtime that stopped reading has ended the process: its `Exited`
+                    // (or the connection's end) comes through `reading`.
+                    let _ = send_request(&mut writer, &request).await;
+                }
+                None => controls = false,
+            },
+            () = exit.closed(), if !controls => break None,
+        }
+    };
+    // Dropping the connection here, with nobody left holding the process, kills its tree.
+    if let Some(ended) = ended {
+        let _ = exit.send(ended);
+    }
 }
 
 /// What a command that could not be started answers: 126 when it is not executable, 127
@@ -591,7 +783,7 @@ impl Collected {
     }
 }
 
-async fn read_reply(control: &mut tokio::net::UnixStream) -> std::io::Result<Reply> {
+async fn read_reply<R: tokio::io::AsyncRead + Unpin>(control: &mut R) -> std::io::Result<Reply> {
     let mut header = [0u8; 4];
     control.read_exact(&mut header).await?;
     let len = u32::from_le_bytes(header) as usize;
@@ -603,11 +795,18 @@ async fn read_reply(control: &mut tokio::net::UnixStream) -> std::io::Result<Rep
     serde_json::from_slice(&body).map_err(std::io::Error::other)
 }
 
-async fn send_kill(control: &mut tokio::net::UnixStream) -> std::io::Result<()> {
-    let body = serde_json::to_vec(&Request::Kill).map_err(std::io::Error::other)?;
+async fn send_request<W: tokio::io::AsyncWrite + Unpin>(
+    control: &mut W,
+    request: &Request,
+) -> std::io::Result<()> {
+    let body = serde_json::to_vec(request).map_err(std::io::Error::other)?;
     let mut frame = (body.len() as u32).to_le_bytes().to_vec();
     frame.extend_from_slice(&body);
     control.write_all(&frame).await
+}
+
+async fn send_kill(control: &mut tokio::net::UnixStream) -> std::io::Result<()> {
+    send_request(control, &Request::Kill).await
 }
 
 #[cfg(test)]

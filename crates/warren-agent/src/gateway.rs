@@ -170,12 +170,16 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
             };
             send_reply(&mut stream, &mut sealer, &moved_or_refused(restored))
         }
-        Request::Kill | Request::Egress | Request::Relay { .. } => send_reply(
+        Request::Kill
+        | Request::Signal { .. }
+        | Request::Resize(_)
+        | Request::Egress
+        | Request::Relay { .. } => send_reply(
             &mut stream,
             &mut sealer,
             &Reply::Refused {
-                reason: "not served over TCP: a pod's egress goes to warren's proxy, and kill \
-                         is only valid on an exec connection"
+                reason: "not served over TCP: a pod's egress goes to warren's proxy, and kill, \
+                         signal and resize are only valid on an exec connection"
                     .into(),
             },
         ),
@@ -448,11 +452,16 @@ fn exec(
                     }
                 }
                 Ok(Some((Kind::StdinEnd, _))) => stdin_queue = None,
-                Ok(Some((Kind::Request, body)))
-                    if serde_json::from_slice::<Request>(&body).ok() == Some(Request::Kill) =>
-                {
-                    let _ = protocol::send_frame(inbound_server.as_fd(), &Request::Kill, &[]);
-                }
+                Ok(Some((Kind::Request, body))) => match serde_json::from_slice(&body) {
+                    Ok(request @ (Request::Kill | Request::Signal { .. } | Request::Resize(_))) => {
+                        let _ = protocol::send_frame(inbound_server.as_fd(), &request, &[]);
+                    }
+                    _ => {
+                        let _ =
+                            rustix::net::shutdown(&*inbound_server, rustix::net::Shutdown::Both);
+                        return;
+                    }
+                },
                 // Warren went away, or sent what it must not: the command's tree is
                 // killed, as when a Unix connection closes (I24).
                 _ => {

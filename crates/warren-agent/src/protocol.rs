@@ -27,6 +27,20 @@ pub enum Request {
     Exec(ExecSpec),
     /// Kill the process tree of the command started on this connection.
     Kill,
+    /// Send `signal` to the command started on this connection: to its process group
+    /// (`group`, what a terminal's Ctrl-C does) or to the process alone. Nothing answers;
+    /// a command that already ended is not signalled.
+    Signal {
+        /// The signal number.
+        signal: i32,
+        /// The whole process group (the command's session leader's) rather than the
+        /// process alone.
+        #[serde(default)]
+        group: bool,
+    },
+    /// Set the terminal size of the command started on this connection with a terminal
+    /// ([`ExecSpec::pty`]): its foreground process group gets `SIGWINCH`. Nothing answers.
+    Resize(PtySize),
     /// Who are you? Answered with [`Reply::Pong`].
     Ping,
     /// Make this connection the one init sends egress connections over
@@ -68,6 +82,21 @@ pub struct ExecSpec {
     pub cwd: String,
     /// The complete environment.
     pub env: BTreeMap<String, String>,
+    /// Run it on a terminal of this size, opened by the server: the command's stdin,
+    /// stdout and stderr are the terminal, it is the session leader with the terminal as
+    /// its controlling one, and the three descriptors attached carry the terminal's input
+    /// (the first) and its output (the second; the third is closed at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+}
+
+/// A terminal's size, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
 }
 
 /// An answer from init.
@@ -245,6 +274,7 @@ mod tests {
             argv: vec!["echo".into(), "hi".into()],
             cwd: "/home/gem".into(),
             env: BTreeMap::from([("A".into(), "1".into())]),
+            pty: None,
         });
         send_frame(a.as_fd(), &request, &[write_end.as_fd()]).unwrap();
         drop(write_end);

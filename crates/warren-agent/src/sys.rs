@@ -202,6 +202,23 @@ pub fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
+/// `kill(2)`: sends signal `signal` to `pid`, or to process group `-pid` when `group`.
+/// Any number the kernel knows passes, real-time signals included (rustix names only the
+/// classic ones).
+pub fn send_signal(pid: i32, signal: i32, group: bool) -> io::Result<()> {
+    if pid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    let target = if group { -pid } else { pid };
+    // SAFETY: kill takes two integers and touches no memory of this process; `target` is
+    // never 0 or -1 (pid is positive), so it cannot reach this process's own group or
+    // every process.
+    if unsafe { libc::kill(target, signal) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `setsid(2)`, the new session's id not read: gVisor's Sentry (issue 19) answers 0 for it,
 /// which rustix's `setsid` takes for an impossible pid and panics on.
 pub fn setsid() -> io::Result<()> {

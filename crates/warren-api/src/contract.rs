@@ -60,6 +60,9 @@ const DESTINATION: &str = concat!(
     ")[\\t\\n\\v\\f\\r ]*$"
 );
 
+/// A process's tag: 1 to 256 bytes with no control character.
+const PROCESS_TAG: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,256}$";
+
 /// A fencing token (`X-Warren-Fence`, I33): a positive whole number without a leading
 /// zero. The server reads up to 2^63-1; the pattern stops at 18 digits so that every value
 /// it calls valid is one the server can read.
@@ -71,8 +74,15 @@ const FENCE_HEADER: &str = "X-Warren-Fence";
 /// Every operation that changes a sandbox, its files or its records, and so takes
 /// `X-Warren-Fence` (the handlers take the `Fence` extractor; the API suite sends each a
 /// stale token and checks it is refused).
-pub(crate) const FENCED_OPERATIONS: [(&str, &str); 13] = [
+pub(crate) const FENCED_OPERATIONS: [(&str, &str); 20] = [
     ("post", "/v1/sandboxes/{id}/exec"),
+    ("post", "/v1/sandboxes/{id}/processes"),
+    ("post", "/v1/sandboxes/{id}/processes/{pid}/stdin"),
+    ("post", "/v1/sandboxes/{id}/processes/{pid}/stdin/close"),
+    ("post", "/v1/sandboxes/{id}/processes/{pid}/signal"),
+    ("post", "/v1/sandboxes/{id}/processes/{pid}/resize"),
+    ("post", "/v1/sandboxes/{id}/processes/{pid}/kill"),
+    ("get", "/v1/sandboxes/{id}/processes/{pid}/attach"),
     ("post", "/v1/sandboxes/{id}/kill"),
     ("delete", "/v1/sandboxes/{id}"),
     ("post", "/v1/sandboxes/{id}/terminate"),
@@ -98,10 +108,31 @@ fn string(pattern: &str) -> Value {
     json!({"type": "string", "pattern": pattern})
 }
 
-/// Path and query parameters by name: the schema the server holds them to.
-fn parameter_schema(location: &str, name: &str) -> Option<Value> {
+/// The run listings (`runs.rs`): their own `limit` and filters.
+fn lists_runs(path: &str) -> bool {
+    path.ends_with("/runs")
+}
+
+/// Path and query parameters by name (on the run listings, by path too): the schema the
+/// server holds them to.
+fn parameter_schema(path: &str, location: &str, name: &str) -> Option<Value> {
     Some(match (location, name) {
+        ("query", "limit") if lists_runs(path) => json!({"type": "integer", "minimum": 1,
+                                                         "maximum": warren_store::RunQuery::MAX_LIMIT}),
+        ("query", "status") if lists_runs(path) => {
+            json!({"type": "string", "enum": ["running", "finished", "failed"]})
+        }
+        ("query", "since") if lists_runs(path) => json!({"type": "string", "format": "date-time"}),
+        // Only a token the server issued is accepted (400 `invalid_page_token` otherwise),
+        // which no pattern can say: scripts/openapi-check.toml lets schemathesis's made-up
+        // tokens be refused.
+        ("query", "page_token") if lists_runs(path) => string(&format!(
+            "^[A-Za-z0-9_-]{{1,{}}}$",
+            crate::runs::MAX_PAGE_TOKEN
+        )),
         ("path", "id") => string(SANDBOX_ID),
+        ("path", "pid") => json!({"type": "integer", "minimum": 1, "maximum": i32::MAX}),
+        ("query", "from") => json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
         ("path" | "query", "uid") => string(UID),
         ("path", "name") => string(ENV_NAME),
         ("path", "skill") => string(SKILL),
@@ -155,6 +186,31 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
             "env",
             json!({"propertyNames": string(ENV_NAME),
                    "additionalProperties": string("^[^\\u0000]{0,32768}$")}),
+        ),
+        ("StartProcess", "cwd", string(VIRTUAL_PATH)),
+        (
+            "StartProcess",
+            "shell",
+            json!({"enum": ["sh", "bash", null]}),
+        ),
+        ("StartProcess", "timeout_s", json!({"minimum": 1})),
+        ("StartProcess", "argv", json!({"minItems": 1})),
+        (
+            "StartProcess",
+            "env",
+            json!({"propertyNames": string(ENV_NAME),
+                   "additionalProperties": string("^[^\\u0000]{0,32768}$")}),
+        ),
+        ("StartProcess", "tag", string(PROCESS_TAG)),
+        (
+            "TerminalSize",
+            "cols",
+            json!({"minimum": 1, "maximum": 4096}),
+        ),
+        (
+            "TerminalSize",
+            "rows",
+            json!({"minimum": 1, "maximum": 4096}),
         ),
         ("CreateGuard", "holder", string(IDENTIFIER)),
         (
@@ -229,6 +285,24 @@ fn schema_rules(schemas: &mut Map<String, Value>) {
     if let Some(exec) = schemas.get_mut("ExecCommand") {
         // Exactly one of `command` (a shell line) and `argv`.
         exec["oneOf"] = json!([given("command"), given("argv")]);
+    }
+    if let Some(start) = schemas.get_mut("StartProcess") {
+        // Exactly one of `command` (a shell line) and `argv`.
+        start["oneOf"] = json!([given("command"), given("argv")]);
+    }
+    if let Some(signal) = schemas
+        .get_mut("SignalProcess")
+        .and_then(|s| s.pointer_mut("/properties/signal"))
+    {
+        // A number Linux knows, or a name (with or without `SIG`).
+        let names: Vec<Value> = warren_protocol::SIGNALS
+            .iter()
+            .flat_map(|(name, _)| [json!(name), json!(format!("SIG{name}"))])
+            .collect();
+        *signal = json!({"oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": 64},
+            {"type": "string", "enum": names},
+        ], "description": "A signal by number (1 to 64) or by name."});
     }
     if let Some(create) = schemas.get_mut("CreateSandbox") {
         // The explicit identity, or an isolation scope with its ids: never both.
@@ -407,7 +481,7 @@ fn complete_operation(path: &str, method: &str, operation: &mut Value) {
         for parameter in parameters.iter_mut() {
             let location = parameter["in"].as_str().unwrap_or("").to_owned();
             let name = parameter["name"].as_str().unwrap_or("").to_owned();
-            if let Some(schema) = parameter_schema(&location, &name) {
+            if let Some(schema) = parameter_schema(path, &location, &name) {
                 parameter["schema"] = schema;
                 checked = true;
             }
@@ -416,7 +490,7 @@ fn complete_operation(path: &str, method: &str, operation: &mut Value) {
             shared.push((
                 "400",
                 "a path or query parameter is malformed (invalid_sandbox_id, invalid_uid, \
-                 invalid_path, invalid_query, invalid_path_parameter, ...)",
+                 invalid_path, invalid_query, invalid_path_parameter, invalid_page_token, ...)",
             ));
         }
     }

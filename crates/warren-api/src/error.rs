@@ -187,6 +187,26 @@ impl From<ProvisionerError> for ApiError {
             P::ShellStartFailed { .. } => {
                 Self::new(StatusCode::BAD_GATEWAY, "shell_start_failed", message)
             }
+            P::ProcessNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "process_not_found", message)
+            }
+            P::ProcessTagNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "process_not_found", message)
+            }
+            P::ProcessStdinClosed { .. } => {
+                Self::new(StatusCode::CONFLICT, "stdin_closed", message)
+            }
+            P::ProcessEnded { .. } => Self::new(StatusCode::CONFLICT, "process_ended", message),
+            P::StdinInterrupted { .. } => Self::bad_request("stdin_interrupted", message),
+            P::NotATerminal { .. } => Self::new(StatusCode::CONFLICT, "not_a_terminal", message),
+            P::TooManyProcesses { .. } => {
+                Self::new(StatusCode::CONFLICT, "too_many_processes", message)
+            }
+            P::ProcessNotStarted { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "process_not_started",
+                message,
+            ),
             P::Snapshot(error) => snapshot_error(error, &message),
             P::EnvVarNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "env_var_not_found", message)
@@ -333,6 +353,11 @@ fn backend_error(error: &BackendError) -> ApiError {
         BackendError::ExecUnsupported { .. } => ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "exec_not_supported",
+            error.to_string(),
+        ),
+        BackendError::ProcessesUnsupported { .. } => ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "processes_not_supported",
             error.to_string(),
         ),
         BackendError::RuntimeNotFound { .. } => ApiError::new(

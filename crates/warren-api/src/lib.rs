@@ -23,6 +23,8 @@ mod leases;
 mod mcp;
 mod openapi;
 mod peer;
+mod processes;
+mod runs;
 mod sandboxes;
 mod skills;
 mod stream;
@@ -141,6 +143,7 @@ pub fn app(state: ApiState) -> Router {
             post(checkpoints::snapshot).get(checkpoints::snapshots),
         )
         .route("/users/{uid}/usage", get(usage::get))
+        .route("/users/{uid}/runs", get(runs::of_user))
         .route("/users/{uid}/skills", get(skills::list))
         .route("/users/{uid}/skills/sync", post(skills::sync))
         .route(
@@ -167,6 +170,41 @@ pub fn app(state: ApiState) -> Router {
         .route("/sandboxes/{id}/terminate", post(sandboxes::terminate))
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
         .route("/sandboxes/{id}/kill", post(sandboxes::kill))
+        .route(
+            "/sandboxes/{id}/processes",
+            post(processes::start).get(processes::list),
+        )
+        .route("/sandboxes/{id}/processes/{pid}", get(processes::get))
+        .route(
+            "/sandboxes/{id}/processes/{pid}/output",
+            get(processes::output),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/stdin",
+            // Streamed to the process as it arrives, at its pace: no body limit applies.
+            post(processes::stdin).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/stdin/close",
+            post(processes::close_stdin),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/signal",
+            post(processes::signal),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/resize",
+            post(processes::resize),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/kill",
+            post(processes::kill),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/attach",
+            get(processes::attach),
+        )
+        .route("/sandboxes/{id}/runs", get(runs::of_sandbox))
         // MCP over streamable HTTP (POST messages, GET streams, DELETE sessions), behind
         // the same Bearer check as everything else under /v1.
         .route_service(

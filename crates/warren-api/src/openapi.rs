@@ -26,6 +26,18 @@ use utoipa::{Modify, OpenApi};
         crate::sandboxes::terminate,
         crate::sandboxes::exec,
         crate::sandboxes::kill,
+        crate::processes::start,
+        crate::processes::list,
+        crate::processes::get,
+        crate::processes::output,
+        crate::processes::stdin,
+        crate::processes::close_stdin,
+        crate::processes::signal,
+        crate::processes::resize,
+        crate::processes::kill,
+        crate::processes::attach,
+        crate::runs::of_sandbox,
+        crate::runs::of_user,
         crate::viewer::create_link,
         crate::checkpoints::create,
         crate::checkpoints::list,
@@ -199,7 +211,9 @@ mod tests {
                 );
                 if location == "path" {
                     assert!(
-                        parameter["schema"]["pattern"].is_string() || name.ends_with("_id"),
+                        parameter["schema"]["pattern"].is_string()
+                            || parameter["schema"]["type"] == "integer"
+                            || name.ends_with("_id"),
                         "{method} {path}: {name} has no pattern"
                     );
                 }

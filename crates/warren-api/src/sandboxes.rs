@@ -348,27 +348,8 @@ pub(crate) async fn exec(
     headers: HeaderMap,
     ApiJson(request): ApiJson<ExecCommand>,
 ) -> Result<Response, ApiError> {
-    let program = match (request.command, request.argv) {
-        (Some(command), None) => match request.shell.as_deref() {
-            None | Some("sh") => ProgramSpec::Shell(command),
-            Some("bash") => ProgramSpec::Bash(command),
-            Some(other) => {
-                return Err(ApiError::bad_request(
-                    "invalid_request",
-                    format!("unknown shell {other:?}: use \"sh\" or \"bash\""),
-                ))
-            }
-        },
-        (None, Some(argv)) => ProgramSpec::Argv(argv),
-        _ => return Err(ApiError::bad_request(
-            "invalid_request",
-            "give exactly one of `command` (a shell line) and `argv` (a program and its arguments)",
-        )),
-    };
-    let requested_by = headers
-        .get("x-warren-requested-by")
-        .and_then(|v| v.to_str().ok())
-        .map_or_else(|| "api".to_owned(), |v| v.chars().take(256).collect());
+    let program = program_spec(request.command, request.argv, request.shell.as_deref())?;
+    let requested_by = requested_by(&headers);
     let input = ExecInput {
         program,
         cwd: request.cwd,
@@ -391,6 +372,37 @@ pub(crate) async fn exec(
             Ok(Json(exec_result(report)).into_response())
         }
     }
+}
+
+/// What to run: exactly one of a shell line (`command`, in `shell`) and an argv.
+pub(crate) fn program_spec(
+    command: Option<String>,
+    argv: Option<Vec<String>>,
+    shell: Option<&str>,
+) -> Result<ProgramSpec, ApiError> {
+    match (command, argv) {
+        (Some(command), None) => match shell {
+            None | Some("sh") => Ok(ProgramSpec::Shell(command)),
+            Some("bash") => Ok(ProgramSpec::Bash(command)),
+            Some(other) => Err(ApiError::bad_request(
+                "invalid_request",
+                format!("unknown shell {other:?}: use \"sh\" or \"bash\""),
+            )),
+        },
+        (None, Some(argv)) => Ok(ProgramSpec::Argv(argv)),
+        _ => Err(ApiError::bad_request(
+            "invalid_request",
+            "give exactly one of `command` (a shell line) and `argv` (a program and its arguments)",
+        )),
+    }
+}
+
+/// Who asks, for a run record (I22): `X-Warren-Requested-By`, else `api`.
+pub(crate) fn requested_by(headers: &HeaderMap) -> String {
+    headers
+        .get("x-warren-requested-by")
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| "api".to_owned(), |v| v.chars().take(256).collect())
 }
 
 pub(crate) fn exec_result(report: ExecReport) -> ExecResult {

@@ -35,7 +35,7 @@ impl StreamFormat {
         }
     }
 
-    fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Self::NdJson => "application/x-ndjson",
             Self::EventStream => "text/event-stream",
@@ -132,7 +132,13 @@ pub(crate) fn exec_stream(
             .await
             .map(|bytes| (Ok::<_, Infallible>(bytes), rx))
     });
-    let mut response = Response::new(Body::from_stream(stream));
+    streaming(format, Body::from_stream(stream))
+}
+
+/// A streaming answer in `format`: its content type, never cached, never buffered by a
+/// proxy on the way.
+pub(crate) fn streaming(format: StreamFormat, body: Body) -> Response {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

@@ -12,6 +12,7 @@
 mod limits;
 mod memory;
 mod mount;
+mod process;
 mod set;
 mod spec;
 pub mod staging;
@@ -22,6 +23,10 @@ use async_trait::async_trait;
 pub use limits::RuntimeLimits;
 pub use memory::{MemoryBackend, MemoryEvent};
 pub use mount::bind_fd;
+pub use process::{
+    ProcessControl, ProcessExit, ProcessHandle, ProcessInput, ProcessOutput, ProcessRequest,
+    ProcessSignal, ProcessStart, ProcessWait, TerminalSize,
+};
 pub use set::BackendSet;
 pub use spec::{
     BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
@@ -38,6 +43,13 @@ pub enum BackendError {
         "the {backend} backend does not execute commands; start warren with an isolating backend"
     )]
     ExecUnsupported {
+        /// The backend's name.
+        backend: &'static str,
+    },
+    /// The backend runs commands to completion but cannot keep a process running with its
+    /// stdin open (not yet built for it).
+    #[error("the {backend} backend cannot start long-running processes yet")]
+    ProcessesUnsupported {
         /// The backend's name.
         backend: &'static str,
     },
@@ -183,6 +195,20 @@ pub trait Backend: Send + Sync + 'static {
         request: &ExecRequest,
         sink: Option<OutputSink>,
     ) -> Result<ExecOutcome, BackendError>;
+
+    /// Starts a long-running process in the sandbox's runtime and hands it over: its stdin
+    /// stays open until the handle closes it, its output streams as it comes, and it can be
+    /// signalled, resized (on a terminal) and killed. Dropping the whole handle kills its
+    /// tree (I24). A runtime that cannot start it answers [`ProcessStart::Failed`].
+    async fn start_process(
+        &self,
+        _sandbox: &SandboxId,
+        _request: &ProcessRequest,
+    ) -> Result<ProcessStart, BackendError> {
+        Err(BackendError::ProcessesUnsupported {
+            backend: self.kind().as_str(),
+        })
+    }
 
     /// How many processes run in the sandbox's runtime besides its own machinery, or
     /// `None` when the backend cannot tell (or no runtime runs). Running processes count as

@@ -115,6 +115,17 @@ impl Backend for MemoryBackend {
         Err(BackendError::ExecUnsupported { backend: "memory" })
     }
 
+    async fn start_process(
+        &self,
+        sandbox: &SandboxId,
+        _request: &crate::ProcessRequest,
+    ) -> Result<crate::ProcessStart, BackendError> {
+        self.lock()
+            .events
+            .push(MemoryEvent::ExecRefused(sandbox.clone()));
+        Err(BackendError::ExecUnsupported { backend: "memory" })
+    }
+
     /// Runs nothing, so kills nothing (I20).
     async fn kill_processes(&self, _sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         Ok(None)

@@ -141,6 +141,19 @@ impl Backend for BackendSet {
         }
     }
 
+    async fn start_process(
+        &self,
+        sandbox: &SandboxId,
+        request: &crate::ProcessRequest,
+    ) -> Result<crate::ProcessStart, BackendError> {
+        match self.host_of(sandbox) {
+            Some(backend) => backend.start_process(sandbox, request).await,
+            None => Err(BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            }),
+        }
+    }
+
     async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         match self.host_of(sandbox) {
             Some(backend) => backend.processes(sandbox).await,

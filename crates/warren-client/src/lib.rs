@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use warren_protocol::{
     AgentEnv, AgentEnvEntry, CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList,
     CreateGuard, CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult, FileList,
-    GuardInfo, RenewGuard, SandboxInfo, SandboxList, SetAgentEnvVar, WorkdirInfo, WriteResult,
+    GuardInfo, ProcessInfo, ProcessList, RenewGuard, RunList, SandboxInfo, SandboxList,
+    SetAgentEnvVar, StartProcess, WorkdirInfo, WriteResult,
 };
 
 mod mcp_bridge;
@@ -53,6 +54,9 @@ pub enum ClientError {
         /// What could not be decoded.
         detail: String,
     },
+    /// The WebSocket of a terminal could not be opened.
+    #[error("could not attach to the process: {0}")]
+    Attach(String),
     /// Reading standard input failed (the MCP stdio bridge).
     #[error("could not read standard input: {0}")]
     Stdin(#[source] std::io::Error),
@@ -446,6 +450,135 @@ impl ClientError {
 }
 
 /// Percent-encodes one path segment (ids and uids may hold any character).
+/// A process's terminal over a WebSocket ([`WarrenClient::attach`]).
+pub type Attached =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl WarrenClient {
+    /// `POST /v1/sandboxes/{id}/processes`.
+    pub async fn start_process(
+        &self,
+        id: &str,
+        request: &StartProcess,
+    ) -> Result<ProcessInfo, ClientError> {
+        self.json(
+            self.mutating(
+                Method::POST,
+                &format!("/v1/sandboxes/{}/processes", encode(id)),
+            )
+            .json(request),
+        )
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/processes`.
+    pub async fn list_processes(&self, id: &str) -> Result<ProcessList, ClientError> {
+        self.json(self.request(
+            Method::GET,
+            &format!("/v1/sandboxes/{}/processes", encode(id)),
+        ))
+        .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/processes/{pid}/kill`.
+    pub async fn kill_process(&self, id: &str, pid: i32) -> Result<ProcessInfo, ClientError> {
+        self.json(self.mutating(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/processes/{pid}/kill", encode(id)),
+        ))
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/runs` (with `sandbox`) or `GET /v1/users/{uid}/runs`.
+    pub async fn list_runs(
+        &self,
+        scope: RunsOf<'_>,
+        status: Option<&str>,
+        limit: Option<u32>,
+        page_token: Option<&str>,
+    ) -> Result<RunList, ClientError> {
+        let path = match scope {
+            RunsOf::Sandbox(id) => format!("/v1/sandboxes/{}/runs", encode(id)),
+            RunsOf::Uid(uid) => format!("/v1/users/{}/runs", encode(uid)),
+        };
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(status) = status {
+            query.push(("status", status.to_owned()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        if let Some(token) = page_token {
+            query.push(("page_token", token.to_owned()));
+        }
+        self.json(self.request(Method::GET, &path).query(&query))
+            .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/processes/{pid}/attach`: the process's terminal over a
+    /// WebSocket, its output from offset `from`.
+    pub async fn attach(&self, id: &str, pid: i32, from: u64) -> Result<Attached, ClientError> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let Some(rest) = self.base.strip_prefix("http://") else {
+            return Err(ClientError::InvalidUrl {
+                url: self.base.clone(),
+                reason: "attaching to a terminal needs a plain http:// server URL".into(),
+            });
+        };
+        let url = format!(
+            "ws://{rest}/v1/sandboxes/{}/processes/{pid}/attach?from={from}",
+            encode(id)
+        );
+        let mut request =
+            url.as_str()
+                .into_client_request()
+                .map_err(|e| ClientError::InvalidUrl {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?;
+        let header = |value: &str| {
+            value.parse().map_err(|_| ClientError::InvalidUrl {
+                url: url.clone(),
+                reason: "the token is not a valid header value".into(),
+            })
+        };
+        request
+            .headers_mut()
+            .insert("authorization", header(&format!("Bearer {}", self.token))?);
+        if let Some(fence) = &self.fence {
+            request.headers_mut().insert(FENCE_HEADER, header(fence)?);
+        }
+        match tokio_tungstenite::connect_async(request).await {
+            Ok((socket, _)) => Ok(socket),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                let status = response.status().as_u16();
+                let body = response.body().clone().unwrap_or_default();
+                Err(match serde_json::from_slice::<ErrorBody>(&body) {
+                    Ok(body) => ClientError::Api {
+                        status,
+                        code: body.error.code,
+                        message: body.error.message,
+                    },
+                    Err(_) => ClientError::Decode {
+                        status,
+                        detail: String::from_utf8_lossy(&body).chars().take(200).collect(),
+                    },
+                })
+            }
+            Err(error) => Err(ClientError::Attach(error.to_string())),
+        }
+    }
+}
+
+/// Whose runs [`WarrenClient::list_runs`] lists.
+#[derive(Debug, Clone, Copy)]
+pub enum RunsOf<'a> {
+    /// One sandbox's.
+    Sandbox(&'a str),
+    /// Every sandbox's of one uid.
+    Uid(&'a str),
+}
+
 fn encode(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());
     for byte in segment.bytes() {

@@ -931,21 +931,42 @@ impl Backend for DockerBackend {
             &identity.spec.network,
             &identity.spec.env,
         );
-        match client::run(&self.socket_dir(sandbox), spec, request, sink).await {
-            Ok(outcome) => Ok(outcome),
+        let ran = client::run(&self.socket_dir(sandbox), spec, request, sink).await;
+        ran.map_err(|error| {
             // The agent is gone (the container died or was removed behind warren's back):
             // forget it, so the next use starts a fresh container.
-            Err(RunError::Gone(_)) => {
+            if error.is_gone() {
                 self.lock().remove(sandbox);
-                Err(BackendError::RuntimeNotFound {
-                    sandbox: sandbox.clone(),
-                })
             }
-            Err(RunError::Io(source)) => Err(BackendError::Exec {
+            error.into_backend(sandbox)
+        })
+    }
+
+    async fn start_process(
+        &self,
+        sandbox: &SandboxId,
+        request: &warren_backend::ProcessRequest,
+    ) -> Result<warren_backend::ProcessStart, BackendError> {
+        let identity = self
+            .find(sandbox)
+            .await
+            .ok_or_else(|| BackendError::RuntimeNotFound {
                 sandbox: sandbox.clone(),
-                source,
-            }),
-        }
+            })?;
+        let spec = warren_agent::client::process_spec(
+            request,
+            identity.spec.layout.layout(),
+            &identity.spec.network,
+            &identity.spec.env,
+        );
+        let started =
+            warren_agent::client::start_process(&self.socket_dir(sandbox), spec, sandbox).await;
+        started.map_err(|error| {
+            if error.is_gone() {
+                self.lock().remove(sandbox);
+            }
+            error.into_backend(sandbox)
+        })
     }
 
     async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {

@@ -25,7 +25,7 @@ use crate::config::{IdMap, MountConfig, RootSource, RuntimeConfig, RuntimeLimits
 use crate::host::HostReport;
 use crate::launcher::{spawn_launcher, Launcher, LauncherPool};
 use crate::IsolationError;
-use warren_agent::client::{exec_spec, ping, ping_full, process_birth, run, RunError};
+use warren_agent::client::{exec_spec, ping, ping_full, process_birth, run};
 
 /// Configuration of the local backend.
 #[derive(Debug, Clone)]
@@ -724,21 +724,46 @@ impl Backend for LocalBackend {
             &identity.env,
         );
         let socket_dir = identity.socket_dir(&self.runtime_dir(sandbox));
-        match run(&socket_dir, spec, request, sink).await {
-            Ok(outcome) => Ok(outcome),
+        let ran = run(&socket_dir, spec, request, sink).await;
+        ran.map_err(|error| {
             // Init died (OOM, killed): forget it so the provisioner starts a fresh runtime
             // instead of failing every call.
-            Err(RunError::Gone(_)) => {
+            if error.is_gone() {
                 self.lock().remove(sandbox);
-                Err(BackendError::RuntimeNotFound {
-                    sandbox: sandbox.clone(),
-                })
             }
-            Err(RunError::Io(source)) => Err(BackendError::Exec {
+            error.into_backend(sandbox)
+        })
+    }
+
+    async fn start_process(
+        &self,
+        sandbox: &SandboxId,
+        request: &warren_backend::ProcessRequest,
+    ) -> Result<warren_backend::ProcessStart, BackendError> {
+        let identity = self
+            .find(sandbox)
+            .await
+            .ok_or_else(|| BackendError::RuntimeNotFound {
                 sandbox: sandbox.clone(),
-                source,
-            }),
-        }
+            })?;
+        let spec = warren_agent::client::process_spec(
+            request,
+            identity.layout.layout(),
+            &identity.network,
+            &identity.env,
+        );
+        let started = warren_agent::client::start_process(
+            &identity.socket_dir(&self.runtime_dir(sandbox)),
+            spec,
+            sandbox,
+        )
+        .await;
+        started.map_err(|error| {
+            if error.is_gone() {
+                self.lock().remove(sandbox);
+            }
+            error.into_backend(sandbox)
+        })
     }
 
     async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {

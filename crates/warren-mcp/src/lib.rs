@@ -18,6 +18,7 @@
 
 #![deny(missing_docs)]
 
+mod processes;
 mod tools;
 
 use std::sync::Arc;

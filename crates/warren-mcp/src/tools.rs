@@ -28,7 +28,7 @@ const MAX_IMAGE_BYTES: u64 = 10 * 1024 * 1024;
 const MAX_ENTRIES: usize = 1_000;
 const MAX_MATCHES: usize = 500;
 
-type Definition = (&'static str, &'static str, fn() -> Value);
+pub(crate) type Definition = (&'static str, &'static str, fn() -> Value);
 
 const DEFINITIONS: &[Definition] = &[
     (
@@ -208,6 +208,7 @@ pub(crate) fn definitions(layout: &Layout) -> Vec<Tool> {
     };
     DEFINITIONS
         .iter()
+        .chain(crate::processes::DEFINITIONS)
         .map(|(name, description, schema)| {
             let schema = in_layout(&schema().to_string());
             let schema: JsonObject = match serde_json::from_str(&schema) {
@@ -291,20 +292,20 @@ struct ViewImageArgs {
 }
 
 /// What a tool produced before masking: content, and whether it is an error.
-struct Outcome {
+pub(crate) struct Outcome {
     content: Vec<ContentBlock>,
     is_error: bool,
 }
 
 impl Outcome {
-    fn text(text: impl Into<String>) -> Self {
+    pub(crate) fn text(text: impl Into<String>) -> Self {
         Self {
             content: vec![ContentBlock::text(text)],
             is_error: false,
         }
     }
 
-    fn error(text: impl Into<String>) -> Self {
+    pub(crate) fn error(text: impl Into<String>) -> Self {
         Self {
             content: vec![ContentBlock::text(text)],
             is_error: true,
@@ -335,7 +336,11 @@ pub(crate) async fn call(
     arguments: JsonObject,
     fence: Result<Option<FenceToken>, ProvisionerError>,
 ) -> Result<CallToolResult, ErrorData> {
-    if !DEFINITIONS.iter().any(|(known, _, _)| *known == name) {
+    if !DEFINITIONS
+        .iter()
+        .chain(crate::processes::DEFINITIONS)
+        .any(|(known, _, _)| *known == name)
+    {
         return Err(ErrorData::invalid_params(
             format!("unknown tool {name:?}; tools/list names the tools"),
             None,
@@ -369,7 +374,10 @@ fn finish(outcome: Outcome, masker: &SecretMasker) -> CallToolResult {
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(name: &str, arguments: Value) -> Result<T, Outcome> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(
+    name: &str,
+    arguments: Value,
+) -> Result<T, Outcome> {
     serde_json::from_value(arguments).map_err(|error| {
         Outcome::error(format!(
             "invalid arguments for {name}: {error}; see the tool's input schema"
@@ -389,7 +397,8 @@ async fn run(
 ) -> Outcome {
     // A fenced tool runs under the permit, as the HTTP routes do; a stale token is a tool
     // error saying so, and nothing is changed. Reading tools ignore the header.
-    let mut permit = Some(if FENCED_TOOLS.contains(&name) {
+    let fenced = FENCED_TOOLS.contains(&name) || crate::processes::FENCED.contains(&name);
+    let mut permit = Some(if fenced {
         let admitted = match fence {
             Ok(token) => provisioner.fence(sandbox, token).await,
             Err(error) => Err(error),
@@ -416,13 +425,19 @@ async fn run(
         "grep" => grep(provisioner, sandbox, parse(name, arguments)).await,
         "present_files" => present_files(provisioner, sandbox, parse(name, arguments)).await,
         "view_image" => view_image(provisioner, sandbox, parse(name, arguments)).await,
-        _ => Err(Outcome::error(format!("unknown tool {name:?}"))),
+        // A process's start is its acceptance point, as an exec's is.
+        _ => {
+            let permit = permit.take().unwrap_or_else(FencePermit::unfenced);
+            crate::processes::run(provisioner, sandbox, name, arguments, permit)
+                .await
+                .unwrap_or_else(|| Err(Outcome::error(format!("unknown tool {name:?}"))))
+        }
     };
     drop(permit);
     result.unwrap_or_else(|outcome| outcome)
 }
 
-type ToolResult = Result<Outcome, Outcome>;
+pub(crate) type ToolResult = Result<Outcome, Outcome>;
 
 async fn bash(
     provisioner: &Provisioner,
@@ -846,7 +861,7 @@ fn image_type(bytes: &[u8]) -> Option<&'static str> {
 
 /// `text` cut to [`MAX_TOOL_TEXT_CHARS`] by dropping its middle (a command's first and last
 /// lines say the most), with a note saying how much went and how to see it.
-fn cut_middle(text: &str, how_to_see_all: &str) -> String {
+pub(crate) fn cut_middle(text: &str, how_to_see_all: &str) -> String {
     let total = text.chars().count();
     if total <= MAX_TOOL_TEXT_CHARS {
         return text.to_owned();

@@ -284,6 +284,66 @@ pub enum ProvisionerError {
         /// What went wrong, in the runtime's terms.
         reason: String,
     },
+    /// No process of the sandbox this node holds has that pid (it never ran here, or ended
+    /// long enough ago to be forgotten).
+    #[error(
+        "sandbox {sandbox} has no process {pid}; GET /v1/sandboxes/{{id}}/processes lists them"
+    )]
+    ProcessNotFound {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The pid asked for.
+        pid: i32,
+    },
+    /// No process of the sandbox has that tag.
+    #[error("sandbox {sandbox} has no process tagged {tag:?}")]
+    ProcessTagNotFound {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The tag asked for.
+        tag: String,
+    },
+    /// The process's stdin was closed (or never kept open: start it with `stdin: true`).
+    #[error("the stdin of process {pid} is closed; start a process with \"stdin\": true to keep it open")]
+    ProcessStdinClosed {
+        /// The process.
+        pid: i32,
+    },
+    /// The client's stream of stdin broke off; what came before it was written.
+    #[error("the input for process {pid} broke off: {reason}")]
+    StdinInterrupted {
+        /// The process.
+        pid: i32,
+        /// What the transport said.
+        reason: String,
+    },
+    /// The process has ended: it takes no input, signal or resize.
+    #[error("process {pid} has ended")]
+    ProcessEnded {
+        /// The process.
+        pid: i32,
+    },
+    /// The process runs without a terminal, so it has no size to set.
+    #[error("process {pid} has no terminal; start it with \"pty\" to resize it")]
+    NotATerminal {
+        /// The process.
+        pid: i32,
+    },
+    /// The sandbox runs the most processes it may.
+    #[error("sandbox {sandbox} runs {max} processes, the most it may; end one first")]
+    TooManyProcesses {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The limit.
+        max: usize,
+    },
+    /// The runtime could not start the process (no such program, a working directory it
+    /// cannot enter); the reason names no host path (I1).
+    #[error("the process could not be started: {reason}")]
+    ProcessNotStarted {
+        /// Why, in the runtime's terms.
+        reason: String,
+    },
     /// The snapshot engine failed or found damage.
     #[error(transparent)]
     Snapshot(warren_snapshot::SnapshotError),

@@ -9,7 +9,7 @@ use warren_backend::{
     Backend, BackendError, BackendKind, ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
 };
 use warren_core::{SandboxId, VirtualPath};
-use warren_store::{NewRun, RunOutcome, SandboxRecord, SandboxState, StateStore};
+use warren_store::{NewRun, RunKind, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
 use crate::env::{masking_relay, CommandEnv};
 use crate::metrics::FailureCause;
@@ -41,7 +41,7 @@ pub enum ProgramSpec {
 }
 
 impl ProgramSpec {
-    fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         match self {
             Self::Shell(line) => vec!["/bin/sh".into(), "-c".into(), line.clone()],
             Self::Bash(line) => vec!["bash".into(), "-c".into(), line.clone()],
@@ -49,7 +49,7 @@ impl ProgramSpec {
         }
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Self::Shell(line) | Self::Bash(line) => line.clone(),
             // serde_json cannot fail on a list of strings.
@@ -241,6 +241,9 @@ impl Provisioner {
                             .into_owned(),
                             cwd: cwd.to_string(),
                             requested_by: input.requested_by.clone(),
+                            kind: RunKind::Exec,
+                            tag: None,
+                            pty: false,
                             owner: Some(fence.clone()),
                         })
                         .await
@@ -599,7 +602,7 @@ impl Drop for CancelOnDrop {
     }
 }
 
-enum RunError {
+pub(crate) enum RunError {
     Backend(BackendError),
     Store(warren_store::StoreError),
 }
@@ -663,7 +666,7 @@ const RECORD_RETRY_FOR: Duration = Duration::from_secs(60);
 /// worth waiting for: while the store is unavailable (a PostgreSQL server restarting) the
 /// write is retried, with backoff, for [`RECORD_RETRY_FOR`]. Past that the run stays open
 /// in the store and restart recovery closes it as failed; the caller gets 503.
-async fn record_outcome(
+pub(crate) async fn record_outcome(
     store: &dyn StateStore,
     run_id: &str,
     outcome: &RunOutcome,
@@ -684,6 +687,18 @@ async fn record_outcome(
             }
             Err(error) => return Err(RunError::Store(error)),
         }
+    }
+}
+
+/// Records that a run failed before it ran (`reason`), as best it can: a run the store
+/// cannot close now is closed as failed by restart recovery.
+pub(crate) async fn record_failure(store: &dyn StateStore, run_id: &str, reason: &str) {
+    let outcome = RunOutcome {
+        failure: Some(reason.to_owned()),
+        ..RunOutcome::default()
+    };
+    if let Err(RunError::Store(error)) = record_outcome(store, run_id, &outcome).await {
+        tracing::warn!(run = run_id, %error, "could not record a run that did not start");
     }
 }
 

@@ -28,9 +28,11 @@ mod lifecycle;
 mod membership;
 mod metrics;
 mod ownership;
+mod processes;
 mod quotas;
 mod records;
 mod recovery;
+mod runs;
 mod sandboxes;
 mod shell;
 mod skills;
@@ -58,6 +60,10 @@ pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use membership::{check_workspace_dir, NodeIdentity};
 pub use ownership::{PeerLink, PeerNode, FENCE_AFTER};
+pub use processes::{
+    ManagedProcess, OutputEvent, OutputPiece, OutputRead, ProcessInfo, ProcessState, StartProcess,
+    MAX_PROCESSES,
+};
 pub use quotas::{
     volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,
     MIN_QUOTA_BYTES, MIN_QUOTA_INODES,
@@ -206,7 +212,9 @@ pub struct Provisioner {
     /// different sandboxes wait for each other.
     lifecycle_locks: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
     /// Commands running per sandbox: activity the reaper must respect.
-    inflight: Mutex<HashMap<SandboxId, usize>>,
+    inflight: InflightHandle,
+    /// Long-running processes of the runtimes this node owns (`processes`).
+    processes: processes::Table,
     metrics: metrics::Metrics,
     /// Set once the server shuts down: snapshots and restores on blocking threads stop at
     /// their next chunk, and the reaper stops.
@@ -251,7 +259,8 @@ impl Provisioner {
             store,
             backend,
             lifecycle_locks: Mutex::new(HashMap::new()),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: InflightHandle::default(),
+            processes: processes::Table::default(),
             metrics: metrics::Metrics::new(),
             shutdown: warren_snapshot::CancelFlag::new(),
             reaping: Mutex::new(std::collections::HashSet::new()),
@@ -319,35 +328,23 @@ impl Provisioner {
     }
 
     fn inflight(&self, sandbox: &SandboxId) -> usize {
-        let inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        inflight.get(sandbox).copied().unwrap_or(0)
+        self.inflight.count(sandbox)
     }
 
     /// Counts a command as running in `sandbox` until the guard drops.
-    fn command_running(&self, sandbox: &SandboxId) -> InflightGuard<'_> {
-        self.inflight_started(sandbox);
-        InflightGuard {
-            provisioner: self,
-            sandbox: sandbox.clone(),
-        }
+    fn command_running(&self, sandbox: &SandboxId) -> InflightHold {
+        self.inflight.hold(sandbox.clone())
     }
 
     /// One more command runs in `sandbox` (activity for the reaper and the termination
     /// grace); each call is matched by one [`Self::inflight_ended`].
     pub(crate) fn inflight_started(&self, sandbox: &SandboxId) {
-        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        *inflight.entry(sandbox.clone()).or_default() += 1;
+        self.inflight.started(sandbox);
     }
 
     /// A command counted by [`Self::inflight_started`] ended.
     pub(crate) fn inflight_ended(&self, sandbox: &SandboxId) {
-        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = inflight.get_mut(sandbox) {
-            *count -= 1;
-            if *count == 0 {
-                inflight.remove(sandbox);
-            }
-        }
+        self.inflight.ended(sandbox);
     }
 
     fn lifecycle_lock(&self, sandbox: &SandboxId) -> Arc<tokio::sync::Mutex<()>> {
@@ -360,14 +357,51 @@ impl Provisioner {
     }
 }
 
-/// See [`Provisioner::command_running`].
-struct InflightGuard<'a> {
-    provisioner: &'a Provisioner,
+/// Commands and processes running per sandbox: activity the reaper and a termination's
+/// grace respect. Shared with the tasks that follow long-running processes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct InflightHandle(Arc<Mutex<HashMap<SandboxId, usize>>>);
+
+impl InflightHandle {
+    fn count(&self, sandbox: &SandboxId) -> usize {
+        let inflight = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        inflight.get(sandbox).copied().unwrap_or(0)
+    }
+
+    fn started(&self, sandbox: &SandboxId) {
+        let mut inflight = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *inflight.entry(sandbox.clone()).or_default() += 1;
+    }
+
+    fn ended(&self, sandbox: &SandboxId) {
+        let mut inflight = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = inflight.get_mut(sandbox) {
+            *count -= 1;
+            if *count == 0 {
+                inflight.remove(sandbox);
+            }
+        }
+    }
+
+    /// Counts one command as running in `sandbox` until the hold drops.
+    pub(crate) fn hold(&self, sandbox: SandboxId) -> InflightHold {
+        self.started(&sandbox);
+        InflightHold {
+            inflight: self.clone(),
+            sandbox,
+        }
+    }
+}
+
+/// One running command, counted until dropped ([`InflightHandle::hold`]).
+#[derive(Debug)]
+pub(crate) struct InflightHold {
+    inflight: InflightHandle,
     sandbox: SandboxId,
 }
 
-impl Drop for InflightGuard<'_> {
+impl Drop for InflightHold {
     fn drop(&mut self) {
-        self.provisioner.inflight_ended(&self.sandbox);
+        self.inflight.ended(&self.sandbox);
     }
 }

@@ -16,6 +16,7 @@ mod owners;
 mod postgres;
 mod records;
 mod rows;
+mod runs;
 mod sqlite;
 
 pub use aliases::SandboxAlias;
@@ -26,13 +27,14 @@ pub use migrations::{
     NewMigrationItem,
 };
 pub use model::{
-    NewRun, NewSandbox, ParseEnumError, RunOutcome, RunRecord, RunStatus, SandboxClaim,
+    NewRun, NewSandbox, ParseEnumError, RunKind, RunOutcome, RunRecord, RunStatus, SandboxClaim,
     SandboxRecord, SandboxState, WorkdirRecord,
 };
 pub use nodes::{NodeRecord, NodeState};
 pub use owners::{OwnerFence, RuntimeClaim, RuntimeOwner, TakenOver, NODE_LOST};
 pub use postgres::{PostgresOptions, PostgresStore, ServerLock};
 pub use records::{RecordWrite, TransportRecord, MAX_RECORD_KEY, MAX_RECORD_VALUE};
+pub use runs::{RunCursor, RunPage, RunQuery, RunScope};
 pub use sqlite::SqliteStore;
 
 /// A lease on one sandbox generation (I25).
@@ -201,12 +203,11 @@ pub trait StateStore: Send + Sync + 'static {
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome)
         -> Result<RunRecord, StoreError>;
 
-    /// The newest `limit` runs of a sandbox (all generations), newest first.
-    async fn list_runs(
-        &self,
-        sandbox: &SandboxId,
-        limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError>;
+    /// One page of runs, newest first by `(started_at, id)`: those of a sandbox (all its
+    /// generations) or of every sandbox of a uid, filtered by status and start time, after
+    /// the query's cursor (see [`RunQuery`]). One statement, so a page is consistent. An
+    /// unknown sandbox or uid has no runs: an empty page.
+    async fn query_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError>;
 
     /// Closes every run still running on `node_id` (and every running run that names no
     /// node: from before runs recorded one) as [`RunStatus::Failed`] with `reason`, as after

@@ -298,6 +298,12 @@ pub struct NewRun {
     pub cwd: String,
     /// Who asked for the run.
     pub requested_by: String,
+    /// What kind of run it is.
+    pub kind: RunKind,
+    /// The caller's own label for the run, if it gave one.
+    pub tag: Option<String>,
+    /// Whether the command runs on a terminal.
+    pub pty: bool,
     /// The node executing it and the ownership it holds: the run is refused with
     /// [`StoreError::NotOwner`](crate::StoreError::NotOwner) once another node took the
     /// runtime over. `None`: unfenced, and no node recorded.
@@ -324,6 +330,46 @@ pub struct RunOutcome {
     /// Why warren could not run the command to completion; `Some` makes the run
     /// [`RunStatus::Failed`]. A command that ran and exited non-zero is not a failure.
     pub failure: Option<String>,
+}
+
+/// What kind of run a record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// A command the caller waits for (`exec`); every run recorded before kinds existed.
+    Exec,
+    /// A long-running process the caller starts and comes back to.
+    Process,
+}
+
+impl RunKind {
+    /// Every kind.
+    pub const ALL: [Self; 2] = [Self::Exec, Self::Process];
+
+    /// The snake_case name, as stored and serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Exec => "exec",
+            Self::Process => "process",
+        }
+    }
+}
+
+impl fmt::Display for RunKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunKind {
+    type Err = ParseEnumError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| ParseEnumError::new("run kind", s))
+    }
 }
 
 /// Where a run is in its life.
@@ -384,6 +430,12 @@ pub struct RunRecord {
     pub cwd: String,
     /// Who asked for the run.
     pub requested_by: String,
+    /// What kind of run it is.
+    pub kind: RunKind,
+    /// The caller's own label for the run, if it gave one.
+    pub tag: Option<String>,
+    /// Whether the command ran on a terminal.
+    pub pty: bool,
     /// Where the run is in its life.
     pub status: RunStatus,
     /// When the run was recorded as started.
@@ -436,6 +488,21 @@ mod tests {
                 format!("\"{}\"", status.as_str())
             );
         }
+    }
+
+    #[test]
+    fn run_kinds_round_trip_through_their_snake_case_names() {
+        for kind in RunKind::ALL {
+            assert_eq!(kind.as_str().parse::<RunKind>(), Ok(kind));
+            assert_eq!(
+                serde_json::to_string(&kind).unwrap(),
+                format!("\"{}\"", kind.as_str())
+            );
+        }
+        assert_eq!(
+            "shell".parse::<RunKind>().unwrap_err().to_string(),
+            "unknown run kind \"shell\""
+        );
     }
 
     #[test]

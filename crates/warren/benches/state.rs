@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
 use warren_store::{
-    NewRun, NewSandbox, PostgresOptions, PostgresStore, RunOutcome, SqliteStore, StateStore,
+    NewRun, NewSandbox, PostgresOptions, PostgresStore, RunKind, RunOutcome, SqliteStore,
+    StateStore,
 };
 use warren_test_support::latency::{create_and_exec, row};
 use warren_test_support::{PostgresServer, TestServer};
@@ -110,6 +111,9 @@ async fn measure(
                                     command: "[\"true\"]".to_owned(),
                                     cwd: "/home/gem".to_owned(),
                                     requested_by: "bench".to_owned(),
+                                    kind: RunKind::Exec,
+                                    tag: None,
+                                    pty: false,
                                     owner: None,
                                 })
                                 .await

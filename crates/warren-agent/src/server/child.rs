@@ -77,6 +77,13 @@ pub(crate) fn exec_command(
         }
     }
     drop((stdin, stdout, stderr));
+    // On a terminal (`pty`), the terminal becomes the controlling one of the session just
+    // made: Ctrl-C and the size's SIGWINCH reach its foreground process group.
+    if spec.pty.is_some() {
+        if let Err(e) = rustix::process::ioctl_tiocsctty(rustix::stdio::stdin()) {
+            fail("controlling terminal", errno(e));
+        }
+    }
     if let Err(e) = sys::cloexec_from(3) {
         fail("fds", e.raw_os_error().unwrap_or(0));
     }

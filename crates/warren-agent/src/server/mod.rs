@@ -12,6 +12,7 @@
 //! The server never starts a thread: it forks.
 
 pub(crate) mod child;
+mod pty;
 mod relay;
 pub mod sentry_groups;
 pub(crate) mod supervisor;
@@ -99,6 +100,33 @@ pub struct ServerConfig {
     pub keep: Vec<i32>,
 }
 
+/// Sends `signal` to a running command, or to its process group (the command is the
+/// leader of a session of its own). A command under a supervisor is reached through it:
+/// the supervisor is the server's child, the command its own, so the signal's number
+/// travels down the supervisor's kill pipe (`supervisor`). A command already reaped is
+/// no longer in the table, so a reused pid is never signalled.
+fn signal_command(exec: &RunningExec, signal: i32, group: bool) {
+    let Some(number) = u8::try_from(signal)
+        .ok()
+        .filter(|n| (1..=supervisor::MAX_SIGNAL).contains(n))
+    else {
+        return;
+    };
+    if let Some(kill) = &exec.kill {
+        let byte = if group {
+            number | supervisor::GROUP_BIT
+        } else {
+            number
+        };
+        let _ = rustix::io::write(kill, &[byte]);
+        return;
+    }
+    if exec.killed {
+        return;
+    }
+    let _ = supervisor::deliver(exec.pid, number, group);
+}
+
 /// Drops root for good: no supplementary groups, 1000:1000 (I11), which clears every
 /// capability.
 fn become_sandbox_user() -> rustix::io::Result<()> {
@@ -141,6 +169,8 @@ struct RunningExec {
     /// Its tree was killed; its cgroup is removed, never reused (a kill may still be
     /// settling in it).
     killed: bool,
+    /// The master side of its terminal, kept to set the terminal's size (`pty`).
+    terminal: Option<OwnedFd>,
 }
 
 /// What a server serves as: its identity and how its commands start.
@@ -364,11 +394,12 @@ impl Server {
             Request::ArchiveHome { limit } => self.move_home(connection, fds, limit, true),
             Request::RestoreHome { limit } => self.move_home(connection, fds, limit, false),
             Request::Relay { id } => self.start_relay(id, fds),
-            Request::Kill => {
+            Request::Kill | Request::Signal { .. } | Request::Resize(_) => {
                 let _ = protocol::send_frame(
                     connection.as_fd(),
                     &Reply::Refused {
-                        reason: "kill is only valid on an exec connection".into(),
+                        reason: "kill, signal and resize are only valid on an exec connection"
+                            .into(),
                     },
                     &[],
                 );
@@ -377,14 +408,12 @@ impl Server {
     }
 
     fn start(&mut self, connection: OwnedFd, spec: ExecSpec, stdio: Vec<OwnedFd>) {
+        let Some((connection, stdio, terminal)) = self.command_stdio(connection, &spec, stdio)
+        else {
+            return;
+        };
         let reply = |reply: &Reply| {
             let _ = protocol::send_frame(connection.as_fd(), reply, &[]);
-        };
-        let Ok(stdio) = <[OwnedFd; 3]>::try_from(stdio) else {
-            reply(&Reply::Refused {
-                reason: "an exec request carries exactly three descriptors".into(),
-            });
-            return;
         };
         // A runtime with cgroups runs no command outside one: its tree could not be
         // killed (I24).
@@ -444,10 +473,7 @@ impl Server {
                 drop(kill_write);
                 if let Some(kill_read) = kill_read {
                     // Other commands' kill pipes must close when the agent closes them.
-                    for exec in self.running.values_mut() {
-                        exec.kill = None;
-                        exec.connection = None;
-                    }
+                    self.forget_commands();
                     supervisor::supervise(
                         &spec,
                         stdio,
@@ -499,6 +525,7 @@ impl Server {
                     cgroup,
                     kill: kill_write,
                     killed: false,
+                    terminal: None,
                 },
             );
             return;
@@ -512,8 +539,103 @@ impl Server {
                 cgroup,
                 kill: kill_write,
                 killed: false,
+                terminal,
             },
         );
+    }
+
+    /// The command's stdio from the three descriptors of its request: as they are, or on a
+    /// terminal (`pty`) with its relay started and the server's copy of its master. `None`
+    /// when the request was refused or failed (answered here).
+    fn command_stdio(
+        &mut self,
+        connection: OwnedFd,
+        spec: &ExecSpec,
+        stdio: Vec<OwnedFd>,
+    ) -> Option<(OwnedFd, [OwnedFd; 3], Option<OwnedFd>)> {
+        let answer = |reply: &Reply| {
+            let _ = protocol::send_frame(connection.as_fd(), reply, &[]);
+        };
+        let Ok(stdio) = <[OwnedFd; 3]>::try_from(stdio) else {
+            answer(&Reply::Refused {
+                reason: "an exec request carries exactly three descriptors".into(),
+            });
+            return None;
+        };
+        let Some(size) = spec.pty else {
+            return Some((connection, stdio, None));
+        };
+        match self.start_terminal(size, stdio, connection) {
+            Ok((connection, stdio, master)) => Some((connection, stdio, Some(master))),
+            Err((error, connection)) => {
+                let _ = protocol::send_frame(
+                    connection.as_fd(),
+                    &Reply::Failed {
+                        stage: "pty".into(),
+                        errno: error.raw_os_error().unwrap_or(libc::EIO),
+                    },
+                    &[],
+                );
+                None
+            }
+        }
+    }
+
+    /// Opens a terminal for a command and forks its relay between the provisioner's
+    /// pipes (`provisioner`: input, output, and a third that closes at once) and the
+    /// terminal. Returns the command's stdio (the terminal thrice) and the server's copy of
+    /// the master, for resizes. The relay holds no copy of the slave side, so it ends once
+    /// the command and whatever it left running closed the terminal.
+    fn start_terminal(
+        &mut self,
+        size: protocol::PtySize,
+        provisioner: [OwnedFd; 3],
+        connection: OwnedFd,
+    ) -> Result<(OwnedFd, [OwnedFd; 3], OwnedFd), (std::io::Error, OwnedFd)> {
+        let opened = pty::open(size).and_then(|pty::Terminal { master, slave }| {
+            let stdio = [slave.try_clone()?, slave.try_clone()?, slave];
+            let relayed = master.try_clone()?;
+            Ok((stdio, master, relayed))
+        });
+        let (stdio, master, relayed) = match opened {
+            Ok(opened) => opened,
+            Err(error) => return Err((error, connection)),
+        };
+        let [input, output, _closed] = provisioner;
+        match sys::fork_single_threaded() {
+            Ok(Forked::Child) => {
+                self.forget_commands();
+                drop((stdio, master, connection));
+                // Only bytes pass through it: it needs nothing of root's.
+                if matches!(
+                    self.served.credentials,
+                    Credentials::Root | Credentials::SentryRoot
+                ) && become_sandbox_user().is_err()
+                {
+                    sys::exit_immediately(1)
+                }
+                pty::relay(input, output, relayed)
+            }
+            // Collected by `reap` like any orphan.
+            Ok(Forked::Parent(_)) => Ok((connection, stdio, master)),
+            Err(error) => Err((error, connection)),
+        }
+    }
+
+    /// In a process the server forked for work of its own (a relay, a home move): lets go
+    /// of every command's connection, kill pipe and terminal, and of the server's own
+    /// channels, so that their closing still means what it means to the server and the
+    /// provisioner.
+    fn forget_commands(&mut self) {
+        for exec in self.running.values_mut() {
+            exec.kill = None;
+            exec.connection = None;
+            exec.terminal = None;
+        }
+        self.listener = None;
+        self.gateway = None;
+        self.egress = None;
+        self.proxy = None;
     }
 
     /// Hands each process that connected to the proxy port to the provisioner, which
@@ -549,10 +671,7 @@ impl Server {
             return;
         };
         if let Ok(Forked::Child) = sys::fork_single_threaded() {
-            for exec in self.running.values_mut() {
-                exec.kill = None;
-                exec.connection = None;
-            }
+            self.forget_commands();
             if self.served.credentials == Credentials::SentryRoot && become_sandbox_user().is_err()
             {
                 sys::exit_immediately(1)
@@ -588,10 +707,7 @@ impl Server {
         match sys::fork_single_threaded() {
             Ok(Forked::Child) => {
                 // Commands' kill pipes must close when the server closes them.
-                for exec in self.running.values_mut() {
-                    exec.kill = None;
-                    exec.connection = None;
-                }
+                self.forget_commands();
                 // What the sandbox user could read, written as the sandbox user: the
                 // agent of a gVisor sandbox is the Sentry's root (issue 19).
                 if self.served.credentials == Credentials::SentryRoot {
@@ -639,10 +755,21 @@ impl Server {
         let Some(connection) = &exec.connection else {
             return;
         };
-        let keep = matches!(
-            protocol::recv_frame::<Request>(connection.as_fd()),
-            Ok(Some((Request::Kill, _)))
-        );
+        let keep = match protocol::recv_frame::<Request>(connection.as_fd()) {
+            Ok(Some((Request::Signal { signal, group }, _))) => {
+                signal_command(exec, signal, group);
+                return;
+            }
+            Ok(Some((Request::Resize(size), _))) => {
+                if let Some(master) = &exec.terminal {
+                    let _ = pty::resize(master, size);
+                }
+                return;
+            }
+            Ok(Some((Request::Kill, _))) => true,
+            // Gone, or sent what it must not: the tree is killed either way (I24).
+            _ => false,
+        };
         if !keep {
             exec.connection = None;
         }

@@ -15,6 +15,17 @@ use crate::seccomp::SeccompProgram;
 use crate::server::child::{self, Credentials};
 use crate::sys::{self, Forked};
 
+/// The highest signal number Linux knows (`SIGRTMAX`).
+pub(crate) const MAX_SIGNAL: u8 = 64;
+
+/// Set in a signal byte on the kill pipe: the signal goes to the command's process group.
+pub(crate) const GROUP_BIT: u8 = 0x80;
+
+/// Sends signal `number` to `pid`, or to its process group.
+pub(crate) fn deliver(pid: i32, number: u8, group: bool) -> std::io::Result<()> {
+    sys::send_signal(pid, i32::from(number), group)
+}
+
 /// The supervisor of one command, in the process the agent forked; never returns.
 ///
 /// It becomes the subreaper of everything the command starts, forks the command, and
@@ -69,7 +80,9 @@ pub(crate) fn supervise(
             if rustix::event::poll(&mut fds, None).is_err() {
                 continue;
             }
-            killing = !fds[1].revents().is_empty();
+            if !fds[1].revents().is_empty() {
+                killing = forward_signals(&kill, command, ended.is_some());
+            }
         }
         sys::drain_signalfd(sigchld.as_fd());
         while let Ok(Some(reaped)) = sys::wait4_nohang(-1) {
@@ -87,6 +100,26 @@ pub(crate) fn supervise(
         } else if let Some(reaped) = &ended {
             end_like(reaped.signal, reaped.exit_code)
         }
+    }
+}
+
+/// Reads the kill pipe: signal bytes go to the command (not once it has ended: its pid
+/// may be anyone's by then); `true` when the pipe closed, which means kill.
+fn forward_signals(kill: &OwnedFd, command: i32, ended: bool) -> bool {
+    let mut bytes = [0u8; 64];
+    match rustix::io::read(kill, &mut bytes) {
+        Ok(0) => true,
+        Ok(n) => {
+            for byte in &bytes[..n] {
+                let number = byte & !GROUP_BIT;
+                if !ended && (1..=MAX_SIGNAL).contains(&number) {
+                    let _ = deliver(command, number, byte & GROUP_BIT != 0);
+                }
+            }
+            false
+        }
+        Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => false,
+        Err(_) => true,
     }
 }
 

@@ -46,7 +46,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot, watch};
 use warren_backend::{BackendError, ExecOutcome, ExecRequest, OutputChunk, OutputStream};
 use warren_core::{MaskingStream, SandboxId, SecretMasker, VirtualPath};
-use warren_store::{NewRun, RunOutcome, SandboxRecord};
+use warren_store::{NewRun, RunKind, RunOutcome, SandboxRecord};
 
 use crate::env::CommandEnv;
 use crate::{FencePermit, Provisioner, ProvisionerError};
@@ -723,6 +723,9 @@ impl Provisioner {
                     .into_owned(),
                 cwd,
                 requested_by: command.requested_by.clone(),
+                kind: RunKind::Exec,
+                tag: None,
+                pty: false,
                 owner: self.owner_fence(&session.sandbox),
             })
             .await?;

@@ -37,8 +37,8 @@ use crate::error::violation;
 use crate::rows::{millis_to_time, Columns};
 use crate::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewRun, NewSandbox,
-    RunOutcome, RunRecord, RunStatus, RuntimeSnapshot, SandboxClaim, SandboxRecord, SandboxState,
-    StateStore, StoreError, WorkdirRecord,
+    RunOutcome, RunPage, RunQuery, RunRecord, RunScope, RunStatus, RuntimeSnapshot, SandboxClaim,
+    SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
 };
 
 /// The schema, embedded at build time.
@@ -50,9 +50,9 @@ const SANDBOX_COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend
      seed_snapshot, image, layout, extra_mounts, isolation";
 
 /// The columns of a run row.
-const RUN_COLUMNS: &str = "id, sandbox_id, generation, command, cwd, requested_by, status, \
-     started_at, finished_at, exit_code, signal, timed_out, duration_ms, cpu_user_ms, \
-     cpu_system_ms, peak_memory_bytes, failure_reason";
+const RUN_COLUMNS: &str = "id, sandbox_id, generation, command, cwd, requested_by, kind, tag, \
+     pty, status, started_at, finished_at, exit_code, signal, timed_out, duration_ms, \
+     cpu_user_ms, cpu_system_ms, peak_memory_bytes, failure_reason";
 
 /// The columns of an artifact row.
 const ARTIFACT_COLUMNS: &str = "id, sandbox_id, uid, path, size, sha256, media_type, created_at";
@@ -408,7 +408,8 @@ impl StateStore for PostgresStore {
         // the check and the insert are one statement.
         let row = sqlx::query(&format!(
             "INSERT INTO runs (id, sandbox_id, generation, command, cwd, requested_by, status, \
-             started_at, timed_out, node_id) SELECT $1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9 \
+             started_at, timed_out, node_id, kind, tag, pty) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, FALSE, $9, $11, $12, $13 \
              WHERE $10::bigint IS NULL OR EXISTS (SELECT 1 FROM runtime_owners \
              WHERE sandbox_id = $2 AND node_id = $9 AND token = $10) \
              RETURNING {RUN_COLUMNS}"
@@ -423,6 +424,9 @@ impl StateStore for PostgresStore {
         .bind(now_millis())
         .bind(new.owner.as_ref().map(|owner| owner.node_id.as_str()))
         .bind(new.owner.as_ref().map(|owner| owner.token))
+        .bind(new.kind.as_str())
+        .bind(new.tag.as_deref())
+        .bind(new.pty)
         .fetch_optional(&self.pool)
         .await
         .map_err(|error| match violation(&error) {
@@ -485,22 +489,31 @@ impl StateStore for PostgresStore {
         }
     }
 
-    async fn list_runs(
-        &self,
-        sandbox: &SandboxId,
-        limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        // seq breaks ties between runs started in the same millisecond.
+    async fn query_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        // The scope picks the statement, so each can use its index; the cursor and `since`
+        // are always bound (a cursor past every run, a time before all) to keep one shape.
+        let scope = match &query.scope {
+            RunScope::Sandbox(_) => "sandbox_id = $1",
+            RunScope::Uid(_) => "sandbox_id IN (SELECT id FROM sandboxes WHERE uid = $1)",
+        };
+        let (after_started, after_id) = query.after_key();
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE sandbox_id = $1 \
-             ORDER BY started_at DESC, seq DESC LIMIT $2"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE {scope} \
+             AND ($2::text IS NULL OR status = $2) AND started_at >= $3 \
+             AND (started_at, id) < ($4, $5) \
+             ORDER BY started_at DESC, id DESC LIMIT $6"
         ))
-        .bind(sandbox.as_str())
-        .bind(i64::from(limit))
+        .bind(query.scope_key())
+        .bind(query.status.map(RunStatus::as_str))
+        .bind(query.since_millis().unwrap_or(i64::MIN))
+        .bind(after_started.unwrap_or(i64::MAX))
+        .bind(after_id.unwrap_or(""))
+        .bind(query.fetch())
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::query("list runs"))?;
-        rows.iter().map(run_from_row).collect()
+        let runs = rows.iter().map(run_from_row).collect::<Result<_, _>>()?;
+        Ok(query.page(runs))
     }
 
     async fn fail_running_runs(&self, node_id: &str, reason: &str) -> Result<u64, StoreError> {

@@ -33,8 +33,8 @@ use crate::error::violation;
 use crate::rows::{millis_to_time, Columns};
 use crate::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, ManualClock, NewRun,
-    NewSandbox, RunOutcome, RunRecord, RunStatus, RuntimeSnapshot, SandboxClaim, SandboxRecord,
-    SandboxState, StateStore, StoreError, WorkdirRecord,
+    NewSandbox, RunOutcome, RunPage, RunQuery, RunRecord, RunScope, RunStatus, RuntimeSnapshot,
+    SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
 };
 
 /// The schema, embedded at build time so the binary and its schema cannot drift apart.
@@ -56,9 +56,9 @@ macro_rules! sandbox_columns {
 /// The columns of a run row, in the order [`run_from_row`] expects them named.
 macro_rules! run_columns {
     () => {
-        "id, sandbox_id, generation, command, cwd, requested_by, status, started_at, \
-         finished_at, exit_code, signal, timed_out, duration_ms, cpu_user_ms, cpu_system_ms, \
-         peak_memory_bytes, failure_reason"
+        "id, sandbox_id, generation, command, cwd, requested_by, kind, tag, pty, status, \
+         started_at, finished_at, exit_code, signal, timed_out, duration_ms, cpu_user_ms, \
+         cpu_system_ms, peak_memory_bytes, failure_reason"
     };
 }
 
@@ -532,7 +532,8 @@ impl StateStore for SqliteStore {
         // the check and the insert are one statement.
         let row = sqlx::query(concat!(
             "INSERT INTO runs (id, sandbox_id, generation, command, cwd, requested_by, status, \
-             started_at, timed_out, node_id) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9 \
+             started_at, timed_out, node_id, kind, tag, pty) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?11, ?12, ?13 \
              WHERE ?10 IS NULL OR EXISTS (SELECT 1 FROM runtime_owners \
              WHERE sandbox_id = ?2 AND node_id = ?9 AND token = ?10) RETURNING ",
             run_columns!()
@@ -547,6 +548,9 @@ impl StateStore for SqliteStore {
         .bind(now)
         .bind(new.owner.as_ref().map(|owner| owner.node_id.as_str()))
         .bind(new.owner.as_ref().map(|owner| owner.token))
+        .bind(new.kind.as_str())
+        .bind(new.tag.as_deref())
+        .bind(new.pty)
         .fetch_optional(&self.pool)
         .await
         .map_err(|error| match violation(&error) {
@@ -613,24 +617,39 @@ impl StateStore for SqliteStore {
         }
     }
 
-    async fn list_runs(
-        &self,
-        sandbox: &SandboxId,
-        limit: u32,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        // rowid breaks ties between runs started in the same millisecond: it grows with
-        // every insert, so the later start still comes first.
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE sandbox_id = ?1 ORDER BY started_at DESC, rowid DESC LIMIT ?2"
-        ))
-        .bind(sandbox.as_str())
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("list runs"))?;
-        rows.iter().map(run_from_row).collect()
+    async fn query_runs(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        // The scope picks the statement, so each can use its index; the cursor and `since`
+        // are always bound (a cursor past every run, a time before all) to keep one shape.
+        macro_rules! page {
+            ($scope:literal) => {
+                concat!(
+                    "SELECT ",
+                    run_columns!(),
+                    " FROM runs WHERE ",
+                    $scope,
+                    " AND (?2 IS NULL OR status = ?2) AND started_at >= ?3 \
+                     AND (started_at, id) < (?4, ?5) \
+                     ORDER BY started_at DESC, id DESC LIMIT ?6"
+                )
+            };
+        }
+        let statement = match &query.scope {
+            RunScope::Sandbox(_) => page!("sandbox_id = ?1"),
+            RunScope::Uid(_) => page!("sandbox_id IN (SELECT id FROM sandboxes WHERE uid = ?1)"),
+        };
+        let (after_started, after_id) = query.after_key();
+        let rows = sqlx::query(statement)
+            .bind(query.scope_key())
+            .bind(query.status.map(RunStatus::as_str))
+            .bind(query.since_millis().unwrap_or(i64::MIN))
+            .bind(after_started.unwrap_or(i64::MAX))
+            .bind(after_id.unwrap_or(""))
+            .bind(query.fetch())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query("list runs"))?;
+        let runs = rows.iter().map(run_from_row).collect::<Result<_, _>>()?;
+        Ok(query.page(runs))
     }
 
     async fn create_lease(

@@ -10,14 +10,14 @@ use std::time::Duration;
 use warren_core::{AgentEnvVar, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
     AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, ItemState, ItemUpdate,
-    MigrationState, NewSandbox, NodeState, OwnerFence, RecordWrite, RunOutcome, RunStatus,
-    RuntimeClaim, SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError, TakenOver,
-    NODE_LOST,
+    MigrationState, NewRun, NewSandbox, NodeState, OwnerFence, RecordWrite, RunKind, RunOutcome,
+    RunQuery, RunRecord, RunScope, RunStatus, RuntimeClaim, SandboxClaim, SandboxRecord,
+    SandboxState, StateStore, StoreError, TakenOver, NODE_LOST,
 };
 
 use super::backends::Backend;
 use super::fixtures::{
-    claim, exited, migration, migration_item, next_millisecond, run, uid, workdir,
+    claim, exited, migration, migration_item, next_millisecond, run, runs_of, uid, workdir,
 };
 
 /// Claims `new` from `tasks` concurrent tokio tasks, spread over `stores`, and returns every
@@ -824,7 +824,7 @@ pub async fn a_run_is_recorded_from_start_to_finish(backend: &dyn Backend) {
     assert_eq!(started.exit_code, None);
     assert!(!started.timed_out);
     assert_eq!(
-        store.list_runs(&sandbox.id, 10).await.unwrap(),
+        runs_of(&*store, &sandbox.id, 10).await,
         vec![started.clone()]
     );
     next_millisecond().await;
@@ -847,10 +847,7 @@ pub async fn a_run_is_recorded_from_start_to_finish(backend: &dyn Backend) {
     assert_eq!(finished.cpu_system_ms, Some(1));
     assert_eq!(finished.peak_memory_bytes, Some(4 << 20));
     assert_eq!(finished.failure_reason, None);
-    assert_eq!(
-        store.list_runs(&sandbox.id, 10).await.unwrap(),
-        vec![finished]
-    );
+    assert_eq!(runs_of(&*store, &sandbox.id, 10).await, vec![finished]);
 }
 
 pub async fn a_run_warren_could_not_complete_is_recorded_as_failed(backend: &dyn Backend) {
@@ -899,7 +896,7 @@ pub async fn a_finished_run_cannot_be_finished_again(backend: &dyn Backend) {
         matches!(err, StoreError::RunAlreadyFinished { ref run_id } if run_id == "run-1"),
         "{err:?}"
     );
-    assert_eq!(store.list_runs(&sandbox.id, 1).await.unwrap(), vec![first]);
+    assert_eq!(runs_of(&*store, &sandbox.id, 1).await, vec![first]);
 
     let err = store.finish_run("run-404", &exited(0)).await.unwrap_err();
     assert!(
@@ -937,7 +934,7 @@ pub async fn runs_are_refused_for_unknown_sandboxes_and_duplicate_ids(backend: &
         matches!(err, StoreError::DuplicateRun { ref run_id } if run_id == "run-1"),
         "{err:?}"
     );
-    assert_eq!(store.list_runs(&sandbox.id, 10).await.unwrap(), vec![first]);
+    assert_eq!(runs_of(&*store, &sandbox.id, 10).await, vec![first]);
 }
 
 pub async fn runs_are_listed_newest_first_up_to_the_limit(backend: &dyn Backend) {
@@ -952,7 +949,7 @@ pub async fn runs_are_listed_newest_first_up_to_the_limit(backend: &dyn Backend)
         .await
         .unwrap()
         .into_record();
-    // No pause between starts: runs begun within one millisecond must still list in order.
+    // No pause between starts: runs begun within one millisecond list by id.
     for index in 0..5 {
         store
             .start_run(&run(&format!("run-{index}"), &sandbox.id, 1))
@@ -968,18 +965,16 @@ pub async fn runs_are_listed_newest_first_up_to_the_limit(backend: &dyn Backend)
         runs.into_iter().map(|run| run.id).collect()
     };
     assert_eq!(
-        ids(store.list_runs(&sandbox.id, 10).await.unwrap()),
+        ids(runs_of(&*store, &sandbox.id, 10).await),
         ["run-4", "run-3", "run-2", "run-1", "run-0"]
     );
     assert_eq!(
-        ids(store.list_runs(&sandbox.id, 2).await.unwrap()),
+        ids(runs_of(&*store, &sandbox.id, 2).await),
         ["run-4", "run-3"]
     );
-    assert!(store.list_runs(&sandbox.id, 0).await.unwrap().is_empty());
-    assert_eq!(
-        ids(store.list_runs(&other.id, 10).await.unwrap()),
-        ["elsewhere"]
-    );
+    // A limit out of 1..=500 reads as the nearest of the two.
+    assert_eq!(ids(runs_of(&*store, &sandbox.id, 0).await), ["run-4"]);
+    assert_eq!(ids(runs_of(&*store, &other.id, 10).await), ["elsewhere"]);
 }
 
 pub async fn failing_running_runs_closes_only_the_runs_still_running(backend: &dyn Backend) {
@@ -1000,7 +995,7 @@ pub async fn failing_running_runs_closes_only_the_runs_still_running(backend: &d
         .unwrap();
 
     assert_eq!(closed, 2);
-    let runs = store.list_runs(&sandbox.id, 10).await.unwrap();
+    let runs = runs_of(&*store, &sandbox.id, 10).await;
     for stuck in runs.iter().filter(|run| run.id.starts_with("stuck")) {
         assert_eq!(stuck.status, RunStatus::Failed);
         assert_eq!(
@@ -1011,6 +1006,293 @@ pub async fn failing_running_runs_closes_only_the_runs_still_running(backend: &d
     }
     assert!(runs.contains(&done));
     assert_eq!(store.fail_running_runs("node-a", "again").await.unwrap(), 0);
+}
+
+/// Every run of `query`, page after page, and how many pages it took.
+async fn every_page(store: &dyn StateStore, mut query: RunQuery) -> (Vec<RunRecord>, usize) {
+    let mut runs = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = store.query_runs(&query).await.unwrap();
+        pages += 1;
+        assert!(page.runs.len() <= query.limit as usize);
+        runs.extend(page.runs);
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return (runs, pages),
+        }
+        assert!(pages < 1000, "the pages never end");
+    }
+}
+
+fn run_ids(runs: &[RunRecord]) -> Vec<&str> {
+    runs.iter().map(|run| run.id.as_str()).collect()
+}
+
+pub async fn a_runs_kind_tag_and_terminal_are_recorded_and_listed(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let exec = store
+        .start_run(&run("exec-1", &sandbox.id, 1))
+        .await
+        .unwrap();
+    let process = store
+        .start_run(&NewRun {
+            kind: RunKind::Process,
+            tag: Some("dev-server".to_owned()),
+            pty: true,
+            ..run("process-1", &sandbox.id, 1)
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(
+        (exec.kind, exec.tag.as_deref(), exec.pty),
+        (RunKind::Exec, None, false)
+    );
+    assert_eq!(
+        (process.kind, process.tag.as_deref(), process.pty),
+        (RunKind::Process, Some("dev-server"), true)
+    );
+    let finished = store.finish_run("process-1", &exited(0)).await.unwrap();
+    assert_eq!(
+        (finished.kind, finished.tag.as_deref(), finished.pty),
+        (RunKind::Process, Some("dev-server"), true)
+    );
+    let listed = runs_of(&*store, &sandbox.id, 10).await;
+    assert!(listed.contains(&exec), "{listed:?}");
+    assert!(listed.contains(&finished), "{listed:?}");
+}
+
+pub async fn runs_are_filtered_by_status_and_start_time_in_either_scope(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let one = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let two = store
+        .claim_sandbox(&claim("alice", "thread-2", "projects/b"))
+        .await
+        .unwrap()
+        .into_record();
+    store.start_run(&run("ok", &one.id, 1)).await.unwrap();
+    store.finish_run("ok", &exited(0)).await.unwrap();
+    next_millisecond().await;
+    store.start_run(&run("failed", &two.id, 1)).await.unwrap();
+    let failure = RunOutcome {
+        failure: Some("the runtime could not be started".to_owned()),
+        ..RunOutcome::default()
+    };
+    store.finish_run("failed", &failure).await.unwrap();
+    next_millisecond().await;
+    let later = store.start_run(&run("exit-1", &one.id, 1)).await.unwrap();
+    store.finish_run("exit-1", &exited(1)).await.unwrap();
+    next_millisecond().await;
+    store.start_run(&run("running", &two.id, 1)).await.unwrap();
+
+    let alice = || RunScope::Uid(uid("alice"));
+    let listed = |query: RunQuery| {
+        let store = Arc::clone(&store);
+        async move {
+            let page = store.query_runs(&query).await.unwrap();
+            assert_eq!(page.next, None);
+            page.runs.into_iter().map(|run| run.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        listed(RunQuery::new(alice(), 10)).await,
+        ["running", "exit-1", "failed", "ok"]
+    );
+    assert_eq!(
+        listed(RunQuery::new(RunScope::Sandbox(one.id.clone()), 10)).await,
+        ["exit-1", "ok"]
+    );
+    for (status, expected) in [
+        (RunStatus::Finished, vec!["exit-1", "ok"]),
+        (RunStatus::Failed, vec!["failed"]),
+        (RunStatus::Running, vec!["running"]),
+    ] {
+        let query = RunQuery {
+            status: Some(status),
+            ..RunQuery::new(alice(), 10)
+        };
+        assert_eq!(listed(query).await, expected, "{status}");
+    }
+    let finished_in_two = RunQuery {
+        status: Some(RunStatus::Finished),
+        ..RunQuery::new(RunScope::Sandbox(two.id.clone()), 10)
+    };
+    assert!(listed(finished_in_two).await.is_empty());
+
+    // `since` takes runs started at or after it; a time inside a millisecond is after a
+    // run recorded in that millisecond.
+    let since = |since: chrono::DateTime<chrono::Utc>, scope: RunScope| RunQuery {
+        since: Some(since),
+        ..RunQuery::new(scope, 10)
+    };
+    assert_eq!(
+        listed(since(later.started_at, alice())).await,
+        ["running", "exit-1"]
+    );
+    assert_eq!(
+        listed(since(later.started_at, RunScope::Sandbox(one.id.clone()))).await,
+        ["exit-1"]
+    );
+    let within = later.started_at + chrono::Duration::microseconds(500);
+    assert_eq!(listed(since(within, alice())).await, ["running"]);
+    let both = RunQuery {
+        status: Some(RunStatus::Finished),
+        ..since(later.started_at, alice())
+    };
+    assert_eq!(listed(both).await, ["exit-1"]);
+}
+
+pub async fn a_uid_lists_the_runs_of_its_own_sandboxes_only(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let mut sandboxes = Vec::new();
+    for (owner, scope) in [
+        ("alice", "t-1"),
+        ("alice", "t-2"),
+        ("bob", "t-1"),
+        ("alicia", "t-1"),
+    ] {
+        let sandbox = store
+            .claim_sandbox(&claim(owner, scope, "projects/a"))
+            .await
+            .unwrap()
+            .into_record();
+        store
+            .start_run(&run(&format!("{owner}-{scope}"), &sandbox.id, 1))
+            .await
+            .unwrap();
+        sandboxes.push(sandbox);
+    }
+
+    let of = |owner: &str| {
+        let store = Arc::clone(&store);
+        let scope = RunScope::Uid(uid(owner));
+        async move {
+            let mut ids: Vec<String> = store
+                .query_runs(&RunQuery::new(scope, 10))
+                .await
+                .unwrap()
+                .runs
+                .into_iter()
+                .map(|run| run.id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(of("alice").await, ["alice-t-1", "alice-t-2"]);
+    assert_eq!(of("bob").await, ["bob-t-1"]);
+    assert_eq!(of("alicia").await, ["alicia-t-1"]);
+    assert!(of("ali").await.is_empty());
+    assert!(of("nobody").await.is_empty());
+    // A sandbox never claimed has no runs either.
+    let unknown = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("t").unwrap());
+    assert!(runs_of(&*store, &unknown, 10).await.is_empty());
+}
+
+pub async fn paging_through_runs_started_in_one_millisecond_loses_and_repeats_none(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let sandbox = store
+        .claim_sandbox(&claim("alice", "thread-1", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    let other = store
+        .claim_sandbox(&claim("alice", "thread-2", "projects/a"))
+        .await
+        .unwrap()
+        .into_record();
+    // Runs are started four at a time until three of them share a millisecond, so that
+    // pages of one and two must end inside a millisecond. Ids are not in start order, so
+    // the order within a millisecond is the ids'.
+    let mut started: Vec<RunRecord> = Vec::new();
+    let shared = |runs: &[RunRecord]| {
+        runs.iter()
+            .map(|run| {
+                runs.iter()
+                    .filter(|r| r.started_at == run.started_at)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let mut round = 0;
+    while shared(&started) < 3 || started.len() < 12 {
+        assert!(
+            round < 500,
+            "no three runs were recorded in one millisecond"
+        );
+        let tasks: Vec<_> = (0..4)
+            .map(|n| {
+                let store = Arc::clone(&store);
+                let target = if n == 3 { &other } else { &sandbox }.id.clone();
+                let id = format!("run-{:03x}", ((round * 4 + n) * 7919) % 4096);
+                tokio::spawn(async move { store.start_run(&run(&id, &target, 1)).await })
+            })
+            .collect();
+        for task in tasks {
+            started.push(task.await.expect("task").expect("start a run"));
+        }
+        round += 1;
+    }
+    for finished in started.iter_mut().step_by(5) {
+        *finished = store.finish_run(&finished.id, &exited(0)).await.unwrap();
+    }
+    let ours = |scope: &RunScope| match scope {
+        RunScope::Sandbox(id) => started.iter().filter(|run| &run.sandbox_id == id).count(),
+        RunScope::Uid(_) => started.len(),
+    };
+
+    for scope in [
+        RunScope::Sandbox(sandbox.id.clone()),
+        RunScope::Uid(uid("alice")),
+    ] {
+        let (whole, pages) = every_page(&*store, RunQuery::new(scope.clone(), 500)).await;
+        assert_eq!((whole.len(), pages), (ours(&scope), 1), "{scope:?}");
+        let mut sorted = whole.clone();
+        sorted.sort_by(|a, b| (b.started_at, &b.id).cmp(&(a.started_at, &a.id)));
+        assert_eq!(
+            run_ids(&whole),
+            run_ids(&sorted),
+            "newest first, ties by id"
+        );
+        for limit in [1, 2, 3, 5] {
+            let (paged, pages) = every_page(&*store, RunQuery::new(scope.clone(), limit)).await;
+            assert_eq!(
+                run_ids(&paged),
+                run_ids(&whole),
+                "{scope:?}, pages of {limit}"
+            );
+            assert_eq!(
+                pages,
+                whole.len().div_ceil(limit as usize),
+                "{scope:?}, {limit}"
+            );
+        }
+        // Filters hold on every page.
+        let running = RunQuery {
+            status: Some(RunStatus::Running),
+            ..RunQuery::new(scope.clone(), 2)
+        };
+        let (paged, _) = every_page(&*store, running).await;
+        let expected: Vec<&str> = whole
+            .iter()
+            .filter(|run| run.status == RunStatus::Running)
+            .map(|run| run.id.as_str())
+            .collect();
+        assert_eq!(run_ids(&paged), expected, "{scope:?}, running only");
+    }
 }
 
 pub async fn recording_a_workdir_twice_reports_it_new_only_once(backend: &dyn Backend) {
@@ -1104,7 +1386,7 @@ pub async fn a_reopened_store_keeps_its_data(backend: &dyn Backend) {
             .record_workdir(&uid("alice"), &workdir("projects/a"))
             .await
             .unwrap();
-        runs = store.list_runs(&claimed.id, 10).await.unwrap();
+        runs = runs_of(&*store, &claimed.id, 10).await;
         workdirs = store.list_workdirs(&uid("alice")).await.unwrap();
         // The run moved the sandbox's last activity; compare against the latest record.
         sandbox = store.get_sandbox(&claimed.id).await.unwrap().unwrap();
@@ -1116,7 +1398,7 @@ pub async fn a_reopened_store_keeps_its_data(backend: &dyn Backend) {
         store.get_sandbox(&sandbox.id).await.unwrap(),
         Some(sandbox.clone())
     );
-    assert_eq!(store.list_runs(&sandbox.id, 10).await.unwrap(), runs);
+    assert_eq!(runs_of(&*store, &sandbox.id, 10).await, runs);
     assert_eq!(store.list_workdirs(&uid("alice")).await.unwrap(), workdirs);
 }
 
@@ -1828,7 +2110,7 @@ pub async fn a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_run
             })
         }
     );
-    let lost = store.list_runs(&sandbox.id, 10).await.unwrap();
+    let lost = runs_of(&*store, &sandbox.id, 10).await;
     assert_eq!(lost[0].status, RunStatus::Failed);
     assert_eq!(lost[0].failure_reason.as_deref(), Some(NODE_LOST));
     let after = store.get_sandbox(&sandbox.id).await.unwrap().unwrap();
@@ -1879,7 +2161,7 @@ pub async fn a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_run
         .release_runtime(&sandbox.id, "node-a", token)
         .await
         .unwrap());
-    assert_eq!(store.list_runs(&sandbox.id, 10).await.unwrap().len(), 1);
+    assert_eq!(runs_of(&*store, &sandbox.id, 10).await.len(), 1);
     // The new owner's writes pass.
     let fence_b = OwnerFence {
         node_id: "node-b".into(),
@@ -2020,7 +2302,7 @@ pub async fn recovery_closes_only_the_runs_of_its_own_node(backend: &dyn Backend
             .unwrap(),
         1
     );
-    let b_runs = store.list_runs(&on_b.id, 10).await.unwrap();
+    let b_runs = runs_of(&*store, &on_b.id, 10).await;
     assert_eq!(
         b_runs[0].status,
         RunStatus::Running,

@@ -1,7 +1,10 @@
 //! Short constructors for the values the tests pass around.
 
 use warren_core::{RuntimeScope, SandboxId, Uid, Workdir};
-use warren_store::{NewMigration, NewMigrationItem, NewRun, NewSandbox, RunOutcome};
+use warren_store::{
+    NewMigration, NewMigrationItem, NewRun, NewSandbox, RunKind, RunOutcome, RunQuery, RunRecord,
+    RunScope, StateStore,
+};
 
 pub fn uid(uid: &str) -> Uid {
     Uid::new(uid).expect("valid uid")
@@ -29,8 +32,21 @@ pub fn run(id: &str, sandbox: &SandboxId, generation: i64) -> NewRun {
         command: r#"["echo","hello"]"#.to_owned(),
         cwd: "/home/gem/user-data/projects/a".to_owned(),
         requested_by: "agent-1".to_owned(),
+        kind: RunKind::Exec,
+        tag: None,
+        pty: false,
         owner: None,
     }
+}
+
+/// The newest `limit` runs of a sandbox (all generations), newest first: the first page of
+/// its listing.
+pub async fn runs_of(store: &dyn StateStore, sandbox: &SandboxId, limit: u32) -> Vec<RunRecord> {
+    store
+        .query_runs(&RunQuery::new(RunScope::Sandbox(sandbox.clone()), limit))
+        .await
+        .expect("list runs")
+        .runs
 }
 
 /// A command that ran and exited with `exit_code`.

@@ -7,7 +7,7 @@ use warren_store::{ItemState, ItemUpdate, PostgresOptions, PostgresStore, StateS
 use warren_test_support::PostgresServer;
 
 use super::backends::{postgres_server, Postgres};
-use super::fixtures::{claim, migration, migration_item, run, uid, workdir};
+use super::fixtures::{claim, migration, migration_item, run, runs_of, uid, workdir};
 
 async fn connect(url: &str) -> PostgresStore {
     PostgresStore::connect(url, &PostgresOptions::default())
@@ -146,7 +146,7 @@ async fn a_restarted_server_fails_requests_as_unavailable_and_then_serves_again(
     };
     assert!(record.is_some());
     // The refused run was not half-written; the accepted one is there.
-    let runs = store.list_runs(&new.id, 10).await.unwrap();
+    let runs = runs_of(&store, &new.id, 10).await;
     assert_eq!(
         runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
         ["run-1"]

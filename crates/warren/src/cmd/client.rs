@@ -27,7 +27,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    fn client(&self) -> anyhow::Result<WarrenClient> {
+    pub(super) fn client(&self) -> anyhow::Result<WarrenClient> {
         let token = self.token.as_deref().context(
             "no token: set WARREN_TOKEN (the server generated one into <data-dir>/token)",
         )?;
@@ -318,6 +318,14 @@ enum EnvCommand {
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
+    /// Keep stdin open and pass it to the command as it comes (the command runs as a
+    /// process of the sandbox, attached here).
+    #[arg(short = 'i', long)]
+    interactive: bool,
+    /// Run the command on a terminal of this terminal's size, in raw mode, following its
+    /// resizes (`-it` for a shell).
+    #[arg(short = 't', long)]
+    tty: bool,
     /// Sandbox id.
     id: String,
     /// Working directory (virtual path); default: the workdir.
@@ -420,7 +428,7 @@ fn for_the_cli(message: &str) -> String {
 
 /// Turns an API failure into a message a person can act on, and exit code 1 (2 for usage
 /// errors the server reported as 4xx).
-fn report(error: ClientError) -> anyhow::Result<ExitCode> {
+pub(super) fn report(error: ClientError) -> anyhow::Result<ExitCode> {
     eprintln!("warren: {}", for_the_cli(&error.to_string()));
     if let ClientError::Connect { .. } = error {
         eprintln!("hint: is `warren serve` running, and does WARREN_URL point at it?");
@@ -728,6 +736,17 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
         Ok([line]) => (Some(line), None),
         Err(argv) => (None, Some(argv)),
     };
+    if args.interactive || args.tty {
+        let request = warren_protocol::StartProcess {
+            command,
+            argv,
+            cwd: args.cwd,
+            env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
+            timeout_s: args.timeout,
+            ..warren_protocol::StartProcess::default()
+        };
+        return super::processes::exec_interactive(client, &args.id, request, args.tty).await;
+    }
     let command = ExecCommand {
         command,
         argv,

@@ -10,6 +10,7 @@ mod image;
 mod kubernetes;
 mod migrate;
 pub mod output;
+mod processes;
 mod serve;
 
 use std::process::ExitCode;
@@ -58,8 +59,14 @@ enum Command {
     Guard(client::GuardArgs),
     /// Manage a user's agent environment (client of a running server).
     Env(client::EnvArgs),
-    /// Run a command in a sandbox (client of a running server).
+    /// Run a command in a sandbox (client of a running server); `-it` for a terminal.
     Exec(client::ExecArgs),
+    /// List a sandbox's processes (client of a running server).
+    Ps(processes::PsArgs),
+    /// Attach this terminal to a sandbox's process (client of a running server).
+    Attach(processes::AttachArgs),
+    /// List run records of a sandbox or a uid, newest first (client of a running server).
+    Runs(processes::RunsArgs),
     /// Serve a sandbox's MCP tools over stdio (client of a running server, for MCP clients
     /// that launch tools as processes).
     Mcp(client::McpArgs),
@@ -93,6 +100,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Guard(args) => client::guard(args).await,
         Command::Env(args) => client::env(args).await,
         Command::Exec(args) => client::exec(args).await,
+        Command::Ps(args) => processes::ps(args).await,
+        Command::Attach(args) => processes::attach(args).await,
+        Command::Runs(args) => processes::runs(args).await,
         Command::Mcp(args) => client::mcp(args).await,
         Command::Cat(args) => client::cat(args).await,
         Command::Put(args) => client::put(args).await,

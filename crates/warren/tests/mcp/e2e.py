@@ -41,7 +41,22 @@ REQUEST_TIMEOUT_S = 60.0
 VIRTUAL_ROOT = "/home/gem/user-data/"
 WORKDIR_PREFIX = "/home/gem/user-data/projects/"
 EXPECTED_TOOLS = frozenset(
-    {"bash", "ls", "read_file", "write_file", "edit_file", "glob", "grep", "present_files", "view_image"}
+    {
+        "bash",
+        "ls",
+        "read_file",
+        "write_file",
+        "edit_file",
+        "glob",
+        "grep",
+        "present_files",
+        "view_image",
+        "start_process",
+        "process_output",
+        "write_stdin",
+        "kill_process",
+        "list_processes",
+    }
 )
 FIXED_FORBIDDEN = ("/var/lib/warren", "user-data/shared")
 
@@ -396,6 +411,43 @@ async def check_view_image(ctx: Ctx) -> None:
     await ctx.err("view_image", {"path": ctx.notes_file})
 
 
+async def check_background_processes(ctx: Ctx) -> None:
+    # A background process that reads its stdin: it answers each line, then ends on EOF.
+    reply = await ctx.ok(
+        "start_process",
+        {"command": "while read line; do echo \"got $line\"; done; echo bye", "stdin": True, "tag": f"echo-{ctx.tag}"},
+    )
+    match = re.search(r"Started process (\d+)", reply.text)
+    ctx.expect(match is not None, "'Started process <pid>'", reply.text)
+    pid = int(match.group(1)) if match else 0
+    reply = await ctx.ok("list_processes", {})
+    ctx.expect(f"echo-{ctx.tag}" in reply.text and "running" in reply.text, "the process listed as running", reply.text)
+    await ctx.ok("write_stdin", {"pid": pid, "input": "one\n"})
+    reply = await ctx.ok("process_output", {"pid": pid, "wait_s": 10})
+    ctx.expect("got one" in reply.text, "its answer to the first line", reply.text)
+    offset = re.search(r"next offset: (\d+)", reply.text)
+    ctx.expect(offset is not None, "'next offset: N'", reply.text)
+    await ctx.ok("write_stdin", {"pid": pid, "input": "two\n", "close": True})
+    text = ""
+    for _ in range(20):
+        reply = await ctx.ok("process_output", {"pid": pid, "from": int(offset.group(1)) if offset else 0, "wait_s": 5})
+        text = reply.text
+        if "exited with code 0" in text:
+            break
+    ctx.expect("got two" in text and "bye" in text and "got one" not in text, "only what is new since the offset", text)
+    ctx.expect("exited with code 0" in text, "the process ended with code 0", text)
+
+    # A long one is stopped by kill_process, with everything it started.
+    reply = await ctx.ok("start_process", {"command": "sleep 300 & sleep 301"})
+    match = re.search(r"Started process (\d+)", reply.text)
+    pid = int(match.group(1)) if match else 0
+    reply = await ctx.ok("kill_process", {"pid": pid})
+    ctx.expect("killed by signal 9" in reply.text, "'killed by signal 9'", reply.text)
+    reply = await ctx.ok("bash", {"command": "ps -eo args | grep -c '^sleep 30[01]' || true"})
+    ctx.expect(reply.lines[:1] == ["0"], "nothing of its tree left", reply.text)
+    await ctx.err("process_output", {"pid": 999999})
+
+
 async def check_no_host_paths(ctx: Ctx) -> None:
     for text in ctx.texts:
         expect_no_leak(ctx, text)
@@ -412,7 +464,8 @@ CHECKS: list[tuple[str, Callable[[Ctx], Awaitable[None]]]] = [
     ("8 escapes refused", check_escapes),
     ("9 present_files/artifacts", check_present_files),
     ("10 view_image", check_view_image),
-    ("11 no host paths in any text", check_no_host_paths),
+    ("11 background processes", check_background_processes),
+    ("12 no host paths in any text", check_no_host_paths),
 ]
 
 

@@ -117,6 +117,7 @@ impl TcpAgent {
             argv: request.argv.clone(),
             cwd: self.home.path().display().to_string(),
             env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
+            pty: None,
         };
         runtime().block_on(client.run(spec, &request, None))
     }
@@ -188,6 +189,7 @@ fn a_command_runs_over_tcp_with_its_stdin_output_exit_code_and_usage() {
         argv: request.argv.clone(),
         cwd: agent.home.path().display().to_string(),
         env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
+        pty: None,
     };
     let outcome = runtime()
         .block_on(agent.client().run(spec, &request, None))
@@ -221,6 +223,7 @@ fn output_over_the_cap_is_cut_and_streamed_whole_to_the_sink() {
         argv: request.argv.clone(),
         cwd: "/".into(),
         env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
+        pty: None,
     };
     let (sink, mut chunks) = tokio::sync::mpsc::channel(16);
     let rt = runtime();
@@ -262,6 +265,7 @@ fn a_client_that_goes_away_gets_its_command_killed() {
         argv: request.argv.clone(),
         cwd: "/".into(),
         env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
+        pty: None,
     };
     let rt = runtime();
     let client = agent.client();
@@ -618,6 +622,7 @@ fn stdin_a_background_process_holds_unread_does_not_hold_the_agent() {
         argv: request.argv.clone(),
         cwd: "/".into(),
         env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
+        pty: None,
     };
     let started = Instant::now();
     let outcome = runtime()
