@@ -12,8 +12,10 @@ use crate::{strict, ErrorDetail};
 #[serde(deny_unknown_fields)]
 pub struct TerminalSize {
     /// Columns (1 to 4096).
+    #[serde(deserialize_with = "strict::required_u16")]
     pub cols: u16,
     /// Rows (1 to 4096).
+    #[serde(deserialize_with = "strict::required_u16")]
     pub rows: u16,
 }
 
@@ -40,7 +42,7 @@ pub struct StartProcess {
     pub env: BTreeMap<String, String>,
     /// Run it on a terminal of this size (opened inside the runtime): stdin, stdout and
     /// stderr are the terminal, and its output comes as one stream (`stdout`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::object")]
     pub pty: Option<TerminalSize>,
     /// Keep its stdin open for `POST .../stdin`; otherwise it reads end-of-file at once.
     #[serde(default)]

@@ -54,6 +54,16 @@ where
         .ok_or_else(|| D::Error::custom("expected a whole number, found null"))
 }
 
+/// A required whole number below 65536 (a terminal's side), as [`whole_number`].
+pub fn required_u16<'de, D>(deserializer: D) -> Result<u16, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let number = required_whole_number(deserializer)?;
+    u16::try_from(number)
+        .map_err(|_| D::Error::custom(format!("expected a number below 65536, found {number}")))
+}
+
 /// An optional whole number for a count (`usize`), as [`whole_number`].
 pub fn whole_count<'de, D>(deserializer: D) -> Result<Option<usize>, D::Error>
 where
