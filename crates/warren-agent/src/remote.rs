@@ -287,6 +287,86 @@ impl RemoteAgent {
         .await
     }
 
+    /// Starts a long-running process and hands it over ([`warren_backend::ProcessHandle`]),
+    /// as [`crate::client::start_process`] does on a Unix socket: stdin goes over as
+    /// frames as the handle's writer fills it, output frames fill the handle's readers (a
+    /// reader that does not read stops the frames, and so the agent), controls go as
+    /// requests. Once the handle's controls and its exit are all dropped the connection
+    /// closes, and the agent kills the process's tree (I24).
+    pub async fn start_process(
+        &self,
+        spec: ExecSpec,
+        sandbox: &warren_core::SandboxId,
+    ) -> Result<warren_backend::ProcessStart, RunError> {
+        use warren_backend::{ProcessControl, ProcessHandle, ProcessStart};
+        let pty = spec.pty.is_some();
+        let Session {
+            mut reader,
+            writer,
+            sealer,
+            mut opener,
+        } = self.connect().await?;
+        let mut outbound = Outbound { writer, sealer };
+        let exec = serde_json::to_vec(&Request::Exec(spec)).map_err(std::io::Error::other)?;
+        outbound.send(Kind::Request, &exec).await?;
+        let first = tokio::time::timeout(START_TIMEOUT, read(&mut reader, &mut opener))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the runtime did not start the process",
+                )
+            })??;
+        let pid = match first {
+            Frame::Reply(Reply::Started { pid }) => pid,
+            Frame::Reply(Reply::Failed { stage, errno }) => {
+                return Ok(ProcessStart::Failed { stage, errno })
+            }
+            other => {
+                return Err(std::io::Error::other(format!("unexpected frame {other:?}")).into())
+            }
+        };
+        let (stdin_read, stdin_write) = tokio::io::simplex(wire::DATA_CHUNK);
+        let (stdout_read, stdout_write) = tokio::io::simplex(wire::DATA_CHUNK);
+        let (stderr_read, stderr_write) = tokio::io::simplex(wire::DATA_CHUNK);
+        let (control, requests) = ProcessControl::channel();
+        let (exit_sender, exit) = tokio::sync::oneshot::channel();
+        let (ended_sender, ended) = tokio::sync::oneshot::channel::<()>();
+        let (alive, held) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(inbound(
+            reader,
+            opener,
+            stdout_write,
+            stderr_write,
+            exit_sender,
+            ended_sender,
+        ));
+        tokio::spawn(outbound_process(
+            outbound, stdin_read, requests, ended, held,
+        ));
+        let failed = {
+            let sandbox = sandbox.clone();
+            move |source: std::io::Error| warren_backend::BackendError::Exec { sandbox, source }
+        };
+        Ok(ProcessStart::Started(ProcessHandle {
+            pid,
+            stdin: Box::pin(stdin_write),
+            stdout: Box::pin(stdout_read),
+            stderr: (!pty).then(|| Box::pin(stderr_read) as warren_backend::ProcessOutput),
+            control,
+            exit: Box::pin(async move {
+                // Held while anyone waits for the end: see `outbound_process`.
+                let _alive = alive;
+                match exit.await {
+                    Ok(result) => result.map_err(failed),
+                    Err(_) => Err(failed(std::io::Error::other(
+                        "the process's connection task ended without an answer",
+                    ))),
+                }
+            }),
+        }))
+    }
+
     /// Reads one exec's frames to its `Exited`.
     async fn follow(
         &self,
@@ -387,6 +467,107 @@ impl RemoteAgent {
         outcome.stderr = stderr.kept;
         outcome.duration = started.elapsed();
         Ok(outcome)
+    }
+}
+
+/// Reads one process's frames: output into the handle's readers, then its `Exited`.
+async fn inbound(
+    mut reader: OwnedReadHalf,
+    mut opener: Opener,
+    mut stdout: tokio::io::WriteHalf<tokio::io::SimplexStream>,
+    mut stderr: tokio::io::WriteHalf<tokio::io::SimplexStream>,
+    exit: tokio::sync::oneshot::Sender<std::io::Result<warren_backend::ProcessExit>>,
+    ended: tokio::sync::oneshot::Sender<()>,
+) {
+    let result = loop {
+        match read(&mut reader, &mut opener).await {
+            // A reader that went away takes no more; the frames are still read to the end.
+            Ok(Frame::Output(OutputStream::Stdout, bytes)) => {
+                let _ = stdout.write_all(&bytes).await;
+            }
+            Ok(Frame::Output(_, bytes)) => {
+                let _ = stderr.write_all(&bytes).await;
+            }
+            Ok(Frame::Reply(Reply::Exited {
+                exit_code,
+                signal,
+                user_us,
+                system_us,
+                max_rss_kib,
+            })) => {
+                break Ok(warren_backend::ProcessExit {
+                    exit_code,
+                    signal,
+                    usage: ResourceUsage {
+                        cpu_user_ms: Some(user_us / 1000),
+                        cpu_system_ms: Some(system_us / 1000),
+                        peak_memory_bytes: Some(max_rss_kib * 1024),
+                    },
+                })
+            }
+            Ok(Frame::Reply(other)) => {
+                break Err(std::io::Error::other(format!("unexpected reply {other:?}")))
+            }
+            Err(error) => break Err(error),
+        }
+    };
+    drop((stdout, stderr));
+    let _ = ended.send(());
+    let _ = exit.send(result);
+}
+
+/// Sends one process's stdin and controls until it ended, or until nobody holds it any
+/// more (its controls and its exit all dropped): then the connection closes and the agent
+/// kills its tree.
+async fn outbound_process(
+    mut outbound: Outbound,
+    mut stdin: tokio::io::ReadHalf<tokio::io::SimplexStream>,
+    mut requests: tokio::sync::mpsc::Receiver<warren_backend::ProcessSignal>,
+    mut ended: tokio::sync::oneshot::Receiver<()>,
+    mut held: tokio::sync::oneshot::Receiver<()>,
+) {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = vec![0u8; wire::DATA_CHUNK];
+    let (mut stdin_open, mut controls, mut waited_for) = (true, true, true);
+    loop {
+        tokio::select! {
+            _ = &mut ended => return,
+            read = stdin.read(&mut buffer), if stdin_open => match read {
+                Ok(0) | Err(_) => {
+                    stdin_open = false;
+                    if outbound.send(Kind::StdinEnd, &[]).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(n) => {
+                    if outbound.send(Kind::Stdin, &buffer[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            },
+            request = requests.recv(), if controls => match request {
+                Some(request) => {
+                    let request = match request {
+                        warren_backend::ProcessSignal::Signal { signal, group } => {
+                            Request::Signal { signal, group }
+                        }
+                        warren_backend::ProcessSignal::Resize(size) => {
+                            Request::Resize(crate::protocol::PtySize { cols: size.cols, rows: size.rows })
+                        }
+                        warren_backend::ProcessSignal::Kill => Request::Kill,
+                    };
+                    let Ok(body) = serde_json::to_vec(&request) else { continue };
+                    let _ = outbound.send(Kind::Request, &body).await;
+                }
+                None => controls = false,
+            },
+            _ = &mut held, if waited_for => waited_for = false,
+            else => return,
+        }
+        if !controls && !waited_for {
+            // Nobody holds the process: closing the connection kills its tree (I24).
+            return;
+        }
     }
 }
 

@@ -557,6 +557,31 @@ impl KubernetesBackend {
         }
     }
 
+    /// A command with egress uses warren's proxy, not the runtime's loopback (a pod has no
+    /// proxy port of its own).
+    fn point_at_proxy(&self, known: &Known, spec: &mut warren_agent::protocol::ExecSpec) {
+        if known.spec.network.has_egress() {
+            // Not the runtime's loopback (a pod has no proxy port of its own): warren's.
+            let host = match self.config.proxy_host.as_deref() {
+                Some("node") | None => known.host_ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                Some(host) => host.to_owned(),
+            };
+            let port = self.proxy_port.unwrap_or(0);
+            let url = match host.parse::<std::net::Ipv6Addr>() {
+                Ok(_) => format!("http://[{host}]:{port}"),
+                Err(_) => format!("http://{host}:{port}"),
+            };
+            // In place of the loopback proxy only: a value the runtime's or the call's own
+            // environment set still wins (I14).
+            let loopback = format!("http://127.0.0.1:{}", warren_agent::environment::PROXY_PORT);
+            for (name, value) in warren_agent::client::proxy_environment_at(&url) {
+                if spec.env.get(&name) == Some(&loopback) {
+                    spec.env.insert(name, value);
+                }
+            }
+        }
+    }
+
     /// Whether the cluster still holds a ready pod for `sandbox` at the address warren
     /// dials. A pod deleted or replaced behind warren's back (evicted, drained, `kubectl
     /// delete`) leaves nothing at its address: connecting there times out rather than
@@ -867,26 +892,7 @@ impl Backend for KubernetesBackend {
             &known.spec.network,
             &known.spec.env,
         );
-        if known.spec.network.has_egress() {
-            // Not the runtime's loopback (a pod has no proxy port of its own): warren's.
-            let host = match self.config.proxy_host.as_deref() {
-                Some("node") | None => known.host_ip.map(|ip| ip.to_string()).unwrap_or_default(),
-                Some(host) => host.to_owned(),
-            };
-            let port = self.proxy_port.unwrap_or(0);
-            let url = match host.parse::<std::net::Ipv6Addr>() {
-                Ok(_) => format!("http://[{host}]:{port}"),
-                Err(_) => format!("http://{host}:{port}"),
-            };
-            // In place of the loopback proxy only: a value the runtime's or the call's own
-            // environment set still wins (I14).
-            let loopback = format!("http://127.0.0.1:{}", warren_agent::environment::PROXY_PORT);
-            for (name, value) in warren_agent::client::proxy_environment_at(&url) {
-                if spec.env.get(&name) == Some(&loopback) {
-                    spec.env.insert(name, value);
-                }
-            }
-        }
+        self.point_at_proxy(&known, &mut spec);
         match known.agent.run(spec, request, sink).await {
             Ok(outcome) => Ok(outcome),
             // The pod is gone: forget it, so the next use starts a fresh one.
@@ -913,6 +919,32 @@ impl Backend for KubernetesBackend {
                 sandbox: sandbox.clone(),
                 source,
             }),
+        }
+    }
+
+    async fn start_process(
+        &self,
+        sandbox: &SandboxId,
+        request: &warren_backend::ProcessRequest,
+    ) -> Result<warren_backend::ProcessStart, BackendError> {
+        let known = self.find(sandbox)?;
+        let mut spec = warren_agent::client::process_spec(
+            request,
+            known.spec.layout.layout(),
+            &known.spec.network,
+            &known.spec.env,
+        );
+        self.point_at_proxy(&known, &mut spec);
+        match known.agent.start_process(spec, sandbox).await {
+            Ok(started) => Ok(started),
+            Err(error) => {
+                // The pod is gone, or was replaced behind warren's back: forget it, so
+                // the next use starts a fresh one.
+                if error.is_gone() || !self.still_serves(sandbox, &known).await {
+                    self.lock().remove(sandbox);
+                }
+                Err(error.into_backend(sandbox))
+            }
         }
     }
 

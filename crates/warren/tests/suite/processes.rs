@@ -487,6 +487,14 @@ macro_rules! process_rules {
                 }
             )*
         }
+        mod kubernetes {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Host::Kubernetes).await
+                }
+            )*
+        }
         mod local_gvisor {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
