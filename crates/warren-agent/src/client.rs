@@ -575,7 +575,7 @@ pub async fn start_process(
             )
         })??;
     let pid = match first {
-        Reply::Started { pid } => pid,
+        Reply::Started { pid, .. } => pid,
         Reply::Failed { stage, errno } => return Ok(ProcessStart::Failed { stage, errno }),
         other => return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
     };

@@ -40,6 +40,9 @@ const OUTPUT_GRACE: Duration = Duration::from_millis(150);
 const KILL_ALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the server may take to say it started a command (warren's own bound).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Stdin frames warren may have on their way to one command before an acknowledgement:
+/// with frames of at most 64 KiB, a megabyte.
+const STDIN_WINDOW: u32 = 16;
 
 /// Serves `listener` until the channel to the server fails; never returns.
 pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
@@ -396,6 +399,16 @@ fn exec(
         None => return Err(io::ErrorKind::UnexpectedEof.into()),
     };
     rustix::net::sockopt::set_socket_timeout(&*server, rustix::net::sockopt::Timeout::Recv, None)?;
+    // Warren learns how many stdin frames may be in flight: each is acknowledged once it
+    // is in the pipe, so a command that reads slowly slows warren's sender, and the queue
+    // below never holds more than the window.
+    let first = match first {
+        Reply::Started { pid, .. } => Reply::Started {
+            pid,
+            stdin_window: Some(STDIN_WINDOW),
+        },
+        other => other,
+    };
     let started = matches!(first, Reply::Started { .. });
     send(
         &outbound,
@@ -414,8 +427,11 @@ fn exec(
     let _ = rustix::io::ioctl_fionbio(&stdin_write, true);
     let exec_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer_done = exec_done.clone();
+    let acknowledging = outbound.clone();
     let stdin_writer = std::thread::spawn(move || {
         for bytes in stdin_items {
+            // Taken off the queue and on its way into the pipe: warren may send one more.
+            let _ = send(&acknowledging, Kind::StdinAck, &[]);
             let mut rest = bytes.as_slice();
             while !rest.is_empty() {
                 match rustix::io::write(&stdin_write, rest) {

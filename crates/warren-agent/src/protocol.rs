@@ -107,6 +107,11 @@ pub enum Reply {
     Started {
         /// Its pid inside the runtime.
         pid: i32,
+        /// Over TCP (the gateway): how many stdin frames may be on their way before the
+        /// gateway acknowledges one ([`crate::wire::Kind::StdinAck`]), so stdin has
+        /// backpressure end to end. Absent from an agent that acknowledges nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stdin_window: Option<u32>,
     },
     /// The command could not be started.
     Failed {

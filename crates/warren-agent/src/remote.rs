@@ -317,8 +317,8 @@ impl RemoteAgent {
                     "the runtime did not start the process",
                 )
             })??;
-        let pid = match first {
-            Frame::Reply(Reply::Started { pid }) => pid,
+        let (pid, window) = match first {
+            Frame::Reply(Reply::Started { pid, stdin_window }) => (pid, stdin_window),
             Frame::Reply(Reply::Failed { stage, errno }) => {
                 return Ok(ProcessStart::Failed { stage, errno })
             }
@@ -333,6 +333,9 @@ impl RemoteAgent {
         let (exit_sender, exit) = tokio::sync::oneshot::channel();
         let (ended_sender, ended) = tokio::sync::oneshot::channel::<()>();
         let (alive, held) = tokio::sync::oneshot::channel::<()>();
+        // An agent that acknowledges stdin frames gets no more than its window unacknowledged;
+        // one that does not (an older agent) gets them as they come.
+        let credit = window.map(|w| std::sync::Arc::new(tokio::sync::Semaphore::new(w as usize)));
         tokio::spawn(inbound(
             reader,
             opener,
@@ -340,9 +343,10 @@ impl RemoteAgent {
             stderr_write,
             exit_sender,
             ended_sender,
+            credit.clone(),
         ));
         tokio::spawn(outbound_process(
-            outbound, stdin_read, requests, ended, held,
+            outbound, stdin_read, requests, ended, held, credit,
         ));
         let failed = {
             let sandbox = sandbox.clone();
@@ -429,6 +433,8 @@ impl RemoteAgent {
                         listening &= stderr.take(&bytes).await;
                     }
                     Frame::Reply(reply @ Reply::Exited { .. }) => break reply,
+                    // `read` passes no acknowledgement on.
+                    Frame::StdinAck => {}
                     Frame::Reply(other) => {
                         return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
                     }
@@ -478,9 +484,15 @@ async fn inbound(
     mut stderr: tokio::io::WriteHalf<tokio::io::SimplexStream>,
     exit: tokio::sync::oneshot::Sender<std::io::Result<warren_backend::ProcessExit>>,
     ended: tokio::sync::oneshot::Sender<()>,
+    credit: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 ) {
     let result = loop {
-        match read(&mut reader, &mut opener).await {
+        match read_any(&mut reader, &mut opener).await {
+            Ok(Frame::StdinAck) => {
+                if let Some(credit) = &credit {
+                    credit.add_permits(1);
+                }
+            }
             // A reader that went away takes no more; the frames are still read to the end.
             Ok(Frame::Output(OutputStream::Stdout, bytes)) => {
                 let _ = stdout.write_all(&bytes).await;
@@ -525,14 +537,27 @@ async fn outbound_process(
     mut requests: tokio::sync::mpsc::Receiver<warren_backend::ProcessSignal>,
     mut ended: tokio::sync::oneshot::Receiver<()>,
     mut held: tokio::sync::oneshot::Receiver<()>,
+    credit: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 ) {
     use tokio::io::AsyncReadExt;
     let mut buffer = vec![0u8; wire::DATA_CHUNK];
     let (mut stdin_open, mut controls, mut waited_for) = (true, true, true);
+    // Whether the next stdin frame may go: always without a window, else once a credit
+    // was taken (and given up for it when the frame goes).
+    let mut may_send = credit.is_none();
     loop {
+        let taking = async {
+            match &credit {
+                Some(credit) if !may_send && stdin_open => {
+                    credit.acquire().await.map(|permit| permit.forget()).is_ok()
+                }
+                _ => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = &mut ended => return,
-            read = stdin.read(&mut buffer), if stdin_open => match read {
+            taken = taking => may_send = taken,
+            read = stdin.read(&mut buffer), if stdin_open && may_send => match read {
                 Ok(0) | Err(_) => {
                     stdin_open = false;
                     if outbound.send(Kind::StdinEnd, &[]).await.is_err() {
@@ -540,6 +565,7 @@ async fn outbound_process(
                     }
                 }
                 Ok(n) => {
+                    may_send = credit.is_none();
                     if outbound.send(Kind::Stdin, &buffer[..n]).await.is_err() {
                         return;
                     }
@@ -597,10 +623,24 @@ impl Outbound {
 enum Frame {
     Reply(Reply),
     Output(OutputStream, Vec<u8>),
+    /// The agent wrote one stdin frame into the command's stdin.
+    StdinAck,
 }
 
 async fn read(reader: &mut OwnedReadHalf, opener: &mut Opener) -> std::io::Result<Frame> {
+    loop {
+        let frame = read_any(reader, opener).await?;
+        // An exec's stdin goes whole before its output is read: its acknowledgements tell
+        // it nothing.
+        if !matches!(frame, Frame::StdinAck) {
+            return Ok(frame);
+        }
+    }
+}
+
+async fn read_any(reader: &mut OwnedReadHalf, opener: &mut Opener) -> std::io::Result<Frame> {
     match wire::read_frame_async(reader, opener).await? {
+        Some((Kind::StdinAck, _)) => Ok(Frame::StdinAck),
         Some((Kind::Reply, body)) => serde_json::from_slice(&body)
             .map(Frame::Reply)
             .map_err(std::io::Error::other),

@@ -155,6 +155,9 @@ pub enum Kind {
     Data = 7,
     /// The tar stream ends.
     DataEnd = 8,
+    /// One stdin frame was written to the command's stdin (agent → warren): one more may
+    /// be sent (see `Reply::Started::stdin_window`).
+    StdinAck = 9,
 }
 
 impl Kind {
@@ -168,6 +171,7 @@ impl Kind {
             6 => Self::Stderr,
             7 => Self::Data,
             8 => Self::DataEnd,
+            9 => Self::StdinAck,
             _ => return None,
         })
     }

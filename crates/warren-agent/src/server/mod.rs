@@ -530,7 +530,10 @@ impl Server {
             );
             return;
         }
-        reply(&Reply::Started { pid: child });
+        reply(&Reply::Started {
+            pid: child,
+            stdin_window: None,
+        });
         self.running.insert(
             child,
             RunningExec {

@@ -525,7 +525,7 @@ process_rules!(
 );
 
 /// 100 MiB through each backend's agent; the gVisor tier moves stdin through the same
-/// agent and pipes, only slower.
+/// agent and pipes as its backend's kernel tier, only slower.
 mod stdin_volume {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn local() {
@@ -535,6 +535,12 @@ mod stdin_volume {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn docker() {
         super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::Docker).await
+    }
+
+    /// Over the agent's TCP transport: the gateway acknowledges each stdin frame.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kubernetes() {
+        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::Kubernetes).await
     }
 }
 
