@@ -655,3 +655,134 @@ async fn warren_exec_it_gives_a_shell_a_terminal_of_the_callers_size() {
     assert_eq!(processes.len(), 1, "{runs}");
     assert!(processes[0].contains("\tfinished\t4\t"), "{runs}");
 }
+
+/// A process keeps its newest megabyte of output: a reader from offset 0 after 3 MiB is
+/// told exactly which bytes it lost, then gets the rest whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_beyond_the_kept_megabyte_is_reported_lost_never_skipped_silently() {
+    let server = Host::Local.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let writer = start(
+        &server,
+        &id,
+        json!({"command": "head -c 3145728 /dev/zero | tr '\\0' x; printf END"}),
+    )
+    .await;
+    let pid = pid_of(&writer);
+    // The reader comes after the process ended: 3 MiB went through a 1 MiB log.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, info) = server
+            .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/processes/{pid}")))
+            .await;
+        if info["status"] == "exited" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the writer did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = follow(&server, &id, pid, 0).await;
+    let end = &events.last().unwrap()["process"];
+    assert_eq!(end["exit_code"], 0);
+    let total: u64 = 3 * 1024 * 1024 + 3;
+    assert_eq!(end["output_end"], total);
+    let kept = total - 1024 * 1024;
+    assert_eq!(end["output_start"], kept);
+    let first = &events[0];
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["from"].as_u64(),
+            first["to"].as_u64()
+        ),
+        (Some("lost"), Some(0), Some(kept)),
+    );
+    let rest = bytes_of(&events);
+    assert_eq!(rest.len() as u64, 1024 * 1024);
+    assert!(rest.ends_with(b"xxEND"));
+    assert_eq!(
+        events[1]["offset"], kept,
+        "the rest starts where the loss ends"
+    );
+}
+
+/// Closing the attach WebSocket detaches: the process runs on, and a second attach gets
+/// what it wrote meanwhile and can resize and end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_an_attach_detaches_and_the_process_runs_on() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let server = Host::Local.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let shell = start(
+        &server,
+        &id,
+        json!({"command": "exec sh -i", "pty": {"cols": 80, "rows": 24}, "stdin": true}),
+    )
+    .await;
+    let pid = pid_of(&shell);
+    let attach = |from: u64| {
+        let mut request = format!(
+            "{}/v1/sandboxes/{id}/processes/{pid}/attach?from={from}",
+            server.url.replacen("http://", "ws://", 1)
+        )
+        .into_client_request()
+        .unwrap();
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", server.token).parse().unwrap(),
+        );
+        tokio_tungstenite::connect_async(request)
+    };
+    let (mut socket, _) = attach(0).await.expect("attached");
+    socket
+        .send(Message::Binary(b"echo one-$((1+1))\n".to_vec().into()))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("one-2\r\n") {
+        match socket.next().await.unwrap().unwrap() {
+            Message::Binary(bytes) => seen.extend_from_slice(&bytes),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    socket.close(None).await.unwrap();
+    drop(socket);
+    // Detached: the shell still runs and still takes input.
+    assert_eq!(stdin(&server, &id, pid, "echo two-$((1+1))\n").await.0, 200);
+    output_until(&server, &id, pid, "two-2\r\n").await;
+    let (_, info) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/processes/{pid}")))
+        .await;
+    assert_eq!(info["status"], "running");
+    // A second attach from where the first left off sees only what came after.
+    let (mut socket, _) = attach(seen.len() as u64).await.expect("attached again");
+    let resize = json!({"type": "resize", "cols": 61, "rows": 7}).to_string();
+    socket.send(Message::Text(resize.into())).await.unwrap();
+    socket
+        .send(Message::Binary(b"stty size; exit 6\n".to_vec().into()))
+        .await
+        .unwrap();
+    let mut text = Vec::new();
+    let end = loop {
+        match socket.next().await.unwrap().unwrap() {
+            Message::Binary(bytes) => text.extend_from_slice(&bytes),
+            Message::Text(event) => {
+                let event: Value = serde_json::from_str(&event).unwrap();
+                if event["type"] == "end" {
+                    break event;
+                }
+            }
+            Message::Close(_) => panic!("closed before the end"),
+            _ => {}
+        }
+    };
+    let text = String::from_utf8_lossy(&text).into_owned();
+    assert!(!text.contains("one-2"), "{text:?}");
+    assert!(
+        text.contains("two-2\r\n") && text.contains("7 61\r\n"),
+        "{text:?}"
+    );
+    assert_eq!(end["process"]["exit_code"], 6);
+}
