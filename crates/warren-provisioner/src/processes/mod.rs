@@ -168,6 +168,9 @@ pub struct ManagedProcess {
     /// Its stdin; `None` once closed.
     stdin: tokio::sync::Mutex<Option<ProcessInput>>,
     stdin_open: std::sync::atomic::AtomicBool,
+    /// Set when stdin is to close (asked for, or the process ended): a writer waiting on
+    /// a process that does not read gives up, so closing never waits for it.
+    stdin_closing: watch::Sender<bool>,
     control: ProcessControl,
     terminal: Mutex<Option<TerminalSize>>,
     log: Mutex<OutputLog>,
@@ -290,10 +293,13 @@ impl ManagedProcess {
 }
 
 /// The processes of every sandbox this node holds.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Table {
-    sandboxes: Mutex<HashMap<SandboxId, BTreeMap<i32, Arc<ManagedProcess>>>>,
+    sandboxes: Arc<Mutex<HashMap<SandboxId, ByPid>>>,
 }
+
+/// One sandbox's processes, by pid.
+type ByPid = BTreeMap<i32, Arc<ManagedProcess>>;
 
 impl Table {
     fn get(&self, sandbox: &SandboxId, pid: i32) -> Option<Arc<ManagedProcess>> {
@@ -315,6 +321,24 @@ impl Table {
         })
     }
 
+    /// Forgets an ended process (and its sandbox's entry once empty), unless a newer
+    /// process took its pid.
+    fn forget(&self, process: &Arc<ManagedProcess>) {
+        let mut sandboxes = lock(&self.sandboxes);
+        let Some(processes) = sandboxes.get_mut(&process.sandbox) else {
+            return;
+        };
+        if processes
+            .get(&process.pid)
+            .is_some_and(|held| Arc::ptr_eq(held, process))
+        {
+            processes.remove(&process.pid);
+        }
+        if processes.is_empty() {
+            sandboxes.remove(&process.sandbox);
+        }
+    }
+
     fn insert(&self, process: Arc<ManagedProcess>) {
         let mut sandboxes = lock(&self.sandboxes);
         let processes = sandboxes.entry(process.sandbox.clone()).or_default();
@@ -324,8 +348,14 @@ impl Table {
     }
 }
 
+/// Whether a stream of stdin chunks may hold anything (its size hint says it is empty
+/// for `write_stdin`'s close without bytes).
+fn chunks_pending<S: futures::Stream>(chunks: &S) -> bool {
+    chunks.size_hint().1 != Some(0)
+}
+
 /// Drops ended processes past [`ENDED_KEPT`], and the oldest beyond [`MAX_ENDED_PROCESSES`].
-fn forget_old(processes: &mut BTreeMap<i32, Arc<ManagedProcess>>) {
+fn forget_old(processes: &mut ByPid) {
     let now = Utc::now();
     let kept = chrono::Duration::from_std(ENDED_KEPT).unwrap_or(chrono::Duration::MAX);
     let mut ended: Vec<(DateTime<Utc>, i32)> = Vec::new();
@@ -444,6 +474,7 @@ impl Provisioner {
                         started_at: Utc::now(),
                         stdin: tokio::sync::Mutex::new(input.stdin.then_some(handle.stdin)),
                         stdin_open: std::sync::atomic::AtomicBool::new(input.stdin),
+                        stdin_closing: watch::channel(!input.stdin).0,
                         control: handle.control,
                         terminal: Mutex::new(input.pty),
                         log: Mutex::new(OutputLog::new(OUTPUT_KEPT)),
@@ -470,6 +501,7 @@ impl Provisioner {
                         input.timeout,
                         self.store.clone(),
                         running,
+                        self.processes.clone(),
                     )));
                     return Ok(process.info());
                 }
@@ -563,8 +595,13 @@ impl Provisioner {
         bytes: &[u8],
         close: bool,
     ) -> Result<u64, ProvisionerError> {
-        let chunk = futures::stream::iter([Ok::<_, std::io::Error>(bytes)]);
-        self.write_stdin_stream(id, pid, chunk, close).await
+        let chunks: Vec<Result<&[u8], std::io::Error>> = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            vec![Ok(bytes)]
+        };
+        self.write_stdin_stream(id, pid, futures::stream::iter(chunks), close)
+            .await
     }
 
     /// Writes a stream of chunks to the process's stdin, in order and with no other
@@ -585,6 +622,11 @@ impl Provisioner {
         E: std::fmt::Display,
     {
         let process = self.process(id, pid).await?;
+        let mut closing = process.stdin_closing.subscribe();
+        if close && !chunks_pending(&chunks) {
+            // Only a close: a writer waiting on the process lets go of stdin at once.
+            process.stdin_closing.send_replace(true);
+        }
         let mut stdin = process.stdin.lock().await;
         if stdin.is_none() {
             return Err(ProvisionerError::ProcessStdinClosed { pid });
@@ -608,11 +650,16 @@ impl Provisioner {
             let Some(writer) = stdin.as_mut() else {
                 return Err(ProvisionerError::ProcessStdinClosed { pid });
             };
-            let sent = async {
+            let writing = async {
                 writer.write_all(bytes).await?;
                 writer.flush().await
-            }
-            .await;
+            };
+            let sent = tokio::select! {
+                sent = writing => sent,
+                _ = closing.wait_for(|closing| *closing), if !close => {
+                    return Err(ProvisionerError::ProcessStdinClosed { pid });
+                }
+            };
             if sent.is_err() {
                 // The reading end is gone: the process (and all that held its stdin) ended.
                 *stdin = None;
@@ -757,6 +804,7 @@ async fn supervise(
     timeout: Option<Duration>,
     store: Arc<dyn warren_store::StateStore>,
     running: crate::InflightHold,
+    table: Table,
 ) {
     let started = std::time::Instant::now();
     tokio::pin!(exit);
@@ -806,10 +854,12 @@ async fn supervise(
             },
         ),
     };
-    // Its stdin goes with it: a writer waiting on a full pipe is woken by the close.
+    // Its stdin goes with it: a writer waiting on a full pipe (a background process holds
+    // it unread) gives up.
     process
         .stdin_open
         .store(false, std::sync::atomic::Ordering::SeqCst);
+    process.stdin_closing.send_replace(true);
     process.state.send_replace(state);
     process.notify();
     let _ = crate::exec::record_outcome(store.as_ref(), &process.run_id, &outcome).await;
@@ -828,4 +878,7 @@ async fn supervise(
     if let Ok(mut stdin) = process.stdin.try_lock() {
         stdin.take();
     }
+    // Readable for a while after its end; then forgotten, with its output.
+    tokio::time::sleep(ENDED_KEPT).await;
+    table.forget(&process);
 }

@@ -786,3 +786,41 @@ async fn closing_an_attach_detaches_and_the_process_runs_on() {
     );
     assert_eq!(end["process"]["exit_code"], 6);
 }
+
+/// A writer waiting on a process that reads nothing never holds stdin hostage: closing
+/// stdin answers at once, and the waiting writer is told stdin closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_stdin_never_waits_for_a_writer_stuck_on_a_process_that_does_not_read() {
+    let server = Host::Local.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let sleeper = start(&server, &id, json!({"command": "sleep 60", "stdin": true})).await;
+    let pid = pid_of(&sleeper);
+    let stuck = {
+        let request = server
+            .request(
+                Method::POST,
+                &format!("/v1/sandboxes/{id}/processes/{pid}/stdin"),
+            )
+            .body(vec![b'x'; 8 << 20]);
+        tokio::spawn(async move { request.send().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !stuck.is_finished(),
+        "8 MiB went into a process that reads nothing"
+    );
+    let started = Instant::now();
+    assert_eq!(post(&server, &id, pid, "stdin/close", json!({})).await, 204);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the close waited"
+    );
+    let response = tokio::time::timeout(Duration::from_secs(5), stuck)
+        .await
+        .expect("the stuck writer was let go")
+        .unwrap();
+    assert_eq!(response.status(), 409);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "stdin_closed");
+    post(&server, &id, pid, "kill", json!({})).await;
+}
