@@ -524,9 +524,18 @@ process_rules!(
     process_errors_are_clear,
 );
 
-/// 100 MiB through each backend's agent; the gVisor tier moves stdin through the same
-/// agent and pipes as its backend's kernel tier, only slower.
+/// 100 MiB through each backend's agent, on both tiers.
 mod stdin_volume {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn local_gvisor() {
+        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::LocalGvisor).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn docker_gvisor() {
+        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::DockerGvisor).await
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn local() {
         super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::Local).await
