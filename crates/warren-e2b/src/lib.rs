@@ -9,9 +9,9 @@
 //! `49983-<id>.<domain>` for clients configured with `E2B_DOMAIN`.
 //!
 //! An API key maps to a uid: an E2B sandbox is a warren sandbox of that uid (runtime scope
-//! `e2b-<sandboxID>`, workdir `e2b/<sandboxID>`, the E2B layout), so every command goes
-//! through the provisioner's exec path, run records, limits and secret masking, and every
-//! file operation through the fd-safe file layer, exactly as the native API's do.
+//! `e2b-<sandboxID>`, workdir `e2b/<sandboxID>`, the E2B layout), so every command is one
+//! of the provisioner's processes, with its run record, limits and secret masking, and
+//! every file operation goes through the fd-safe file layer, exactly as the native API's do.
 
 #![deny(missing_docs)]
 
@@ -20,7 +20,6 @@ mod control;
 mod envd;
 mod error;
 mod keys;
-mod processes;
 mod serve;
 mod state;
 
@@ -47,8 +46,6 @@ pub(crate) struct Shared {
     pub(crate) keys: Arc<KeyRing>,
     /// Derives each sandbox's envd access token and checks signed file URLs.
     pub(crate) secrets: Arc<state::SandboxSecrets>,
-    /// The commands started through envd, per sandbox.
-    pub(crate) processes: Arc<processes::ProcessRegistry>,
     /// The sandboxes the deadline task is ending now, so a slow end is not started twice.
     pub(crate) expiring: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -61,7 +58,6 @@ impl E2b {
         let keys = KeyRing::new(provisioner.clone(), config.keys.clone());
         Self {
             shared: Shared {
-                processes: Arc::new(processes::ProcessRegistry::new(provisioner.clone())),
                 provisioner,
                 config: Arc::new(config),
                 keys: Arc::new(keys),

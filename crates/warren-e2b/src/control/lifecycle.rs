@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use warren_provisioner::{ProvisionerError, RecordWrite};
+use warren_provisioner::{ProcessState, ProvisionerError, RecordWrite};
 
 use super::sandboxes::{deadline, timeout_of};
 use super::wire::{ConnectRequest, Sandbox};
@@ -28,7 +28,7 @@ pub(crate) const CONFLICT_RETRIES: usize = 8;
 /// Ends a sandbox for good: its processes, its runtime, its record. The workdir stays in
 /// the uid's workspace (I15). Best effort: used where a failure must not hide the first.
 pub(crate) async fn end(shared: &Shared, sandbox: &E2bSandbox) {
-    shared.processes.end_sandbox(&sandbox.warren_id).await;
+    end_processes(shared, sandbox).await;
     if let Err(error) = shared
         .provisioner
         .terminate_sandbox(&sandbox.warren_id, Duration::ZERO)
@@ -63,13 +63,30 @@ pub(crate) async fn kill(
     if !deleted {
         return Err(E2bError::Conflict);
     }
-    shared.processes.end_sandbox(&sandbox.warren_id).await;
+    end_processes(shared, sandbox).await;
     shared
         .provisioner
         .terminate_sandbox(&sandbox.warren_id, Duration::ZERO)
         .await?;
     Ok(())
 }
+
+/// Kills the sandbox's running processes and waits (within a bound) until they ended; their
+/// envd streams end with `unavailable`, the sandbox being gone or paused by then.
+async fn end_processes(shared: &Shared, sandbox: &E2bSandbox) {
+    let id = &sandbox.warren_id;
+    let Ok(processes) = shared.provisioner.list_processes(id).await else {
+        return;
+    };
+    let kills = processes
+        .iter()
+        .filter(|process| process.state == ProcessState::Running)
+        .map(|process| shared.provisioner.kill_process(id, process.pid));
+    let _ = tokio::time::timeout(END_WAIT, futures::future::join_all(kills)).await;
+}
+
+/// How long the end of a sandbox waits for its processes.
+const END_WAIT: Duration = Duration::from_secs(10);
 
 /// Pauses a running sandbox read at `version`: processes end, the runtime is snapshotted
 /// and reclaimed, the record says paused. `Ok(false)` when it was paused already.
@@ -84,7 +101,7 @@ pub(crate) async fn pause_sandbox(
     // The record changes first, so envd stops taking commands for it at once.
     sandbox.state = E2bState::Paused;
     let version = save(shared, &sandbox, RecordWrite::Replace(version)).await?;
-    shared.processes.end_sandbox(&sandbox.warren_id).await;
+    end_processes(shared, &sandbox).await;
     let snapshot = shared.provisioner.pause_runtime(&sandbox.warren_id).await?;
     sandbox.paused_snapshot = snapshot.map(|snapshot| snapshot.id);
     save(shared, &sandbox, RecordWrite::Replace(version)).await?;

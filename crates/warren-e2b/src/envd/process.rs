@@ -1,7 +1,8 @@
-//! `process.Process` over the process engine (`crate::processes`): Start and Connect
-//! stream a process's events, List, SendInput, StreamInput, SendSignal, CloseStdin and
-//! Update act on a running one. Every command runs through the provisioner's exec, as the
-//! sandbox user (I11), with a run record (I22).
+//! `process.Process` over the provisioner's processes (issue 32), one to one: Start is
+//! `start_process` (run record I22, as the sandbox user I11, a real PTY and pid), Connect
+//! follows a process's output, List lists the running ones, SendInput, StreamInput and
+//! CloseStdin write its stdin (a terminal's input is its stdin too), SendSignal signals
+//! or kills it, and Update resizes its terminal.
 //!
 //! A stream opens with `start{pid}`, carries `data` events as output arrives and
 //! `keepalive` events while there is none (at the interval the client asks for in
@@ -11,10 +12,16 @@
 //! which the SDKs check against the sandbox's health and report as a sandbox that stopped.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::Response;
 use futures::{Stream, StreamExt};
+use warren_backend::{OutputStream, TerminalSize};
+use warren_provisioner::{
+    FencePermit, ManagedProcess, OutputEvent, ProcessState, ProgramSpec, ProvisionerError,
+    StartProcess,
+};
 
 use super::connect::{Call, Code, ConnectError, Message};
 use super::proto::process::{
@@ -25,10 +32,7 @@ use super::proto::process::{
     StreamInputResponse, UpdateRequest, UpdateResponse,
 };
 use super::EnvdContext;
-use crate::processes::{
-    Delivery, Ending, Events, Exit, Input, Output, ProcessError, PtySize, Selector, StartSpec,
-};
-use crate::E2bError;
+use crate::{E2bError, Shared};
 
 /// The header the SDKs ask for keepalive events with, in seconds (they send 50).
 const KEEPALIVE_HEADER: &str = "keepalive-ping-interval";
@@ -87,7 +91,7 @@ where
 
 /// `Start`: runs a command and streams its events. The command keeps running when the
 /// client goes away (`commands.run(background=True)`, `disconnect()`); its timeout is the
-/// call's (`Connect-Timeout-Ms`), as envd's, bounded by warren's longest exec.
+/// call's (`Connect-Timeout-Ms`), as envd's.
 async fn start(ctx: EnvdContext, mut call: Call) -> Response {
     let request = match call.message::<StartRequest>().await {
         Ok(request) => request,
@@ -103,31 +107,43 @@ async fn start(ctx: EnvdContext, mut call: Call) -> Response {
             "process.cmd must name the program to run",
         ));
     }
-    let spec = StartSpec {
-        cmd: config.cmd,
-        args: config.args,
-        envs: config.envs.into_iter().collect(),
-        sandbox_env: ctx.sandbox.env_vars.clone(),
-        cwd: config.cwd,
-        tag: request.tag,
-        // envd's default when the request does not say (older SDKs): stdin is open.
-        stdin: request.stdin.unwrap_or(true),
-        pty: request.pty.map(|pty| {
-            let size = pty.size.unwrap_or_default();
-            PtySize {
-                cols: size.cols,
-                rows: size.rows,
-            }
-        }),
-        timeout: call.timeout(),
+    // The sandbox's environment (`env_vars` at create), under the request's.
+    let mut env = ctx.sandbox.env_vars.clone();
+    env.extend(config.envs);
+    let pty = request.pty.map(|pty| {
+        let size = pty.size.unwrap_or_default();
+        // A terminal of no size confuses every program; 80x24 is what one gets.
+        TerminalSize {
+            cols: side(size.cols, 80),
+            rows: side(size.rows, 24),
+        }
+    });
+    let start = StartProcess {
+        program: ProgramSpec::Argv(std::iter::once(config.cmd).chain(config.args).collect()),
+        cwd: resolve_cwd(config.cwd.as_deref()),
+        env,
+        // A terminal takes its input on stdin; otherwise envd's default when the request
+        // does not say (older SDKs) is an open stdin.
+        stdin: pty.is_some() || request.stdin.unwrap_or(true),
+        pty,
+        tag: request.tag.filter(|tag| !tag.is_empty()),
+        timeout: call.timeout().filter(|timeout| !timeout.is_zero()),
         requested_by: format!("e2b:{}", ctx.sandbox.sandbox_id),
     };
-    let registry = &ctx.shared.processes;
-    match registry.start(&ctx.sandbox.warren_id, spec).await {
-        Ok(started) => {
+    let provisioner = &ctx.shared.provisioner;
+    let id = &ctx.sandbox.warren_id;
+    let started = match provisioner
+        .start_process(id, start, FencePermit::unfenced())
+        .await
+    {
+        Ok(info) => provisioner.process(id, info.pid).await,
+        Err(error) => Err(error),
+    };
+    match started {
+        Ok(process) => {
             let keepalive = keepalive_interval(&call);
-            call.stream(events(started.pid, started.events, keepalive, |event| {
-                StartResponse { event: Some(event) }
+            call.stream(events(ctx, process, 0, keepalive, |event| StartResponse {
+                event: Some(event),
             }))
         }
         Err(error) => call.error(process_error(error)),
@@ -140,16 +156,11 @@ async fn connect(ctx: EnvdContext, mut call: Call) -> Response {
         Ok(request) => request,
         Err(error) => return call.error(error),
     };
-    let connected = selector(request.process).and_then(|selector| {
-        ctx.shared
-            .processes
-            .connect(&ctx.sandbox.warren_id, &selector)
-            .map_err(process_error)
-    });
-    match connected {
-        Ok((pid, subscription)) => {
+    match find(&ctx, request.process).await {
+        Ok(process) => {
+            let from = process.info().output.1;
             let keepalive = keepalive_interval(&call);
-            call.stream(events(pid, subscription, keepalive, |event| {
+            call.stream(events(ctx, process, from, keepalive, |event| {
                 ConnectResponse { event: Some(event) }
             }))
         }
@@ -157,34 +168,51 @@ async fn connect(ctx: EnvdContext, mut call: Call) -> Response {
     }
 }
 
-/// `List`: the running processes, with the config they were started with.
+/// `List`: the running processes, with the config they were started with (the request's
+/// environment: what the sandbox's adds is left out).
 async fn list(ctx: EnvdContext, _request: ListRequest) -> Result<ListResponse, ConnectError> {
-    let processes = ctx
-        .shared
-        .processes
-        .list(&ctx.sandbox.warren_id)
-        .into_iter()
-        .map(|info| ProcessInfo {
+    let id = &ctx.sandbox.warren_id;
+    let provisioner = &ctx.shared.provisioner;
+    let mut processes = Vec::new();
+    for info in provisioner
+        .list_processes(id)
+        .await
+        .map_err(process_error)?
+    {
+        if info.state != ProcessState::Running {
+            continue;
+        }
+        let Ok(process) = provisioner.process(id, info.pid).await else {
+            continue;
+        };
+        let envs = process
+            .env()
+            .iter()
+            .filter(|(name, value)| ctx.sandbox.env_vars.get(*name) != Some(*value))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        let mut argv = info.argv.into_iter();
+        processes.push(ProcessInfo {
             config: Some(ProcessConfig {
-                cmd: info.cmd,
-                args: info.args,
-                envs: info.envs.into_iter().collect(),
-                cwd: info.cwd,
+                cmd: argv.next().unwrap_or_default(),
+                args: argv.collect(),
+                envs,
+                cwd: Some(info.cwd),
             }),
-            pid: info.pid,
+            pid: u32::try_from(info.pid).unwrap_or_default(),
             tag: info.tag,
-        })
-        .collect();
+        });
+    }
     Ok(ListResponse { processes })
 }
 
-/// `SendInput`: bytes for a process's stdin or PTY, after any sent before.
+/// `SendInput`: bytes for a process's stdin or terminal, after any sent before.
 async fn send_input(
     ctx: EnvdContext,
     request: SendInputRequest,
 ) -> Result<SendInputResponse, ConnectError> {
-    let selector = selector(request.process)?;
-    deliver(&ctx, &selector, request.input).await?;
+    let process = find(&ctx, request.process).await?;
+    deliver(&ctx, &process, request.input).await?;
     Ok(SendInputResponse {})
 }
 
@@ -192,22 +220,16 @@ async fn send_input(
 /// ones carry input (or keepalives), delivered in order as they arrive.
 async fn stream_input(ctx: EnvdContext, mut call: Call) -> Response {
     let mut messages = Box::pin(call.messages::<StreamInputRequest>());
-    let mut target: Option<Selector> = None;
+    let mut target: Option<Arc<ManagedProcess>> = None;
     while let Some(message) = messages.next().await {
         let result = match message.map(|message| message.event) {
             Err(error) => Err(error),
-            Ok(Some(stream_input_request::Event::Start(start))) => {
-                selector(start.process).and_then(|selector| {
-                    // envd resolves the process once, at the start.
-                    ctx.shared
-                        .processes
-                        .connect(&ctx.sandbox.warren_id, &selector)
-                        .map(|_| target = Some(selector))
-                        .map_err(process_error)
-                })
-            }
+            // envd resolves the process once, at the start.
+            Ok(Some(stream_input_request::Event::Start(start))) => find(&ctx, start.process)
+                .await
+                .map(|process| target = Some(process)),
             Ok(Some(stream_input_request::Event::Data(data))) => match &target {
-                Some(selector) => deliver(&ctx, selector, data.input).await,
+                Some(process) => deliver(&ctx, process, data.input).await,
                 None => Err(ConnectError::new(
                     Code::InvalidArgument,
                     "the input stream must start with a start event naming the process",
@@ -226,16 +248,29 @@ async fn stream_input(ctx: EnvdContext, mut call: Call) -> Response {
     call.unary(&StreamInputResponse {})
 }
 
-/// Hands one `ProcessInput` to the engine.
+/// Writes one `ProcessInput` to the process's stdin: `pty` bytes for a terminal, `stdin`
+/// bytes otherwise.
 async fn deliver(
     ctx: &EnvdContext,
-    selector: &Selector,
+    process: &ManagedProcess,
     input: Option<ProcessInput>,
 ) -> Result<(), ConnectError> {
-    let input = match input.and_then(|input| input.input) {
-        Some(process_input::Input::Stdin(bytes)) => Input::Stdin(bytes),
-        Some(process_input::Input::Pty(bytes)) => Input::Pty(bytes),
-        None => {
+    let info = process.info();
+    let pid = info.pid;
+    let bytes = match (input.and_then(|input| input.input), info.pty.is_some()) {
+        (Some(process_input::Input::Pty(bytes)), true)
+        | (Some(process_input::Input::Stdin(bytes)), false) => bytes,
+        (Some(process_input::Input::Stdin(_)), true) => {
+            return Err(failed_precondition(format!(
+                "process {pid} has a PTY: send its input as `pty`, not `stdin`"
+            )))
+        }
+        (Some(process_input::Input::Pty(_)), false) => {
+            return Err(failed_precondition(format!(
+                "process {pid} has no PTY: send its input as `stdin`, not `pty`"
+            )))
+        }
+        (None, _) => {
             return Err(ConnectError::new(
                 Code::InvalidArgument,
                 "input must hold stdin or pty bytes",
@@ -243,10 +278,11 @@ async fn deliver(
         }
     };
     ctx.shared
-        .processes
-        .send_input(&ctx.sandbox.warren_id, selector, input)
+        .provisioner
+        .write_stdin(&ctx.sandbox.warren_id, pid, &bytes, false)
         .await
-        .map_err(process_error)
+        .map_err(process_error)?;
+    Ok(())
 }
 
 /// `SendSignal`: SIGKILL (the whole tree, at once) or SIGTERM (the process group).
@@ -254,10 +290,12 @@ async fn send_signal(
     ctx: EnvdContext,
     request: SendSignalRequest,
 ) -> Result<SendSignalResponse, ConnectError> {
-    let selector = selector(request.process)?;
-    let signal = match Signal::try_from(request.signal) {
-        Ok(Signal::Sigkill) => crate::processes::Signal::Kill,
-        Ok(Signal::Sigterm) => crate::processes::Signal::Term,
+    let process = find(&ctx, request.process).await?;
+    let (id, pid) = (&ctx.sandbox.warren_id, process.info().pid);
+    let provisioner = &ctx.shared.provisioner;
+    let sent = match Signal::try_from(request.signal) {
+        Ok(Signal::Sigkill) => provisioner.kill_process(id, pid).await.map(drop),
+        Ok(Signal::Sigterm) => provisioner.signal_process(id, pid, SIGTERM, true).await,
         _ => {
             return Err(ConnectError::new(
                 Code::Unimplemented,
@@ -268,52 +306,84 @@ async fn send_signal(
             ))
         }
     };
-    ctx.shared
-        .processes
-        .signal(&ctx.sandbox.warren_id, &selector, signal)
-        .await
-        .map_err(process_error)?;
-    Ok(SendSignalResponse {})
+    match sent {
+        // It ended on its own meanwhile: what the signal was for.
+        Ok(()) | Err(ProvisionerError::ProcessEnded { .. }) => Ok(SendSignalResponse {}),
+        Err(error) => Err(process_error(error)),
+    }
 }
 
-/// `CloseStdin`: the process reads an end of file once it read what was sent.
+/// `CloseStdin`: the process reads an end of file once it read what was sent. Nothing to
+/// do for a process started without stdin, as with envd.
 async fn close_stdin(
     ctx: EnvdContext,
     request: CloseStdinRequest,
 ) -> Result<CloseStdinResponse, ConnectError> {
-    let selector = selector(request.process)?;
-    ctx.shared
-        .processes
-        .close_stdin(&ctx.sandbox.warren_id, &selector)
-        .await
-        .map_err(process_error)?;
-    Ok(CloseStdinResponse {})
+    let info = find(&ctx, request.process).await?.info();
+    if info.pty.is_some() {
+        return Err(failed_precondition(format!(
+            "process {} has a PTY, whose input cannot be closed: send Ctrl-D (0x04) instead",
+            info.pid
+        )));
+    }
+    let closed = ctx
+        .shared
+        .provisioner
+        .write_stdin(&ctx.sandbox.warren_id, info.pid, &[], true)
+        .await;
+    match closed {
+        Ok(_) | Err(ProvisionerError::ProcessStdinClosed { .. }) => Ok(CloseStdinResponse {}),
+        Err(error) => Err(process_error(error)),
+    }
 }
 
 /// `Update`: resizes a process's PTY (the only thing an update changes).
 async fn update(ctx: EnvdContext, request: UpdateRequest) -> Result<UpdateResponse, ConnectError> {
-    let selector = selector(request.process)?;
-    let Some(size) = request.pty.and_then(|pty| pty.size) else {
-        // Nothing to change; the process must still exist.
+    // Nothing to change without a size; the process must still exist.
+    let process = find(&ctx, request.process).await?;
+    if let Some(size) = request.pty.and_then(|pty| pty.size) {
+        let size = TerminalSize {
+            cols: side(size.cols, 1),
+            rows: side(size.rows, 1),
+        };
         ctx.shared
-            .processes
-            .connect(&ctx.sandbox.warren_id, &selector)
+            .provisioner
+            .resize_process(&ctx.sandbox.warren_id, process.info().pid, size)
+            .await
             .map_err(process_error)?;
-        return Ok(UpdateResponse {});
-    };
-    ctx.shared
-        .processes
-        .resize(
-            &ctx.sandbox.warren_id,
-            &selector,
-            PtySize {
-                cols: size.cols,
-                rows: size.rows,
-            },
-        )
-        .await
-        .map_err(process_error)?;
+    }
     Ok(UpdateResponse {})
+}
+
+/// SIGTERM's number.
+const SIGTERM: i32 = 15;
+/// The largest terminal side warren's processes take, in cells.
+const MAX_TERMINAL_SIDE: u16 = 4096;
+
+/// A terminal side from envd's request: `default` for 0, at most warren's largest.
+fn side(cells: u32, default: u16) -> u16 {
+    match cells {
+        0 => default,
+        cells => {
+            u16::try_from(cells.min(u32::from(MAX_TERMINAL_SIDE))).unwrap_or(MAX_TERMINAL_SIDE)
+        }
+    }
+}
+
+/// The working directory an E2B request means, as an absolute path in the runtime:
+/// relative paths and `~` are the sandbox user's home, as envd resolves them.
+fn resolve_cwd(cwd: Option<&str>) -> Option<String> {
+    let home = warren_core::Layout::E2B.home;
+    let cwd = cwd.filter(|cwd| !cwd.is_empty())?;
+    Some(if cwd == "~" {
+        home.to_owned()
+    } else if let Some(rest) = cwd.strip_prefix("~/") {
+        format!("{home}/{rest}")
+    } else if cwd.starts_with('/') {
+        cwd.to_owned()
+    } else {
+        format!("{home}/{cwd}")
+    })
 }
 
 /// Refuses users other than the sandbox user for commands: every command runs as uid
@@ -329,16 +399,39 @@ fn check_user(user: Option<&str>) -> Result<(), ConnectError> {
         .map_err(|unknown| ConnectError::new(Code::Unauthenticated, unknown.to_string()))
 }
 
-/// The engine's selector for envd's.
-fn selector(selector: Option<ProcessSelector>) -> Result<Selector, ConnectError> {
-    match selector.and_then(|selector| selector.selector) {
-        Some(process_selector::Selector::Pid(pid)) => Ok(Selector::Pid(pid)),
-        Some(process_selector::Selector::Tag(tag)) => Ok(Selector::Tag(tag)),
-        None => Err(ConnectError::new(
-            Code::InvalidArgument,
-            "the request must name a process by pid or tag",
-        )),
-    }
+/// The running process envd's selector names: by pid, or the newest running one with the
+/// tag. An ended process is not found, as with envd.
+async fn find(
+    ctx: &EnvdContext,
+    selector: Option<ProcessSelector>,
+) -> Result<Arc<ManagedProcess>, ConnectError> {
+    let id = &ctx.sandbox.warren_id;
+    let provisioner = &ctx.shared.provisioner;
+    let (found, not_found) = match selector.and_then(|selector| selector.selector) {
+        Some(process_selector::Selector::Pid(pid)) => (
+            match i32::try_from(pid) {
+                Ok(pid) => provisioner.process(id, pid).await.ok(),
+                Err(_) => None,
+            },
+            format!("process with pid {pid} not found"),
+        ),
+        Some(process_selector::Selector::Tag(tag)) => (
+            provisioner.process_by_tag(id, &tag).await.ok(),
+            format!(
+                "process with tag {:?} not found",
+                crate::error::shorten(&tag)
+            ),
+        ),
+        None => {
+            return Err(ConnectError::new(
+                Code::InvalidArgument,
+                "the request must name a process by pid or tag",
+            ))
+        }
+    };
+    found
+        .filter(|process| process.is_running())
+        .ok_or_else(|| ConnectError::new(Code::NotFound, not_found))
 }
 
 /// The keepalive interval the client asked for (`Keepalive-Ping-Interval`, seconds).
@@ -351,12 +444,13 @@ fn keepalive_interval(call: &Call) -> Duration {
         .unwrap_or(DEFAULT_KEEPALIVE)
 }
 
-/// A process's events as envd streams them: `start`, then `data` and `keepalive`, then
-/// `end` (or `unavailable` when the sandbox ended), each wrapped by `wrap` into the
-/// method's response message.
+/// A process's events as envd streams them, following its output from offset `from`:
+/// `start`, then `data` and `keepalive`, then `end` (or `unavailable` when the sandbox
+/// ended), each wrapped by `wrap` into the method's response message.
 fn events<T, F>(
-    pid: u32,
-    subscription: Events,
+    ctx: EnvdContext,
+    process: Arc<ManagedProcess>,
+    from: u64,
     keepalive: Duration,
     wrap: F,
 ) -> impl Stream<Item = Result<T, ConnectError>> + Send + 'static
@@ -364,34 +458,34 @@ where
     T: Message,
     F: Fn(ProcessEvent) -> T + Send + Sync + 'static,
 {
+    let info = process.info();
     let start = event(process_event::Event::Start(process_event::StartEvent {
-        pid,
+        pid: u32::try_from(info.pid).unwrap_or_default(),
     }));
-    let rest = futures::stream::unfold(Some((subscription, keepalive)), |state| async move {
-        let (mut subscription, keepalive) = state?;
-        let next = tokio::time::timeout(keepalive, subscription.next()).await;
-        let item = match next {
-                Err(_) => Ok(event(process_event::Event::Keepalive(
-                    process_event::KeepAlive {},
-                ))),
-                Ok(None) => return None,
-                Ok(Some(delivery)) => match delivery {
-                    Delivery::Item(output) => Ok(data(output)),
-                    Delivery::Lost(bytes) => Ok(data(Output::Stderr(
-                        format!(
-                            "\n[warren: {bytes} bytes of this command's output were dropped: this client read them too slowly]\n"
-                        )
-                        .into(),
-                    ))),
-                    Delivery::End(Ending::Exited(exit)) => Ok(end(exit)),
-                    Delivery::End(Ending::SandboxEnded) => Err(ConnectError::new(
-                        Code::Unavailable,
-                        "the sandbox was killed or paused while the command ran",
-                    )),
-                },
-            };
-        let more = item.is_ok();
-        Some((item, more.then_some((subscription, keepalive))))
+    let pty = info.pty.is_some();
+    let output: Pin<Box<dyn Stream<Item = OutputEvent> + Send>> = Box::pin(process.follow(from));
+    let state = (output, ctx.shared, ctx.sandbox.sandbox_id);
+    let rest = futures::stream::unfold(Some(state), move |state| async move {
+        let (mut output, shared, sandbox_id) = state?;
+        let item = match tokio::time::timeout(keepalive, output.next()).await {
+            Err(_) => Ok(event(process_event::Event::Keepalive(
+                process_event::KeepAlive {},
+            ))),
+            Ok(None) => return None,
+            Ok(Some(OutputEvent::Output(piece))) => Ok(data(piece.stream, pty, piece.bytes)),
+            Ok(Some(OutputEvent::Lost { from, to })) => Ok(data(
+                OutputStream::Stderr,
+                false,
+                format!(
+                    "\n[warren: {} bytes of this command's output were dropped: this client read them too slowly]\n",
+                    to.saturating_sub(from)
+                )
+                .into(),
+            )),
+            Ok(Some(OutputEvent::End(info))) => end(&shared, &sandbox_id, info.state).await,
+        };
+        let more = matches!(&item, Ok(event) if !matches!(event.event, Some(process_event::Event::End(_))));
+        Some((item, more.then_some((output, shared, sandbox_id))))
     });
     let stream: Pin<Box<dyn Stream<Item = Result<ProcessEvent, ConnectError>> + Send>> =
         Box::pin(futures::stream::once(async move { Ok(start) }).chain(rest));
@@ -403,55 +497,135 @@ fn event(event: process_event::Event) -> ProcessEvent {
     ProcessEvent { event: Some(event) }
 }
 
-/// A `data` event.
-fn data(output: Output) -> ProcessEvent {
+/// A `data` event: a terminal's output is `pty`, whichever stream carried it.
+fn data(stream: OutputStream, pty: bool, bytes: Vec<u8>) -> ProcessEvent {
     use process_event::data_event::Output as Data;
-    let output = match output {
-        Output::Stdout(bytes) => Data::Stdout(bytes.to_vec()),
-        Output::Stderr(bytes) => Data::Stderr(bytes.to_vec()),
-        Output::Pty(bytes) => Data::Pty(bytes.to_vec()),
+    let output = match (pty, stream) {
+        (true, _) => Data::Pty(bytes),
+        (false, OutputStream::Stdout) => Data::Stdout(bytes),
+        (false, OutputStream::Stderr) => Data::Stderr(bytes),
     };
     event(process_event::Event::Data(process_event::DataEvent {
         output: Some(output),
     }))
 }
 
-/// The `end` event.
-fn end(exit: Exit) -> ProcessEvent {
-    event(process_event::Event::End(process_event::EndEvent {
-        exit_code: exit.exit_code,
-        exited: exit.exited,
-        status: exit.status,
-        error: exit.error,
-    }))
+/// The last item of a stream: envd's `end` event, or `unavailable` when the process went
+/// with its sandbox (its runtime lost, or killed by a kill or pause of the sandbox).
+async fn end(
+    shared: &Shared,
+    sandbox_id: &str,
+    state: ProcessState,
+) -> Result<ProcessEvent, ConnectError> {
+    let killed_from_outside = matches!(
+        state,
+        ProcessState::Ended {
+            exit_code: None,
+            signal: Some(_),
+            timed_out: false,
+            ..
+        }
+    );
+    let gone = killed_from_outside
+        && !matches!(
+            crate::control::live_sandbox(shared, sandbox_id).await,
+            Ok(Some(_))
+        );
+    match end_event(state) {
+        Some(end) if !gone => Ok(event(process_event::Event::End(end))),
+        _ => Err(ConnectError::new(
+            Code::Unavailable,
+            "the sandbox was killed or paused while the command ran",
+        )),
+    }
 }
 
-/// An engine failure as envd's Connect error.
-fn process_error(error: ProcessError) -> ConnectError {
-    let code = match &error {
-        ProcessError::PidNotFound(_)
-        | ProcessError::TagNotFound(_)
-        | ProcessError::Ended { .. } => Code::NotFound,
-        ProcessError::TooMany { .. } => Code::ResourceExhausted,
-        ProcessError::StartFailed(_)
-        | ProcessError::PtyUnavailable(_)
-        | ProcessError::StdinDisabled { .. }
-        | ProcessError::StdinClosed { .. }
-        | ProcessError::PtyInputExpected { .. }
-        | ProcessError::StdinInputExpected { .. }
-        | ProcessError::NoPty { .. }
-        | ProcessError::ClosePty { .. } => Code::FailedPrecondition,
-        ProcessError::SandboxEnded => Code::Unavailable,
-        ProcessError::KilledBeforeStart => Code::Aborted,
-        ProcessError::Helper { .. } => Code::Internal,
-        ProcessError::Provisioner(_) => {
-            let ProcessError::Provisioner(error) = error else {
-                unreachable!("matched above")
-            };
-            return E2bError::Provisioner(error).into_connect();
+/// How a process ended as envd's `EndEvent` says it (Go's `ProcessState`); `None` while
+/// it runs or when its runtime went away under it.
+fn end_event(state: ProcessState) -> Option<process_event::EndEvent> {
+    let ProcessState::Ended {
+        exit_code, signal, ..
+    } = state
+    else {
+        return None;
+    };
+    let (exit_code, exited, status) = match (exit_code, signal) {
+        (Some(code), _) => (code, true, format!("exit status {code}")),
+        (None, Some(signal)) => (-1, false, format!("signal: {}", signal_name(signal))),
+        (None, None) => {
+            return Some(process_event::EndEvent {
+                exit_code: -1,
+                exited: false,
+                status: "error".into(),
+                error: Some("the command ended without an exit status".into()),
+            })
         }
     };
-    ConnectError::new(code, error.to_string())
+    Some(process_event::EndEvent {
+        exit_code,
+        exited,
+        error: (exit_code != 0).then(|| status.clone()),
+        status,
+    })
+}
+
+/// A signal's name as Go prints it (`ProcessState.String()`), which envd's `status` is.
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "hangup",
+        2 => "interrupt",
+        3 => "quit",
+        4 => "illegal instruction",
+        5 => "trace/breakpoint trap",
+        6 => "aborted",
+        7 => "bus error",
+        8 => "floating point exception",
+        9 => "killed",
+        10 => "user defined signal 1",
+        11 => "segmentation fault",
+        12 => "user defined signal 2",
+        13 => "broken pipe",
+        14 => "alarm clock",
+        15 => "terminated",
+        other => return format!("signal {other}"),
+    };
+    name.to_owned()
+}
+
+/// A `failed_precondition` error.
+fn failed_precondition(message: String) -> ConnectError {
+    ConnectError::new(Code::FailedPrecondition, message)
+}
+
+/// A provisioner failure as envd's Connect error: the process failures with the codes
+/// envd answers them with, the rest as every envd call answers them.
+fn process_error(error: ProvisionerError) -> ConnectError {
+    let (code, message) = match &error {
+        ProvisionerError::ProcessNotFound { pid, .. } => {
+            (Code::NotFound, format!("process with pid {pid} not found"))
+        }
+        ProvisionerError::ProcessTagNotFound { tag, .. } => (
+            Code::NotFound,
+            format!("process with tag {:?} not found", crate::error::shorten(tag)),
+        ),
+        ProvisionerError::ProcessEnded { pid } => (Code::NotFound, format!("process {pid} ended")),
+        ProvisionerError::TooManyProcesses { max, .. } => (
+            Code::ResourceExhausted,
+            format!("this sandbox already runs {max} processes (the most it may): wait for one to end or kill one"),
+        ),
+        ProvisionerError::ProcessStdinClosed { pid } => (
+            Code::FailedPrecondition,
+            format!("stdin of process {pid} is closed (or was never open: start it with stdin enabled, `stdin=True`, to send it input)"),
+        ),
+        ProvisionerError::NotATerminal { pid } => {
+            (Code::FailedPrecondition, format!("process {pid} has no PTY"))
+        }
+        ProvisionerError::ProcessNotStarted { .. } => {
+            (Code::FailedPrecondition, error.public_message())
+        }
+        _ => return E2bError::Provisioner(error).into_connect(),
+    };
+    ConnectError::new(code, message)
 }
 
 #[cfg(test)]
@@ -472,93 +646,93 @@ mod tests {
     }
 
     #[test]
-    fn selectors_and_errors_map_to_envds() {
-        assert_eq!(
-            selector(Some(ProcessSelector {
-                selector: Some(process_selector::Selector::Pid(7))
-            }))
-            .expect("pid"),
-            Selector::Pid(7)
-        );
-        assert_eq!(
-            selector(None).expect_err("none").code,
-            Code::InvalidArgument
-        );
+    fn process_failures_keep_envds_codes() {
+        let sandbox = warren_core::SandboxId::parse("sbx-0123456789abcdef01234567").expect("an id");
+        let code = |error| process_error(error).code;
         // The SDKs' kill answers false on not_found.
         assert_eq!(
-            process_error(ProcessError::PidNotFound(7)).code,
+            code(ProvisionerError::ProcessNotFound {
+                sandbox: sandbox.clone(),
+                pid: 7
+            }),
             Code::NotFound
         );
         assert_eq!(
-            process_error(ProcessError::SandboxEnded).code,
-            Code::Unavailable
+            code(ProvisionerError::ProcessTagNotFound {
+                sandbox: sandbox.clone(),
+                tag: "web".into()
+            }),
+            Code::NotFound
         );
-    }
-
-    #[tokio::test]
-    async fn a_stream_opens_with_start_keeps_alive_and_closes_with_end() {
-        use crate::processes::Exit;
-        // A fanout driven by hand stands in for a process.
-        let fanout = crate::processes::test_fanout();
-        let subscription = fanout.subscribe();
-        let mut stream = Box::pin(events(42, subscription, Duration::from_millis(20), |e| {
-            StartResponse { event: Some(e) }
-        }));
-        let first = stream.next().await.expect("start").expect("ok");
         assert_eq!(
-            first.event.and_then(|e| e.event),
-            Some(process_event::Event::Start(process_event::StartEvent {
-                pid: 42
-            }))
+            code(ProvisionerError::ProcessEnded { pid: 7 }),
+            Code::NotFound
         );
-        let idle = stream.next().await.expect("keepalive").expect("ok");
-        assert!(matches!(
-            idle.event.and_then(|e| e.event),
-            Some(process_event::Event::Keepalive(_))
-        ));
-        fanout.push(Output::Stdout("hi".into()), 2);
-        fanout.finish(Ending::Exited(Exit::from_outcome(
-            &warren_backend::ExecOutcome {
-                exit_code: Some(1),
-                ..Default::default()
+        assert_eq!(
+            code(ProvisionerError::TooManyProcesses { sandbox, max: 32 }),
+            Code::ResourceExhausted
+        );
+        for error in [
+            ProvisionerError::ProcessStdinClosed { pid: 7 },
+            ProvisionerError::NotATerminal { pid: 7 },
+            ProvisionerError::ProcessNotStarted {
+                reason: "no such file".into(),
             },
-        )));
-        let mut saw_data = false;
-        loop {
-            let item = stream.next().await.expect("more").expect("ok");
-            match item.event.and_then(|e| e.event) {
-                Some(process_event::Event::Data(data)) => {
-                    assert_eq!(
-                        data.output,
-                        Some(process_event::data_event::Output::Stdout(b"hi".to_vec()))
-                    );
-                    saw_data = true;
-                }
-                Some(process_event::Event::End(end)) => {
-                    assert_eq!(
-                        (end.exit_code, end.exited, end.status.as_str()),
-                        (1, true, "exit status 1")
-                    );
-                    assert_eq!(end.error.as_deref(), Some("exit status 1"));
-                    break;
-                }
-                other => panic!("unexpected {other:?}"),
-            }
+        ] {
+            assert_eq!(code(error), Code::FailedPrecondition);
         }
-        assert!(saw_data);
-        assert!(stream.next().await.is_none());
+        let message = process_error(ProvisionerError::ProcessNotFound {
+            sandbox: warren_core::SandboxId::parse("sbx-0123456789abcdef01234567").expect("an id"),
+            pid: 7,
+        })
+        .message;
+        assert_eq!(message, "process with pid 7 not found");
     }
 
-    #[tokio::test]
-    async fn a_sandbox_that_ended_ends_the_stream_with_unavailable() {
-        let fanout = crate::processes::test_fanout();
-        let mut stream = Box::pin(events(1, fanout.subscribe(), Duration::from_secs(5), |e| {
-            ConnectResponse { event: Some(e) }
-        }));
-        let _start = stream.next().await;
-        fanout.finish(Ending::SandboxEnded);
-        let error = stream.next().await.expect("an error").expect_err("error");
-        assert_eq!(error.code, Code::Unavailable);
-        assert!(stream.next().await.is_none());
+    #[test]
+    fn end_events_read_as_envds() {
+        let ended = |exit_code, signal| ProcessState::Ended {
+            exit_code,
+            signal,
+            timed_out: false,
+            ended_at: chrono::Utc::now(),
+        };
+        let ok = end_event(ended(Some(0), None)).expect("an end");
+        assert_eq!(
+            (ok.exit_code, ok.exited, ok.status.as_str(), ok.error),
+            (0, true, "exit status 0", None)
+        );
+        let failed = end_event(ended(Some(1), None)).expect("an end");
+        assert_eq!(failed.error.as_deref(), Some("exit status 1"));
+        let killed = end_event(ended(None, Some(9))).expect("an end");
+        assert_eq!(
+            (killed.exit_code, killed.exited, killed.status.as_str()),
+            (-1, false, "signal: killed")
+        );
+        assert_eq!(killed.error.as_deref(), Some("signal: killed"));
+        assert_eq!(signal_name(15), "terminated");
+        assert_eq!(signal_name(40), "signal 40");
+        assert_eq!(end_event(ProcessState::Running), None);
+        assert_eq!(
+            end_event(ProcessState::Lost {
+                ended_at: chrono::Utc::now()
+            }),
+            None
+        );
+    }
+
+    #[test]
+    fn working_directories_and_terminal_sides_read_as_envds() {
+        assert_eq!(resolve_cwd(None), None);
+        assert_eq!(resolve_cwd(Some("")), None);
+        assert_eq!(resolve_cwd(Some("~")).as_deref(), Some("/home/user"));
+        assert_eq!(
+            resolve_cwd(Some("~/a/b")).as_deref(),
+            Some("/home/user/a/b")
+        );
+        assert_eq!(resolve_cwd(Some("src")).as_deref(), Some("/home/user/src"));
+        assert_eq!(resolve_cwd(Some("/tmp")).as_deref(), Some("/tmp"));
+        assert_eq!((side(0, 80), side(0, 1), side(100, 80)), (80, 1, 100));
+        assert_eq!(side(1 << 20, 80), MAX_TERMINAL_SIDE);
     }
 }

@@ -162,6 +162,8 @@ pub struct ManagedProcess {
     tag: Option<String>,
     command: String,
     argv: Vec<String>,
+    /// The extra environment it was started with ([`StartProcess::env`]).
+    env: BTreeMap<String, String>,
     cwd: String,
     requested_by: String,
     started_at: DateTime<Utc>,
@@ -211,6 +213,11 @@ impl ManagedProcess {
             state: *self.state.borrow(),
             output: lock(&self.log).bounds(),
         }
+    }
+
+    /// The extra environment it was started with ([`StartProcess::env`]), as given.
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
     }
 
     /// Whether it still runs.
@@ -469,6 +476,7 @@ impl Provisioner {
                         tag: input.tag.clone(),
                         command: command.clone(),
                         argv: argv.clone(),
+                        env: input.env.clone(),
                         cwd: cwd.to_string(),
                         requested_by: input.requested_by.clone(),
                         started_at: Utc::now(),
