@@ -894,7 +894,8 @@ mod tests {
     #[test]
     fn every_tool_has_an_object_schema_and_a_description() {
         let tools = definitions(&Layout::ARS);
-        assert_eq!(tools.len(), 9);
+        // Nine file and command tools, five for background processes.
+        assert_eq!(tools.len(), 14);
         for tool in &tools {
             assert_eq!(
                 tool.input_schema.get("type"),
@@ -925,7 +926,7 @@ mod tests {
         for mount in ["/mnt/user-data", "/mnt/skills/public", "/mnt/skills/custom"] {
             assert!(deerflow.contains(mount), "{mount}");
         }
-        assert_eq!(definitions(&Layout::DEERFLOW).len(), 9);
+        assert_eq!(definitions(&Layout::DEERFLOW).len(), 14);
     }
 
     #[test]
