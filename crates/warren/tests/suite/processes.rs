@@ -468,49 +468,28 @@ async fn process_errors_are_clear(host: Host) {
         .any(|p| p["pid"] == pid_of(&quiet) && p["status"] == "exited"));
 }
 
-/// One `#[tokio::test]` per backend and tier for each rule.
+/// One `#[tokio::test]` per rule in `module`, on `host`.
+macro_rules! rules_on {
+    ($module:ident, $host:ident, [$($rule:ident),*]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Host::$host).await
+                }
+            )*
+        }
+    };
+}
+
+/// Every rule on every backend and tier that runs processes here.
 macro_rules! process_rules {
     ($($rule:ident),* $(,)?) => {
-        mod local {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Host::Local).await
-                }
-            )*
-        }
-        mod docker {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Host::Docker).await
-                }
-            )*
-        }
-        mod kubernetes {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Host::Kubernetes).await
-                }
-            )*
-        }
-        mod local_gvisor {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Host::LocalGvisor).await
-                }
-            )*
-        }
-        mod docker_gvisor {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Host::DockerGvisor).await
-                }
-            )*
-        }
+        rules_on!(local, Local, [$($rule),*]);
+        rules_on!(docker, Docker, [$($rule),*]);
+        rules_on!(kubernetes, Kubernetes, [$($rule),*]);
+        rules_on!(local_gvisor, LocalGvisor, [$($rule),*]);
+        rules_on!(docker_gvisor, DockerGvisor, [$($rule),*]);
     };
 }
 
@@ -526,31 +505,34 @@ process_rules!(
 
 /// 100 MiB through each backend's agent, on both tiers.
 mod stdin_volume {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn local_gvisor() {
-        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::LocalGvisor).await
-    }
+    use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn docker_gvisor() {
-        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::DockerGvisor).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn local() {
-        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::Local).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn docker() {
-        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::Docker).await
-    }
-
-    /// Over the agent's TCP transport: the gateway acknowledges each stdin frame.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn kubernetes() {
-        super::stdin_carries_100_mib_whole_at_the_process_pace(super::Host::Kubernetes).await
-    }
+    rules_on!(
+        local,
+        Local,
+        [stdin_carries_100_mib_whole_at_the_process_pace]
+    );
+    rules_on!(
+        docker,
+        Docker,
+        [stdin_carries_100_mib_whole_at_the_process_pace]
+    );
+    // Over the agent's TCP transport: the gateway acknowledges each stdin frame.
+    rules_on!(
+        kubernetes,
+        Kubernetes,
+        [stdin_carries_100_mib_whole_at_the_process_pace]
+    );
+    rules_on!(
+        local_gvisor,
+        LocalGvisor,
+        [stdin_carries_100_mib_whole_at_the_process_pace]
+    );
+    rules_on!(
+        docker_gvisor,
+        DockerGvisor,
+        [stdin_carries_100_mib_whole_at_the_process_pace]
+    );
 }
 
 /// `warren exec -i`: stdin passes through as it comes, the exit code comes back.
