@@ -592,6 +592,11 @@ fn a_fork_bomb_in_an_exec_leaf_is_killed_whole_counted_and_left_thawed() {
     let mut bomb = gated(
         "for i in $(seq 30); do sleep 100 & done; bomb() { bomb | bomb & }; bomb; exec sleep 100",
     );
+    // As a command is: forked by init, so in the sandbox's cgroups (on a host with v1 pids
+    // beside v2, the pids limit is the v1 sandbox's), then into its v2 exec leaf. Moved
+    // into the leaf alone, the bomb ran under no pids limit and, before the kill, took
+    // every pid of the host from the tests beside it (fork: EAGAIN).
+    cgroup.add_init(pid_of(&bomb)).unwrap();
     exec.add_pid(pid_of(&bomb)).unwrap();
     open_gate(&mut bomb);
     let leaf = leaf_dir(&support, &name, "exec-1");

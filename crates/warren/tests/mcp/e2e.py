@@ -428,12 +428,17 @@ async def check_background_processes(ctx: Ctx) -> None:
     offset = re.search(r"next offset: (\d+)", reply.text)
     ctx.expect(offset is not None, "'next offset: N'", reply.text)
     await ctx.ok("write_stdin", {"pid": pid, "input": "two\n", "close": True})
+    # From the offset on: only what is new, then (each call from the offset it named last,
+    # so `wait_s` waits for the end once the output is all read) the end.
+    start = int(offset.group(1)) if offset else 0
     text = ""
     for _ in range(20):
-        reply = await ctx.ok("process_output", {"pid": pid, "from": int(offset.group(1)) if offset else 0, "wait_s": 5})
-        text = reply.text
-        if "exited with code 0" in text:
+        reply = await ctx.ok("process_output", {"pid": pid, "from": start, "wait_s": 5})
+        text += reply.text + "\n"
+        if "exited with code 0" in reply.text:
             break
+        nxt = re.search(r"next offset: (\d+)", reply.text)
+        start = int(nxt.group(1)) if nxt else start
     ctx.expect("got two" in text and "bye" in text and "got one" not in text, "only what is new since the offset", text)
     ctx.expect("exited with code 0" in text, "the process ended with code 0", text)
 
