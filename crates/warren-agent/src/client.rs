@@ -410,16 +410,7 @@ pub async fn run(
         )),
     );
 
-    // A runtime answers `Started` or `Failed` as soon as it forked; one that does not is
-    // wedged (or not a runtime at all) and must not hold the request forever.
-    let first = tokio::time::timeout(START_TIMEOUT, read_reply(&mut control))
-        .await
-        .map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the runtime did not start the command",
-            )
-        })??;
+    let first = within_start(read_reply(&mut control)).await?;
     let mut outcome = ExecOutcome::default();
     match first {
         Reply::Started { .. } => {}
@@ -497,6 +488,22 @@ pub async fn run(
     Ok(outcome)
 }
 
+/// The runtime's first answer to an exec (`Started` or `Failed`), which comes as soon as
+/// it forked: a runtime that does not give it within [`START_TIMEOUT`] is wedged (or not a
+/// runtime at all) and must not hold the caller forever.
+pub(crate) async fn within_start<T>(
+    reading: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(START_TIMEOUT, reading)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the runtime did not start the command",
+            )
+        })?
+}
+
 /// A command handed to a runtime: the control connection it was asked on, and the
 /// provisioner's ends of its three pipes.
 struct Launched {
@@ -566,14 +573,7 @@ pub async fn start_process(
         stdout,
         stderr,
     } = launch(dir, spec).await?;
-    let first = tokio::time::timeout(START_TIMEOUT, read_reply(&mut control))
-        .await
-        .map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the runtime did not start the process",
-            )
-        })??;
+    let first = within_start(read_reply(&mut control)).await?;
     let pid = match first {
         Reply::Started { pid, .. } => pid,
         Reply::Failed { stage, errno } => return Ok(ProcessStart::Failed { stage, errno }),

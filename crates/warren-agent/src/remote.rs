@@ -11,7 +11,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use warren_backend::{ExecOutcome, ExecRequest, OutputSink, OutputStream, ResourceUsage};
 
-use crate::client::{Collected, RunError, START_TIMEOUT};
+use crate::client::{within_start, Collected, RunError};
 use crate::protocol::{ExecSpec, Reply, Request};
 use crate::wire::{self, AgentKey, Kind, Opener, Sealer};
 
@@ -309,14 +309,7 @@ impl RemoteAgent {
         let mut outbound = Outbound { writer, sealer };
         let exec = serde_json::to_vec(&Request::Exec(spec)).map_err(std::io::Error::other)?;
         outbound.send(Kind::Request, &exec).await?;
-        let first = tokio::time::timeout(START_TIMEOUT, read(&mut reader, &mut opener))
-            .await
-            .map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the runtime did not start the process",
-                )
-            })??;
+        let first = within_start(read(&mut reader, &mut opener)).await?;
         let (pid, window) = match first {
             Frame::Reply(Reply::Started { pid, stdin_window }) => (pid, stdin_window),
             Frame::Reply(Reply::Failed { stage, errno }) => {
@@ -393,14 +386,7 @@ impl RemoteAgent {
             new_output(OutputStream::Stderr),
         );
         let mut outcome = ExecOutcome::default();
-        let first = tokio::time::timeout(START_TIMEOUT, read(reader, opener))
-            .await
-            .map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the runtime did not start the command",
-                )
-            })??;
+        let first = within_start(read(reader, opener)).await?;
         match first {
             Frame::Reply(Reply::Started { .. }) => {}
             Frame::Reply(Reply::Failed { stage, errno }) => {

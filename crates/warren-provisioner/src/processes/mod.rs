@@ -355,12 +355,6 @@ impl Table {
     }
 }
 
-/// Whether a stream of stdin chunks may hold anything (its size hint says it is empty
-/// for `write_stdin`'s close without bytes).
-fn chunks_pending<S: futures::Stream>(chunks: &S) -> bool {
-    chunks.size_hint().1 != Some(0)
-}
-
 /// Drops ended processes past [`ENDED_KEPT`], and the oldest beyond [`MAX_ENDED_PROCESSES`].
 fn forget_old(processes: &mut ByPid) {
     let now = Utc::now();
@@ -603,13 +597,15 @@ impl Provisioner {
         bytes: &[u8],
         close: bool,
     ) -> Result<u64, ProvisionerError> {
-        let chunks: Vec<Result<&[u8], std::io::Error>> = if bytes.is_empty() {
-            Vec::new()
-        } else {
-            vec![Ok(bytes)]
-        };
-        self.write_stdin_stream(id, pid, futures::stream::iter(chunks), close)
-            .await
+        if close && bytes.is_empty() {
+            // Only a close: a writer waiting on the process lets go of stdin at once.
+            self.process(id, pid)
+                .await?
+                .stdin_closing
+                .send_replace(true);
+        }
+        let chunk = futures::stream::iter([Ok::<_, std::io::Error>(bytes)]);
+        self.write_stdin_stream(id, pid, chunk, close).await
     }
 
     /// Writes a stream of chunks to the process's stdin, in order and with no other
@@ -631,10 +627,6 @@ impl Provisioner {
     {
         let process = self.process(id, pid).await?;
         let mut closing = process.stdin_closing.subscribe();
-        if close && !chunks_pending(&chunks) {
-            // Only a close: a writer waiting on the process lets go of stdin at once.
-            process.stdin_closing.send_replace(true);
-        }
         let mut stdin = process.stdin.lock().await;
         if stdin.is_none() {
             return Err(ProvisionerError::ProcessStdinClosed { pid });
