@@ -643,11 +643,7 @@ async fn follow_process(
             })),
             request = requests.recv(), if controls => match request {
                 Some(request) => {
-                    let request = match request {
-                        ProcessSignal::Signal { signal, group } => Request::Signal { signal, group },
-                        ProcessSignal::Resize(size) => Request::Resize(PtySize { cols: size.cols, rows: size.rows }),
-                        ProcessSignal::Kill => Request::Kill,
-                    };
+                    let request = Request::control(request);
                     // A runtime that stopped reading has ended the process: its `Exited`
                     // (or the connection's end) comes through `reading`.
                     let _ = send_request(&mut writer, &request).await;

@@ -176,14 +176,16 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
         Request::Kill
         | Request::Signal { .. }
         | Request::Resize(_)
+        | Request::KillStartedAfter { .. }
         | Request::Egress
         | Request::Relay { .. } => send_reply(
             &mut stream,
             &mut sealer,
             &Reply::Refused {
-                reason: "not served over TCP: a pod's egress goes to warren's proxy, and kill, \
-                         signal and resize are only valid on an exec connection"
-                    .into(),
+                reason:
+                    "not served over TCP: a pod's egress goes to warren's proxy, and kill, \
+                         signal, resize and kill_started_after are only valid on an exec connection"
+                        .into(),
             },
         ),
     }
@@ -468,8 +470,8 @@ fn exec(
                     }
                 }
                 Ok(Some((Kind::StdinEnd, _))) => stdin_queue = None,
-                Ok(Some((Kind::Request, body))) => match serde_json::from_slice(&body) {
-                    Ok(request @ (Request::Kill | Request::Signal { .. } | Request::Resize(_))) => {
+                Ok(Some((Kind::Request, body))) => match serde_json::from_slice::<Request>(&body) {
+                    Ok(request) if request.is_control() => {
                         let _ = protocol::send_frame(inbound_server.as_fd(), &request, &[]);
                     }
                     _ => {

@@ -41,6 +41,18 @@ pub enum Request {
     /// Set the terminal size of the command started on this connection with a terminal
     /// ([`ExecSpec::pty`]): its foreground process group gets `SIGWINCH`. Nothing answers.
     Resize(PtySize),
+    /// Kill what in the tree of the command started on this connection began after this
+    /// moment of the runtime's clock (`/proc/uptime` in hundredths, and the last pid handed
+    /// out by then): one command of a long-lived shell, the shell and its earlier jobs
+    /// staying. The tree is the command's cgroup leaf, or its supervisor's subtree, so a
+    /// double fork or `setsid` does not leave it. Nothing answers.
+    KillStartedAfter {
+        /// `/proc/uptime` then, in hundredths of a second.
+        uptime_centis: u64,
+        /// The last pid handed out then, when the runtime tells.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_pid: Option<i32>,
+    },
     /// Who are you? Answered with [`Reply::Pong`].
     Ping,
     /// Make this connection the one init sends egress connections over
@@ -97,6 +109,34 @@ pub struct PtySize {
     pub cols: u16,
     /// Rows.
     pub rows: u16,
+}
+
+impl Request {
+    /// The request that asks the runtime for `signal` on the command of a connection.
+    pub fn control(signal: warren_backend::ProcessSignal) -> Self {
+        use warren_backend::ProcessSignal;
+        match signal {
+            ProcessSignal::Signal { signal, group } => Self::Signal { signal, group },
+            ProcessSignal::Resize(size) => Self::Resize(PtySize {
+                cols: size.cols,
+                rows: size.rows,
+            }),
+            ProcessSignal::Kill => Self::Kill,
+            ProcessSignal::KillStartedAfter(instant) => Self::KillStartedAfter {
+                uptime_centis: instant.uptime_centis,
+                last_pid: instant.last_pid,
+            },
+        }
+    }
+
+    /// Whether this is a control of the command started on its connection (valid only
+    /// there, after the exec).
+    pub fn is_control(&self) -> bool {
+        matches!(
+            self,
+            Self::Kill | Self::Signal { .. } | Self::Resize(_) | Self::KillStartedAfter { .. }
+        )
+    }
 }
 
 /// An answer from init.

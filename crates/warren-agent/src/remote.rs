@@ -559,15 +559,7 @@ async fn outbound_process(
             },
             request = requests.recv(), if controls => match request {
                 Some(request) => {
-                    let request = match request {
-                        warren_backend::ProcessSignal::Signal { signal, group } => {
-                            Request::Signal { signal, group }
-                        }
-                        warren_backend::ProcessSignal::Resize(size) => {
-                            Request::Resize(crate::protocol::PtySize { cols: size.cols, rows: size.rows })
-                        }
-                        warren_backend::ProcessSignal::Kill => Request::Kill,
-                    };
+                    let request = Request::control(request);
                     let Ok(body) = serde_json::to_vec(&request) else { continue };
                     let _ = outbound.send(Kind::Request, &body).await;
                 }

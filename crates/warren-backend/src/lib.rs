@@ -25,7 +25,7 @@ pub use memory::{MemoryBackend, MemoryEvent};
 pub use mount::bind_fd;
 pub use process::{
     ProcessControl, ProcessExit, ProcessHandle, ProcessInput, ProcessOutput, ProcessRequest,
-    ProcessSignal, ProcessStart, ProcessWait, TerminalSize,
+    ProcessSignal, ProcessStart, ProcessWait, RuntimeInstant, TerminalSize,
 };
 pub use set::BackendSet;
 pub use spec::{

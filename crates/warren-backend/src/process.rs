@@ -53,6 +53,22 @@ pub enum ProcessSignal {
     Resize(TerminalSize),
     /// Kill its whole tree, background processes included (I24).
     Kill,
+    /// Kill what in its tree began after `instant`, sparing the process itself and what
+    /// it started earlier: one command of a long-lived shell, the shell and its earlier
+    /// jobs staying. Processes that left the tree (a double fork, `setsid`) are still in
+    /// it: the runtime holds them by cgroup or subreaper, never by parentage alone.
+    KillStartedAfter(RuntimeInstant),
+}
+
+/// A moment of a runtime's own clock, as a process inside it reads it: enough to tell
+/// the processes started after it from those started before, even within one clock tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeInstant {
+    /// The runtime's `/proc/uptime`, in hundredths of a second.
+    pub uptime_centis: u64,
+    /// The last pid the runtime had handed out (`/proc/loadavg`'s last field), when it
+    /// tells; a process started within the same tick with a higher pid came later.
+    pub last_pid: Option<i32>,
 }
 
 /// How a process ended.

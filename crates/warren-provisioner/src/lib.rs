@@ -336,17 +336,6 @@ impl Provisioner {
         self.inflight.hold(sandbox.clone())
     }
 
-    /// One more command runs in `sandbox` (activity for the reaper and the termination
-    /// grace); each call is matched by one [`Self::inflight_ended`].
-    pub(crate) fn inflight_started(&self, sandbox: &SandboxId) {
-        self.inflight.started(sandbox);
-    }
-
-    /// A command counted by [`Self::inflight_started`] ended.
-    pub(crate) fn inflight_ended(&self, sandbox: &SandboxId) {
-        self.inflight.ended(sandbox);
-    }
-
     fn lifecycle_lock(&self, sandbox: &SandboxId) -> Arc<tokio::sync::Mutex<()>> {
         // Poisoning cannot leave the map inconsistent: entries are only inserted.
         let mut locks = self

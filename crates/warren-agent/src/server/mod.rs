@@ -127,6 +127,46 @@ fn signal_command(exec: &RunningExec, signal: i32, group: bool) {
     let _ = supervisor::deliver(exec.pid, number, group);
 }
 
+/// Stops, then kills, what in the command's tree began after the runtime's clock read
+/// `uptime_centis` with `last_pid` the newest pid (`sweep::started_after`): one command of
+/// a long-lived shell, whose shell and earlier jobs began before. The tree is the
+/// command's cgroup leaf where it has one, else the subtree of its supervisor (the
+/// subreaper of everything it started) or of the command itself; a process that left
+/// by a double fork or `setsid` is still in it. Zombies are left to their parents.
+fn kill_started_after(exec: &RunningExec, uptime_centis: u64, last_pid: Option<i32>) {
+    if exec.killed {
+        return;
+    }
+    let ticks = rustix::param::clock_ticks_per_second();
+    let since = sweep::Since::new(uptime_centis, last_pid, ticks);
+    let leaf = exec
+        .cgroup
+        .as_ref()
+        .map(|cgroup| format!("/{}", cgroup.name()));
+    let root = exec.pid;
+    sweep::stop_and_kill(
+        |processes| {
+            let tree = match &leaf {
+                Some(leaf) => processes
+                    .iter()
+                    .filter(|p| {
+                        std::fs::read_to_string(format!("/proc/{}/cgroup", p.pid))
+                            .is_ok_and(|text| text.lines().any(|line| line.ends_with(leaf)))
+                    })
+                    .map(|p| p.pid)
+                    .collect(),
+                None => sweep::descendants(processes, root),
+            };
+            processes
+                .iter()
+                .filter(|p| !p.zombie && tree.contains(&p.pid) && since.precedes(p))
+                .map(|p| p.pid)
+                .collect()
+        },
+        || {},
+    );
+}
+
 /// Drops root for good: no supplementary groups, 1000:1000 (I11), which clears every
 /// capability.
 fn become_sandbox_user() -> rustix::io::Result<()> {
@@ -394,11 +434,15 @@ impl Server {
             Request::ArchiveHome { limit } => self.move_home(connection, fds, limit, true),
             Request::RestoreHome { limit } => self.move_home(connection, fds, limit, false),
             Request::Relay { id } => self.start_relay(id, fds),
-            Request::Kill | Request::Signal { .. } | Request::Resize(_) => {
+            Request::Kill
+            | Request::Signal { .. }
+            | Request::Resize(_)
+            | Request::KillStartedAfter { .. } => {
                 let _ = protocol::send_frame(
                     connection.as_fd(),
                     &Reply::Refused {
-                        reason: "kill, signal and resize are only valid on an exec connection"
+                        reason: "kill, signal, resize and kill_started_after are only valid on \
+                                 an exec connection"
                             .into(),
                     },
                     &[],
@@ -767,6 +811,16 @@ impl Server {
                 if let Some(master) = &exec.terminal {
                     let _ = pty::resize(master, size);
                 }
+                return;
+            }
+            Ok(Some((
+                Request::KillStartedAfter {
+                    uptime_centis,
+                    last_pid,
+                },
+                _,
+            ))) => {
+                kill_started_after(exec, uptime_centis, last_pid);
                 return;
             }
             Ok(Some((Request::Kill, _))) => true,

@@ -4,9 +4,11 @@
 //!
 //! A process found in one listing and killed in the next step may have forked meanwhile;
 //! its child is not in the listing. So every round first stops (SIGSTOP) each process it
-//! found, which keeps a stopped process from forking again, then kills them (SIGKILL
-//! works on stopped processes), and rounds repeat until a listing finds nobody: a fork
-//! bomb can only add what it forked between one listing and its SIGSTOP (I24).
+//! found whose parent it kills too, which keeps a stopped process from forking again while
+//! its siblings are signalled, then kills them all (SIGKILL works on stopped processes);
+//! a process whose parent stays is killed at once, never shown to that parent stopped
+//! (see `stop_first`). Rounds repeat until a listing finds nobody: a fork bomb can only
+//! add what it forked between one listing and its signal (I24).
 //!
 //! A listing is not a snapshot either: `/proc` is read first, each process's `stat`
 //! after. A process alive when the directory was read may fork (children the listing
@@ -119,6 +121,58 @@ pub fn descendants(processes: &[Process], ancestor: i32) -> Vec<i32> {
     found
 }
 
+/// How many ticks before a moment a process's start may read and still have begun after
+/// it: gVisor (runsc 20221219) reports a start up to a tick before the `/proc/uptime` its
+/// parent read first.
+const SINCE_SLACK: u64 = 2;
+
+/// A moment of the runtime's clock, to tell the processes that began after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Since {
+    /// The clock tick it fell in, as `/proc/<pid>/stat` counts start times.
+    tick: u64,
+    /// The newest pid then, when known.
+    last_pid: Option<i32>,
+}
+
+impl Since {
+    /// The moment `/proc/uptime` read `uptime_centis` hundredths, `last_pid` the newest pid,
+    /// on a clock of `ticks_per_second`.
+    pub fn new(uptime_centis: u64, last_pid: Option<i32>, ticks_per_second: u64) -> Self {
+        Self {
+            tick: uptime_centis.saturating_mul(ticks_per_second) / 100,
+            last_pid,
+        }
+    }
+
+    /// Whether `process` began after this moment: in a later tick, or within the
+    /// [`SINCE_SLACK`] ticks up to it with a newer pid (pids are handed out in order; a tick
+    /// is 10 ms, and two commands of one shell can begin closer together than that).
+    /// Without the newest pid, every process of those ticks counts as later.
+    pub fn precedes(&self, process: &Process) -> bool {
+        process.start_time > self.tick
+            || (process.start_time.saturating_add(SINCE_SLACK) >= self.tick
+                && self.last_pid.is_none_or(|last| process.pid > last))
+    }
+}
+
+/// Splits `picked` into the processes stopped before they are killed (their parent is
+/// killed too) and those killed at once: a process whose parent stays (a shell one of whose
+/// commands is stopped, init) is never left stopped in between, since its parent would see
+/// a stopped child (gVisor reports it even to a parent that did not ask, and a shell then
+/// ends). Whatever one of those forks before its kill is found, and stopped, next round.
+fn stop_first(listed: &[Process], picked: &[i32]) -> (Vec<Pid>, Vec<Pid>) {
+    let picked_set: BTreeSet<i32> = picked.iter().copied().collect();
+    let parent: HashMap<i32, i32> = listed.iter().map(|p| (p.pid, p.ppid)).collect();
+    let (stopped, only_killed): (Vec<i32>, Vec<i32>) = picked.iter().partition(|pid| {
+        parent
+            .get(pid)
+            .is_some_and(|ppid| picked_set.contains(ppid))
+    });
+    let pids = |list: Vec<i32>| list.into_iter().filter_map(Pid::from_raw).collect();
+    (pids(stopped), pids(only_killed))
+}
+
 /// Stops, then kills, every process `select` picks from each listing (it picks among the
 /// live ones), round after round, calling `reap` after each round (the caller's children
 /// must be waited for by the caller, who may have to report them), until a listing picks
@@ -140,12 +194,12 @@ pub fn stop_and_kill(
             return killed.len() as u64;
         }
         zombies_before = zombies(&listed);
-        let pids: Vec<Pid> = picked.iter().copied().filter_map(Pid::from_raw).collect();
+        let (stopped, only_killed) = stop_first(&listed, &picked);
         // ESRCH only means it is gone already.
-        for &pid in &pids {
+        for &pid in &stopped {
             let _ = rustix::process::kill_process(pid, Signal::STOP);
         }
-        for &pid in &pids {
+        for &pid in stopped.iter().chain(&only_killed) {
             let _ = rustix::process::kill_process(pid, Signal::KILL);
         }
         killed.extend(picked);
@@ -207,6 +261,54 @@ mod tests {
             ..died_long_ago
         };
         assert!(!conclusive(&[reused], &before, select));
+    }
+
+    #[test]
+    fn only_a_process_whose_parent_is_killed_too_is_stopped_first() {
+        let table = [
+            process(1, 0, false),
+            process(10, 1, false),
+            process(11, 10, false),
+            process(12, 11, false),
+            process(20, 1, false),
+        ];
+        let raw = |pids: Vec<Pid>| -> Vec<i32> {
+            pids.into_iter().map(|p| p.as_raw_nonzero().get()).collect()
+        };
+        let (stopped, only_killed) = stop_first(&table, &[11, 12, 20]);
+        assert_eq!(raw(stopped), vec![12]);
+        assert_eq!(raw(only_killed), vec![11, 20]);
+    }
+
+    #[test]
+    fn a_moment_precedes_later_ticks_and_newer_pids_of_the_ticks_up_to_it() {
+        let at = |pid, start_time| Process {
+            pid,
+            ppid: 1,
+            start_time,
+            zombie: false,
+        };
+        // 123.45 s since boot on a 100 Hz clock is tick 12345.
+        let since = Since::new(12_345, Some(500), 100);
+        let cases = [
+            (at(900, 12_342), false, "a tick before the slack"),
+            (at(499, 12_345), false, "an older pid of the same tick"),
+            (at(500, 12_345), false, "the newest pid then"),
+            (at(501, 12_345), true, "a newer pid of the same tick"),
+            (at(501, 12_343), true, "a newer pid a clock lag early"),
+            (at(499, 12_344), false, "an older pid a tick early"),
+            (at(2, 12_346), true, "a later tick, whatever its pid"),
+        ];
+        for (process, later, what) in cases {
+            assert_eq!(since.precedes(&process), later, "{what}");
+        }
+        let unknown = Since::new(12_345, None, 100);
+        assert!(unknown.precedes(&at(2, 12_345)));
+        assert!(unknown.precedes(&at(2, 12_343)), "within the clock lag");
+        assert!(!unknown.precedes(&at(2, 12_342)));
+        // A 250 Hz clock counts 2.5 ticks a hundredth: tick 250.
+        assert!(Since::new(100, None, 250).precedes(&at(9, 251)));
+        assert!(!Since::new(100, None, 250).precedes(&at(9, 247)));
     }
 
     #[test]

@@ -4,21 +4,16 @@
 
 use super::*;
 
-/// The bootstrap's ready line: `\x1eR<nonce>` then pid, flavor and directory, `\x1f`-separated,
-/// ending in NUL.
+/// The bootstrap's ready line: `\x1eR<nonce>\x1f<flavor>` ending in NUL.
 pub(super) fn parse_ready(early: &[u8], token: &[u8]) -> Option<ShellProcess> {
     let at = find(early, token)?;
     let rest = &early[at + token.len()..];
     let end = rest.iter().position(|&b| b == 0)?;
-    let text = std::str::from_utf8(&rest[..end]).ok()?;
-    let mut fields = text.strip_prefix('\x1f')?.splitn(3, '\x1f');
-    let pid = fields.next()?.parse().ok()?;
-    let flavor = match fields.next()? {
-        "bash" => Flavor::Bash,
+    let flavor = match rest[..end].strip_prefix(b"\x1f")? {
+        b"bash" => Flavor::Bash,
         _ => Flavor::Sh,
     };
-    let dir = fields.next()?.to_owned();
-    Some(ShellProcess { pid, dir, flavor })
+    Some(ShellProcess { flavor })
 }
 
 /// When a command began, from its begin marker.
@@ -27,7 +22,7 @@ pub(super) struct BeginMark {
     /// The runtime's clock, in hundredths of a second since boot.
     pub(super) centis: u64,
     /// The last pid the runtime had handed out.
-    pub(super) last_pid: Option<u64>,
+    pub(super) last_pid: Option<i32>,
 }
 
 /// The begin marker's trailer: `\x1f<uptime>\x1f<last pid>`.
@@ -36,7 +31,8 @@ pub(super) fn parse_begin(trailer: &[u8]) -> Option<BeginMark> {
     let (uptime, last_pid) = text.split_once('\x1f').unwrap_or((text, ""));
     Some(BeginMark {
         centis: parse_uptime(uptime)?,
-        last_pid: last_pid.parse().ok(),
+        // gVisor's `/proc/loadavg` says 0: no pid was ever 0, so that tells nothing.
+        last_pid: last_pid.parse().ok().filter(|&pid| pid > 0),
     })
 }
 

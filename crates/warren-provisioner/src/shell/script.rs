@@ -8,6 +8,20 @@ pub(super) fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
+/// The text the session's shell runs first: it moves to the session's directory. Nothing in
+/// it is a command's: its output is never read.
+pub(super) fn prelude(flavor: Flavor, start_dir: &str) -> String {
+    format!(
+        "{cd} -- {dir} </dev/null; unset OLDPWD\n",
+        cd = if flavor == Flavor::Bash {
+            "builtin cd"
+        } else {
+            "cd"
+        },
+        dir = quote(start_dir),
+    )
+}
+
 /// The text the session's shell runs for one command (see the module docs). Between the
 /// begin and end markers only the command itself (and `set -x` traces of it) writes.
 pub(super) fn wrap(
@@ -16,8 +30,6 @@ pub(super) fn wrap(
     nonce: &str,
     command: &ShellCommand,
     exec_dir: Option<&str>,
-    first: bool,
-    start_dir: &str,
 ) -> String {
     let bash = flavor == Flavor::Bash;
     let (a, b) = nonce.split_at(nonce.len() / 2);
@@ -31,24 +43,10 @@ pub(super) fn wrap(
     } else {
         "command eval"
     };
-    let closed = "7<&- 8>&- 9>&-";
+    // The command's stdin is not the script; the markers' descriptors are not its own.
+    let closed = "</dev/null 8>&- 9>&-";
     let split = kind == SessionKind::Bash;
     let mut w = String::new();
-    if first {
-        // The shell started in its own directory (see BOOTSTRAP).
-        w.push_str(&format!(
-            "{cd} -- {dir}; unset OLDPWD\n",
-            cd = if bash { "builtin cd" } else { "cd" },
-            dir = quote(start_dir)
-        ));
-        // Runs a command in a subshell: for the rare text that would end the shell while
-        // being parsed (bash exits on a syntax error inside `$(...)`).
-        w.push_str(if bash {
-            "__warren_sub() { ( builtin eval \"$1\" ); }\n"
-        } else {
-            "__warren_sub() { ( eval \"$1\" ); }\n"
-        });
-    }
     // Variables for this command only: saved, set, restored after it.
     let mut restore = String::new();
     for (i, (name, value)) in command.env.iter().enumerate() {
@@ -78,7 +76,7 @@ pub(super) fn wrap(
         // would end the shell runs in a subshell of its own instead.
         let check = quote(&format!("__warren_check() {{\n{}\n}}", command.command));
         w.push_str(&format!(
-            "if ( builtin eval {check} ) >/dev/null 2>&1; then __warren_ok=1; else __warren_ok=; fi\n"
+            "if ( builtin eval {check} ) </dev/null >/dev/null 2>&1; then __warren_ok=1; else __warren_ok=; fi\n"
         ));
     }
     // The runtime's clock and the last pid it handed out, to tell this command's processes
@@ -99,7 +97,7 @@ pub(super) fn wrap(
     }
     let run = if risky {
         format!(
-            "case $__warren_ok in 1) {eval} {quoted} {closed};; *) __warren_sub {quoted} {closed};; esac"
+            "case $__warren_ok in 1) {eval} {quoted} {closed};; *) ( {eval} {quoted} ) {closed};; esac"
         )
     } else {
         format!("{eval} {quoted} {closed}")

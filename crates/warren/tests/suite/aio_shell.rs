@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{json, Value};
-use warren_test_support::{TestServer, DOCKER_TEST_IMAGE, TEST_TOKEN};
+use warren_test_support::{TestServer, TEST_TOKEN};
 
+use super::conformance::Host;
 use super::{bin, write_config};
 
 const KEY: &str = "deerflow-key-0123456789abcdef0123456789abcdef";
@@ -16,7 +17,7 @@ const KEY: &str = "deerflow-key-0123456789abcdef0123456789abcdef";
 /// A local-backend server with DeerFlow's APIs on, and one DeerFlow sandbox in it.
 struct Aio {
     server: TestServer,
-    _config: tempfile::NamedTempFile,
+    _config: Option<tempfile::NamedTempFile>,
     http: reqwest::Client,
     /// The sandbox's AIO base URL (its capability URL).
     url: String,
@@ -35,7 +36,16 @@ impl Aio {
         let config = write_config(&format!("{extra}\n[deerflow]\napi_key = \"{KEY}\"\n"));
         let mut args = args.to_vec();
         args.extend(["--config", config.path().to_str().unwrap()]);
-        let server = TestServer::start_with(bin(), &args);
+        Self::around(TestServer::start_with(bin(), &args), Some(config)).await
+    }
+
+    /// A server on `host` with DeerFlow's APIs on.
+    async fn on(host: Host) -> Self {
+        let config = format!("\n[deerflow]\napi_key = \"{KEY}\"\n");
+        Self::around(host.start_configured(&config, &[]), None).await
+    }
+
+    async fn around(server: TestServer, config: Option<tempfile::NamedTempFile>) -> Self {
         let mut aio = Self {
             server,
             _config: config,
@@ -159,6 +169,21 @@ impl Aio {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 }
+
+/// A command whose tree holds a background job, a subshell, a double-forked child, a
+/// `setsid` child and a `nohup` child: stopping it leaves none of them.
+const ESCAPES: &str = "sleep 998 & (sleep 999; echo never) & ( sleep 989 & ) ; \
+    setsid sleep 988 & nohup sleep 987 >/dev/null 2>&1 & echo started; sleep 996";
+
+/// What [`ESCAPES`] starts, as `ps` shows it.
+const ESCAPES_LEFT: [&str; 6] = [
+    "sleep 998",
+    "sleep 999",
+    "sleep 996",
+    "sleep 989",
+    "sleep 988",
+    "sleep 987",
+];
 
 /// The last line of an output: bash may first report background jobs a kill ended, as an
 /// interactive shell does at its next prompt.
@@ -502,7 +527,7 @@ async fn a_hard_timeout_kills_the_commands_tree_and_leaves_the_shell_and_older_j
             "/v1/shell/exec",
             json!({
                 "id": id,
-                "command": "sleep 998 & (sleep 999; echo never) & echo started; sleep 996",
+                "command": ESCAPES,
                 "hard_timeout": 1.0,
             }),
         )
@@ -520,8 +545,8 @@ async fn a_hard_timeout_kills_the_commands_tree_and_leaves_the_shell_and_older_j
         "{:?}",
         started.elapsed()
     );
-    aio.until_processes("the command's tree is killed", |seen| {
-        !seen.contains("sleep 998") && !seen.contains("sleep 999") && !seen.contains("sleep 996")
+    aio.until_processes("the command's tree is killed, what left it too", |seen| {
+        !ESCAPES_LEFT.iter().any(|left| seen.contains(left))
     })
     .await;
     let seen = aio.processes().await;
@@ -575,7 +600,7 @@ async fn a_hard_timeout_kills_the_commands_tree_and_leaves_the_shell_and_older_j
 
     // Each command has its run record (I22), a timeout marked as such.
     assert_eq!(
-        aio.run_row("sleep 998 & (sleep 999; echo never) & echo started; sleep 996"),
+        aio.run_row(ESCAPES),
         "[('finished', 137, 1, None, '/mnt/user-data', 'deerflow')]"
     );
     assert_eq!(
@@ -950,10 +975,10 @@ async fn secrets_are_masked_in_output_and_run_records_and_the_token_never_enters
     assert!(!env.contains(TEST_TOKEN), "{env}");
 }
 
-#[tokio::test]
-async fn on_docker_a_session_keeps_its_shell_and_stopping_a_command_leaves_it() {
-    warren_test_support::require_docker();
-    let aio = Aio::start_on(&["--backend", "docker", "--image", DOCKER_TEST_IMAGE], "").await;
+/// On every backend and tier: one shell per session, and stopping a command kills its whole
+/// tree, what left it by a double fork, `setsid` or `nohup` included, and leaves the shell.
+async fn a_session_keeps_its_shell_and_stopping_a_command_leaves_it(host: Host) {
+    let aio = Aio::on(host).await;
     let (a, b) = (aio.shell_session().await, aio.shell_session().await);
     let pid = aio.output(&a, "cd /tmp; X=1; echo $$").await;
     assert_eq!(
@@ -973,13 +998,13 @@ async fn on_docker_a_session_keeps_its_shell_and_stopping_a_command_leaves_it() 
     let data = aio
         .data(
             "/v1/shell/exec",
-            json!({"id": a, "command": "sleep 992 & echo started; sleep 991", "hard_timeout": 1.0}),
+            json!({"id": a, "command": ESCAPES, "hard_timeout": 1.0}),
         )
         .await;
     assert_eq!(data["status"], "hard_timeout", "{data}");
     assert!(text(&data["output"]).starts_with("started\n"), "{data}");
-    aio.until_processes("the command's tree is killed", |seen| {
-        !seen.contains("sleep 992") && !seen.contains("sleep 991")
+    aio.until_processes("the command's tree is killed, what left it too", |seen| {
+        !ESCAPES_LEFT.iter().any(|left| seen.contains(left))
     })
     .await;
     assert_eq!(last_line(&aio.output(&a, "echo $$").await), pid.trim());
@@ -1052,3 +1077,27 @@ async fn an_idle_session_closes_itself_so_the_reaper_can_reclaim_the_runtime_but
         .await;
     assert_eq!(status, 404, "{gone}");
 }
+
+macro_rules! on_every_host {
+    ($($module:ident: $host:ident),*) => {
+        $(
+            mod $module {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn a_session_keeps_its_shell_and_stopping_a_command_leaves_it() {
+                    super::a_session_keeps_its_shell_and_stopping_a_command_leaves_it(
+                        super::Host::$host,
+                    )
+                    .await
+                }
+            }
+        )*
+    };
+}
+
+on_every_host!(
+    local: Local,
+    docker: Docker,
+    kubernetes: Kubernetes,
+    local_gvisor: LocalGvisor,
+    docker_gvisor: DockerGvisor
+);

@@ -86,6 +86,25 @@ impl Host {
         TestServer::start_with(bin(), &args)
     }
 
+    /// Starts a server on this backend with `config` in its config file (after what the
+    /// backend needs there) and more `warren serve` arguments.
+    pub(crate) fn start_configured(self, config: &str, extra: &[&str]) -> TestServer {
+        if self.backend() == Self::Kubernetes {
+            assert!(
+                super::running_as_root(),
+                "the Kubernetes rules need root: the simulated kubelet makes namespaces"
+            );
+            return TestServer::start_kubernetes_with(bin(), config, extra);
+        }
+        let file = super::write_config(config);
+        let path = file.path().display().to_string();
+        let mut args = vec!["--config", path.as_str()];
+        args.extend_from_slice(extra);
+        let mut server = self.start_with(&args);
+        server.hold(file);
+        server
+    }
+
     fn name(self) -> &'static str {
         match self {
             Self::Local => "local",
