@@ -303,6 +303,29 @@ impl ManagedProcess {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Table {
     sandboxes: Arc<Mutex<HashMap<SandboxId, ByPid>>>,
+    /// Starts under way per sandbox, counted against [`MAX_PROCESSES`] with the running
+    /// ones (locked after `sandboxes`).
+    starting: Arc<Mutex<HashMap<SandboxId, usize>>>,
+}
+
+/// A start under way: it counts against [`MAX_PROCESSES`] until dropped, which the start
+/// does once its process is in the table (or it failed).
+#[derive(Debug)]
+pub(crate) struct Starting {
+    table: Table,
+    sandbox: SandboxId,
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        let mut starting = lock(&self.table.starting);
+        if let Some(pending) = starting.get_mut(&self.sandbox) {
+            *pending -= 1;
+            if *pending == 0 {
+                starting.remove(&self.sandbox);
+            }
+        }
+    }
 }
 
 /// One sandbox's processes, by pid.
@@ -322,9 +345,26 @@ impl Table {
         processes.values().cloned().collect()
     }
 
-    fn running(&self, sandbox: &SandboxId) -> usize {
-        lock(&self.sandboxes).get(sandbox).map_or(0, |processes| {
+    /// Counts one more start for the sandbox, unless its running processes and the starts
+    /// under way reach [`MAX_PROCESSES`]: both are counted under one lock, so concurrent
+    /// starts never pass the bound.
+    fn reserve(&self, sandbox: &SandboxId) -> Option<Starting> {
+        let sandboxes = lock(&self.sandboxes);
+        let mut starting = lock(&self.starting);
+        let running = sandboxes.get(sandbox).map_or(0, |processes| {
             processes.values().filter(|p| p.is_running()).count()
+        });
+        let pending = starting.entry(sandbox.clone()).or_default();
+        if running + *pending >= MAX_PROCESSES {
+            if *pending == 0 {
+                starting.remove(sandbox);
+            }
+            return None;
+        }
+        *pending += 1;
+        Some(Starting {
+            table: self.clone(),
+            sandbox: sandbox.clone(),
         })
     }
 
@@ -421,12 +461,14 @@ impl Provisioner {
         if input.timeout.is_some_and(|t| t.is_zero()) {
             return Err(ProvisionerError::BadRequest("timeout_s must be at least 1"));
         }
-        if self.processes.running(id) >= MAX_PROCESSES {
-            return Err(ProvisionerError::TooManyProcesses {
-                sandbox: id.clone(),
-                max: MAX_PROCESSES,
-            });
-        }
+        // Held until the process is in the table: the bound holds for concurrent starts.
+        let _starting =
+            self.processes
+                .reserve(id)
+                .ok_or_else(|| ProvisionerError::TooManyProcesses {
+                    sandbox: id.clone(),
+                    max: MAX_PROCESSES,
+                })?;
         let (mut record, mut fence) = self.start_runtime_here(id).await?;
         let cwd = match input.cwd.as_deref() {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
@@ -881,4 +923,24 @@ async fn supervise(
     // Readable for a while after its end; then forgotten, with its output.
     tokio::time::sleep(ENDED_KEPT).await;
     table.forget(&process);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starts_under_way_count_against_the_bound_until_they_end() {
+        let table = Table::default();
+        let a = SandboxId::parse("sbx-000000000000000000000001").unwrap();
+        let b = SandboxId::parse("sbx-000000000000000000000002").unwrap();
+        let held: Vec<Starting> = (0..MAX_PROCESSES)
+            .map(|_| table.reserve(&a).expect("room"))
+            .collect();
+        assert!(table.reserve(&a).is_none(), "the bound holds");
+        assert!(table.reserve(&b).is_some(), "per sandbox");
+        drop(held);
+        assert!(lock(&table.starting).is_empty(), "nothing is left counted");
+        assert!(table.reserve(&a).is_some());
+    }
 }

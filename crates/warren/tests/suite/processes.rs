@@ -535,6 +535,44 @@ mod stdin_volume {
     );
 }
 
+/// A sandbox runs at most 32 processes at once, however many starts race for the last
+/// places: the rest are refused with 409 `too_many_processes`, and a place that frees up
+/// is taken again (no tenant hurts another through the server's own bookkeeping either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_never_pass_the_bound_on_running_processes() {
+    let server = Host::Local.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "true").await;
+    let starts = (0..40).map(|_| {
+        server.send_json(
+            server
+                .request(Method::POST, &format!("/v1/sandboxes/{id}/processes"))
+                .json(&json!({"argv": ["sleep", "300"]})),
+        )
+    });
+    let answers = futures::future::join_all(starts).await;
+    let started: Vec<i64> = answers
+        .iter()
+        .filter(|(status, _)| *status == 201)
+        .map(|(_, answer)| pid_of(answer))
+        .collect();
+    let refused: Vec<&Value> = answers
+        .iter()
+        .filter(|(status, _)| *status == 409)
+        .map(|(_, answer)| answer)
+        .collect();
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!((started.len(), refused.len()), (32, 8), "{statuses:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|answer| answer["error"]["code"] == "too_many_processes"),
+        "{refused:?}"
+    );
+    assert_eq!(post(&server, &id, started[0], "kill", json!({})).await, 200);
+    start(&server, &id, json!({"argv": ["sleep", "300"]})).await;
+}
+
 /// `warren exec -i`: stdin passes through as it comes, the exit code comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warren_exec_i_passes_stdin_through_and_the_exit_code_back() {
