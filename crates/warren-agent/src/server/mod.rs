@@ -128,7 +128,7 @@ fn signal_command(exec: &RunningExec, signal: i32, group: bool) {
 }
 
 /// Stops, then kills, what in the command's tree began after the runtime's clock read
-/// `uptime_centis` with `last_pid` the newest pid (`sweep::started_after`): one command of
+/// `uptime_centis` with `last_pid` the newest pid (`sweep::Since`): one command of
 /// a long-lived shell, whose shell and earlier jobs began before. The tree is the
 /// command's cgroup leaf where it has one, else the subtree of its supervisor (the
 /// subreaper of everything it started) or of the command itself; a process that left
