@@ -127,7 +127,7 @@ fn signal_command(exec: &RunningExec, signal: i32, group: bool) {
     let _ = supervisor::deliver(exec.pid, number, group);
 }
 
-/// Stops, then kills, what in the command's tree began after the runtime's clock read
+/// Kills what in the command's tree began after the runtime's clock read
 /// `uptime_centis` with `last_pid` the newest pid (`sweep::Since`): one command of
 /// a long-lived shell, whose shell and earlier jobs began before. The tree is the
 /// command's cgroup leaf where it has one, else the subtree of its supervisor (the
@@ -144,7 +144,9 @@ fn kill_started_after(exec: &RunningExec, uptime_centis: u64, last_pid: Option<i
         .as_ref()
         .map(|cgroup| format!("/{}", cgroup.name()));
     let root = exec.pid;
+    // Nothing is stopped: the shell that stays is of the same process group.
     sweep::stop_and_kill(
+        sweep::Stopping::Never,
         |processes| {
             let tree = match &leaf {
                 Some(leaf) => processes
@@ -879,6 +881,7 @@ impl Server {
         let me = rustix::process::getpid().as_raw_nonzero().get();
         let keep = self.served.keep.clone();
         killed += sweep::stop_and_kill(
+            sweep::Stopping::First,
             |processes| {
                 processes
                     .iter()

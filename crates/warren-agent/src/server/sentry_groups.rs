@@ -151,10 +151,10 @@ impl CommandGroup for SentryGroup {
                     self.name
                 )));
             }
-            // ESRCH only means it is gone already.
-            for &pid in &members {
-                let _ = rustix::process::kill_process(pid, Signal::STOP);
-            }
+            // Killed, never stopped first: membership finds whatever forked meanwhile, and
+            // under gVisor a stopped member of the command's orphaned process group makes
+            // the Sentry send the group SIGHUP when another member exits, so the command
+            // would end by SIGHUP rather than the kill. ESRCH only means it is gone already.
             for &pid in &members {
                 let _ = rustix::process::kill_process(pid, Signal::KILL);
             }

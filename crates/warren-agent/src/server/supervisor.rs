@@ -130,6 +130,7 @@ fn forward_signals(kill: &OwnedFd, command: i32, ended: bool) -> bool {
 fn kill_subtree() {
     let me = rustix::process::getpid().as_raw_nonzero().get();
     crate::server::sweep::stop_and_kill(
+        crate::server::sweep::Stopping::First,
         |processes| crate::server::sweep::descendants(processes, me),
         || while let Ok(Some(_)) = sys::wait4_nohang(-1) {},
     );

@@ -4,11 +4,13 @@
 //!
 //! A process found in one listing and killed in the next step may have forked meanwhile;
 //! its child is not in the listing. So every round first stops (SIGSTOP) each process it
-//! found whose parent it kills too, which keeps a stopped process from forking again while
-//! its siblings are signalled, then kills them all (SIGKILL works on stopped processes);
-//! a process whose parent stays is killed at once, never shown to that parent stopped
-//! (see `stop_first`). Rounds repeat until a listing finds nobody: a fork bomb can only
-//! add what it forked between one listing and its signal (I24).
+//! found, which keeps a stopped process from forking again, then kills them (SIGKILL
+//! works on stopped processes), and rounds repeat until a listing finds nobody: a fork
+//! bomb can only add what it forked between one listing and its SIGSTOP (I24). Where a
+//! process that stays shares a process group with the ones killed (a shell and its
+//! commands, without job control), nothing is stopped ([`Stopping::Never`]): a stopped
+//! member of an orphaned process group makes the kernel send the whole group SIGHUP when
+//! another member exits (gVisor does), and the shell would end with it.
 //!
 //! A listing is not a snapshot either: `/proc` is read first, each process's `stat`
 //! after. A process alive when the directory was read may fork (children the listing
@@ -156,21 +158,14 @@ impl Since {
     }
 }
 
-/// Splits `picked` into the processes stopped before they are killed (their parent is
-/// killed too) and those killed at once: a process whose parent stays (a shell one of whose
-/// commands is stopped, init) is never left stopped in between, since its parent would see
-/// a stopped child (gVisor reports it even to a parent that did not ask, and a shell then
-/// ends). Whatever one of those forks before its kill is found, and stopped, next round.
-fn stop_first(listed: &[Process], picked: &[i32]) -> (Vec<Pid>, Vec<Pid>) {
-    let picked_set: BTreeSet<i32> = picked.iter().copied().collect();
-    let parent: HashMap<i32, i32> = listed.iter().map(|p| (p.pid, p.ppid)).collect();
-    let (stopped, only_killed): (Vec<i32>, Vec<i32>) = picked.iter().partition(|pid| {
-        parent
-            .get(pid)
-            .is_some_and(|ppid| picked_set.contains(ppid))
-    });
-    let pids = |list: Vec<i32>| list.into_iter().filter_map(Pid::from_raw).collect();
-    (pids(stopped), pids(only_killed))
+/// Whether a sweep stops what it found before killing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopping {
+    /// Stop every process found, then kill them all: nothing found forks in between.
+    First,
+    /// Kill at once, oldest first: for a sweep that spares a process of the same process
+    /// group.
+    Never,
 }
 
 /// Stops, then kills, every process `select` picks from each listing (it picks among the
@@ -179,6 +174,7 @@ fn stop_first(listed: &[Process], picked: &[i32]) -> (Vec<Pid>, Vec<Pid>) {
 /// nobody and is [`conclusive`], or the sweep has run for 10 s. Returns how many distinct
 /// processes it killed.
 pub fn stop_and_kill(
+    stopping: Stopping,
     mut select: impl FnMut(&[Process]) -> Vec<i32>,
     mut reap: impl FnMut(),
 ) -> u64 {
@@ -194,12 +190,21 @@ pub fn stop_and_kill(
             return killed.len() as u64;
         }
         zombies_before = zombies(&listed);
-        let (stopped, only_killed) = stop_first(&listed, &picked);
-        // ESRCH only means it is gone already.
-        for &pid in &stopped {
-            let _ = rustix::process::kill_process(pid, Signal::STOP);
+        let mut picked = picked;
+        if stopping == Stopping::Never {
+            // Parents before children: a parent outlives its child's kill by no instant in
+            // which it could act on that death (a subshell running its next command).
+            let start: HashMap<i32, u64> = listed.iter().map(|p| (p.pid, p.start_time)).collect();
+            picked.sort_by_key(|pid| (start.get(pid).copied().unwrap_or(u64::MAX), *pid));
         }
-        for &pid in stopped.iter().chain(&only_killed) {
+        let pids: Vec<Pid> = picked.iter().copied().filter_map(Pid::from_raw).collect();
+        // ESRCH only means it is gone already.
+        if stopping == Stopping::First {
+            for &pid in &pids {
+                let _ = rustix::process::kill_process(pid, Signal::STOP);
+            }
+        }
+        for &pid in &pids {
             let _ = rustix::process::kill_process(pid, Signal::KILL);
         }
         killed.extend(picked);
@@ -261,23 +266,6 @@ mod tests {
             ..died_long_ago
         };
         assert!(!conclusive(&[reused], &before, select));
-    }
-
-    #[test]
-    fn only_a_process_whose_parent_is_killed_too_is_stopped_first() {
-        let table = [
-            process(1, 0, false),
-            process(10, 1, false),
-            process(11, 10, false),
-            process(12, 11, false),
-            process(20, 1, false),
-        ];
-        let raw = |pids: Vec<Pid>| -> Vec<i32> {
-            pids.into_iter().map(|p| p.as_raw_nonzero().get()).collect()
-        };
-        let (stopped, only_killed) = stop_first(&table, &[11, 12, 20]);
-        assert_eq!(raw(stopped), vec![12]);
-        assert_eq!(raw(only_killed), vec![11, 20]);
     }
 
     #[test]

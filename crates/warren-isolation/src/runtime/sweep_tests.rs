@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use warren_agent::server::sweep::{descendants, processes, stop_and_kill};
+use warren_agent::server::sweep::{descendants, processes, stop_and_kill, Stopping};
 
 /// Set for the helper process the sweep tests re-execute this test binary as, to a
 /// [`Scenario`]'s name.
@@ -147,6 +147,7 @@ fn helper_sweeps_a_scenario_when_run_by_the_sweep_tests() {
     let sweep_began = Instant::now();
     let mut listings = 0;
     let killed = stop_and_kill(
+        Stopping::First,
         |listed| {
             listings += 1;
             descendants(listed, me)

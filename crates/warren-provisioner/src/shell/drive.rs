@@ -99,6 +99,20 @@ pub(super) async fn drive(
         pump.abort();
     }
     let exit_code = result.as_ref().ok().and_then(|exit| exit.exit_code);
+    if !killing && ready.is_none() {
+        // Nobody asked for it: `exit` in a command, or the shell was killed.
+        match &result {
+            Ok(exit) if exit.signal.is_some() => {
+                tracing::warn!(sandbox = %session.sandbox, session = %session.id, signal = ?exit.signal, "a shell session's shell was killed")
+            }
+            Ok(exit) => {
+                tracing::info!(sandbox = %session.sandbox, session = %session.id, exit_code = ?exit.exit_code, "a shell session's shell ended")
+            }
+            Err(error) => {
+                tracing::warn!(sandbox = %session.sandbox, session = %session.id, %error, "a shell session's shell was lost")
+            }
+        }
+    }
     if let Some(ready) = ready.take() {
         let failure = match &result {
             Err(BackendError::RuntimeNotFound { sandbox }) => {

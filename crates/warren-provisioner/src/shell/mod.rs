@@ -80,6 +80,8 @@ pub const MAX_SHELL_COMMAND_BYTES: usize = 1 << 20;
 
 /// How long a stopped command may take to report its end before its session is ended.
 const KILL_GRACE: Duration = Duration::from_secs(3);
+/// How often a stopped command that has not ended is swept again within [`KILL_GRACE`].
+const KILL_AGAIN: Duration = Duration::from_millis(200);
 /// How long a stopped command may take to report its begin (the shell reads its text a
 /// byte at a time: slow under gVisor's ptrace platform on a busy host) before its session
 /// is ended.
@@ -833,13 +835,15 @@ impl Provisioner {
         let Some(control) = session.control.get() else {
             return;
         };
-        control
-            .send(ProcessSignal::KillStartedAfter(RuntimeInstant {
-                uptime_centis: since.centis,
-                last_pid: since.last_pid,
-            }))
-            .await;
+        // Sent again until the command ends: the shell may not have started the command's
+        // processes yet when the first sweep ran (it printed the begin marker, then forks),
+        // and anything started after the marker is the command's at every sweep.
+        let kill = ProcessSignal::KillStartedAfter(RuntimeInstant {
+            uptime_centis: since.centis,
+            last_pid: since.last_pid,
+        });
         let deadline = tokio::time::Instant::now() + KILL_GRACE;
+        let mut again = tokio::time::Instant::now();
         loop {
             let running = session
                 .lock()
@@ -849,9 +853,17 @@ impl Provisioner {
             if !running {
                 return;
             }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if now >= again {
+                control.send(kill).await;
+                again = now + KILL_AGAIN;
+            }
             tokio::select! {
                 _ = changed.changed() => {}
-                () = tokio::time::sleep_until(deadline) => break,
+                () = tokio::time::sleep_until(again.min(deadline)) => {}
             }
         }
         // Nothing to kill but the shell's own work: only ending the shell stops it.
