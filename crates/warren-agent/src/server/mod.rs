@@ -151,10 +151,7 @@ fn kill_started_after(exec: &RunningExec, uptime_centis: u64, last_pid: Option<i
             let tree = match &leaf {
                 Some(leaf) => processes
                     .iter()
-                    .filter(|p| {
-                        std::fs::read_to_string(format!("/proc/{}/cgroup", p.pid))
-                            .is_ok_and(|text| text.lines().any(|line| line.ends_with(leaf)))
-                    })
+                    .filter(|p| in_leaf(p.pid, leaf))
                     .map(|p| p.pid)
                     .collect(),
                 None => sweep::descendants(processes, root),
@@ -167,6 +164,13 @@ fn kill_started_after(exec: &RunningExec, uptime_centis: u64, last_pid: Option<i
         },
         || {},
     );
+}
+
+/// Whether `/proc/<pid>/cgroup` names the exec leaf `suffix` (`/<leaf name>`): true from
+/// the process's joining it until it is reaped, exiting included.
+fn in_leaf(pid: i32, suffix: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|text| text.lines().any(|line| line.ends_with(suffix)))
 }
 
 /// Drops root for good: no supplementary groups, 1000:1000 (I11), which clears every
@@ -909,11 +913,9 @@ impl Server {
             while let Ok(Some(reaped)) = sys::wait4_nohang(-1) {
                 self.deferred.push(reaped);
             }
-            let remaining = sweep::processes().into_iter().any(|p| {
-                p.pid != 1
-                    && std::fs::read_to_string(format!("/proc/{}/cgroup", p.pid))
-                        .is_ok_and(|text| text.lines().any(|line| line.ends_with(&suffix)))
-            });
+            let remaining = sweep::processes()
+                .into_iter()
+                .any(|p| p.pid != 1 && in_leaf(p.pid, &suffix));
             if !remaining || std::time::Instant::now() > deadline {
                 return;
             }

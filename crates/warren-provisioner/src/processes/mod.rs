@@ -55,7 +55,7 @@ pub const MAX_TERMINAL_SIDE: u16 = 4096;
 /// How long output is still awaited after the process ended, for pipes a background
 /// process it started keeps open: after that its output counts as complete (more that
 /// comes is still kept).
-const OUTPUT_GRACE: Duration = Duration::from_millis(150);
+pub(crate) const OUTPUT_GRACE: Duration = Duration::from_millis(150);
 /// Bytes of stdin kept from one chunk to the next for the token check: more than the
 /// longest spelling of the token (base64, percent-encoded) that `TokenFinder` knows.
 const STDIN_CARRY: usize = 4096;

@@ -4,42 +4,43 @@ use tokio::io::AsyncReadExt;
 
 use super::*;
 
+/// What the driver holds of the session's shell (its stdin and control are the session's).
+pub(super) struct Shell {
+    /// Its stdout, and its stderr (a merged session's is empty).
+    pub(super) outputs: Vec<(warren_backend::ProcessOutput, OutputStream)>,
+    /// To kill it.
+    pub(super) control: ProcessControl,
+    /// Its end.
+    pub(super) exit: warren_backend::ProcessWait,
+}
+
 /// Runs the session's shell: reads its output and feeds it to the session, reports it
 /// ready (`ready` gets what its ready line said), kills it on request or when idle, and
 /// ends the session when the shell ends.
 pub(super) async fn drive(
     provisioner: Arc<Provisioner>,
     session: Arc<Session>,
-    handle: warren_backend::ProcessHandle,
+    shell: Shell,
     ready_token: Vec<u8>,
-    ready: oneshot::Sender<Result<ShellProcess, StartFailure>>,
+    ready: oneshot::Sender<Result<Flavor, StartFailure>>,
     mut close: oneshot::Receiver<()>,
 ) {
-    let warren_backend::ProcessHandle {
-        stdin,
-        stdout,
-        stderr,
+    let Shell {
+        outputs,
         control,
         exit,
-        ..
-    } = handle;
-    *session.stdin.lock().await = Some(stdin);
-    let _ = session.control.set(control.clone());
+    } = shell;
     let (sink, mut chunks) = mpsc::channel::<OutputChunk>(64);
-    let pumps: Vec<_> = [
-        Some((stdout, OutputStream::Stdout)),
-        stderr.map(|e| (e, OutputStream::Stderr)),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|(output, stream)| tokio::spawn(pump(output, stream, sink.clone())))
-    .collect();
+    let pumps: Vec<_> = outputs
+        .into_iter()
+        .map(|(output, stream)| tokio::spawn(pump(output, stream, sink.clone())))
+        .collect();
     drop(sink);
     tokio::pin!(exit);
     let mut ready = Some(ready);
     // What the bootstrap wrote before it was ready (its errors, if it fails).
     let mut early: Vec<u8> = Vec::new();
-    type Ready = Option<oneshot::Sender<Result<ShellProcess, StartFailure>>>;
+    type Ready = Option<oneshot::Sender<Result<Flavor, StartFailure>>>;
     let take = |chunk: OutputChunk, early: &mut Vec<u8>, ready: &mut Ready| {
         let Some(waiting) = ready.take() else {
             session.feed(&provisioner, &chunk);
@@ -47,9 +48,9 @@ pub(super) async fn drive(
         };
         early.extend_from_slice(&chunk.bytes);
         match parse_ready(early, &ready_token) {
-            Some(process) => {
-                let _ = session.process.set(process.clone());
-                if waiting.send(Ok(process)).is_err() {
+            Some(flavor) => {
+                let _ = session.flavor.set(flavor);
+                if waiting.send(Ok(flavor)).is_err() {
                     // The opener gave up waiting: nobody will use this shell.
                     session.request_close();
                 }

@@ -62,6 +62,7 @@ use warren_core::{MaskingStream, SandboxId, SecretMasker, VirtualPath};
 use warren_store::{NewRun, RunKind, RunOutcome, SandboxRecord};
 
 use crate::env::CommandEnv;
+use crate::processes::OUTPUT_GRACE;
 use crate::{FencePermit, InflightHold, Provisioner, ProvisionerError};
 
 /// Most live sessions one sandbox may hold at once (each is a shell process and up to two
@@ -95,9 +96,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long an ended session stays readable (view, wait) before it is forgotten.
 const ENDED_KEPT: Duration = Duration::from_secs(600);
-/// How long output written before the shell ended may take to arrive after its end (a
-/// background job holding the pipes open keeps them from closing).
-const OUTPUT_GRACE: Duration = Duration::from_millis(150);
 /// Longest marker trailer (`$?` and `$PWD`).
 const MAX_TRAILER: usize = 16 * 1024;
 
@@ -591,18 +589,38 @@ impl Provisioner {
             }
             Err(error) => return Err(StartFailure::Backend(error)),
         };
+        // The session holds the shell's stdin and control from here on; the driver reads
+        // its output and waits for its end.
+        let warren_backend::ProcessHandle {
+            stdin,
+            stdout,
+            stderr,
+            control,
+            exit,
+            ..
+        } = handle;
+        *session.stdin.lock().await = Some(stdin);
+        let _ = session.control.set(control.clone());
         let (ready, started) = oneshot::channel();
         let (close, closed) = oneshot::channel();
         session.lock().close = Some(close);
+        let outputs = [
+            Some((stdout, OutputStream::Stdout)),
+            stderr.map(|e| (e, OutputStream::Stderr)),
+        ];
         tokio::spawn(tracing::Instrument::in_current_span(drive::drive(
             self.clone(),
             session.clone(),
-            handle,
+            drive::Shell {
+                outputs: outputs.into_iter().flatten().collect(),
+                control,
+                exit,
+            },
             format!("\x1eR{nonce}").into_bytes(),
             ready,
             closed,
         )));
-        let process = match tokio::time::timeout(START_TIMEOUT, started).await {
+        let flavor = match tokio::time::timeout(START_TIMEOUT, started).await {
             Ok(Ok(result)) => result?,
             Ok(Err(_)) => return Err(StartFailure::Shell("the shell ended at once".into())),
             Err(_) => {
@@ -613,7 +631,7 @@ impl Provisioner {
                 )));
             }
         };
-        let prelude = prelude(process.flavor, &session.start_dir);
+        let prelude = prelude(flavor, &session.start_dir);
         if let Err(error) = self.deliver(session, prelude).await {
             session.close().await;
             return Err(StartFailure::Shell(error.to_string()));
@@ -652,19 +670,13 @@ impl Provisioner {
                 Err(other) => return Err(other),
             },
         };
-        let process = session.process.get().cloned().ok_or_else(|| {
+        let flavor = session.flavor.get().copied().ok_or_else(|| {
             ProvisionerError::ShellSessionNotFound {
                 id: session.id.clone(),
             }
         })?;
         let nonce = nonce();
-        let script = wrap(
-            process.flavor,
-            session.kind,
-            &nonce,
-            &command,
-            exec_dir.as_deref(),
-        );
+        let script = wrap(flavor, session.kind, &nonce, &command, exec_dir.as_deref());
         let run_id = uuid::Uuid::new_v4().to_string();
         let cwd = exec_dir
             .clone()
@@ -932,10 +944,4 @@ async fn record_run(provisioner: &Provisioner, run_id: &str, outcome: RunOutcome
 enum Flavor {
     Bash,
     Sh,
-}
-
-/// The session's shell, once it said it is ready.
-#[derive(Debug, Clone)]
-struct ShellProcess {
-    flavor: Flavor,
 }

@@ -5,15 +5,14 @@
 use super::*;
 
 /// The bootstrap's ready line: `\x1eR<nonce>\x1f<flavor>` ending in NUL.
-pub(super) fn parse_ready(early: &[u8], token: &[u8]) -> Option<ShellProcess> {
+pub(super) fn parse_ready(early: &[u8], token: &[u8]) -> Option<Flavor> {
     let at = find(early, token)?;
     let rest = &early[at + token.len()..];
     let end = rest.iter().position(|&b| b == 0)?;
-    let flavor = match rest[..end].strip_prefix(b"\x1f")? {
+    Some(match rest[..end].strip_prefix(b"\x1f")? {
         b"bash" => Flavor::Bash,
         _ => Flavor::Sh,
-    };
-    Some(ShellProcess { flavor })
+    })
 }
 
 /// When a command began, from its begin marker.

@@ -15,7 +15,8 @@ pub(super) struct Session {
     /// Where the shell starts: its prelude changes there.
     pub(super) start_dir: String,
     pub(super) masker: SecretMasker,
-    pub(super) process: OnceLock<ShellProcess>,
+    /// Which shell it got, once the shell said it is ready.
+    pub(super) flavor: OnceLock<Flavor>,
     /// The shell's stdin, its script: one writer at a time.
     pub(super) stdin: tokio::sync::Mutex<Option<ProcessInput>>,
     /// Kills of the shell's commands and of the shell.
@@ -100,7 +101,7 @@ impl Session {
             created_at: Utc::now(),
             start_dir: cwd.clone(),
             masker,
-            process: OnceLock::new(),
+            flavor: OnceLock::new(),
             stdin: tokio::sync::Mutex::new(None),
             control: OnceLock::new(),
             state: Mutex::new(State {

@@ -144,7 +144,7 @@ struct HostShell {
     child: std::process::Child,
     stdin: std::os::unix::net::UnixStream,
     chunks: std::sync::mpsc::Receiver<Vec<u8>>,
-    process: ShellProcess,
+    flavor: Flavor,
 }
 
 impl HostShell {
@@ -176,24 +176,24 @@ impl HostShell {
         });
         let token = format!("\x1eR{nonce}").into_bytes();
         let mut early = Vec::new();
-        let process = loop {
+        let flavor = loop {
             early.extend(
                 chunks
                     .recv_timeout(Duration::from_secs(10))
                     .expect("the shell says it is ready"),
             );
-            if let Some(process) = parse_ready(&early, &token) {
-                break process;
+            if let Some(flavor) = parse_ready(&early, &token) {
+                break flavor;
             }
         };
         stdin
-            .write_all(prelude(process.flavor, start_dir).as_bytes())
+            .write_all(prelude(flavor, start_dir).as_bytes())
             .unwrap();
         Self {
             child,
             stdin,
             chunks,
-            process,
+            flavor,
         }
     }
 
@@ -202,13 +202,7 @@ impl HostShell {
         use std::io::Write;
         let nonce = nonce();
         let command = ShellCommand::new(text, "test");
-        let script = wrap(
-            self.process.flavor,
-            SessionKind::Shell,
-            &nonce,
-            &command,
-            None,
-        );
+        let script = wrap(self.flavor, SessionKind::Shell, &nonce, &command, None);
         self.stdin.write_all(script.as_bytes()).unwrap();
         let (x, y) = nonce.split_at(16);
         (
@@ -270,7 +264,7 @@ fn both_shell_flavors_keep_their_state_and_give_exact_output() {
         (Flavor::Sh, tools.display().to_string()),
     ] {
         let mut shell = HostShell::start(&path, "/");
-        assert_eq!(shell.process.flavor, flavor);
+        assert_eq!(shell.flavor, flavor);
         let (pid, _) = shell.run("echo $PWD; cd /tmp && X=1 && f() { echo \"fn $1\"; } && echo $$");
         let (first, pid) = pid.split_once('\n').unwrap();
         assert_eq!(first, "/", "{flavor:?}: the prelude moved it");

@@ -60,13 +60,7 @@ impl Host {
     /// Starts a server on this backend with more `warren serve` arguments.
     pub(crate) fn start_with(self, extra: &[&str]) -> TestServer {
         let mut args = match self.backend() {
-            Self::Kubernetes => {
-                assert!(
-                    super::running_as_root(),
-                    "the Kubernetes rules need root: the simulated kubelet makes namespaces"
-                );
-                return TestServer::start_kubernetes_with(bin(), "", extra);
-            }
+            Self::Kubernetes => return self.start_configured("", extra),
             Self::Local => vec!["--backend", "local"],
             Self::Docker => {
                 warren_test_support::require_docker();
