@@ -19,7 +19,7 @@ use warren_protocol::{
     ProcessEvent, ProcessInfo, ProcessList, ProcessOutput, SignalProcess, StartProcess,
     TerminalSize,
 };
-use warren_provisioner::{OutputEvent, OutputPiece, ProcessState};
+use warren_provisioner::{OutputEvent, OutputPiece, ProcessRead, ProcessState};
 
 use crate::extract::{sandbox_id, ApiJson, ApiPath, ApiQuery, Fence, SandboxPath};
 use crate::stream::StreamFormat;
@@ -33,7 +33,7 @@ pub(crate) struct ProcessPath {
 }
 
 impl ProcessPath {
-    fn parse(self) -> Result<(warren_core::SandboxId, i32), ApiError> {
+    pub(crate) fn parse(self) -> Result<(warren_core::SandboxId, i32), ApiError> {
         Ok((sandbox_id(&self.id)?, self.pid))
     }
 }
@@ -127,8 +127,8 @@ pub(crate) async fn get(
     ApiPath(path): ApiPath<ProcessPath>,
 ) -> Result<Json<ProcessInfo>, ApiError> {
     let (id, pid) = path.parse()?;
-    let process = state.provisioner.process(&id, pid).await?;
-    Ok(Json(process_info(&process.info())))
+    let info = state.provisioner.process_info(&id, pid).await?;
+    Ok(Json(process_info(&info)))
 }
 
 /// The process's output from an offset. With `Accept: application/x-ndjson` or
@@ -152,9 +152,11 @@ pub(crate) async fn output(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (id, pid) = path.parse()?;
-    let process = state.provisioner.process(&id, pid).await?;
     let Some(format) = StreamFormat::from_accept(&headers) else {
-        let read = process.read_output(query.from);
+        let ProcessRead { read, process } = state
+            .provisioner
+            .read_process_output(&id, pid, query.from, Duration::ZERO)
+            .await?;
         let mut events: Vec<ProcessEvent> = read
             .lost
             .map(|(from, to)| ProcessEvent::Lost { from, to })
@@ -164,11 +166,15 @@ pub(crate) async fn output(
         return Ok(Json(ProcessOutput {
             events,
             next: read.next,
-            process: process_info(&process.info()),
+            process: process_info(&process),
         })
         .into_response());
     };
-    let events = process.follow(query.from).map(move |event| {
+    let followed = state
+        .provisioner
+        .follow_process(&id, pid, query.from)
+        .await?;
+    let events = followed.map(move |event| {
         let event = match event {
             OutputEvent::Output(piece) => output_event(&piece),
             OutputEvent::Lost { from, to } => ProcessEvent::Lost { from, to },
@@ -345,7 +351,10 @@ pub(crate) async fn attach(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let (id, pid) = path.parse()?;
-    let process = state.provisioner.process(&id, pid).await?;
+    let output = state
+        .provisioner
+        .follow_process(&id, pid, query.from)
+        .await?;
     drop(state.provisioner.fence(&id, fence).await?);
     let upgrade = upgrade.map_err(|rejection| {
         ApiError::bad_request(
@@ -354,7 +363,7 @@ pub(crate) async fn attach(
         )
     })?;
     Ok(upgrade
-        .on_upgrade(move |socket| terminal(state, id, pid, process, query.from, socket))
+        .on_upgrade(move |socket| terminal(state, id, pid, output, socket))
         .into_response())
 }
 
@@ -384,13 +393,10 @@ async fn terminal(
     state: ApiState,
     id: warren_core::SandboxId,
     pid: i32,
-    process: std::sync::Arc<warren_provisioner::ManagedProcess>,
-    from: u64,
+    mut output: futures::stream::BoxStream<'static, OutputEvent>,
     socket: WebSocket,
 ) {
     let (mut to_client, mut from_client) = socket.split();
-    let output = process.follow(from);
-    tokio::pin!(output);
     let text = |event: &ProcessEvent| {
         Message::Text(serde_json::to_string(event).unwrap_or_default().into())
     };

@@ -231,7 +231,7 @@ pub struct ExecRequest {
 }
 
 /// Which output stream a chunk came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputStream {
     /// Standard output.

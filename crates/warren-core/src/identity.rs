@@ -164,9 +164,25 @@ impl fmt::Display for RuntimeScope {
 /// It is `sbx-` plus the first 24 hex digits (96 bits) of SHA-256 over a length-prefixed
 /// encoding of both parts, so `("ab", "c")` and `("a", "bc")` never share an id. Nothing
 /// else — not the workdir, not the backend — goes into it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
 pub struct SandboxId(String);
+
+impl TryFrom<String> for SandboxId {
+    type Error = CoreError;
+
+    fn try_from(id: String) -> Result<Self, CoreError> {
+        Self::parse(&id)
+    }
+}
+
+impl From<SandboxId> for String {
+    fn from(id: SandboxId) -> Self {
+        id.0
+    }
+}
 
 impl SandboxId {
     const PREFIX: &'static str = "sbx-";
@@ -221,6 +237,14 @@ mod tests {
 
     fn scope(s: &str) -> RuntimeScope {
         RuntimeScope::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_sandbox_id_read_from_json_is_checked_as_a_parsed_one() {
+        let id = SandboxId::derive(&uid("alice"), &scope("default"));
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(serde_json::from_str::<SandboxId>(&json).unwrap(), id);
+        assert!(serde_json::from_str::<SandboxId>("\"sbx-../../etc\"").is_err());
     }
 
     #[test]

@@ -9,13 +9,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use warren_core::SandboxId;
 use warren_provisioner::{
-    FencePermit, ProcessInfo, ProcessState, ProgramSpec, Provisioner, StartProcess,
+    FencePermit, ProcessInfo, ProcessRead, ProcessState, ProgramSpec, Provisioner, StartProcess,
+    MAX_OUTPUT_WAIT,
 };
 
 use crate::tools::{cut_middle, parse, Definition, Outcome, ToolResult};
 
 /// Longest `wait_s` of `process_output`.
-const MAX_WAIT_S: u64 = 60;
+const MAX_WAIT_S: u64 = MAX_OUTPUT_WAIT.as_secs();
 
 /// The process tools, for `tools/list`.
 pub(crate) const DEFINITIONS: &[Definition] = &[
@@ -210,14 +211,18 @@ async fn output(
             "wait_s can be at most {MAX_WAIT_S}"
         )));
     }
-    let process = provisioner.process(sandbox, args.pid).await?;
-    let mut read = process.read_output(args.from);
-    if read.pieces.is_empty() && read.lost.is_none() && args.wait_s > 0 {
-        // Something new, or the end: whichever comes first within the wait.
-        let waiting = process.wait_for_output(args.from);
-        let _ = tokio::time::timeout(Duration::from_secs(args.wait_s), waiting).await;
-        read = process.read_output(args.from);
-    }
+    // Something new, or the end: whichever comes first within the wait.
+    let ProcessRead {
+        read,
+        process: info,
+    } = provisioner
+        .read_process_output(
+            sandbox,
+            args.pid,
+            args.from,
+            Duration::from_secs(args.wait_s),
+        )
+        .await?;
     let mut text = String::new();
     if let Some((from, to)) = read.lost {
         text.push_str(&format!(
@@ -233,7 +238,6 @@ async fn output(
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
-    let info = process.info();
     text.push_str(&format!("[{}; next offset: {}]", state(&info), read.next));
     Ok(Outcome::text(text))
 }

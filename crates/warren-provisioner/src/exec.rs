@@ -30,7 +30,8 @@ pub(crate) enum Route {
 }
 
 /// What to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ProgramSpec {
     /// A shell command line, run with `/bin/sh -c`.
     Shell(String),
@@ -425,13 +426,7 @@ impl Provisioner {
         sink: Option<OutputSink>,
         fence: Option<crate::FenceToken>,
     ) -> Result<ExecReport, ProvisionerError> {
-        self.metrics.forwarded();
-        let link = self
-            .peer_link()
-            .map_err(|_| ProvisionerError::RuntimeElsewhere {
-                sandbox: id.clone(),
-                node: owner.node_id.clone(),
-            })?;
+        let link = self.forwarding_to(owner, id)?;
         match link
             .exec(owner, id, input.clone(), sink.clone(), fence)
             .await
@@ -463,7 +458,7 @@ impl Provisioner {
 
     /// The sandbox, when a command may run in it now: its backend runs commands and no
     /// cleanup fence is up (I24).
-    async fn runnable(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
+    pub(crate) async fn runnable(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
         let record = self.sandbox(id).await?;
         let kind = BackendKind::parse(&record.backend).unwrap_or(self.backend.kind());
         if !self
@@ -513,7 +508,7 @@ impl Provisioner {
 
     /// Starts the sandbox's runtime unless it runs already (I12). Serialised per sandbox, so
     /// concurrent first execs start one runtime.
-    async fn ensure_runtime(
+    pub(crate) async fn ensure_runtime(
         &self,
         record: SandboxRecord,
         fence: &warren_store::OwnerFence,

@@ -61,8 +61,8 @@ pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use membership::{check_workspace_dir, NodeIdentity};
 pub use ownership::{PeerLink, PeerNode, FENCE_AFTER};
 pub use processes::{
-    ManagedProcess, OutputEvent, OutputPiece, OutputRead, ProcessInfo, ProcessState, StartProcess,
-    MAX_PROCESSES,
+    OutputEvent, OutputPiece, OutputRead, ProcessAnswer, ProcessCall, ProcessInfo, ProcessRead,
+    ProcessState, StartProcess, MAX_OUTPUT_WAIT, MAX_PROCESSES,
 };
 pub use quotas::{
     volumes_unsupported_reason, QuotaEnforcement, QuotaLimits, QuotaSettings, WorkspaceUsage,

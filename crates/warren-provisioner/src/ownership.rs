@@ -23,7 +23,11 @@ use warren_backend::OutputSink;
 use warren_core::SandboxId;
 use warren_store::{OwnerFence, RuntimeClaim};
 
-use crate::{ExecInput, ExecReport, Provisioner, ProvisionerError};
+use futures::stream::BoxStream;
+
+use crate::{
+    ExecInput, ExecReport, OutputEvent, ProcessAnswer, ProcessCall, Provisioner, ProvisionerError,
+};
 
 /// The part of the node lease TTL after which a node that could not renew fences itself:
 /// the rest of the TTL is the margin for killing its runtimes before anyone may take over.
@@ -78,6 +82,37 @@ pub trait PeerLink: Send + Sync + 'static {
         sandbox: &SandboxId,
         grace: Duration,
     ) -> Result<(), ProvisionerError>;
+
+    /// Has the owner serve a call on the processes of its runtime of `sandbox`
+    /// ([`Provisioner::process_call_as_owner`]).
+    async fn process_call(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        call: ProcessCall,
+    ) -> Result<ProcessAnswer, ProvisionerError>;
+
+    /// Follows the output of a process of the owner's runtime of `sandbox` from offset
+    /// `from` ([`Provisioner::follow_process_as_owner`]). The stream ends without
+    /// [`OutputEvent::End`] when the owner cannot be reached any more.
+    async fn follow_process(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        pid: i32,
+        from: u64,
+    ) -> Result<BoxStream<'static, OutputEvent>, ProvisionerError>;
+
+    /// Streams `chunks` to the stdin of a process of the owner's runtime of `sandbox`, at
+    /// the pace the process reads them ([`Provisioner::write_stdin_as_owner`]).
+    async fn write_stdin(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        pid: i32,
+        chunks: BoxStream<'static, std::io::Result<Vec<u8>>>,
+        close: bool,
+    ) -> Result<u64, ProvisionerError>;
 }
 
 /// Where a sandbox's runtime runs, for one operation.
@@ -139,7 +174,7 @@ impl Ownership {
             .map(|(owner, _)| owner.clone())
     }
 
-    fn remember_owner(&self, sandbox: &SandboxId, owner: &PeerNode) {
+    pub(crate) fn remember_owner(&self, sandbox: &SandboxId, owner: &PeerNode) {
         let mut elsewhere = self.elsewhere.lock().unwrap_or_else(|e| e.into_inner());
         // Bounded: entries past their validity go whenever the map grows large.
         if elsewhere.len() >= 4096 {
@@ -204,6 +239,23 @@ impl Provisioner {
     pub(crate) fn peer_link(&self) -> Result<std::sync::Arc<dyn PeerLink>, ProvisionerError> {
         let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         peers.clone().ok_or(ProvisionerError::NoPeerLink)
+    }
+
+    /// The link to forward an operation on `sandbox` to its `owner` over, counted; without
+    /// one (a lone server) the runtime is elsewhere for good.
+    pub(crate) fn forwarding_to(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+    ) -> Result<std::sync::Arc<dyn PeerLink>, ProvisionerError> {
+        let link = self
+            .peer_link()
+            .map_err(|_| ProvisionerError::RuntimeElsewhere {
+                sandbox: sandbox.clone(),
+                node: owner.node_id.clone(),
+            })?;
+        self.metrics.forwarded();
+        Ok(link)
     }
 
     /// A forwarded operation's result, forgetting where the runtime was thought to be

@@ -6,8 +6,13 @@ use warren_backend::{OutputChunk, OutputSink, OutputStream};
 use warren_core::SandboxId;
 use warren_provisioner::{ExecInput, ExecReport, FenceToken, PeerLink, PeerNode, ProvisionerError};
 
+use futures::stream::BoxStream;
+use futures::StreamExt as _;
+use warren_provisioner::{OutputEvent, ProcessAnswer, ProcessCall};
+
 use super::wire::{
-    decode, EndRuntime, ForwardedExec, Frame, Killed, SnapshotTaken, TakeSnapshot, SILENCE_LIMIT,
+    decode, EndRuntime, ForwardedExec, Frame, Killed, Line, SnapshotTaken, StdinWritten,
+    TakeSnapshot, SILENCE_LIMIT,
 };
 use super::{current_request_id, ClusterKey, REQUEST_ID_HEADER};
 
@@ -35,14 +40,18 @@ impl PeerClient {
     }
 
     fn post(&self, owner: &PeerNode, sandbox: &SandboxId, what: &str) -> reqwest::RequestBuilder {
-        let url = format!(
+        self.authorized(self.http.post(Self::url(owner, sandbox, what)))
+    }
+
+    fn url(owner: &PeerNode, sandbox: &SandboxId, what: &str) -> String {
+        format!(
             "{}/internal/v1/sandboxes/{sandbox}/{what}",
             owner.advertise.trim_end_matches('/')
-        );
-        let request = self
-            .http
-            .post(url)
-            .header(reqwest::header::AUTHORIZATION, self.key.header_value());
+        )
+    }
+
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let request = request.header(reqwest::header::AUTHORIZATION, self.key.header_value());
         match current_request_id() {
             Some(id) if !id.is_empty() => request.header(REQUEST_ID_HEADER, id),
             _ => request,
@@ -54,14 +63,24 @@ impl PeerClient {
         owner: &PeerNode,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ProvisionerError> {
+        self.send_within(owner, request, SILENCE_LIMIT).await
+    }
+
+    /// Sends `request`; its answer's head must come within `limit`.
+    async fn send_within(
+        &self,
+        owner: &PeerNode,
+        request: reqwest::RequestBuilder,
+        limit: Duration,
+    ) -> Result<reqwest::Response, ProvisionerError> {
         // A paused owner accepts the connection and never answers: the answer's head must
         // come within the silence limit (the body may take as long as the command).
-        let response = match tokio::time::timeout(SILENCE_LIMIT, request.send()).await {
+        let response = match tokio::time::timeout(limit, request.send()).await {
             Ok(sent) => sent.map_err(|error| unreachable(owner, &error))?,
             Err(_) => {
                 return Err(ProvisionerError::PeerUnreachable {
                     node: owner.node_id.clone(),
-                    reason: format!("it did not answer within {} s", SILENCE_LIMIT.as_secs()),
+                    reason: format!("it did not answer within {} s", limit.as_secs()),
                 })
             }
         };
@@ -219,6 +238,131 @@ impl PeerLink for PeerClient {
         self.send(owner, self.post(owner, sandbox, "end-runtime").json(&body))
             .await?;
         Ok(())
+    }
+
+    async fn process_call(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        call: ProcessCall,
+    ) -> Result<ProcessAnswer, ProvisionerError> {
+        let request = self.post(owner, sandbox, "processes/call").json(&call);
+        let response = self.send(owner, request).await?;
+        Lines::new(response, owner)
+            .next()
+            .await?
+            .ok_or_else(|| ProvisionerError::PeerUnreachable {
+                node: owner.node_id.clone(),
+                reason: "the answer ended before the call's result".into(),
+            })
+    }
+
+    async fn follow_process(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        pid: i32,
+        from: u64,
+    ) -> Result<BoxStream<'static, OutputEvent>, ProvisionerError> {
+        let url = Self::url(owner, sandbox, &format!("processes/{pid}/follow"));
+        let request = self.authorized(self.http.get(url).query(&[("from", from)]));
+        let response = self.send(owner, request).await?;
+        let lines = Lines::new(response, owner);
+        Ok(futures::stream::unfold(lines, |mut lines| async move {
+            match lines.next::<OutputEvent>().await {
+                Ok(Some(event)) => Some((event, lines)),
+                Ok(None) => None,
+                Err(error) => {
+                    // The reader sees its stream end without the process's end, and
+                    // resumes from its offset.
+                    tracing::warn!(node = %lines.owner.node_id, %error, "following a process at its runtime's owner stopped");
+                    None
+                }
+            }
+        })
+        .boxed())
+    }
+
+    async fn write_stdin(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        pid: i32,
+        chunks: BoxStream<'static, std::io::Result<Vec<u8>>>,
+        close: bool,
+    ) -> Result<u64, ProvisionerError> {
+        let request = self
+            .post(owner, sandbox, &format!("processes/{pid}/stdin"))
+            .query(&[("close", close)])
+            .body(reqwest::Body::wrap_stream(chunks));
+        // The answer comes once the process read the whole body, which takes as long as
+        // it takes: only the caller going away bounds it.
+        let response = self.send_within(owner, request, Duration::MAX).await?;
+        let written: StdinWritten = response
+            .json()
+            .await
+            .map_err(|error| unreachable(owner, &error))?;
+        Ok(written.written)
+    }
+}
+
+/// The lines of an owner's NDJSON answer ([`Line`]), each within the silence limit.
+struct Lines {
+    response: reqwest::Response,
+    pending: Vec<u8>,
+    owner: PeerNode,
+}
+
+impl Lines {
+    fn new(response: reqwest::Response, owner: &PeerNode) -> Self {
+        Self {
+            response,
+            pending: Vec::new(),
+            owner: owner.clone(),
+        }
+    }
+
+    /// The next item; `None` when the answer ended. Heartbeats are skipped; an error line
+    /// is the owner's error.
+    async fn next<T: serde::de::DeserializeOwned>(
+        &mut self,
+    ) -> Result<Option<T>, ProvisionerError> {
+        loop {
+            while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                let line: Line<T> =
+                    serde_json::from_slice(&line).map_err(|error| self.broken(&error))?;
+                match line {
+                    Line::Alive => {}
+                    Line::Item(item) => return Ok(Some(item)),
+                    Line::Error(error) => {
+                        return Err(ProvisionerError::Forwarded {
+                            status: error.status,
+                            code: error.code,
+                            message: error.message,
+                        })
+                    }
+                }
+            }
+            let chunk = tokio::time::timeout(SILENCE_LIMIT, self.response.chunk())
+                .await
+                .map_err(|_| ProvisionerError::PeerUnreachable {
+                    node: self.owner.node_id.clone(),
+                    reason: format!("it sent nothing for {} s", SILENCE_LIMIT.as_secs()),
+                })?
+                .map_err(|error| unreachable(&self.owner, &error))?;
+            match chunk {
+                Some(chunk) => self.pending.extend_from_slice(&chunk),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    fn broken(&self, error: &serde_json::Error) -> ProvisionerError {
+        ProvisionerError::PeerUnreachable {
+            node: self.owner.node_id.clone(),
+            reason: format!("an answer line is not understood: {error}"),
+        }
     }
 }
 

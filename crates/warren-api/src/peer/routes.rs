@@ -11,16 +11,21 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use warren_backend::{OutputChunk, OutputStream};
 
+use futures::stream::BoxStream;
+use futures::StreamExt as _;
+use warren_provisioner::ProcessCall;
+
 use super::wire::{
-    encode, EndRuntime, ForwardedExec, Frame, Killed, RemoteError, Report, SnapshotTaken,
-    TakeSnapshot, HEARTBEAT,
+    encode, EndRuntime, FollowFrom, ForwardedExec, Frame, Killed, Line, RemoteError, Report,
+    SnapshotTaken, StdinClose, StdinWritten, TakeSnapshot, HEARTBEAT,
 };
 use super::ClusterKey;
-use crate::extract::{ApiJson, SandboxPath};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, SandboxPath};
+use crate::processes::ProcessPath;
 use crate::{ApiError, ApiState};
 
 /// The internal routes, when this node has a cluster key.
@@ -30,6 +35,18 @@ pub(crate) fn router(state: ApiState, key: ClusterKey) -> Router {
         .route("/internal/v1/sandboxes/{id}/kill", post(kill))
         .route("/internal/v1/sandboxes/{id}/snapshot", post(snapshot))
         .route("/internal/v1/sandboxes/{id}/end-runtime", post(end_runtime))
+        .route(
+            "/internal/v1/sandboxes/{id}/processes/call",
+            post(process_call),
+        )
+        .route(
+            "/internal/v1/sandboxes/{id}/processes/{pid}/follow",
+            get(follow_process),
+        )
+        .route(
+            "/internal/v1/sandboxes/{id}/processes/{pid}/stdin",
+            post(write_stdin),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             key,
             require_cluster_key,
@@ -176,4 +193,75 @@ async fn end_runtime(
         .end_runtime_as_owner(&id, Duration::from_millis(body.grace_ms))
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Serves a call on a process of a runtime this node owns: the answer, as one NDJSON line
+/// after heartbeats while it takes (a start may start the runtime, a read may wait).
+async fn process_call(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(call): ApiJson<ProcessCall>,
+) -> Response {
+    let answer = async move {
+        match state.provisioner.process_call_as_owner(&id, call).await {
+            Ok(answer) => Line::Item(answer),
+            Err(error) => Line::Error(remote(&ApiError::from(error))),
+        }
+    };
+    with_heartbeats(futures::stream::once(answer).boxed())
+}
+
+/// Follows a process of a runtime this node owns, event by event, with heartbeats while
+/// it is quiet. When the caller goes away, following stops; the process runs on.
+async fn follow_process(
+    State(state): State<ApiState>,
+    ApiPath(path): ApiPath<ProcessPath>,
+    ApiQuery(query): ApiQuery<FollowFrom>,
+) -> Result<Response, ApiError> {
+    let (id, pid) = path.parse()?;
+    let events = state
+        .provisioner
+        .follow_process_as_owner(&id, pid, query.from)?;
+    Ok(with_heartbeats(events.map(Line::Item).boxed()))
+}
+
+/// Writes the body to the stdin of a process of a runtime this node owns, at the pace the
+/// process reads it.
+async fn write_stdin(
+    State(state): State<ApiState>,
+    ApiPath(path): ApiPath<ProcessPath>,
+    ApiQuery(query): ApiQuery<StdinClose>,
+    body: Body,
+) -> Result<Json<StdinWritten>, ApiError> {
+    let (id, pid) = path.parse()?;
+    let written = state
+        .provisioner
+        .write_stdin_as_owner(&id, pid, body.into_data_stream(), query.close)
+        .await?;
+    Ok(Json(StdinWritten { written }))
+}
+
+/// An NDJSON answer of `lines`, with [`Line::Alive`] whenever none came for a
+/// [`HEARTBEAT`]: the caller tells a quiet answer from a paused or cut-off owner.
+fn with_heartbeats<T>(lines: BoxStream<'static, Line<T>>) -> Response
+where
+    T: serde::Serialize + Send + 'static,
+{
+    let body = futures::stream::unfold(lines, |mut lines| async move {
+        // A stream keeps its state between polls: a beat never loses a line.
+        let line = match tokio::time::timeout(HEARTBEAT, lines.next()).await {
+            Ok(Some(line)) => line,
+            Ok(None) => return None,
+            Err(_) => Line::Alive,
+        };
+        let mut text = serde_json::to_vec(&line).unwrap_or_default();
+        text.push(b'\n');
+        Some((Ok::<_, Infallible>(Bytes::from(text)), lines))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
 }

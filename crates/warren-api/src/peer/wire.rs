@@ -189,6 +189,37 @@ pub(crate) struct SnapshotTaken {
     pub(crate) snapshot_id: String,
 }
 
+/// One line of the owner's streamed answer to a process call or a follow (NDJSON): the
+/// items, with [`Line::Alive`] every [`HEARTBEAT`] while none comes, or the error that
+/// ends it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Line<T> {
+    Alive,
+    Item(T),
+    Error(RemoteError),
+}
+
+/// Where a forwarded follow starts.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FollowFrom {
+    pub(crate) from: u64,
+}
+
+/// Whether a forwarded stdin closes after its body.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StdinClose {
+    pub(crate) close: bool,
+}
+
+/// The answer to a forwarded stdin.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct StdinWritten {
+    pub(crate) written: u64,
+}
+
 /// The answer to a forwarded kill.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Killed {

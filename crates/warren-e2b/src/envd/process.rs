@@ -12,15 +12,15 @@
 //! which the SDKs check against the sandbox's health and report as a sandbox that stopped.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::Response;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use warren_backend::{OutputStream, TerminalSize};
 use warren_provisioner::{
-    FencePermit, ManagedProcess, OutputEvent, ProcessState, ProgramSpec, ProvisionerError,
-    StartProcess,
+    FencePermit, OutputEvent, ProcessInfo as WarrenProcess, ProcessState, ProgramSpec,
+    ProvisionerError, StartProcess,
 };
 
 use super::connect::{Call, Code, ConnectError, Message};
@@ -136,14 +136,14 @@ async fn start(ctx: EnvdContext, mut call: Call) -> Response {
         .start_process(id, start, FencePermit::unfenced())
         .await
     {
-        Ok(info) => provisioner.process(id, info.pid).await,
+        Ok(info) => followed(&ctx, info, 0).await,
         Err(error) => Err(error),
     };
     match started {
-        Ok(process) => {
+        Ok((info, output)) => {
             let keepalive = keepalive_interval(&call);
-            call.stream(events(ctx, process, 0, keepalive, |event| StartResponse {
-                event: Some(event),
+            call.stream(events(ctx, &info, output, keepalive, |event| {
+                StartResponse { event: Some(event) }
             }))
         }
         Err(error) => call.error(process_error(error)),
@@ -156,11 +156,17 @@ async fn connect(ctx: EnvdContext, mut call: Call) -> Response {
         Ok(request) => request,
         Err(error) => return call.error(error),
     };
-    match find(&ctx, request.process).await {
-        Ok(process) => {
-            let from = process.info().output.1;
+    let found = match find(&ctx, request.process).await {
+        Ok(info) => {
+            let from = info.output.1;
+            followed(&ctx, info, from).await.map_err(process_error)
+        }
+        Err(error) => Err(error),
+    };
+    match found {
+        Ok((info, output)) => {
             let keepalive = keepalive_interval(&call);
-            call.stream(events(ctx, process, from, keepalive, |event| {
+            call.stream(events(ctx, &info, output, keepalive, |event| {
                 ConnectResponse { event: Some(event) }
             }))
         }
@@ -182,11 +188,8 @@ async fn list(ctx: EnvdContext, _request: ListRequest) -> Result<ListResponse, C
         if info.state != ProcessState::Running {
             continue;
         }
-        let Ok(process) = provisioner.process(id, info.pid).await else {
-            continue;
-        };
-        let envs = process
-            .env()
+        let envs = info
+            .env
             .iter()
             .filter(|(name, value)| ctx.sandbox.env_vars.get(*name) != Some(*value))
             .map(|(name, value)| (name.clone(), value.clone()))
@@ -220,7 +223,7 @@ async fn send_input(
 /// ones carry input (or keepalives), delivered in order as they arrive.
 async fn stream_input(ctx: EnvdContext, mut call: Call) -> Response {
     let mut messages = Box::pin(call.messages::<StreamInputRequest>());
-    let mut target: Option<Arc<ManagedProcess>> = None;
+    let mut target: Option<WarrenProcess> = None;
     while let Some(message) = messages.next().await {
         let result = match message.map(|message| message.event) {
             Err(error) => Err(error),
@@ -252,10 +255,9 @@ async fn stream_input(ctx: EnvdContext, mut call: Call) -> Response {
 /// bytes otherwise.
 async fn deliver(
     ctx: &EnvdContext,
-    process: &ManagedProcess,
+    info: &WarrenProcess,
     input: Option<ProcessInput>,
 ) -> Result<(), ConnectError> {
-    let info = process.info();
     let pid = info.pid;
     let bytes = match (input.and_then(|input| input.input), info.pty.is_some()) {
         (Some(process_input::Input::Pty(bytes)), true)
@@ -291,7 +293,7 @@ async fn send_signal(
     request: SendSignalRequest,
 ) -> Result<SendSignalResponse, ConnectError> {
     let process = find(&ctx, request.process).await?;
-    let (id, pid) = (&ctx.sandbox.warren_id, process.info().pid);
+    let (id, pid) = (&ctx.sandbox.warren_id, process.pid);
     let provisioner = &ctx.shared.provisioner;
     let sent = match Signal::try_from(request.signal) {
         Ok(Signal::Sigkill) => provisioner.kill_process(id, pid).await.map(drop),
@@ -319,7 +321,7 @@ async fn close_stdin(
     ctx: EnvdContext,
     request: CloseStdinRequest,
 ) -> Result<CloseStdinResponse, ConnectError> {
-    let info = find(&ctx, request.process).await?.info();
+    let info = find(&ctx, request.process).await?;
     if info.pty.is_some() {
         return Err(failed_precondition(format!(
             "process {} has a PTY, whose input cannot be closed: send Ctrl-D (0x04) instead",
@@ -348,7 +350,7 @@ async fn update(ctx: EnvdContext, request: UpdateRequest) -> Result<UpdateRespon
         };
         ctx.shared
             .provisioner
-            .resize_process(&ctx.sandbox.warren_id, process.info().pid, size)
+            .resize_process(&ctx.sandbox.warren_id, process.pid, size)
             .await
             .map_err(process_error)?;
     }
@@ -404,13 +406,13 @@ fn check_user(user: Option<&str>) -> Result<(), ConnectError> {
 async fn find(
     ctx: &EnvdContext,
     selector: Option<ProcessSelector>,
-) -> Result<Arc<ManagedProcess>, ConnectError> {
+) -> Result<WarrenProcess, ConnectError> {
     let id = &ctx.sandbox.warren_id;
     let provisioner = &ctx.shared.provisioner;
     let (found, not_found) = match selector.and_then(|selector| selector.selector) {
         Some(process_selector::Selector::Pid(pid)) => (
             match i32::try_from(pid) {
-                Ok(pid) => provisioner.process(id, pid).await.ok(),
+                Ok(pid) => provisioner.process_info(id, pid).await.ok(),
                 Err(_) => None,
             },
             format!("process with pid {pid} not found"),
@@ -430,8 +432,22 @@ async fn find(
         }
     };
     found
-        .filter(|process| process.is_running())
+        .filter(|process| process.state == ProcessState::Running)
         .ok_or_else(|| ConnectError::new(Code::NotFound, not_found))
+}
+
+/// The process and its output followed from offset `from`.
+async fn followed(
+    ctx: &EnvdContext,
+    info: WarrenProcess,
+    from: u64,
+) -> Result<(WarrenProcess, BoxStream<'static, OutputEvent>), ProvisionerError> {
+    let output = ctx
+        .shared
+        .provisioner
+        .follow_process(&ctx.sandbox.warren_id, info.pid, from)
+        .await?;
+    Ok((info, output))
 }
 
 /// The keepalive interval the client asked for (`Keepalive-Ping-Interval`, seconds).
@@ -449,8 +465,8 @@ fn keepalive_interval(call: &Call) -> Duration {
 /// ended), each wrapped by `wrap` into the method's response message.
 fn events<T, F>(
     ctx: EnvdContext,
-    process: Arc<ManagedProcess>,
-    from: u64,
+    info: &WarrenProcess,
+    output: BoxStream<'static, OutputEvent>,
     keepalive: Duration,
     wrap: F,
 ) -> impl Stream<Item = Result<T, ConnectError>> + Send + 'static
@@ -458,12 +474,10 @@ where
     T: Message,
     F: Fn(ProcessEvent) -> T + Send + Sync + 'static,
 {
-    let info = process.info();
     let start = event(process_event::Event::Start(process_event::StartEvent {
         pid: u32::try_from(info.pid).unwrap_or_default(),
     }));
     let pty = info.pty.is_some();
-    let output: Pin<Box<dyn Stream<Item = OutputEvent> + Send>> = Box::pin(process.follow(from));
     let state = (output, ctx.shared, ctx.sandbox.sandbox_id);
     let rest = futures::stream::unfold(Some(state), move |state| async move {
         let (mut output, shared, sandbox_id) = state?;

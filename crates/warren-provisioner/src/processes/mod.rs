@@ -16,6 +16,7 @@
 //! (kill, its timeout, the runtime's end) goes through the runtime's one killer, its
 //! cgroup leaf or the agent's sweep (I24).
 
+mod calls;
 pub mod output;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,11 +34,12 @@ use warren_backend::{
 use warren_core::{SandboxId, SecretMasker, VirtualPath};
 use warren_store::{NewRun, RunKind, RunOutcome};
 
+pub use calls::{ProcessAnswer, ProcessCall, ProcessRead, MAX_OUTPUT_WAIT};
 use output::OutputLog;
 pub use output::{OutputPiece, OutputRead};
 
 use crate::env::CommandEnv;
-use crate::exec::ProgramSpec;
+use crate::exec::{ProgramSpec, Route};
 use crate::{FencePermit, Provisioner, ProvisionerError};
 
 /// Most processes one sandbox may have running at once.
@@ -63,7 +65,7 @@ const STDIN_CARRY: usize = 4096;
 const READ_LIMIT: usize = 256 * 1024;
 
 /// A process to start, as a transport received it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StartProcess {
     /// What to run.
     pub program: ProgramSpec,
@@ -85,7 +87,8 @@ pub struct StartProcess {
 }
 
 /// Where a process is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
 pub enum ProcessState {
     /// It runs.
     Running,
@@ -108,7 +111,7 @@ pub enum ProcessState {
 }
 
 /// What one process is, as every wire shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProcessInfo {
     /// The sandbox it runs in.
     pub sandbox_id: SandboxId,
@@ -122,6 +125,8 @@ pub struct ProcessInfo {
     pub command: String,
     /// Its argv as started.
     pub argv: Vec<String>,
+    /// The extra environment it was started with ([`StartProcess::env`]), as given.
+    pub env: BTreeMap<String, String>,
     /// The working directory as a virtual path.
     pub cwd: String,
     /// Its terminal's size now, when it runs on one.
@@ -139,7 +144,8 @@ pub struct ProcessInfo {
 }
 
 /// One event of a process's output as a reader follows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum OutputEvent {
     /// Bytes it wrote.
     Output(OutputPiece),
@@ -151,7 +157,7 @@ pub enum OutputEvent {
         to: u64,
     },
     /// It ended and its output is complete; the last event.
-    End(ProcessInfo),
+    End(Box<ProcessInfo>),
 }
 
 /// A process warren holds.
@@ -205,6 +211,7 @@ impl ManagedProcess {
             tag: self.tag.clone(),
             command: self.command.clone(),
             argv: self.argv.clone(),
+            env: self.env.clone(),
             cwd: self.cwd.clone(),
             pty: *lock(&self.terminal),
             stdin_open: self.stdin_open.load(std::sync::atomic::Ordering::SeqCst),
@@ -213,11 +220,6 @@ impl ManagedProcess {
             state: *self.state.borrow(),
             output: lock(&self.log).bounds(),
         }
-    }
-
-    /// The extra environment it was started with ([`StartProcess::env`]), as given.
-    pub fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
     }
 
     /// Whether it still runs.
@@ -258,7 +260,7 @@ impl ManagedProcess {
                         return Some((events, (process, changes, next, false)));
                     }
                     if done {
-                        let end = OutputEvent::End(process.info());
+                        let end = OutputEvent::End(Box::new(process.info()));
                         return Some((vec![end], (process, changes, next, true)));
                     }
                     if changes.changed().await.is_err() {
@@ -423,15 +425,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Provisioner {
-    /// Starts a long-running process in the sandbox's runtime, starting the runtime if it
-    /// is not running (I12), on this node: a runtime another node owns answers
-    /// [`ProvisionerError::RuntimeElsewhere`]. The start is the acceptance point of the
-    /// execution guard (I33), as for an exec.
-    pub async fn start_process(
+    /// Starts a process in the sandbox's runtime here, or at its owner
+    /// ([`Provisioner::start_process`]).
+    pub(crate) async fn start_process_routed(
         &self,
         id: &SandboxId,
         input: StartProcess,
         permit: FencePermit,
+        route: Route,
     ) -> Result<ProcessInfo, ProvisionerError> {
         let argv = input.program.argv();
         if argv.is_empty() {
@@ -461,6 +462,12 @@ impl Provisioner {
         if input.timeout.is_some_and(|t| t.is_zero()) {
             return Err(ProvisionerError::BadRequest("timeout_s must be at least 1"));
         }
+        self.runnable(id).await?;
+        let mut fence = match self.place_for(id, route).await? {
+            Ok(fence) => fence,
+            // The owner checks the token again when the process starts there.
+            Err(owner) => return self.forward_start(owner, id, input, permit.token()).await,
+        };
         // Held until the process is in the table: the bound holds for concurrent starts.
         let _starting =
             self.processes
@@ -469,7 +476,10 @@ impl Provisioner {
                     sandbox: id.clone(),
                     max: MAX_PROCESSES,
                 })?;
-        let (mut record, mut fence) = self.start_runtime_here(id).await?;
+        // Read after the claim: a takeover marks the sandbox stopped.
+        let mut record = self
+            .ensure_runtime(self.runnable(id).await?, &fence)
+            .await?;
         let cwd = match input.cwd.as_deref() {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
             None => VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?,
@@ -587,23 +597,12 @@ impl Provisioner {
         }))
     }
 
-    /// The processes this node holds for the sandbox: running ones and those that ended
-    /// recently, by pid.
-    pub async fn list_processes(
-        &self,
-        id: &SandboxId,
-    ) -> Result<Vec<ProcessInfo>, ProvisionerError> {
-        self.sandbox(id).await?;
-        Ok(self.processes.list(id).iter().map(|p| p.info()).collect())
-    }
-
-    /// One process of the sandbox, to read, follow or wait for.
-    pub async fn process(
+    /// A process this node holds, by pid.
+    pub(crate) fn held_process(
         &self,
         id: &SandboxId,
         pid: i32,
     ) -> Result<Arc<ManagedProcess>, ProvisionerError> {
-        self.sandbox(id).await?;
         self.processes
             .get(id, pid)
             .ok_or_else(|| ProvisionerError::ProcessNotFound {
@@ -612,54 +611,35 @@ impl Provisioner {
             })
     }
 
-    /// The first running process of the sandbox with this tag.
-    pub async fn process_by_tag(
+    /// The processes this node holds for the sandbox: running ones and those that ended
+    /// recently, by pid.
+    pub(crate) fn held_processes(&self, id: &SandboxId) -> Vec<ProcessInfo> {
+        self.processes.list(id).iter().map(|p| p.info()).collect()
+    }
+
+    /// The newest process this node holds for the sandbox with this tag, running ones first.
+    pub(crate) fn held_process_by_tag(
         &self,
         id: &SandboxId,
         tag: &str,
-    ) -> Result<Arc<ManagedProcess>, ProvisionerError> {
-        self.sandbox(id).await?;
+    ) -> Result<ProcessInfo, ProvisionerError> {
         self.processes
             .list(id)
             .into_iter()
             .filter(|p| p.tag.as_deref() == Some(tag))
             .max_by_key(|p| (p.is_running(), p.started_at))
+            .map(|p| p.info())
             .ok_or_else(|| ProvisionerError::ProcessTagNotFound {
                 sandbox: id.clone(),
                 tag: tag.to_owned(),
             })
     }
 
-    /// Writes `bytes` to the process's stdin, waiting while it does not read
-    /// (backpressure); with `close`, closes stdin after them.
-    pub async fn write_stdin(
+    /// Writes a stream of chunks to a held process's stdin; see
+    /// [`Provisioner::write_stdin_stream`].
+    pub(crate) async fn write_held_stdin<B, E>(
         &self,
-        id: &SandboxId,
-        pid: i32,
-        bytes: &[u8],
-        close: bool,
-    ) -> Result<u64, ProvisionerError> {
-        if close && bytes.is_empty() {
-            // Only a close: a writer waiting on the process lets go of stdin at once.
-            self.process(id, pid)
-                .await?
-                .stdin_closing
-                .send_replace(true);
-        }
-        let chunk = futures::stream::iter([Ok::<_, std::io::Error>(bytes)]);
-        self.write_stdin_stream(id, pid, chunk, close).await
-    }
-
-    /// Writes a stream of chunks to the process's stdin, in order and with no other
-    /// writer's bytes between them, each waiting while the process does not read
-    /// (backpressure: a client streaming a large body is slowed to the process's pace);
-    /// with `close`, closes stdin once the stream ended. Returns the bytes written. The
-    /// provisioner token is refused in stdin (I13), also split across chunks: nothing of a
-    /// chunk that would complete it is written.
-    pub async fn write_stdin_stream<B, E>(
-        &self,
-        id: &SandboxId,
-        pid: i32,
+        process: &ManagedProcess,
         chunks: impl futures::Stream<Item = Result<B, E>>,
         close: bool,
     ) -> Result<u64, ProvisionerError>
@@ -667,7 +647,7 @@ impl Provisioner {
         B: AsRef<[u8]>,
         E: std::fmt::Display,
     {
-        let process = self.process(id, pid).await?;
+        let pid = process.pid;
         let mut closing = process.stdin_closing.subscribe();
         let mut stdin = process.stdin.lock().await;
         if stdin.is_none() {
@@ -722,76 +702,75 @@ impl Provisioner {
         }
         Ok(written)
     }
+}
 
-    /// Sends a signal to the process, or to its process group.
-    pub async fn signal_process(
-        &self,
-        id: &SandboxId,
-        pid: i32,
-        signal: i32,
-        group: bool,
-    ) -> Result<(), ProvisionerError> {
+impl ManagedProcess {
+    /// Whether its stdin is to close: a writer waiting on it while it does not read lets
+    /// go at once, so closing never waits for that writer.
+    pub(crate) fn closing_stdin(&self) {
+        self.stdin_closing.send_replace(true);
+    }
+
+    /// Sends a signal to it, or to its process group.
+    pub(crate) async fn signal(&self, signal: i32, group: bool) -> Result<(), ProvisionerError> {
         if !(1..=64).contains(&signal) {
             return Err(ProvisionerError::BadRequest(
                 "signal must be a signal number from 1 to 64",
             ));
         }
-        let process = self.running_process(id, pid).await?;
+        self.refuse_ended()?;
         // Killing goes through the runtime's one killer, the whole tree (I24).
         let request = if signal == SIGKILL && group {
             ProcessSignal::Kill
         } else {
             ProcessSignal::Signal { signal, group }
         };
-        if !process.control.send(request).await {
-            return Err(ProvisionerError::ProcessEnded { pid });
+        if !self.control.send(request).await {
+            return Err(ProvisionerError::ProcessEnded { pid: self.pid });
         }
         Ok(())
     }
 
-    /// Kills the process's whole tree, background processes included (I24), and waits
-    /// until it ended.
-    pub async fn kill_process(
-        &self,
-        id: &SandboxId,
-        pid: i32,
-    ) -> Result<ProcessInfo, ProvisionerError> {
-        let process = self.process(id, pid).await?;
-        if process.is_running() {
-            process.control.send(ProcessSignal::Kill).await;
+    /// Kills its whole tree, background processes included (I24), and waits until it
+    /// ended.
+    pub(crate) async fn kill(&self) -> ProcessInfo {
+        if self.is_running() {
+            self.control.send(ProcessSignal::Kill).await;
         }
-        Ok(process.wait().await)
+        self.wait().await
     }
 
-    /// Sets the size of the process's terminal; the process sees `SIGWINCH`.
-    pub async fn resize_process(
-        &self,
-        id: &SandboxId,
-        pid: i32,
-        size: TerminalSize,
-    ) -> Result<(), ProvisionerError> {
+    /// Sets the size of its terminal; it sees `SIGWINCH`.
+    pub(crate) async fn resize(&self, size: TerminalSize) -> Result<(), ProvisionerError> {
         check_terminal_size(size)?;
-        let process = self.running_process(id, pid).await?;
-        if lock(&process.terminal).is_none() {
-            return Err(ProvisionerError::NotATerminal { pid });
+        self.refuse_ended()?;
+        if lock(&self.terminal).is_none() {
+            return Err(ProvisionerError::NotATerminal { pid: self.pid });
         }
-        if !process.control.send(ProcessSignal::Resize(size)).await {
-            return Err(ProvisionerError::ProcessEnded { pid });
+        if !self.control.send(ProcessSignal::Resize(size)).await {
+            return Err(ProvisionerError::ProcessEnded { pid: self.pid });
         }
-        *lock(&process.terminal) = Some(size);
+        *lock(&self.terminal) = Some(size);
         Ok(())
     }
 
-    async fn running_process(
-        &self,
-        id: &SandboxId,
-        pid: i32,
-    ) -> Result<Arc<ManagedProcess>, ProvisionerError> {
-        let process = self.process(id, pid).await?;
-        if !process.is_running() {
-            return Err(ProvisionerError::ProcessEnded { pid });
+    /// Its output from `from`, waiting up to `wait` when there is none yet and it may come.
+    pub(crate) async fn read_waiting(&self, from: u64, wait: Duration) -> OutputRead {
+        let read = self.read_output(from);
+        if !read.pieces.is_empty() || read.lost.is_some() || wait.is_zero() {
+            return read;
         }
-        Ok(process)
+        // Something new, or the end: whichever comes first within the wait.
+        let _ = tokio::time::timeout(wait, self.wait_for_output(from)).await;
+        self.read_output(from)
+    }
+
+    fn refuse_ended(&self) -> Result<(), ProvisionerError> {
+        if self.is_running() {
+            Ok(())
+        } else {
+            Err(ProvisionerError::ProcessEnded { pid: self.pid })
+        }
     }
 }
 

@@ -38,6 +38,7 @@ mod path_attacks;
 mod processes;
 mod quotas;
 mod reaper;
+mod replica_processes;
 mod replicas;
 mod runs;
 mod runtime;

@@ -13,7 +13,7 @@ use warren_test_support::TestServer;
 use super::conformance::Host;
 
 /// Starts a process; its answer.
-async fn start(server: &TestServer, id: &str, body: Value) -> Value {
+pub(super) async fn start(server: &TestServer, id: &str, body: Value) -> Value {
     let (status, answer) = server
         .send_json(
             server
@@ -25,11 +25,11 @@ async fn start(server: &TestServer, id: &str, body: Value) -> Value {
     answer
 }
 
-fn pid_of(process: &Value) -> i64 {
+pub(super) fn pid_of(process: &Value) -> i64 {
     process["pid"].as_i64().expect("a pid")
 }
 
-async fn stdin(
+pub(super) async fn stdin(
     server: &TestServer,
     id: &str,
     pid: i64,
@@ -47,7 +47,7 @@ async fn stdin(
         .await
 }
 
-async fn post(server: &TestServer, id: &str, pid: i64, what: &str, body: Value) -> u16 {
+pub(super) async fn post(server: &TestServer, id: &str, pid: i64, what: &str, body: Value) -> u16 {
     server
         .request(
             Method::POST,
@@ -62,7 +62,7 @@ async fn post(server: &TestServer, id: &str, pid: i64, what: &str, body: Value) 
 }
 
 /// The bytes of output events, in order.
-fn bytes_of(events: &[Value]) -> Vec<u8> {
+pub(super) fn bytes_of(events: &[Value]) -> Vec<u8> {
     events
         .iter()
         .filter(|e| e["type"] == "stdout" || e["type"] == "stderr")
@@ -75,7 +75,7 @@ fn bytes_of(events: &[Value]) -> Vec<u8> {
 }
 
 /// Polls the output (the JSON answer) until it contains `needle`; all of it as text.
-async fn output_until(server: &TestServer, id: &str, pid: i64, needle: &str) -> String {
+pub(super) async fn output_until(server: &TestServer, id: &str, pid: i64, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, answer) = server
@@ -99,7 +99,7 @@ async fn output_until(server: &TestServer, id: &str, pid: i64, needle: &str) -> 
 }
 
 /// Follows the output as NDJSON from `from` until the end; the events.
-async fn follow(server: &TestServer, id: &str, pid: i64, from: u64) -> Vec<Value> {
+pub(super) async fn follow(server: &TestServer, id: &str, pid: i64, from: u64) -> Vec<Value> {
     let text = server
         .request(
             Method::GET,

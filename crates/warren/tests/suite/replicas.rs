@@ -17,13 +17,13 @@ use super::state_postgres::shared_postgres;
 /// The node lease of these replicas: short, so takeovers happen within a test.
 const TTL_S: u64 = 3;
 
-const CLUSTER_KEY: &str = "cluster-key-0123456789abcdef0123456789abcdef";
+pub(super) const CLUSTER_KEY: &str = "cluster-key-0123456789abcdef0123456789abcdef";
 
 /// Replicas of one cluster: their servers, the database, the shared directory and, for
 /// replicas on loopback, the S3 server their snapshots go to (replicas in namespaces of
 /// their own keep snapshots in the shared directory: the S3 server listens on loopback).
-struct Cluster {
-    nodes: Vec<TestServer>,
+pub(super) struct Cluster {
+    pub(super) nodes: Vec<TestServer>,
     database: String,
     shared: tempfile::TempDir,
     _files: ClusterFiles,
@@ -31,7 +31,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(count: usize) -> Self {
+    pub(super) fn start(count: usize) -> Self {
         Self::start_on(count, None)
     }
 
@@ -89,7 +89,7 @@ impl Cluster {
     }
 
     /// The owner the store records for `sandbox`: node id and token.
-    fn owner(&self, sandbox: &str) -> String {
+    pub(super) fn owner(&self, sandbox: &str) -> String {
         self.sql(&format!(
             "SELECT coalesce(node_id, '-') || ' ' || token FROM runtime_owners \
              WHERE sandbox_id = '{sandbox}'"
@@ -97,7 +97,7 @@ impl Cluster {
     }
 
     /// Status and failure reason of every run of `sandbox`, oldest first.
-    fn runs(&self, sandbox: &str) -> Vec<String> {
+    pub(super) fn runs(&self, sandbox: &str) -> Vec<String> {
         self.sql(&format!(
             "SELECT command || '|' || status || '|' || coalesce(failure_reason, '') || '|' || \
              coalesce(node_id, '') FROM runs WHERE sandbox_id = '{sandbox}' ORDER BY started_at"
@@ -108,7 +108,7 @@ impl Cluster {
     }
 }
 
-async fn exec(server: &TestServer, sandbox: &str, command: &str) -> (u16, Value) {
+pub(super) async fn exec(server: &TestServer, sandbox: &str, command: &str) -> (u16, Value) {
     server
         .send_json(
             server
@@ -120,7 +120,7 @@ async fn exec(server: &TestServer, sandbox: &str, command: &str) -> (u16, Value)
 
 /// The pids of processes whose command line starts with `command` (not the shells that
 /// started them).
-fn processes_with(command: &str) -> Vec<u32> {
+pub(super) fn processes_with(command: &str) -> Vec<u32> {
     let out = std::process::Command::new("pgrep")
         .args(["-f", &format!("^{command}")])
         .output()
