@@ -18,6 +18,7 @@ use warren_core::SandboxId;
 
 use super::{OutputEvent, OutputRead, ProcessInfo, StartProcess};
 use crate::exec::{Route, NOT_OWNER_CODE};
+use crate::ownership::Placement;
 use crate::{FencePermit, FenceToken, PeerNode, Provisioner, ProvisionerError};
 
 /// Longest a read waits for output to come.
@@ -464,7 +465,8 @@ impl Provisioner {
     }
 
     /// Sends a start to the node that owns the runtime. Once, when the owner answers that
-    /// it no longer owns the runtime (it gave it up meanwhile), the start is placed again.
+    /// it no longer owns the runtime (it gave it up meanwhile), the start is placed again:
+    /// here, or at the owner the store names now.
     pub(crate) async fn forward_start(
         &self,
         owner: PeerNode,
@@ -477,11 +479,20 @@ impl Provisioner {
             input: input.clone(),
             fence: fence.map(FenceToken::get),
         };
-        match self.after_forward(id, link.process_call(&owner, id, call).await) {
-            Err(error) if is_not_owner(&error) => {
-                let permit = self.fence(id, fence).await?;
-                Box::pin(self.start_process_routed(id, input, permit, Route::ToOwner)).await
-            }
+        match self.after_forward(id, link.process_call(&owner, id, call.clone()).await) {
+            Err(error) if is_not_owner(&error) => match self.place_runtime(id).await? {
+                Placement::Elsewhere(now) if now != owner => self
+                    .after_forward(id, link.process_call(&now, id, call).await)
+                    .and_then(into_process),
+                Placement::Elsewhere(_) => Err(ProvisionerError::PeerUnreachable {
+                    node: owner.node_id,
+                    reason: "it does not own the runtime the store says it owns".into(),
+                }),
+                Placement::Here(_) => {
+                    let permit = self.fence(id, fence).await?;
+                    Box::pin(self.start_process_routed(id, input, permit, Route::HereOnly)).await
+                }
+            },
             answer => answer.and_then(into_process),
         }
     }
