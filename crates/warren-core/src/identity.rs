@@ -24,9 +24,25 @@ fn identifier_problem(value: &str, max_len: usize) -> Option<&'static str> {
 ///
 /// Any non-empty string of at most 256 bytes without control characters is a uid; whether it
 /// is safe as a directory name is a separate question answered by [`SafeUid`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
 pub struct Uid(String);
+
+impl TryFrom<String> for Uid {
+    type Error = CoreError;
+
+    fn try_from(uid: String) -> Result<Self, CoreError> {
+        Self::new(uid)
+    }
+}
+
+impl From<Uid> for String {
+    fn from(uid: Uid) -> Self {
+        uid.0
+    }
+}
 
 impl Uid {
     /// Longest uid accepted, in bytes.
@@ -240,11 +256,16 @@ mod tests {
     }
 
     #[test]
-    fn a_sandbox_id_read_from_json_is_checked_as_a_parsed_one() {
+    fn ids_read_from_json_are_checked_as_parsed_ones() {
         let id = SandboxId::derive(&uid("alice"), &scope("default"));
         let json = serde_json::to_string(&id).unwrap();
         assert_eq!(serde_json::from_str::<SandboxId>(&json).unwrap(), id);
         assert!(serde_json::from_str::<SandboxId>("\"sbx-../../etc\"").is_err());
+        assert_eq!(
+            serde_json::from_str::<Uid>("\"alice\"").unwrap(),
+            uid("alice")
+        );
+        assert!(serde_json::from_str::<Uid>("\"a\\nb\"").is_err());
     }
 
     #[test]

@@ -68,7 +68,6 @@ impl std::fmt::Debug for ApiKey {
 /// A created key's record in the state store.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct KeyRecord {
-    #[serde(with = "crate::state::text::uid")]
     uid: Uid,
     created_at: chrono::DateTime<chrono::Utc>,
 }

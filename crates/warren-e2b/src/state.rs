@@ -45,10 +45,8 @@ pub(crate) struct E2bSandbox {
     /// E2B's id (`sandboxID`): 20 lowercase letters and digits.
     pub(crate) sandbox_id: String,
     /// The warren sandbox behind it.
-    #[serde(with = "text::sandbox_id")]
     pub(crate) warren_id: SandboxId,
     /// Whose boundary it lives in: the uid the API key maps to.
-    #[serde(with = "text::uid")]
     pub(crate) uid: Uid,
     /// The template it was created from.
     pub(crate) template_id: String,
@@ -109,45 +107,6 @@ impl SandboxSecrets {
         let expected: [u8; 32] = Sha256::digest(self.access_token(sandbox_id)).into();
         let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         expected.ct_eq(&presented).into()
-    }
-}
-
-/// warren's identifiers in records as their text, checked again when read back.
-pub(crate) mod text {
-    /// A [`warren_core::Uid`].
-    pub(crate) mod uid {
-        use serde::{Deserialize, Deserializer, Serializer};
-        use warren_core::Uid;
-
-        /// Writes the uid's text.
-        pub(crate) fn serialize<S: Serializer>(uid: &Uid, out: S) -> Result<S::Ok, S::Error> {
-            out.serialize_str(uid.as_str())
-        }
-
-        /// Reads and checks a uid.
-        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Uid, D::Error> {
-            let text = String::deserialize(input)?;
-            Uid::new(text).map_err(serde::de::Error::custom)
-        }
-    }
-
-    /// A [`warren_core::SandboxId`].
-    pub(crate) mod sandbox_id {
-        use serde::{Deserialize, Deserializer, Serializer};
-        use warren_core::SandboxId;
-
-        /// Writes the id's text.
-        pub(crate) fn serialize<S: Serializer>(id: &SandboxId, out: S) -> Result<S::Ok, S::Error> {
-            out.serialize_str(id.as_str())
-        }
-
-        /// Reads and checks an id.
-        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-            input: D,
-        ) -> Result<SandboxId, D::Error> {
-            let text = String::deserialize(input)?;
-            SandboxId::parse(&text).map_err(serde::de::Error::custom)
-        }
     }
 }
 

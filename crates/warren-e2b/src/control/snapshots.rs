@@ -28,7 +28,7 @@ use warren_store::StoreError;
 
 use super::{caller, parse_body};
 use crate::error::{shorten, ApiFailure};
-use crate::state::{text, E2bState, RECORD_NAMESPACE};
+use crate::state::{E2bState, RECORD_NAMESPACE};
 use crate::{E2bError, Shared};
 
 /// Why warren's runtime snapshot was taken, as its record says.
@@ -43,7 +43,6 @@ pub(crate) struct E2bSnapshot {
     /// E2B's id (`snapshotID`): 20 lowercase letters and digits.
     pub(crate) snapshot_id: String,
     /// Whose it is: only this uid's keys see or use it.
-    #[serde(with = "text::uid")]
     pub(crate) uid: Uid,
     /// The names it was given (at most one today), usable as a template id too.
     pub(crate) names: Vec<String>,
@@ -52,7 +51,6 @@ pub(crate) struct E2bSnapshot {
     /// The E2B sandbox it was taken of.
     pub(crate) source_sandbox_id: String,
     /// The warren sandbox behind it, which holds the checkpoint and runtime snapshot.
-    #[serde(with = "text::sandbox_id")]
     pub(crate) source_warren_id: SandboxId,
     /// warren's runtime snapshot (none when the source had never run a runtime to take).
     pub(crate) runtime_snapshot: Option<String>,
