@@ -1,18 +1,18 @@
 //! The provisioner's side of the control protocol (`control`): connecting to a runtime's
-//! socket without following links, asking who it is, and running one command with its
-//! output streamed, capped and its tree killed on timeout or when the client goes away.
+//! socket without following links, asking who it is, and starting a process over it (a
+//! command run to completion is one, followed by warren-backend's `run_to_completion`).
 //!
 //! Shared by every backend whose runtimes speak the protocol: the local runtime's init and
 //! the agent inside a Docker container.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
-    ExecOutcome, ExecRequest, OutputChunk, OutputSink, OutputStream, ProcessControl, ProcessExit,
-    ProcessHandle, ProcessRequest, ProcessSignal, ProcessStart, ResourceUsage,
+    ProcessControl, ProcessExit, ProcessHandle, ProcessRequest, ProcessSignal, ProcessStart,
+    ResourceUsage,
 };
 
 use crate::protocol::{self, ExecSpec, PtySize, Reply, Request};
@@ -22,10 +22,6 @@ pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The socket's name in a runtime's socket directory.
 pub const SOCKET_NAME: &str = "control.sock";
-
-/// How long output is still collected after the command exited, for pipes held open by
-/// background processes it started (those keep running, I6).
-const OUTPUT_GRACE: Duration = Duration::from_millis(150);
 
 /// Opens the socket `name` in `dir` as an `O_PATH` descriptor, refusing anything that is
 /// not a socket (a symlink planted by whoever can write `dir`, a FIFO, a file).
@@ -74,24 +70,9 @@ pub async fn connect_async(dir: &Path) -> std::io::Result<tokio::net::UnixStream
     tokio::net::UnixStream::connect(descriptor_path(&socket)).await
 }
 
-/// What a runtime of `layout` is asked to run for `request`: its argv and cwd, and the
-/// complete environment ([`command_environment`]).
-pub fn exec_spec(
-    request: &ExecRequest,
-    layout: &warren_core::Layout,
-    network: &warren_core::NetworkPolicy,
-    runtime_env: &std::collections::BTreeMap<String, String>,
-) -> ExecSpec {
-    ExecSpec {
-        argv: request.argv.clone(),
-        cwd: request.cwd.clone(),
-        env: command_environment(layout, network, runtime_env, &request.env),
-        pty: None,
-    }
-}
-
-/// What a runtime of `layout` is asked to run for a long-running process: as
-/// [`exec_spec`], on a terminal when the request asks for one.
+/// What a runtime of `layout` is asked to run for a process: its argv and cwd, the
+/// complete environment ([`command_environment`]), and a terminal when the request asks
+/// for one.
 pub fn process_spec(
     request: &ProcessRequest,
     layout: &warren_core::Layout,
@@ -368,126 +349,6 @@ impl From<rustix::io::Errno> for RunError {
     }
 }
 
-/// Runs one command through the runtime socket in `dir`: stdio goes over as pipes, output
-/// comes back capped (and to `sink` as it arrives), and the command's tree is killed when
-/// `request.timeout` passes or the sink closes (I24).
-pub async fn run(
-    dir: &Path,
-    spec: ExecSpec,
-    request: &ExecRequest,
-    sink: Option<OutputSink>,
-) -> Result<ExecOutcome, RunError> {
-    let started = Instant::now();
-    let Launched {
-        mut control,
-        stdin: stdin_write,
-        stdout: stdout_read,
-        stderr: stderr_read,
-    } = launch(dir, spec).await?;
-
-    let stdin_bytes = request.stdin.clone();
-    let writer = tokio::spawn(async move {
-        if let Ok(mut stdin) = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write) {
-            let _ = stdin.write_all(&stdin_bytes).await;
-        }
-    });
-    let cap = request.output_cap;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (out_task, err_task) = (
-        tokio::spawn(collect(
-            stdout_read,
-            OutputStream::Stdout,
-            cap,
-            sink.clone(),
-            stopped.clone(),
-        )),
-        tokio::spawn(collect(
-            stderr_read,
-            OutputStream::Stderr,
-            cap,
-            sink.clone(),
-            stopped,
-        )),
-    );
-
-    let first = within_start(read_reply(&mut control)).await?;
-    let mut outcome = ExecOutcome::default();
-    match first {
-        Reply::Started { .. } => {}
-        Reply::Failed { stage, errno } => {
-            writer.abort();
-            let _ = stop.send(true);
-            let (_, _) = (out_task.await, err_task.await);
-            return Ok(failed_outcome(&stage, errno, request, started));
-        }
-        other => return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into()),
-    }
-
-    let deadline = tokio::time::sleep(request.timeout);
-    tokio::pin!(deadline);
-    let sink_closed = async {
-        match &sink {
-            Some(sink) => sink.closed().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(sink_closed);
-    let mut killed = false;
-    let exited = loop {
-        tokio::select! {
-            reply = read_reply(&mut control) => break reply?,
-            () = &mut deadline, if !killed => {
-                outcome.timed_out = true;
-                killed = true;
-                send_kill(&mut control).await?;
-            }
-            () = &mut sink_closed, if !killed => {
-                // The client went away mid-stream: nothing may keep running for nobody.
-                killed = true;
-                send_kill(&mut control).await?;
-            }
-        }
-    };
-    let Reply::Exited {
-        exit_code,
-        signal,
-        user_us,
-        system_us,
-        max_rss_kib,
-    } = exited
-    else {
-        return Err(std::io::Error::other(format!("unexpected reply {exited:?}")).into());
-    };
-    outcome.exit_code = exit_code;
-    outcome.signal = signal;
-    outcome.usage = ResourceUsage {
-        cpu_user_ms: Some(user_us / 1000),
-        cpu_system_ms: Some(system_us / 1000),
-        peak_memory_bytes: Some(max_rss_kib * 1024),
-    };
-    writer.abort();
-    // Pipes still held open by background processes (I6) must not hold the answer: after a
-    // short grace the collectors stop and hand over what they have.
-    let both = async { (out_task.await, err_task.await) };
-    tokio::pin!(both);
-    let collected = tokio::select! {
-        collected = &mut both => collected,
-        () = tokio::time::sleep(OUTPUT_GRACE) => {
-            let _ = stop.send(true);
-            both.await
-        }
-    };
-    let stdout = collected.0.ok();
-    let stderr = collected.1.ok();
-    let (stdout, out_cut) = stdout.unwrap_or_default();
-    let (stderr, err_cut) = stderr.unwrap_or_default();
-    outcome.stdout = stdout;
-    outcome.stderr = stderr;
-    outcome.truncated = out_cut || err_cut;
-    outcome.duration = started.elapsed();
-    Ok(outcome)
-}
-
 /// The runtime's first answer to an exec (`Started` or `Failed`), which comes as soon as
 /// it forked: a runtime that does not give it within [`START_TIMEOUT`] is wedged (or not a
 /// runtime at all) and must not hold the caller forever.
@@ -659,126 +520,6 @@ async fn follow_process(
     }
 }
 
-/// What a command that could not be started answers: 126 when it is not executable, 127
-/// otherwise (as a shell does), and why on stderr.
-pub(crate) fn failed_outcome(
-    stage: &str,
-    errno: i32,
-    request: &ExecRequest,
-    started: Instant,
-) -> ExecOutcome {
-    let reason = std::io::Error::from_raw_os_error(errno);
-    ExecOutcome {
-        exit_code: Some(if stage == "exec" && errno == libc::EACCES {
-            126
-        } else {
-            127
-        }),
-        stderr: match stage {
-            "exec" => format!(
-                "warren: cannot run {:?}: {reason}\n",
-                request.argv.first().map_or("", String::as_str)
-            ),
-            "cwd" => format!("warren: cannot enter {}: {reason}\n", request.cwd),
-            other => format!("warren: command setup failed at {other}: {reason}\n"),
-        }
-        .into_bytes(),
-        duration: started.elapsed(),
-        ..ExecOutcome::default()
-    }
-}
-
-/// Most bytes taken from a pipe once `stop` is signalled: the most a pipe can hold
-/// (`/proc/sys/fs/pipe-max-size`'s default), so a background process that keeps writing
-/// cannot hold the answer.
-const DRAIN_LIMIT: usize = 1 << 20;
-
-/// Reads a stream to its end, keeping at most `cap` bytes and sending every chunk to the
-/// sink. On `stop` (the command exited and the grace passed, but something still holds the
-/// pipe open) it takes what is already in the pipe, then returns without waiting for more.
-async fn collect(
-    fd: OwnedFd,
-    stream: OutputStream,
-    cap: usize,
-    sink: Option<OutputSink>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> (Vec<u8>, bool) {
-    let mut output = Collected {
-        kept: Vec::new(),
-        truncated: false,
-        cap,
-        stream,
-        sink,
-    };
-    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return (output.kept, output.truncated);
-    };
-    let mut buffer = vec![0u8; 64 * 1024];
-    let stopped = loop {
-        let n = tokio::select! {
-            // Data first: under load, the stop signal may arrive before this task got to
-            // read bytes the command wrote long before it exited.
-            biased;
-            read = pipe.read(&mut buffer) => match read {
-                Ok(0) | Err(_) => break false,
-                Ok(n) => n,
-            },
-            _ = stop.changed() => break true,
-        };
-        if !output.take(&buffer[..n]).await {
-            return (output.kept, output.truncated);
-        }
-    };
-    if stopped {
-        // Whatever the command wrote before it exited is in the pipe now: take it all,
-        // reading the descriptor itself (non-blocking), since the reactor may not have
-        // seen the pipe become readable yet (tokio's own try_read would then say "empty").
-        let mut drained = 0;
-        while drained < DRAIN_LIMIT {
-            match rustix::io::read(&pipe, &mut buffer) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    drained += n;
-                    if !output.take(&buffer[..n]).await {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    (output.kept, output.truncated)
-}
-
-/// One stream's output as it is collected.
-pub(crate) struct Collected {
-    pub(crate) kept: Vec<u8>,
-    pub(crate) truncated: bool,
-    pub(crate) cap: usize,
-    pub(crate) stream: OutputStream,
-    pub(crate) sink: Option<OutputSink>,
-}
-
-impl Collected {
-    /// Keeps `bytes` under the cap and streams them; false once the sink is gone.
-    pub(crate) async fn take(&mut self, bytes: &[u8]) -> bool {
-        let room = self.cap.saturating_sub(self.kept.len());
-        if bytes.len() > room {
-            self.truncated = true;
-        }
-        self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        match &self.sink {
-            Some(sink) => sink
-                .send(OutputChunk {
-                    stream: self.stream,
-                    bytes: bytes.to_vec(),
-                })
-                .await
-                .is_ok(),
-            None => true,
-        }
-    }
-}
-
 async fn read_reply<R: tokio::io::AsyncRead + Unpin>(control: &mut R) -> std::io::Result<Reply> {
     let mut header = [0u8; 4];
     control.read_exact(&mut header).await?;
@@ -799,52 +540,4 @@ async fn send_request<W: tokio::io::AsyncWrite + Unpin>(
     let mut frame = (body.len() as u32).to_le_bytes().to_vec();
     frame.extend_from_slice(&body);
     control.write_all(&frame).await
-}
-
-async fn send_kill(control: &mut tokio::net::UnixStream) -> std::io::Result<()> {
-    send_request(control, &Request::Kill).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Under load the collector may first run after the grace has passed and `stop` was
-    /// sent: the output already in the pipe must still be returned whole, also while a
-    /// background process keeps the pipe open.
-    #[tokio::test]
-    async fn output_written_before_the_stop_is_never_lost() {
-        for round in 0..64 {
-            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
-            rustix::io::write(&write, b"x711\n").unwrap();
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            stop.send(true).unwrap();
-            let (kept, truncated) = collect(read, OutputStream::Stdout, 1024, None, stopped).await;
-            assert_eq!(kept, b"x711\n", "round {round}: output lost");
-            assert!(!truncated);
-            // The writer (a background process) is still there and must not be waited for.
-            drop(write);
-        }
-    }
-
-    #[tokio::test]
-    async fn a_writer_that_never_stops_does_not_hold_the_drain() {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
-        let chunk = vec![b'y'; 4096];
-        // Something is in the pipe before the stop, and more keeps coming after it.
-        rustix::io::write(&write, &chunk).unwrap();
-        let writer = std::thread::spawn(move || while rustix::io::write(&write, &chunk).is_ok() {});
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        stop.send(true).unwrap();
-        let (kept, truncated) = tokio::time::timeout(
-            Duration::from_secs(10),
-            collect(read, OutputStream::Stdout, 100, None, stopped),
-        )
-        .await
-        .expect("the drain is bounded");
-        assert_eq!(kept.len(), 100);
-        assert!(truncated);
-        // The read end is closed: the writer gets EPIPE and ends.
-        writer.join().unwrap();
-    }
 }

@@ -4,14 +4,14 @@
 //! away), over the authenticated, sealed transport of [`crate::wire`].
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use warren_backend::{ExecOutcome, ExecRequest, OutputSink, OutputStream, ResourceUsage};
+use warren_backend::{OutputStream, ResourceUsage};
 
-use crate::client::{within_start, Collected, RunError};
+use crate::client::{within_start, RunError};
 use crate::protocol::{ExecSpec, Reply, Request};
 use crate::wire::{self, AgentKey, Kind, Opener, Sealer};
 
@@ -240,53 +240,6 @@ impl RemoteAgent {
         }
     }
 
-    /// Runs one command: stdin goes over as frames, output comes back capped (and to
-    /// `sink` as it arrives), and the command's tree is killed when `request.timeout`
-    /// passes or the sink closes (I24), as [`crate::client::run`] does on a Unix socket.
-    pub async fn run(
-        &self,
-        spec: ExecSpec,
-        request: &ExecRequest,
-        sink: Option<OutputSink>,
-    ) -> Result<ExecOutcome, RunError> {
-        let started = Instant::now();
-        let Session {
-            mut reader,
-            writer,
-            sealer,
-            mut opener,
-        } = self.connect().await?;
-        // Everything to send goes first: the gateway takes stdin off the connection into
-        // a queue of its own, so this never waits on a command that does not read it. All
-        // of it lives in this future: dropping it closes the connection, and the agent
-        // kills the command's tree (I24).
-        let mut outbound = Outbound { writer, sealer };
-        let exec = serde_json::to_vec(&Request::Exec(spec)).map_err(std::io::Error::other)?;
-        outbound.send(Kind::Request, &exec).await?;
-        // A command may end before it read its stdin: the agent then stops reading it, and
-        // what is left cannot be sent, as a pipe's reader closing (EPIPE) does on a Unix
-        // socket. The command's frames are read all the same.
-        let mut sent = true;
-        for piece in request.stdin.chunks(wire::DATA_CHUNK) {
-            if outbound.send(Kind::Stdin, piece).await.is_err() {
-                sent = false;
-                break;
-            }
-        }
-        if sent {
-            let _ = outbound.send(Kind::StdinEnd, &[]).await;
-        }
-        self.follow(
-            &mut reader,
-            &mut opener,
-            &mut outbound,
-            started,
-            request,
-            sink,
-        )
-        .await
-    }
-
     /// Starts a long-running process and hands it over ([`warren_backend::ProcessHandle`]),
     /// as [`crate::client::start_process`] does on a Unix socket: stdin goes over as
     /// frames as the handle's writer fills it, output frames fill the handle's readers (a
@@ -362,103 +315,6 @@ impl RemoteAgent {
                 }
             }),
         }))
-    }
-
-    /// Reads one exec's frames to its `Exited`.
-    async fn follow(
-        &self,
-        reader: &mut OwnedReadHalf,
-        opener: &mut Opener,
-        outbound: &mut Outbound,
-        started: Instant,
-        request: &ExecRequest,
-        sink: Option<OutputSink>,
-    ) -> Result<ExecOutcome, RunError> {
-        let new_output = |stream| Collected {
-            kept: Vec::new(),
-            truncated: false,
-            cap: request.output_cap,
-            stream,
-            sink: sink.clone(),
-        };
-        let (mut stdout, mut stderr) = (
-            new_output(OutputStream::Stdout),
-            new_output(OutputStream::Stderr),
-        );
-        let mut outcome = ExecOutcome::default();
-        let first = within_start(read(reader, opener)).await?;
-        match first {
-            Frame::Reply(Reply::Started { .. }) => {}
-            Frame::Reply(Reply::Failed { stage, errno }) => {
-                return Ok(crate::client::failed_outcome(
-                    &stage, errno, request, started,
-                ));
-            }
-            other => {
-                return Err(std::io::Error::other(format!("unexpected frame {other:?}")).into())
-            }
-        }
-        let deadline = tokio::time::sleep(request.timeout);
-        tokio::pin!(deadline);
-        let sink_closed = async {
-            match &sink {
-                Some(sink) => sink.closed().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(sink_closed);
-        let mut killed = false;
-        let mut listening = true;
-        let exited = loop {
-            tokio::select! {
-                frame = read(reader, opener) => match frame? {
-                    Frame::Output(OutputStream::Stdout, bytes) => {
-                        listening &= stdout.take(&bytes).await;
-                    }
-                    Frame::Output(_, bytes) => {
-                        listening &= stderr.take(&bytes).await;
-                    }
-                    Frame::Reply(reply @ Reply::Exited { .. }) => break reply,
-                    // `read` passes no acknowledgement on.
-                    Frame::StdinAck => {}
-                    Frame::Reply(other) => {
-                        return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
-                    }
-                },
-                () = &mut deadline, if !killed => {
-                    outcome.timed_out = true;
-                    killed = true;
-                    outbound.kill().await?;
-                }
-                () = &mut sink_closed, if !killed && listening => {
-                    // The client went away mid-stream: nothing may keep running for nobody.
-                    killed = true;
-                    outbound.kill().await?;
-                }
-            }
-        };
-        let Reply::Exited {
-            exit_code,
-            signal,
-            user_us,
-            system_us,
-            max_rss_kib,
-        } = exited
-        else {
-            unreachable!("matched above");
-        };
-        outcome.exit_code = exit_code;
-        outcome.signal = signal;
-        outcome.usage = ResourceUsage {
-            cpu_user_ms: Some(user_us / 1000),
-            cpu_system_ms: Some(system_us / 1000),
-            peak_memory_bytes: Some(max_rss_kib * 1024),
-        };
-        outcome.truncated = stdout.truncated || stderr.truncated;
-        outcome.stdout = stdout.kept;
-        outcome.stderr = stderr.kept;
-        outcome.duration = started.elapsed();
-        Ok(outcome)
     }
 }
 
@@ -585,14 +441,6 @@ impl Outbound {
     async fn send(&mut self, kind: Kind, payload: &[u8]) -> std::io::Result<()> {
         let frame = self.sealer.seal(kind, payload)?;
         self.writer.write_all(&frame).await
-    }
-
-    /// Asks for the command's tree to be killed. A connection whose sending half is gone
-    /// (the agent closed it: the command ended) needs no kill; the `Exited` still comes.
-    async fn kill(&mut self) -> std::io::Result<()> {
-        let body = serde_json::to_vec(&Request::Kill).map_err(std::io::Error::other)?;
-        let _ = self.send(Kind::Request, &body).await;
-        Ok(())
     }
 }
 

@@ -9,6 +9,7 @@
 
 #![deny(missing_docs)]
 
+mod complete;
 mod limits;
 mod memory;
 mod mount;
@@ -20,6 +21,7 @@ mod usage;
 
 use async_trait::async_trait;
 
+pub use complete::{run_to_completion, OutputReader, OUTPUT_GRACE};
 pub use limits::RuntimeLimits;
 pub use memory::{MemoryBackend, MemoryEvent};
 pub use mount::bind_fd;
@@ -188,13 +190,18 @@ pub trait Backend: Send + Sync + 'static {
     async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError>;
 
     /// Runs one command in the sandbox's runtime and waits for it. With a `sink`, output is
-    /// also sent there as it arrives; a closed sink kills the command (I24).
+    /// also sent there as it arrives; a closed sink kills the command (I24). A process
+    /// ([`Backend::start_process`]) followed to its end ([`run_to_completion`]).
     async fn exec(
         &self,
         sandbox: &SandboxId,
         request: &ExecRequest,
         sink: Option<OutputSink>,
-    ) -> Result<ExecOutcome, BackendError>;
+    ) -> Result<ExecOutcome, BackendError> {
+        let began = std::time::Instant::now();
+        let started = self.start_process(sandbox, &request.process()).await?;
+        run_to_completion(started, request, sink, began).await
+    }
 
     /// Starts a long-running process in the sandbox's runtime and hands it over: its stdin
     /// stays open until the handle closes it, its output streams as it comes, and it can be

@@ -88,7 +88,7 @@ pub type ProcessInput = Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
 /// A process's output as it comes; it ends when every holder of the stream's write end
 /// (the process and whatever it left running in the background) has closed it.
-pub type ProcessOutput = Pin<Box<dyn tokio::io::AsyncRead + Send>>;
+pub type ProcessOutput = Pin<Box<dyn crate::OutputReader>>;
 
 /// The end of a process: how it ended, or why the backend could not tell (the runtime
 /// went away under it).

@@ -59,7 +59,7 @@ use warren_backend::staging::{is_staged, StagedBinds};
 use warren_backend::RuntimeLimits;
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec, RuntimeUsage,
+    ProcessPressure, RuntimeSpec, RuntimeUsage,
 };
 use warren_core::{IsolationTier, SandboxId};
 
@@ -911,35 +911,6 @@ impl Backend for DockerBackend {
             }
         }
         Ok(found)
-    }
-
-    async fn exec(
-        &self,
-        sandbox: &SandboxId,
-        request: &ExecRequest,
-        sink: Option<OutputSink>,
-    ) -> Result<ExecOutcome, BackendError> {
-        let identity = self
-            .find(sandbox)
-            .await
-            .ok_or_else(|| BackendError::RuntimeNotFound {
-                sandbox: sandbox.clone(),
-            })?;
-        let spec = client::exec_spec(
-            request,
-            identity.spec.layout.layout(),
-            &identity.spec.network,
-            &identity.spec.env,
-        );
-        let ran = client::run(&self.socket_dir(sandbox), spec, request, sink).await;
-        ran.map_err(|error| {
-            // The agent is gone (the container died or was removed behind warren's back):
-            // forget it, so the next use starts a fresh container.
-            if error.is_gone() {
-                self.lock().remove(sandbox);
-            }
-            error.into_backend(sandbox)
-        })
     }
 
     async fn start_process(

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, ProcessPressure, RuntimeSpec, RuntimeUsage,
+    ProcessPressure, RuntimeSpec, RuntimeUsage,
 };
 use warren_core::{IsolationTier, NetworkPolicy, SandboxId};
 
@@ -25,7 +25,7 @@ use crate::config::{IdMap, MountConfig, RootSource, RuntimeConfig, RuntimeLimits
 use crate::host::HostReport;
 use crate::launcher::{spawn_launcher, Launcher, LauncherPool};
 use crate::IsolationError;
-use warren_agent::client::{exec_spec, ping, ping_full, process_birth, run};
+use warren_agent::client::{ping, ping_full, process_birth};
 
 /// Configuration of the local backend.
 #[derive(Debug, Clone)]
@@ -703,36 +703,6 @@ impl Backend for LocalBackend {
             }
         }
         Ok(found)
-    }
-
-    async fn exec(
-        &self,
-        sandbox: &SandboxId,
-        request: &ExecRequest,
-        sink: Option<OutputSink>,
-    ) -> Result<ExecOutcome, BackendError> {
-        let identity = self
-            .find(sandbox)
-            .await
-            .ok_or_else(|| BackendError::RuntimeNotFound {
-                sandbox: sandbox.clone(),
-            })?;
-        let spec = exec_spec(
-            request,
-            identity.layout.layout(),
-            &identity.network,
-            &identity.env,
-        );
-        let socket_dir = identity.socket_dir(&self.runtime_dir(sandbox));
-        let ran = run(&socket_dir, spec, request, sink).await;
-        ran.map_err(|error| {
-            // Init died (OOM, killed): forget it so the provisioner starts a fresh runtime
-            // instead of failing every call.
-            if error.is_gone() {
-                self.lock().remove(sandbox);
-            }
-            error.into_backend(sandbox)
-        })
     }
 
     async fn start_process(

@@ -49,12 +49,12 @@ use k8s_openapi::api::networking::v1::NetworkPolicy as K8sNetworkPolicy;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use warren_agent::client::{exec_spec, RunError};
+use warren_agent::client::RunError;
 use warren_agent::remote::RemoteAgent;
 use warren_agent::{AgentConfig, AgentKey};
 use warren_backend::{
     Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots,
-    ExecOutcome, ExecRequest, OutputSink, RuntimeLimits, RuntimeSpec, RuntimeUsage,
+    RuntimeLimits, RuntimeSpec, RuntimeUsage,
 };
 use warren_core::{DataLayout, SandboxId};
 
@@ -877,49 +877,6 @@ impl Backend for KubernetesBackend {
             self.remove(&sandbox, "its pod is gone").await;
         }
         Ok(found)
-    }
-
-    async fn exec(
-        &self,
-        sandbox: &SandboxId,
-        request: &ExecRequest,
-        sink: Option<OutputSink>,
-    ) -> Result<ExecOutcome, BackendError> {
-        let known = self.find(sandbox)?;
-        let mut spec = exec_spec(
-            request,
-            known.spec.layout.layout(),
-            &known.spec.network,
-            &known.spec.env,
-        );
-        self.point_at_proxy(&known, &mut spec);
-        match known.agent.run(spec, request, sink).await {
-            Ok(outcome) => Ok(outcome),
-            // The pod is gone: forget it, so the next use starts a fresh one.
-            Err(RunError::Gone(_)) => {
-                self.lock().remove(sandbox);
-                Err(BackendError::RuntimeNotFound {
-                    sandbox: sandbox.clone(),
-                })
-            }
-            Err(RunError::Io(source)) if !self.still_serves(sandbox, &known).await => {
-                // Deleted or replaced behind warren's back: forget it, so the next use
-                // starts a fresh one. Not a `RuntimeNotFound`, which would run the command
-                // again: whether it started before its pod went, nothing here can tell.
-                self.lock().remove(sandbox);
-                Err(BackendError::Exec {
-                    sandbox: sandbox.clone(),
-                    source: std::io::Error::new(
-                        source.kind(),
-                        format!("its pod is gone; the next command starts a fresh one: {source}"),
-                    ),
-                })
-            }
-            Err(RunError::Io(source)) => Err(BackendError::Exec {
-                sandbox: sandbox.clone(),
-                source,
-            }),
-        }
     }
 
     async fn start_process(

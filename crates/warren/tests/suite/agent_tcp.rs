@@ -111,7 +111,7 @@ impl TcpAgent {
         client: &RemoteAgent,
         script: &str,
         timeout: Duration,
-    ) -> Result<ExecOutcome, warren_agent::client::RunError> {
+    ) -> Result<ExecOutcome, String> {
         let request = request(script, timeout);
         let spec = ExecSpec {
             argv: request.argv.clone(),
@@ -119,7 +119,7 @@ impl TcpAgent {
             env: warren_agent::environment::base_environment(&warren_core::Layout::ARS),
             pty: None,
         };
-        runtime().block_on(client.run(spec, &request, None))
+        runtime().block_on(run(client, spec, &request, None))
     }
 
     /// Threads of the agent's gateway (its accept loop is one).
@@ -158,8 +158,11 @@ fn request(script: &str, timeout: Duration) -> ExecRequest {
     }
 }
 
+/// A runtime whose tasks run on while the test waits outside it, as the server's do: a
+/// process handle's connection is held by tasks of its own.
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .unwrap()
@@ -192,7 +195,7 @@ fn a_command_runs_over_tcp_with_its_stdin_output_exit_code_and_usage() {
         pty: None,
     };
     let outcome = runtime()
-        .block_on(agent.client().run(spec, &request, None))
+        .block_on(run(&agent.client(), spec, &request, None))
         .unwrap_or_else(|e| panic!("{e}"));
     let stdout = String::from_utf8(outcome.stdout.clone()).unwrap();
     assert_eq!(outcome.exit_code, Some(3), "{outcome:?}");
@@ -236,7 +239,7 @@ fn output_over_the_cap_is_cut_and_streamed_whole_to_the_sink() {
         total
     });
     let outcome = rt
-        .block_on(agent.client().run(spec, &request, Some(sink)))
+        .block_on(run(&agent.client(), spec, &request, Some(sink)))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(outcome.stdout.len(), 1000);
     assert!(outcome.truncated);
@@ -271,7 +274,11 @@ fn a_client_that_goes_away_gets_its_command_killed() {
     let client = agent.client();
     // The client stops waiting after a moment and drops the connection.
     let left = rt.block_on(async {
-        tokio::time::timeout(Duration::from_millis(500), client.run(spec, &request, None)).await
+        tokio::time::timeout(
+            Duration::from_millis(500),
+            run(&client, spec, &request, None),
+        )
+        .await
     });
     assert!(left.is_err(), "the command ended on its own: {left:?}");
     eventually("the abandoned command's tree is gone", || {
@@ -626,7 +633,7 @@ fn stdin_a_background_process_holds_unread_does_not_hold_the_agent() {
     };
     let started = Instant::now();
     let outcome = runtime()
-        .block_on(agent.client().run(spec, &request, None))
+        .block_on(run(&agent.client(), spec, &request, None))
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(outcome.exit_code, Some(0));
     assert!(
@@ -642,4 +649,23 @@ fn stdin_a_background_process_holds_unread_does_not_hold_the_agent() {
         agent.run("echo next", Duration::from_secs(30)).stdout,
         b"next\n"
     );
+}
+
+/// Runs one command through the agent as every backend's exec does: a process followed
+/// to its end.
+async fn run(
+    client: &RemoteAgent,
+    spec: ExecSpec,
+    request: &warren_backend::ExecRequest,
+    sink: Option<warren_backend::OutputSink>,
+) -> Result<ExecOutcome, String> {
+    let began = Instant::now();
+    let sandbox = warren_core::SandboxId::parse("sbx-000000000000000000000001").unwrap();
+    let started = client
+        .start_process(spec, &sandbox)
+        .await
+        .map_err(|e| e.to_string())?;
+    warren_backend::run_to_completion(started, request, sink, began)
+        .await
+        .map_err(|e| e.to_string())
 }
