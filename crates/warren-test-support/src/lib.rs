@@ -1046,6 +1046,75 @@ pub mod latency {
     /// Untimed rounds before each measurement: page cache, the server's first requests.
     const WARM_UP: usize = 5;
 
+    /// A keystroke's round trips through a process's terminal: `cat` on a pty started
+    /// through `start` (uid `bench`, workdir `projects/k`), attached over the
+    /// `/v1` WebSocket through `attach` (the same server, or another replica), one byte in
+    /// and its echo (by the line discipline) out, `keystrokes` times after 20 untimed.
+    pub async fn terminal_keystrokes(
+        start: &TestServer,
+        attach: &TestServer,
+        keystrokes: usize,
+    ) -> Vec<Duration> {
+        use futures::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        use tokio_tungstenite::tungstenite::Message;
+
+        let id = start.sandbox("bench", "keys", "projects/k").await;
+        let (status, process) = start
+            .send_json(
+                start
+                    .request(Method::POST, &format!("/v1/sandboxes/{id}/processes"))
+                    .json(&json!({"command": "exec cat >/dev/null", "pty": {"cols": 80, "rows": 24}, "stdin": true})),
+            )
+            .await;
+        assert_eq!(status, 201, "{process}");
+        let pid = process["pid"].as_i64().unwrap();
+        let url = format!(
+            "{}/v1/sandboxes/{id}/processes/{pid}/attach",
+            attach.url.replacen("http://", "ws://", 1)
+        );
+        let mut request = url.into_client_request().unwrap();
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", attach.token).parse().unwrap(),
+        );
+        let (socket, _) = tokio_tungstenite::connect_async(request)
+            .await
+            .expect("the attach WebSocket");
+        let (mut to_server, mut from_server) = socket.split();
+        let mut samples = Vec::with_capacity(keystrokes);
+        for i in 0..keystrokes + 20 {
+            let started = Instant::now();
+            to_server
+                .send(Message::Binary(b"a".to_vec().into()))
+                .await
+                .unwrap();
+            loop {
+                match from_server.next().await.expect("the echo").unwrap() {
+                    Message::Binary(bytes) if bytes.contains(&b'a') => break,
+                    _ => {}
+                }
+            }
+            if i >= 20 {
+                samples.push(started.elapsed());
+            }
+            if i % 64 == 63 {
+                // Lines stay short; `cat` reads each.
+                to_server
+                    .send(Message::Binary(b"\n".to_vec().into()))
+                    .await
+                    .unwrap();
+                loop {
+                    match from_server.next().await.expect("the echo").unwrap() {
+                        Message::Binary(bytes) if bytes.contains(&b'\n') => break,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        samples
+    }
+
     /// Through `server`'s API (uid `bench`, whose workdir `projects/p` must exist):
     /// `cold` times creating a sandbox and running its first command (the runtime starts
     /// lazily), and `warm` times one command in a running runtime.

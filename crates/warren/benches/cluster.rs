@@ -7,6 +7,9 @@
 //!
 //! 1. Warm exec p50 through a replica that does not own the runtime (forwarded over the
 //!    node-to-node link) beside the same exec through the owner: the forwarding's cost.
+//!    Then a keystroke's round trip through a process's terminal (`/v1` WebSocket attach,
+//!    byte in, echo out) attached through the non-owner beside through the owner: each
+//!    keystroke crosses the link as a streamed stdin, its echo as the forwarded follow.
 //! 2. Takeover time after `kill -9` of the owner (its runtimes killed with it, as when a
 //!    machine dies): from the kill to the first exec through another replica that
 //!    succeeds, p50 and max over the rounds, beside the target of the node TTL + 2 s.
@@ -23,7 +26,7 @@ use reqwest::Method;
 use serde_json::json;
 use warren_fs::WorkspaceRoot;
 use warren_snapshot::{LocalStore, ObjectStore, S3Config, S3Store, SnapshotLimits};
-use warren_test_support::latency::{ms, percentile, row};
+use warren_test_support::latency::{ms, percentile, row, terminal_keystrokes};
 use warren_test_support::workload::{generate_workspace, sh, tar_zstd, Noise};
 use warren_test_support::{ClusterFiles, PostgresServer, S3Server, TestServer};
 
@@ -120,6 +123,17 @@ fn replicas_rows(runtime: &tokio::runtime::Runtime) {
     println!(
         "  forwarding adds {} at p50 (target: at most 1 ms)",
         ms(percentile(&mut forwarded, 0.5).saturating_sub(percentile(&mut direct, 0.5)))
+    );
+    let (mut keys_forwarded, mut keys_direct) = runtime.block_on(async {
+        let direct = terminal_keystrokes(&nodes[0], &nodes[0], 300).await;
+        let forwarded = terminal_keystrokes(&nodes[0], &nodes[1], 300).await;
+        (forwarded, direct)
+    });
+    row(
+        "a keystroke's echo, attached through a non-owner",
+        &mut keys_forwarded,
+        &mut keys_direct,
+        "attached through the owner",
     );
 
     let mut takeovers = Vec::new();

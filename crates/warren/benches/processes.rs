@@ -18,12 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
-use reqwest::Method;
-use serde_json::json;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
-use warren_test_support::latency::{ms, percentile};
+use warren_test_support::latency::{ms, percentile, terminal_keystrokes};
 use warren_test_support::{require_docker, TestServer, DOCKER_TEST_IMAGE};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -41,10 +36,10 @@ async fn main() {
 
     let mut floor = host_pty(keystrokes);
     let local = TestServer::start_local(bin);
-    let mut warren_local = through_warren(&local, keystrokes).await;
+    let mut warren_local = terminal_keystrokes(&local, &local, keystrokes).await;
     drop(local);
     let docker = TestServer::start_docker(bin);
-    let mut warren_docker = through_warren(&docker, keystrokes).await;
+    let mut warren_docker = terminal_keystrokes(&docker, &docker, keystrokes).await;
     drop(docker);
     let mut docker_exec = docker_exec_i(keystrokes);
 
@@ -119,65 +114,6 @@ fn host_pty(keystrokes: usize) -> Vec<Duration> {
             while !got.contains(&b'\n') {
                 let n = terminal.read(&mut echo).unwrap();
                 got.extend_from_slice(&echo[..n]);
-            }
-        }
-    }
-    samples
-}
-
-/// Through warren: a shell's terminal attached over the WebSocket, `cat` reading it with
-/// the line discipline echoing each byte as it arrives.
-async fn through_warren(server: &TestServer, keystrokes: usize) -> Vec<Duration> {
-    let id = server.sandbox("bench", "keys", "projects/k").await;
-    let (status, process) = server
-        .send_json(
-            server
-                .request(Method::POST, &format!("/v1/sandboxes/{id}/processes"))
-                .json(&json!({"command": "exec cat >/dev/null", "pty": {"cols": 80, "rows": 24}, "stdin": true})),
-        )
-        .await;
-    assert_eq!(status, 201, "{process}");
-    let pid = process["pid"].as_i64().unwrap();
-    let url = format!(
-        "{}/v1/sandboxes/{id}/processes/{pid}/attach",
-        server.url.replacen("http://", "ws://", 1)
-    );
-    let mut request = url.into_client_request().unwrap();
-    request.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", server.token).parse().unwrap(),
-    );
-    let (socket, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("the attach WebSocket");
-    let (mut to_server, mut from_server) = socket.split();
-    let mut samples = Vec::with_capacity(keystrokes);
-    for i in 0..keystrokes + 20 {
-        let started = Instant::now();
-        to_server
-            .send(Message::Binary(b"a".to_vec().into()))
-            .await
-            .unwrap();
-        loop {
-            match from_server.next().await.expect("the echo").unwrap() {
-                Message::Binary(bytes) if bytes.contains(&b'a') => break,
-                _ => {}
-            }
-        }
-        if i >= 20 {
-            samples.push(started.elapsed());
-        }
-        if i % 64 == 63 {
-            // Lines stay short; `cat` reads each.
-            to_server
-                .send(Message::Binary(b"\n".to_vec().into()))
-                .await
-                .unwrap();
-            loop {
-                match from_server.next().await.expect("the echo").unwrap() {
-                    Message::Binary(bytes) if bytes.contains(&b'\n') => break,
-                    _ => {}
-                }
             }
         }
     }
