@@ -715,6 +715,44 @@ def pty():
     wait_until(lambda: handle.pid not in pids(sbx), 10, "the killed PTY leaves commands.list()")
 
 
+def replicas():
+    """A sandbox made through one replica of a cluster, its commands and terminal driven
+    through another: the runtime's owner runs them, the other replica forwards every call
+    (run with `WARREN_E2B_OTHER_URL` and `WARREN_E2B_OTHER_KEY`, the other replica's E2B
+    listener and alice's key there)."""
+    other = {
+        "api_key": os.environ["WARREN_E2B_OTHER_KEY"],
+        "api_url": os.environ["WARREN_E2B_OTHER_URL"],
+        "sandbox_url": os.environ["WARREN_E2B_OTHER_URL"],
+    }
+    here = create("replicas")
+    check_eq(here.commands.run("echo claimed").stdout, "claimed\n", "a command through the first replica")
+    sbx = Sandbox.connect(here.sandbox_id, **other)
+    check_eq(sbx.commands.run("echo $((6*7))").stdout, "42\n", "a command through the other replica")
+
+    handle = sbx.commands.run("cat; echo done-$((6*7))", background=True, stdin=True)
+    sbx.commands.send_stdin(handle.pid, "through the other replica\n")
+    sbx.commands.close_stdin(handle.pid)
+    check_eq(handle.wait().stdout, "through the other replica\ndone-42\n",
+             "stdin and output of a background command through the other replica")
+
+    sleeper = sbx.commands.run("sleep 300", background=True)
+    check(sleeper.pid in pids(sbx), "the other replica lists the owner's command")
+    check(sleeper.pid in pids(here), "the first replica lists it too")
+    check_eq(sbx.commands.kill(sleeper.pid), True, "commands.kill through the other replica")
+    wait_until(lambda: sleeper.pid not in pids(here), 10, "the killed command leaves the list")
+
+    terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+    reader = PtyReader(terminal)
+    sbx.pty.send_stdin(terminal.pid, b"echo hi-$((40+2))\n")
+    reader.wait_for("hi-42")
+    sbx.pty.resize(terminal.pid, PtySize(rows=40, cols=100))
+    sbx.pty.send_stdin(terminal.pid, b"stty size\n")
+    reader.wait_for("40 100")
+    check_eq(sbx.pty.kill(terminal.pid), True, "pty.kill through the other replica")
+    check(reader.finished.wait(10), "the PTY's stream ends once it is killed")
+
+
 # ---------------------------------------------------------------------------------------
 # Boundaries: other users, envd credentials, and the path-attack corpus
 
@@ -936,7 +974,7 @@ SCENARIOS = {
     for f in [
         lifecycle, errors, timeout_expiry, set_timeout, pause_resume, snapshots, foreground,
         background, stdin, connect_running, envs, cwd, command_timeout, files, watch, write_files,
-        signed_urls, pty, other_users, envd_credentials, path_attacks,
+        signed_urls, pty, replicas, other_users, envd_credentials, path_attacks,
     ]
 }
 

@@ -305,3 +305,69 @@ fn on_docker_an_e2b_python_sdk_runs_commands_with_stdin_and_a_pty_and_reads_and_
         scenario_on(&server, Sdk::Current, name);
     }
 }
+
+/// Two replicas on one PostgreSQL store (issue 32): a sandbox made through the first, its
+/// commands, stdin, kills and terminal driven with the SDK through the second; every run
+/// is recorded by the first, which owns the runtime.
+#[test]
+fn an_e2b_sdk_drives_commands_and_a_pty_through_a_replica_that_does_not_own_the_runtime() {
+    let postgres = super::state_postgres::shared_postgres();
+    let database = postgres.fresh_database();
+    let shared_dir = tempfile::tempdir().unwrap();
+    let files = warren_test_support::ClusterFiles::new(super::replicas::CLUSTER_KEY, 3);
+    let cluster_toml = std::fs::read_to_string(&files.config).unwrap();
+    let replica = |n: usize| {
+        let node = format!("node-{n}");
+        TestServer::start_e2b(
+            bin(),
+            &[
+                "--state",
+                &database,
+                "--workspace-dir",
+                shared_dir.path().to_str().unwrap(),
+                "--node-id",
+                &node,
+            ],
+            &cluster_toml,
+        )
+    };
+    let (first, second) = (replica(0), replica(1));
+    let outside = Outside::plant();
+    let mut command = sdk_command(
+        &Sdk::Current.python(),
+        &first,
+        &run_id("replicas"),
+        &outside,
+    );
+    command
+        .env("WARREN_E2B_OTHER_URL", &second.url)
+        .env("WARREN_E2B_OTHER_KEY", second.key_of("alice"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/e2b/scenarios.py"
+        ))
+        .arg("replicas");
+    let output = run_for(command, Duration::from_secs(200));
+    assert_passed(&output, "the scenario replicas with e2b 2.63.0", &first);
+    let name = database.rsplit('/').next().unwrap();
+    let recorders = postgres.psql_in(name, "SELECT DISTINCT coalesce(node_id, '-') FROM runs");
+    assert_eq!(recorders.trim(), "node-0", "every run was the owner's");
+    // And the second replica did forward them (the SDK spoke to it, not to the first).
+    let metrics = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let server = &second.server;
+        let response = server
+            .request(reqwest::Method::GET, "/metrics")
+            .send()
+            .await;
+        response.unwrap().text().await.unwrap()
+    });
+    let forwarded: f64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("warren_forwarded_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no warren_forwarded_total in:\n{metrics}"));
+    assert!(
+        forwarded >= 5.0,
+        "the second replica forwarded {forwarded} operations"
+    );
+}
