@@ -100,13 +100,14 @@ impl GvisorHost {
         reason: String,
         stat_works: bool,
     ) -> Self {
+        let limitations = limitations(platform, stat_works, release(&version));
         Self {
             available: true,
             runsc: Some(runsc),
             runsc_version: Some(version),
             platform: Some(platform),
             reason,
-            limitations: limitations(platform, stat_works),
+            limitations,
         }
     }
 
@@ -130,8 +131,29 @@ impl GvisorHost {
 
 /// What a sandbox on the gVisor tier cannot do, or does differently, on a host whose
 /// probe found `platform` and (un)working coreutils `stat`.
-fn limitations(platform: GvisorPlatform, stat_works: bool) -> Vec<String> {
+/// The newest runsc release known to have no ISIG in its terminals' line discipline.
+const LAST_RELEASE_WITHOUT_ISIG: u32 = 20221219;
+
+/// A runsc release as its date (`0.0~20221219.0`, `release-20221219.0`): the first run of
+/// eight digits in its version.
+fn release(version: &str) -> Option<u32> {
+    version
+        .as_bytes()
+        .windows(8)
+        .find(|run| run.iter().all(u8::is_ascii_digit))
+        .and_then(|run| std::str::from_utf8(run).ok()?.parse().ok())
+}
+
+fn limitations(platform: GvisorPlatform, stat_works: bool, release: Option<u32>) -> Vec<String> {
     let mut found = Vec::new();
+    if release.is_some_and(|date| date <= LAST_RELEASE_WITHOUT_ISIG) {
+        found.push(
+            "terminals: Ctrl-C typed into a process's terminal (the byte 0x03) reaches the \
+             program as a byte and interrupts nothing: this runsc's line discipline has no \
+             ISIG; signal the process group instead (POST .../processes/{pid}/signal)"
+                .to_owned(),
+        );
+    }
     if !stat_works {
         found.push(
             "coreutils `stat` and `ls -l` of a path fail with EINVAL: this runsc's Sentry refuses \
@@ -922,8 +944,23 @@ mod tests {
         let reported = host.limitations.iter().any(|l| l.contains("`stat`"));
         assert_eq!(reported, !stat.success(), "{host:?}");
         assert!(host.limitations.iter().any(|l| l.contains("file locks")));
+        let old_runsc = release(host.runsc_version.as_deref().unwrap())
+            .is_some_and(|date| date <= LAST_RELEASE_WITHOUT_ISIG);
+        let ctrl_c = host.limitations.iter().any(|l| l.contains("ISIG"));
+        assert_eq!(ctrl_c, old_runsc, "{host:?}");
         clean_up(host.runsc.as_ref().unwrap(), scratch.path());
         assert_no_leftovers(scratch.path());
+    }
+
+    #[test]
+    fn a_runsc_release_is_read_from_its_version_as_a_date() {
+        assert_eq!(release("0.0~20221219.0"), Some(20221219));
+        assert_eq!(release("release-20240513.0"), Some(20240513));
+        assert_eq!(release("0.0~git"), None);
+        let old = limitations(GvisorPlatform::Ptrace, true, release("0.0~20221219.0"));
+        assert!(old.iter().any(|l| l.contains("ISIG")));
+        let newer = limitations(GvisorPlatform::Ptrace, true, release("release-20240513.0"));
+        assert!(!newer.iter().any(|l| l.contains("ISIG")));
     }
 
     /// A probe killed at its limit (mid-start here) leaves no process and no state behind.
