@@ -357,7 +357,6 @@ pub(crate) async fn exec(
         timeout: request.timeout_s.map(Duration::from_secs),
         stdin: request.stdin.unwrap_or_default().into_bytes(),
         requested_by,
-        record_as: None,
     };
     // Checked before any answer starts, so a stale token is a 409 even for a stream; the
     // start of the command is the acceptance point (`Provisioner::exec_fenced`).

@@ -464,7 +464,6 @@ async fn bash(
                 timeout,
                 stdin: Vec::new(),
                 requested_by: "mcp".to_owned(),
-                record_as: None,
             },
             None,
             permit,

@@ -74,10 +74,6 @@ pub struct ExecInput {
     pub stdin: Vec<u8>,
     /// Who asked, for the run record (I22).
     pub requested_by: String,
-    /// The command line the run record shows, when it is not `program` itself: a
-    /// transport that wraps a command in machinery of its own (E2B's pid and stdin
-    /// wrapper) records what its client asked to run (I22).
-    pub record_as: Option<String>,
 }
 
 /// The result of an exec, with its run record id.
@@ -231,13 +227,7 @@ impl Provisioner {
                             generation: record.generation,
                             // The run record keeps the command line, not a secret typed into it.
                             command: String::from_utf8_lossy(
-                                &masker.mask(
-                                    input
-                                        .record_as
-                                        .clone()
-                                        .unwrap_or_else(|| input.program.describe())
-                                        .as_bytes(),
-                                ),
+                                &masker.mask(input.program.describe().as_bytes()),
                             )
                             .into_owned(),
                             cwd: cwd.to_string(),

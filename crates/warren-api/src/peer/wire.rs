@@ -23,9 +23,10 @@ pub(crate) struct ForwardedExec {
     pub(crate) stream: bool,
     /// The caller's execution guard token, checked by the owner at the command's start.
     pub(crate) fence: Option<i64>,
-    /// What the run record shows instead of the program, when the transport says so.
-    #[serde(default)]
-    pub(crate) record_as: Option<String>,
+    /// What earlier replicas sent for a run record's command line (`record_as`, retired):
+    /// accepted and ignored, so forwarding goes on through a rolling upgrade.
+    #[serde(default, skip_serializing, rename = "record_as")]
+    pub(crate) _retired_record_as: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -53,7 +54,7 @@ impl ForwardedExec {
             requested_by: input.requested_by,
             stream,
             fence,
-            record_as: input.record_as,
+            _retired_record_as: None,
         }
     }
 
@@ -71,7 +72,6 @@ impl ForwardedExec {
                 .decode(self.stdin_b64)
                 .map_err(|_| "stdin_b64 is not base64")?,
             requested_by: self.requested_by,
-            record_as: self.record_as,
         })
     }
 }
@@ -239,13 +239,30 @@ mod tests {
             timeout: Some(Duration::from_millis(1500)),
             stdin: vec![0, 255, 10],
             requested_by: "agent".into(),
-            record_as: Some("what the client asked".into()),
         };
         let json =
             serde_json::to_string(&ForwardedExec::new(input.clone(), true, Some(7))).unwrap();
         let back: ForwardedExec = serde_json::from_str(&json).unwrap();
         assert!(back.stream);
         assert_eq!(back.fence, Some(7));
+        assert_eq!(back.into_input().unwrap(), input);
+    }
+
+    #[test]
+    fn an_exec_from_a_replica_before_record_as_was_retired_is_still_taken() {
+        let input = ExecInput {
+            program: ProgramSpec::Shell("true".into()),
+            cwd: None,
+            env: BTreeMap::new(),
+            timeout: None,
+            stdin: Vec::new(),
+            requested_by: "agent".into(),
+        };
+        let mut json =
+            serde_json::to_value(ForwardedExec::new(input.clone(), false, None)).unwrap();
+        assert!(json.get("record_as").is_none(), "{json}");
+        json["record_as"] = serde_json::Value::Null;
+        let back: ForwardedExec = serde_json::from_value(json).unwrap();
         assert_eq!(back.into_input().unwrap(), input);
     }
 }
