@@ -2,13 +2,14 @@
 
 use std::time::Duration;
 
-use warren_backend::{OutputChunk, OutputSink, OutputStream};
-use warren_core::SandboxId;
-use warren_provisioner::{ExecInput, ExecReport, FenceToken, PeerLink, PeerNode, ProvisionerError};
-
 use futures::stream::BoxStream;
 use futures::StreamExt as _;
-use warren_provisioner::{OutputEvent, ProcessAnswer, ProcessCall};
+use warren_backend::{OutputChunk, OutputSink, OutputStream};
+use warren_core::SandboxId;
+use warren_provisioner::{
+    ExecInput, ExecReport, FenceToken, OutputEvent, PeerLink, PeerNode, ProcessAnswer, ProcessCall,
+    ProvisionerError,
+};
 
 use super::wire::{
     decode, EndRuntime, ForwardedExec, Frame, Killed, Line, SnapshotTaken, StdinWritten,
@@ -306,6 +307,10 @@ impl PeerLink for PeerClient {
     }
 }
 
+/// The longest answer line taken from an owner: far more than the largest (a listing of
+/// every process, or one read of output as base64).
+const MAX_LINE: usize = 16 << 20;
+
 /// The lines of an owner's NDJSON answer ([`Line`]), each within the silence limit.
 struct Lines {
     response: reqwest::Response,
@@ -352,6 +357,12 @@ impl Lines {
                 })?
                 .map_err(|error| unreachable(&self.owner, &error))?;
             match chunk {
+                Some(_) if self.pending.len() > MAX_LINE => {
+                    return Err(ProvisionerError::PeerUnreachable {
+                        node: self.owner.node_id.clone(),
+                        reason: format!("an answer line is longer than {MAX_LINE} bytes"),
+                    })
+                }
                 Some(chunk) => self.pending.extend_from_slice(&chunk),
                 None => return Ok(None),
             }

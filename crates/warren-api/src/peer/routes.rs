@@ -13,10 +13,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use warren_backend::{OutputChunk, OutputStream};
-
 use futures::stream::BoxStream;
 use futures::StreamExt as _;
+use warren_backend::{OutputChunk, OutputStream};
 use warren_provisioner::ProcessCall;
 
 use super::wire::{

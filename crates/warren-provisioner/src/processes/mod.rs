@@ -465,8 +465,13 @@ impl Provisioner {
         self.runnable(id).await?;
         let mut fence = match self.place_for(id, route).await? {
             Ok(fence) => fence,
-            // The owner checks the token again when the process starts there.
-            Err(owner) => return self.forward_start(owner, id, input, permit.token()).await,
+            // The owner checks the token again when the process starts there; this node's
+            // hold goes first, as for a forwarded exec, so the two never wait on each other.
+            Err(owner) => {
+                let token = permit.token();
+                drop(permit);
+                return self.forward_start(owner, id, input, token).await;
+            }
         };
         // Held until the process is in the table: the bound holds for concurrent starts.
         let _starting =
