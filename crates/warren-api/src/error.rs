@@ -199,6 +199,13 @@ impl From<ProvisionerError> for ApiError {
             P::ProcessEnded { .. } => Self::new(StatusCode::CONFLICT, "process_ended", message),
             P::StdinInterrupted { .. } => Self::bad_request("stdin_interrupted", message),
             P::NotATerminal { .. } => Self::new(StatusCode::CONFLICT, "not_a_terminal", message),
+            P::WatchedDirGone { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "watched_dir_gone", message)
+            }
+            P::WatchTooLarge { .. } => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "watch_too_large", message)
+            }
+            P::WatchFailed => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "watch_failed", message),
             P::TooManyProcesses { .. } => {
                 Self::new(StatusCode::CONFLICT, "too_many_processes", message)
             }

@@ -323,6 +323,23 @@ pub enum ProvisionerError {
         /// The process.
         pid: i32,
     },
+    /// The directory a watch watched was removed or moved: the watch is over.
+    #[error("{path}: the watched directory was removed or moved")]
+    WatchedDirGone {
+        /// Its virtual path.
+        path: String,
+    },
+    /// A directory too large to watch.
+    #[error("{path}: {reason}")]
+    WatchTooLarge {
+        /// Its virtual path.
+        path: String,
+        /// What is too many.
+        reason: String,
+    },
+    /// A directory watch failed on the server's side (its inotify queue).
+    #[error("the directory watch failed")]
+    WatchFailed,
     /// The process runs without a terminal, so it has no size to set.
     #[error("process {pid} has no terminal; start it with \"pty\" to resize it")]
     NotATerminal {
@@ -641,7 +658,8 @@ fn transport_status_of(error: &ProvisionerError) -> http::StatusCode {
         | P::SkillNotGranted { .. }
         | P::EnvVarNotFound { .. }
         | P::LeaseNotFound { .. }
-        | P::GuardNotFound { .. } => http::StatusCode::NOT_FOUND,
+        | P::GuardNotFound { .. }
+        | P::WatchedDirGone { .. } => http::StatusCode::NOT_FOUND,
         P::WorkdirConflict { .. }
         | P::NetworkConflict { .. }
         | P::EnvPolicyConflict { .. }
@@ -658,7 +676,7 @@ fn transport_status_of(error: &ProvisionerError) -> http::StatusCode {
         | P::GuardHeld { .. }
         | P::FenceStale { .. } => http::StatusCode::CONFLICT,
         P::ReadOnlyPath { .. } => http::StatusCode::FORBIDDEN,
-        P::ArtifactTooLarge { .. } => http::StatusCode::PAYLOAD_TOO_LARGE,
+        P::ArtifactTooLarge { .. } | P::WatchTooLarge { .. } => http::StatusCode::PAYLOAD_TOO_LARGE,
         P::QuotaExceeded { .. } | P::NoRoomForVolume { .. } => {
             http::StatusCode::INSUFFICIENT_STORAGE
         }
@@ -673,7 +691,8 @@ fn transport_status_of(error: &ProvisionerError) -> http::StatusCode {
         | P::WorkspacesWithoutVolumes { .. }
         | P::Interrupted(_)
         | P::Snapshot(_)
-        | P::GitFailed { .. } => http::StatusCode::INTERNAL_SERVER_ERROR,
+        | P::GitFailed { .. }
+        | P::WatchFailed => http::StatusCode::INTERNAL_SERVER_ERROR,
         _ => http::StatusCode::BAD_REQUEST,
     }
 }

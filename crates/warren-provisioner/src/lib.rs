@@ -82,6 +82,9 @@ use warren_core::{DataLayout, SandboxId};
 pub use warren_snapshot::{GcStats, S3Config};
 use warren_store::StateStore;
 pub use warren_store::{NodeRecord, NodeState};
+pub use watch::{
+    DirWatch, WatchBatch, WatchChange, WatchKind, MAX_DIR_WATCHES, MAX_WATCHED_ENTRIES,
+};
 
 /// Limits and defaults of one provisioner.
 #[derive(Debug, Clone)]

@@ -11,6 +11,8 @@
 pub(crate) mod connect;
 mod files;
 mod filesystem;
+#[cfg(test)]
+mod fixture;
 mod fs;
 mod process;
 pub(crate) mod proto;

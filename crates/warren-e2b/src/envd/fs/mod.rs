@@ -8,7 +8,6 @@
 //! planted symlink or a path outside `/home/user` is refused there, exactly as on the
 //! native API (I2). Nothing here resolves or checks host paths.
 
-pub(crate) mod diff;
 pub(crate) mod entry;
 pub(crate) mod signature;
 #[cfg(test)]

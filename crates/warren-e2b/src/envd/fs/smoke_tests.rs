@@ -2,89 +2,19 @@
 //! backend, a workspace in a temporary directory): Connect calls and `/files` requests
 //! built as the SDKs send them, answered by the handlers themselves.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
-use warren_backend::MemoryBackend;
-use warren_core::{LayoutName, RuntimeScope, Uid};
-use warren_provisioner::{Provisioner, ProvisionerConfig, RecordWrite, SandboxRequest};
-use warren_store::SqliteStore;
 
 use crate::envd::connect::Call;
-use crate::envd::{files, filesystem, EnvdContext};
-use crate::state::{E2bSandbox, E2bState};
-use crate::{E2b, E2bConfig};
+use crate::envd::fixture::Fixture;
+use crate::envd::{files, filesystem};
 
 const SANDBOX: &str = "smoke000000000000001";
 
-struct Fixture {
-    ctx: EnvdContext,
-    data_dir: std::path::PathBuf,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
 async fn fixture() -> Fixture {
-    let data_dir =
-        std::env::temp_dir().join(format!("warren-e2b-fs-{:032x}", rand::random::<u128>()));
-    std::fs::create_dir_all(&data_dir).unwrap();
-    let store = SqliteStore::open_in_memory().await.unwrap();
-    let provisioner = Arc::new(Provisioner::new(
-        ProvisionerConfig::new(&data_dir),
-        Arc::new(store),
-        Arc::new(MemoryBackend::new()),
-    ));
-    let e2b = E2b::new(provisioner.clone(), E2bConfig::new(vec![]), b"digest");
-    let uid = Uid::plain("alice").unwrap();
-    let workdir = format!("e2b/{SANDBOX}");
-    provisioner
-        .create_workdir(&uid, Some(&workdir))
-        .await
-        .unwrap();
-    let mut request = SandboxRequest::new(
-        uid.clone(),
-        RuntimeScope::new(format!("e2b-{SANDBOX}")).unwrap(),
-    );
-    request.workdir = Some(workdir);
-    request.layout = Some(LayoutName::E2b);
-    let (record, _) = provisioner.create_sandbox(request).await.unwrap();
-    let now = chrono::Utc::now();
-    let sandbox = E2bSandbox {
-        sandbox_id: SANDBOX.to_owned(),
-        warren_id: record.id,
-        uid,
-        template_id: "base".to_owned(),
-        alias: None,
-        metadata: Default::default(),
-        env_vars: Default::default(),
-        started_at: now,
-        end_at: now + chrono::Duration::hours(1),
-        state: E2bState::Running,
-        secure: true,
-        auto_pause: false,
-        allow_internet_access: true,
-        paused_snapshot: None,
-        cpu_count: 2,
-        memory_mb: 512,
-    };
-    crate::control::save(&e2b.shared, &sandbox, RecordWrite::Create)
-        .await
-        .unwrap();
-    Fixture {
-        ctx: EnvdContext {
-            shared: e2b.shared.clone(),
-            sandbox,
-            user: None,
-        },
-        data_dir,
-    }
+    crate::envd::fixture::fixture(SANDBOX).await
 }
 
 /// A unary Connect call with a JSON body; the status and the JSON answer.

@@ -1,89 +1,15 @@
-use std::sync::Arc;
+use warren_fs::WorkspaceRoot;
 
-use warren_backend::MemoryBackend;
-use warren_core::{LayoutName, RuntimeScope, Uid, Workdir};
-use warren_provisioner::{Provisioner, ProvisionerConfig, RecordWrite, SandboxRequest};
-use warren_store::SqliteStore;
+use crate::envd::fixture::Fixture;
 
 use super::*;
-use crate::state::{E2bSandbox, E2bState};
-use crate::{E2b, E2bConfig};
 
-struct Fixture {
-    ctx: EnvdContext,
-    /// The sandbox's workdir (`/home/user`), written as a runtime would.
-    files: WorkspaceRoot,
-    data_dir: std::path::PathBuf,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-/// A sandbox of its own per test (20 letters and digits, as E2B's ids): watch slots are
-/// counted per sandbox, server-wide.
+/// A sandbox of its own per test: watch slots are counted per sandbox, server-wide. Its
+/// home holds `watched/`.
 async fn fixture(sandbox_id: &str) -> Fixture {
-    let data_dir =
-        std::env::temp_dir().join(format!("warren-e2b-watch-{:032x}", rand::random::<u128>()));
-    std::fs::create_dir_all(&data_dir).unwrap();
-    let store = SqliteStore::open_in_memory().await.unwrap();
-    let provisioner = Arc::new(Provisioner::new(
-        ProvisionerConfig::new(&data_dir),
-        Arc::new(store),
-        Arc::new(MemoryBackend::new()),
-    ));
-    let e2b = E2b::new(provisioner.clone(), E2bConfig::new(vec![]), b"digest");
-    let uid = Uid::plain("alice").unwrap();
-    let workdir = format!("e2b/{sandbox_id}");
-    provisioner
-        .create_workdir(&uid, Some(&workdir))
-        .await
-        .unwrap();
-    let mut request = SandboxRequest::new(
-        uid.clone(),
-        RuntimeScope::new(format!("e2b-{sandbox_id}")).unwrap(),
-    );
-    request.workdir = Some(workdir.clone());
-    request.layout = Some(LayoutName::E2b);
-    let (record, _) = provisioner.create_sandbox(request).await.unwrap();
-    let now = chrono::Utc::now();
-    let sandbox = E2bSandbox {
-        sandbox_id: sandbox_id.to_owned(),
-        warren_id: record.id,
-        uid: uid.clone(),
-        template_id: "base".to_owned(),
-        alias: None,
-        metadata: Default::default(),
-        env_vars: Default::default(),
-        started_at: now,
-        end_at: now + chrono::Duration::hours(1),
-        state: E2bState::Running,
-        secure: true,
-        auto_pause: false,
-        allow_internet_access: true,
-        paused_snapshot: None,
-        cpu_count: 2,
-        memory_mb: 512,
-    };
-    crate::control::save(&e2b.shared, &sandbox, RecordWrite::Create)
-        .await
-        .unwrap();
-    let files = provisioner
-        .workdir_root(&uid, &Workdir::new(workdir).unwrap())
-        .await
-        .unwrap();
-    files.mkdir_p("watched").unwrap();
-    Fixture {
-        ctx: EnvdContext {
-            shared: e2b.shared.clone(),
-            sandbox,
-            user: None,
-        },
-        files,
-        data_dir,
-    }
+    let fixture = crate::envd::fixture::fixture(sandbox_id).await;
+    fixture.files.mkdir_p("watched").unwrap();
+    fixture
 }
 
 async fn watcher(fixture: &Fixture, path: &str, recursive: bool) -> String {
@@ -338,56 +264,4 @@ async fn watching_a_link_or_outside_the_sandbox_is_refused() {
         .registry()
         .active
         .contains_key("watchrefused00000001"));
-}
-
-#[tokio::test]
-async fn the_polling_fallback_sees_what_a_listing_sees_and_touches_nothing() {
-    let f = fixture("watchpoll00000000001").await;
-    let (base, fd) = f
-        .ctx
-        .shared
-        .provisioner
-        .open_watch_dir(&f.ctx.sandbox.warren_id, "watched")
-        .await
-        .unwrap();
-    let view = Arc::new(WorkspaceRoot::from_dir_fd(fd).unwrap());
-    let mut poller = Poller::open(view, base.to_string(), true, Duration::from_millis(10)).unwrap();
-    let before = f
-        .ctx
-        .shared
-        .provisioner
-        .sandbox(&f.ctx.sandbox.warren_id)
-        .await
-        .unwrap()
-        .last_active_at;
-    f.files.mkdir_p("watched/d").unwrap();
-    touch(&f.files, "watched/d/x.txt", b"x");
-    let batch = poller.poll().await;
-    let seen: Vec<(&str, EventType)> = batch
-        .changes
-        .iter()
-        .map(|c| (c.name.as_str(), c.kind))
-        .collect();
-    assert_eq!(
-        seen,
-        [
-            ("d", EventType::Create),
-            ("d/x.txt", EventType::Create),
-            ("d/x.txt", EventType::Write)
-        ]
-    );
-    let after = f
-        .ctx
-        .shared
-        .provisioner
-        .sandbox(&f.ctx.sandbox.warren_id)
-        .await
-        .unwrap()
-        .last_active_at;
-    assert_eq!(before, after, "polling is not sandbox activity");
-    f.files.remove("watched", true).unwrap();
-    assert_eq!(
-        poller.poll().await.end.map(|e| e.code),
-        Some(Code::NotFound)
-    );
 }

@@ -1,4 +1,8 @@
-//! A directory of a sandbox's persistent mounts, opened by descriptor for a watch (I1, I2).
+//! Directory watches of a sandbox's persistent mounts, by descriptor (I1, I2): the
+//! directory opened like a read ([`Provisioner::open_watch_dir`]) and watched with inotify
+//! on that descriptor, recursively when asked ([`Provisioner::watch_dir`], `dir.rs`), or
+//! polled where inotify cannot be had (`diff.rs`). Transports map the events to their
+//! wire (E2B's `WatchDir` and watchers).
 //!
 //! A transport that watches a directory (E2B's envd: inotify on `/proc/self/fd/<n>`) gets
 //! the directory's descriptor, resolved by virtual path exactly like a read, and never a
@@ -6,11 +10,46 @@
 //! is renamed or swapped for a link afterwards, and everything it opens beneath it later
 //! goes through `warren-fs` by that descriptor.
 
+mod diff;
+mod dir;
+
 use std::os::fd::OwnedFd;
 
 use warren_core::{SandboxId, VirtualPath};
+use warren_fs::Entry;
+
+pub use dir::{DirWatch, WatchBatch, MAX_DIR_WATCHES, MAX_WATCHED_ENTRIES};
 
 use crate::{Provisioner, ProvisionerError};
+
+/// What happened to an entry of a watched directory: inotify's events as fsnotify (and so
+/// E2B's envd) names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchKind {
+    /// Made, or moved in.
+    Create,
+    /// Written.
+    Write,
+    /// Removed.
+    Remove,
+    /// Moved away (the old name).
+    Rename,
+    /// Its permissions or owner changed.
+    Chmod,
+}
+
+/// One event: the entry's path relative to the watched directory and what happened; the
+/// entry as it now is, when the watch includes entries and it still exists under that name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchChange {
+    /// Path relative to the watched directory.
+    pub name: String,
+    /// What happened.
+    pub kind: WatchKind,
+    /// The entry now at `name`, if asked for and any.
+    pub entry: Option<Entry>,
+}
 
 impl Provisioner {
     /// Opens the directory `path` of the sandbox `id` for a watch: its virtual path (parsed

@@ -1,5 +1,5 @@
-//! Directory snapshots and the events between two of them, for the polling fallback of
-//! [`crate::envd::watch`] (a watch polls only where inotify cannot be had).
+//! Directory snapshots and the events between two of them, for the polling fallback of a
+//! directory watch (a watch polls only where inotify cannot be had).
 //!
 //! The events are the ones envd's inotify watch (through fsnotify) reports for the same
 //! change, as far as two snapshots can tell them apart:
@@ -23,24 +23,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use warren_fs::{Entry, Kind};
 
-use crate::envd::proto::filesystem::EventType;
+use super::{WatchChange, WatchKind};
 
 /// A directory's entries, keyed by their path relative to the watched directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Snapshot {
+pub(super) struct Snapshot {
     entries: BTreeMap<String, Entry>,
-}
-
-/// One event: the entry's path relative to the watched directory and what happened; the
-/// entry as it now is, when it still exists under that name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Change {
-    /// Path relative to the watched directory (`name` on the wire).
-    pub(crate) name: String,
-    /// What happened.
-    pub(crate) kind: EventType,
-    /// The entry now at `name` (for `include_entry`), if any.
-    pub(crate) entry: Option<Entry>,
 }
 
 impl Snapshot {
@@ -86,7 +74,7 @@ fn replaced(old: &Entry, new: &Entry) -> bool {
 }
 
 /// The events that turn `old` into `new`.
-pub(crate) fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
+pub(crate) fn diff(old: &Snapshot, new: &Snapshot) -> Vec<WatchChange> {
     let gone: Vec<&String> = old
         .entries
         .iter()
@@ -152,21 +140,21 @@ pub(crate) fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
     let mut changes = Vec::new();
     // Removals, deepest first (a tree's children go before the directory).
     for name in gone.iter().rev().filter(|name| !moved_from.contains(*name)) {
-        changes.push(change(name, EventType::Remove, None));
+        changes.push(change(name, WatchKind::Remove, None));
     }
     for (from, to) in &moves {
         if carried(from, to) {
             continue;
         }
-        changes.push(change(from, EventType::Rename, None));
-        changes.push(change(to, EventType::Create, Some(&new.entries[*to])));
+        changes.push(change(from, WatchKind::Rename, None));
+        changes.push(change(to, WatchKind::Create, Some(&new.entries[*to])));
     }
     // Creations, parents first.
     for name in &arrived {
         let entry = &new.entries[*name];
-        changes.push(change(name, EventType::Create, Some(entry)));
+        changes.push(change(name, WatchKind::Create, Some(entry)));
         if entry.kind == Kind::File && entry.size > 0 {
-            changes.push(change(name, EventType::Write, Some(entry)));
+            changes.push(change(name, WatchKind::Write, Some(entry)));
         }
     }
     // Changes in place.
@@ -186,17 +174,17 @@ pub(crate) fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
                 // A ctime that moved alone is a write inside the mtime's granularity.
                 || (!attributes && was.changed_unix_ns != now.changed_unix_ns));
         if content {
-            changes.push(change(name, EventType::Write, Some(now)));
+            changes.push(change(name, WatchKind::Write, Some(now)));
         }
         if attributes {
-            changes.push(change(name, EventType::Chmod, Some(now)));
+            changes.push(change(name, WatchKind::Chmod, Some(now)));
         }
     }
     changes
 }
 
-fn change(name: &str, kind: EventType, entry: Option<&Entry>) -> Change {
-    Change {
+fn change(name: &str, kind: WatchKind, entry: Option<&Entry>) -> WatchChange {
+    WatchChange {
         name: name.to_owned(),
         kind,
         entry: entry.cloned(),
@@ -241,14 +229,14 @@ mod tests {
         Snapshot::of_listing(BASE, entries)
     }
 
-    fn events(old: Vec<Entry>, new: Vec<Entry>) -> Vec<(String, EventType)> {
+    fn events(old: Vec<Entry>, new: Vec<Entry>) -> Vec<(String, WatchKind)> {
         diff(&snapshot(old), &snapshot(new))
             .into_iter()
             .map(|change| (change.name, change.kind))
             .collect()
     }
 
-    fn ev(name: &str, kind: EventType) -> (String, EventType) {
+    fn ev(name: &str, kind: WatchKind) -> (String, WatchKind) {
         (name.to_owned(), kind)
     }
 
@@ -263,9 +251,9 @@ mod tests {
         assert_eq!(
             events(vec![], vec![file("a", 1, 3), file("e", 2, 0)]),
             vec![
-                ev("a", EventType::Create),
-                ev("a", EventType::Write),
-                ev("e", EventType::Create)
+                ev("a", WatchKind::Create),
+                ev("a", WatchKind::Write),
+                ev("e", WatchKind::Create)
             ]
         );
     }
@@ -291,10 +279,10 @@ mod tests {
                 vec![grown, replaced, same_size_later, chmodded]
             ),
             vec![
-                ev("a", EventType::Write),
-                ev("b", EventType::Write),
-                ev("c", EventType::Write),
-                ev("d", EventType::Chmod)
+                ev("a", WatchKind::Write),
+                ev("b", WatchKind::Write),
+                ev("c", WatchKind::Write),
+                ev("d", WatchKind::Chmod)
             ]
         );
     }
@@ -312,9 +300,9 @@ mod tests {
                 vec![file("keep", 4, 1)]
             ),
             vec![
-                ev("d/y", EventType::Remove),
-                ev("d/x", EventType::Remove),
-                ev("d", EventType::Remove)
+                ev("d/y", WatchKind::Remove),
+                ev("d/x", WatchKind::Remove),
+                ev("d", WatchKind::Remove)
             ]
         );
     }
@@ -323,7 +311,7 @@ mod tests {
     fn a_move_is_rename_of_the_old_name_then_create_of_the_new() {
         assert_eq!(
             events(vec![file("old", 7, 3)], vec![file("new", 7, 3)]),
-            vec![ev("old", EventType::Rename), ev("new", EventType::Create)]
+            vec![ev("old", WatchKind::Rename), ev("new", WatchKind::Create)]
         );
     }
 
@@ -334,7 +322,7 @@ mod tests {
                 vec![dir("a", 1), file("a/x", 2, 1)],
                 vec![dir("b", 1), file("b/x", 2, 1)]
             ),
-            vec![ev("a", EventType::Rename), ev("b", EventType::Create)]
+            vec![ev("a", WatchKind::Rename), ev("b", WatchKind::Create)]
         );
     }
 
@@ -342,7 +330,7 @@ mod tests {
     fn a_name_that_changes_kind_is_removed_and_created() {
         assert_eq!(
             events(vec![file("x", 1, 1)], vec![dir("x", 2)]),
-            vec![ev("x", EventType::Remove), ev("x", EventType::Create)]
+            vec![ev("x", WatchKind::Remove), ev("x", WatchKind::Create)]
         );
     }
 
@@ -352,9 +340,9 @@ mod tests {
             &snapshot(vec![file("a", 1, 1)]),
             &snapshot(vec![file("b", 2, 1)]),
         );
-        assert_eq!(changes[0].kind, EventType::Remove);
+        assert_eq!(changes[0].kind, WatchKind::Remove);
         assert!(changes[0].entry.is_none());
-        assert_eq!(changes[1].kind, EventType::Create);
+        assert_eq!(changes[1].kind, WatchKind::Create);
         assert_eq!(changes[1].entry.as_ref().map(|e| e.inode), Some(2));
     }
 
