@@ -126,21 +126,20 @@ impl PeerLink for PeerClient {
         fence: Option<FenceToken>,
     ) -> Result<ExecReport, ProvisionerError> {
         let body = ForwardedExec::new(input, sink.is_some(), fence.map(FenceToken::get));
-        let mut response = self
+        let response = self
             .send(owner, self.post(owner, sandbox, "exec").json(&body))
             .await?;
-        let mut pending: Vec<u8> = Vec::new();
+        let mut lines = Lines::new(response, owner);
+        let bad = |what: &str| ProvisionerError::PeerUnreachable {
+            node: owner.node_id.clone(),
+            reason: what.to_owned(),
+        };
         loop {
-            let chunk = tokio::select! {
-                chunk = tokio::time::timeout(SILENCE_LIMIT, response.chunk()) => match chunk {
-                    Ok(chunk) => chunk.map_err(|error| unreachable(owner, &error))?,
-                    // No heartbeat: the owner is paused, cut off or gone. Dropping the
-                    // answer closes the connection; an owner that wakes kills the command.
-                    Err(_) => return Err(ProvisionerError::PeerUnreachable {
-                        node: owner.node_id.clone(),
-                        reason: format!("it sent nothing for {} s", SILENCE_LIMIT.as_secs()),
-                    }),
-                },
+            let frame = tokio::select! {
+                // No heartbeat within the silence limit: the owner is paused, cut off or
+                // gone. Dropping the answer closes the connection; an owner that wakes
+                // kills the command.
+                frame = lines.frame::<Frame>() => frame?.ok_or_else(|| lines.ended("the command's result"))?,
                 // The caller's client left: dropping the response closes the connection,
                 // and the owner kills the command (I24).
                 () = closed(sink.as_ref()) => {
@@ -151,44 +150,18 @@ impl PeerLink for PeerClient {
                     });
                 }
             };
-            let Some(chunk) = chunk else {
-                return Err(ProvisionerError::PeerUnreachable {
-                    node: owner.node_id.clone(),
-                    reason: "the answer ended before the command's result".into(),
-                });
-            };
-            pending.extend_from_slice(&chunk);
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let frame: Frame = serde_json::from_slice(&line).map_err(|error| {
-                    ProvisionerError::PeerUnreachable {
-                        node: owner.node_id.clone(),
-                        reason: format!("an answer line is not understood: {error}"),
-                    }
-                })?;
-                let bad = |what: &str| ProvisionerError::PeerUnreachable {
-                    node: owner.node_id.clone(),
-                    reason: what.to_owned(),
-                };
-                match frame {
-                    Frame::Alive => {}
-                    Frame::Stdout(data) => {
-                        let bytes = decode(&data).ok_or_else(|| bad("output is not base64"))?;
-                        forward(sink.as_ref(), OutputStream::Stdout, bytes).await;
-                    }
-                    Frame::Stderr(data) => {
-                        let bytes = decode(&data).ok_or_else(|| bad("output is not base64"))?;
-                        forward(sink.as_ref(), OutputStream::Stderr, bytes).await;
-                    }
-                    Frame::Report(report) => return report.into_report().map_err(bad),
-                    Frame::Error(error) => {
-                        return Err(ProvisionerError::Forwarded {
-                            status: error.status,
-                            code: error.code,
-                            message: error.message,
-                        })
-                    }
+            match frame {
+                Frame::Alive => {}
+                Frame::Stdout(data) => {
+                    let bytes = decode(&data).ok_or_else(|| bad("output is not base64"))?;
+                    forward(sink.as_ref(), OutputStream::Stdout, bytes).await;
                 }
+                Frame::Stderr(data) => {
+                    let bytes = decode(&data).ok_or_else(|| bad("output is not base64"))?;
+                    forward(sink.as_ref(), OutputStream::Stderr, bytes).await;
+                }
+                Frame::Report(report) => return report.into_report().map_err(bad),
+                Frame::Error(error) => return Err(error.into_error()),
             }
         }
     }
@@ -249,13 +222,11 @@ impl PeerLink for PeerClient {
     ) -> Result<ProcessAnswer, ProvisionerError> {
         let request = self.post(owner, sandbox, "processes/call").json(&call);
         let response = self.send(owner, request).await?;
-        Lines::new(response, owner)
+        let mut lines = Lines::new(response, owner);
+        lines
             .next()
             .await?
-            .ok_or_else(|| ProvisionerError::PeerUnreachable {
-                node: owner.node_id.clone(),
-                reason: "the answer ended before the call's result".into(),
-            })
+            .ok_or_else(|| lines.ended("the call's result"))
     }
 
     async fn follow_process(
@@ -327,27 +298,42 @@ impl Lines {
         }
     }
 
-    /// The next item; `None` when the answer ended. Heartbeats are skipped; an error line
-    /// is the owner's error.
+    /// The next item of a [`Line`] answer; `None` when the answer ended. Heartbeats are
+    /// skipped; an error line is the owner's error.
     async fn next<T: serde::de::DeserializeOwned>(
         &mut self,
     ) -> Result<Option<T>, ProvisionerError> {
         loop {
-            while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            match self.frame::<Line<T>>().await? {
+                Some(Line::Alive) => {}
+                Some(Line::Item(item)) => return Ok(Some(item)),
+                Some(Line::Error(error)) => return Err(error.into_error()),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The next line, parsed as `F`; `None` when the answer ended. Each read waits at most
+    /// the silence limit, and a line may be at most [`MAX_LINE`] long. Cancel-safe: a read
+    /// dropped before it returned takes nothing from the answer.
+    async fn frame<F: serde::de::DeserializeOwned>(
+        &mut self,
+    ) -> Result<Option<F>, ProvisionerError> {
+        loop {
+            if let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.pending.drain(..=end).collect();
-                let line: Line<T> =
-                    serde_json::from_slice(&line).map_err(|error| self.broken(&error))?;
-                match line {
-                    Line::Alive => {}
-                    Line::Item(item) => return Ok(Some(item)),
-                    Line::Error(error) => {
-                        return Err(ProvisionerError::Forwarded {
-                            status: error.status,
-                            code: error.code,
-                            message: error.message,
-                        })
+                return serde_json::from_slice(&line).map(Some).map_err(|error| {
+                    ProvisionerError::PeerUnreachable {
+                        node: self.owner.node_id.clone(),
+                        reason: format!("an answer line is not understood: {error}"),
                     }
-                }
+                });
+            }
+            if self.pending.len() > MAX_LINE {
+                return Err(ProvisionerError::PeerUnreachable {
+                    node: self.owner.node_id.clone(),
+                    reason: format!("an answer line is longer than {MAX_LINE} bytes"),
+                });
             }
             let chunk = tokio::time::timeout(SILENCE_LIMIT, self.response.chunk())
                 .await
@@ -357,22 +343,17 @@ impl Lines {
                 })?
                 .map_err(|error| unreachable(&self.owner, &error))?;
             match chunk {
-                Some(_) if self.pending.len() > MAX_LINE => {
-                    return Err(ProvisionerError::PeerUnreachable {
-                        node: self.owner.node_id.clone(),
-                        reason: format!("an answer line is longer than {MAX_LINE} bytes"),
-                    })
-                }
                 Some(chunk) => self.pending.extend_from_slice(&chunk),
                 None => return Ok(None),
             }
         }
     }
 
-    fn broken(&self, error: &serde_json::Error) -> ProvisionerError {
+    /// The answer ended before `what` came.
+    fn ended(&self, what: &str) -> ProvisionerError {
         ProvisionerError::PeerUnreachable {
             node: self.owner.node_id.clone(),
-            reason: format!("an answer line is not understood: {error}"),
+            reason: format!("the answer ended before {what}"),
         }
     }
 }

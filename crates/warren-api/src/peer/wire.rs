@@ -103,6 +103,17 @@ pub(crate) struct RemoteError {
     pub(crate) message: String,
 }
 
+impl RemoteError {
+    /// The owner's error, as the caller answers it (its status and code kept).
+    pub(crate) fn into_error(self) -> warren_provisioner::ProvisionerError {
+        warren_provisioner::ProvisionerError::Forwarded {
+            status: self.status,
+            code: self.code,
+            message: self.message,
+        }
+    }
+}
+
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Report {
     run_id: String,

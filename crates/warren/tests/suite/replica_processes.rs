@@ -39,6 +39,16 @@ async fn stream_until(response: &mut reqwest::Response, needle: &str) -> Vec<u8>
     bytes_of(&events(&text))
 }
 
+/// A sandbox of alice's whose runtime the first replica owns: its first command ran there.
+async fn owned_by_the_first(cluster: &Cluster) -> String {
+    let first = &cluster.nodes[0];
+    let sandbox = first.sandbox("alice", "one", "projects/one").await;
+    let (status, _) = exec(first, &sandbox, "true").await;
+    assert_eq!(status, 200);
+    assert_eq!(cluster.owner(&sandbox), "node-0 1");
+    sandbox
+}
+
 fn events(ndjson: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(ndjson)
         .lines()
@@ -50,11 +60,7 @@ fn events(ndjson: &[u8]) -> Vec<Value> {
 async fn a_process_reached_through_any_replica_lives_at_its_runtimes_owner() {
     let cluster = Cluster::start(2);
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
-    a.workdir("alice", "projects/one").await;
-    let sandbox = a.sandbox("alice", "one", "projects/one").await;
-    let (status, _) = exec(a, &sandbox, "true").await;
-    assert_eq!(status, 200);
-    assert_eq!(cluster.owner(&sandbox), "node-0 1");
+    let sandbox = owned_by_the_first(&cluster).await;
 
     // Started through node-1, the process runs at node-0, which owns the runtime.
     let cat = start(
@@ -202,10 +208,7 @@ async fn a_process_reached_through_any_replica_lives_at_its_runtimes_owner() {
 async fn the_process_routes_between_replicas_need_the_cluster_key_and_never_forward_again() {
     let cluster = Cluster::start(2);
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
-    a.workdir("alice", "projects/one").await;
-    let sandbox = a.sandbox("alice", "one", "projects/one").await;
-    let (status, _) = exec(a, &sandbox, "true").await;
-    assert_eq!(status, 200);
+    let sandbox = owned_by_the_first(&cluster).await;
     let cat = start(a, &sandbox, json!({"argv": ["cat"], "stdin": true})).await;
     let pid = pid_of(&cat);
     let http = reqwest::Client::new();
