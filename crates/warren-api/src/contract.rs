@@ -74,7 +74,7 @@ const FENCE_HEADER: &str = "X-Warren-Fence";
 /// Every operation that changes a sandbox, its files or its records, and so takes
 /// `X-Warren-Fence` (the handlers take the `Fence` extractor; the API suite sends each a
 /// stale token and checks it is refused).
-pub(crate) const FENCED_OPERATIONS: [(&str, &str); 20] = [
+pub(crate) const FENCED_OPERATIONS: [(&str, &str); 23] = [
     ("post", "/v1/sandboxes/{id}/exec"),
     ("post", "/v1/sandboxes/{id}/processes"),
     ("post", "/v1/sandboxes/{id}/processes/{pid}/stdin"),
@@ -86,6 +86,9 @@ pub(crate) const FENCED_OPERATIONS: [(&str, &str); 20] = [
     ("post", "/v1/sandboxes/{id}/kill"),
     ("delete", "/v1/sandboxes/{id}"),
     ("post", "/v1/sandboxes/{id}/terminate"),
+    ("patch", "/v1/sandboxes/{id}"),
+    ("post", "/v1/sandboxes/{id}/pause"),
+    ("post", "/v1/sandboxes/{id}/resume"),
     ("put", "/v1/sandboxes/{id}/files"),
     ("delete", "/v1/sandboxes/{id}/files"),
     ("post", "/v1/sandboxes/{id}/files/edit"),
@@ -275,6 +278,35 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
             json!({"propertyNames": string(ENV_NAME), "maxProperties": 256}),
         ),
         ("SetAgentEnvVar", "value", string("^[^\\u0000]{0,32768}$")),
+        (
+            "CreateSandbox",
+            "labels",
+            json!({"maxProperties": 64,
+                   "propertyNames": string("^[^\\u0000-\\u001f\\u007f-\\u009f]{1,128}$"),
+                   "additionalProperties": string("^[^\\u0000-\\u001f\\u007f-\\u009f]{0,1024}$")}),
+        ),
+        (
+            "UpdateSandbox",
+            "labels",
+            json!({"maxProperties": 64,
+                   "propertyNames": string("^[^\\u0000-\\u001f\\u007f-\\u009f]{1,128}$"),
+                   "additionalProperties": string("^[^\\u0000-\\u001f\\u007f-\\u009f]{0,1024}$")}),
+        ),
+        (
+            "CreateSandbox",
+            "timeout_s",
+            json!({"minimum": 0, "maximum": 31536000}),
+        ),
+        (
+            "UpdateSandbox",
+            "timeout_s",
+            json!({"minimum": 0, "maximum": 31536000}),
+        ),
+        (
+            "ResumeSandbox",
+            "timeout_s",
+            json!({"minimum": 0, "maximum": 31536000}),
+        ),
     ]
 }
 

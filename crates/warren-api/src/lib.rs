@@ -30,6 +30,7 @@ mod skills;
 mod stream;
 mod usage;
 mod viewer;
+mod watch;
 mod workdirs;
 
 use std::future::Future;
@@ -165,9 +166,14 @@ pub fn app(state: ApiState) -> Router {
         .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route(
             "/sandboxes/{id}",
-            get(sandboxes::get).delete(sandboxes::delete),
+            get(sandboxes::get)
+                .patch(sandboxes::update)
+                .delete(sandboxes::delete),
         )
         .route("/sandboxes/{id}/terminate", post(sandboxes::terminate))
+        .route("/sandboxes/{id}/pause", post(sandboxes::pause))
+        .route("/sandboxes/{id}/watch", get(watch::watch))
+        .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
         .route("/sandboxes/{id}/kill", post(sandboxes::kill))
         .route(

@@ -24,6 +24,9 @@ use utoipa::{Modify, OpenApi};
         crate::sandboxes::get,
         crate::sandboxes::delete,
         crate::sandboxes::terminate,
+        crate::sandboxes::update,
+        crate::sandboxes::pause,
+        crate::sandboxes::resume,
         crate::sandboxes::exec,
         crate::sandboxes::kill,
         crate::processes::start,
@@ -70,6 +73,7 @@ use utoipa::{Modify, OpenApi};
         crate::files::grep,
         crate::files::mkdir,
         crate::files::rename,
+        crate::watch::watch,
     ),
     modifiers(&BearerAuth)
 )]

@@ -2,25 +2,25 @@
 
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use warren_core::{
     IsolationScope, IsolationTier, LayoutName, NetworkPolicy, RunContext, RuntimeScope, Uid,
 };
 use warren_protocol::{
-    CreateSandbox, ExecCommand, ExecResult, GvisorHealth, NetworkSpec, SandboxInfo,
-    SandboxIsolation, SandboxLayout, SandboxList, TerminateSandbox,
+    CreateSandbox, ExecCommand, ExecResult, GvisorHealth, NetworkSpec, OnDeadline, PausedSandbox,
+    ResumeSandbox, SandboxInfo, SandboxIsolation, SandboxLayout, SandboxList, TerminateSandbox,
+    UpdateSandbox,
 };
 use warren_provisioner::{
-    Created, ExecInput, ExecReport, ProgramSpec, ProvisionerError, SandboxRequest,
-    DEFAULT_TERMINATE_GRACE,
+    Created, DeadlineAction, ExecInput, ExecReport, ProgramSpec, ProvisionerError, SandboxRequest,
+    SettingsChange, DEFAULT_TERMINATE_GRACE,
 };
 use warren_store::SandboxRecord;
 
-use crate::extract::{ApiJson, ApiQuery, Fence, OptionalJson, SandboxPath};
+use crate::extract::{ApiJson, Fence, OptionalJson, SandboxPath};
 use crate::{ApiError, ApiState};
 
 /// The API's view of a sandbox; `gvisor` is the server's gVisor probe, whose limitations
@@ -53,6 +53,15 @@ pub(crate) fn sandbox_info(record: &SandboxRecord, gvisor: &GvisorHealth) -> San
         inherit_env: record.inherit_env,
         ephemeral: record.ephemeral,
         state: record.state.as_str().to_owned(),
+        labels: record.settings.labels.clone(),
+        deadline: record
+            .settings
+            .deadline
+            .map(|deadline| deadline.to_rfc3339()),
+        on_deadline: match record.settings.on_deadline {
+            DeadlineAction::Terminate => OnDeadline::Terminate,
+            DeadlineAction::Pause => OnDeadline::Pause,
+        },
         generation: record.generation,
         created_at: record.created_at.to_rfc3339(),
         last_active_at: record.last_active_at.to_rfc3339(),
@@ -147,7 +156,7 @@ fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
         (status = 200, body = SandboxInfo, description = "Exists with this identity"),
         (status = 404, body = warren_protocol::ErrorBody, description = "workdir_not_found"),
         (status = 400, body = warren_protocol::ErrorBody, description = "invalid_request, invalid_uid, invalid_scope, invalid_network, invalid_image; reserved_uid: a uid named directly may not start with session:, agent: or global:"),
-        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict, network_conflict, env_policy_conflict, backend_conflict, layout_conflict or isolation_conflict: the live sandbox is bound otherwise"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict, network_conflict, env_policy_conflict, backend_conflict, layout_conflict or isolation_conflict: the live sandbox is bound otherwise; sandbox_terminating: its labels or deadline cannot change now"),
         (status = 422, body = warren_protocol::ErrorBody, description = "image_not_found: the image (named, or the server's default) is not on the Docker host; warren never pulls. isolation_unavailable: the sandbox's backend cannot run the gvisor tier on this server"),
     ),
     security(("bearer" = []))
@@ -185,6 +194,13 @@ pub(crate) async fn create(
                 SandboxIsolation::Kernel => IsolationTier::Kernel,
                 SandboxIsolation::Gvisor => IsolationTier::Gvisor,
             }),
+            settings: SettingsChange {
+                labels: request.labels,
+                timeout: request
+                    .timeout_s
+                    .map(|seconds| Some(Duration::from_secs(seconds))),
+                on_deadline: request.on_deadline.map(deadline_action),
+            },
             ..SandboxRequest::new(uid, scope)
         })
         .await?;
@@ -195,28 +211,75 @@ pub(crate) async fn create(
     Ok((status, Json(sandbox_info(&record, &state.gvisor))))
 }
 
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+fn deadline_action(action: OnDeadline) -> DeadlineAction {
+    match action {
+        OnDeadline::Terminate => DeadlineAction::Terminate,
+        OnDeadline::Pause => DeadlineAction::Pause,
+    }
+}
+
+/// The query of `GET /v1/sandboxes`, for the document only: [`list`] reads it itself,
+/// as `label` may repeat.
+#[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[allow(dead_code)]
 pub(crate) struct ListQuery {
     /// Only this user's sandboxes.
     uid: Option<String>,
+    /// Only sandboxes carrying this label, as `key=value` (percent-encoded); repeat it for
+    /// sandboxes carrying every one given.
+    #[param(style = Form, explode)]
+    label: Option<Vec<String>>,
+    /// Only sandboxes in this state.
+    state: Option<String>,
 }
 
-/// Lists sandboxes, optionally of one user.
+/// Lists sandboxes, optionally of one user, in one state, or carrying labels.
 #[utoipa::path(
     get, path = "/v1/sandboxes", tag = "sandboxes", params(ListQuery),
-    responses((status = 200, body = SandboxList)),
+    responses(
+        (status = 200, body = SandboxList),
+        (status = 400, body = warren_protocol::ErrorBody, description = "invalid_query: a label filter that is not key=value, or an unknown state"),
+    ),
     security(("bearer" = []))
 )]
 pub(crate) async fn list(
     State(state): State<ApiState>,
-    ApiQuery(query): ApiQuery<ListQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<SandboxList>, ApiError> {
-    let uid = query.uid.map(crate::extract::uid).transpose()?;
+    let invalid = |message: String| ApiError::bad_request("invalid_query", message);
+    let mut uid = None;
+    let mut wanted_state = None;
+    let mut labels = Vec::new();
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match &*key {
+            "uid" => uid = Some(crate::extract::uid(value.into_owned())?),
+            "state" => {
+                wanted_state = Some(
+                    value
+                        .parse::<warren_store::SandboxState>()
+                        .map_err(|error| invalid(error.to_string()))?,
+                )
+            }
+            "label" => {
+                let (name, wanted) = value
+                    .split_once('=')
+                    .ok_or_else(|| invalid(format!("label {value:?} is not key=value")))?;
+                labels.push((name.to_owned(), wanted.to_owned()));
+            }
+            other => return Err(invalid(format!("unknown query parameter {other:?}"))),
+        }
+    }
     let records = state.provisioner.list_sandboxes(uid.as_ref()).await?;
     Ok(Json(SandboxList {
         sandboxes: records
             .iter()
+            .filter(|record| wanted_state.is_none_or(|wanted| record.state == wanted))
+            .filter(|record| {
+                labels
+                    .iter()
+                    .all(|(name, wanted)| record.settings.labels.get(name) == Some(wanted))
+            })
             .map(|record| sandbox_info(record, &state.gvisor))
             .collect(),
     }))
@@ -237,6 +300,94 @@ pub(crate) async fn get(
         &state.provisioner.sandbox(&id).await?,
         &state.gvisor,
     )))
+}
+
+/// Changes a sandbox's deadline or labels; what the body leaves out stays.
+#[utoipa::path(
+    patch, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = UpdateSandbox,
+    responses(
+        (status = 200, body = SandboxInfo),
+        (status = 404, body = warren_protocol::ErrorBody),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_terminating, sandbox_terminated"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn update(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
+    ApiJson(request): ApiJson<UpdateSandbox>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    let _permit = state.provisioner.fence(&id, fence).await?;
+    let change = SettingsChange {
+        labels: request.labels,
+        timeout: request
+            .timeout_s
+            .map(|seconds| seconds.map(Duration::from_secs)),
+        on_deadline: request.on_deadline.map(deadline_action),
+    };
+    let record = state.provisioner.update_settings(&id, change).await?;
+    Ok(Json(sandbox_info(&record, &state.gvisor)))
+}
+
+/// Pauses the sandbox: nothing runs in it until it is resumed. Its runtime, if one runs,
+/// is snapshotted and ended: running processes end and memory is not kept; files and
+/// installed packages are, and the runtime a resume starts comes back with them.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/pause", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses(
+        (status = 200, body = PausedSandbox),
+        (status = 404, body = warren_protocol::ErrorBody),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_state_conflict: paused already; sandbox_terminating, sandbox_terminated"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn pause(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
+) -> Result<Json<PausedSandbox>, ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
+    let paused = state.provisioner.pause_sandbox(&id).await?;
+    Ok(Json(PausedSandbox {
+        sandbox: sandbox_info(&paused.record, &state.gvisor),
+        processes_ended: paused.runtime_ended,
+        runtime_snapshot: paused.snapshot,
+        snapshot_error: paused.snapshot_error,
+    }))
+}
+
+/// Resumes a paused sandbox and starts its runtime from the pause's snapshot.
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/resume", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body(content = Option<ResumeSandbox>),
+    responses(
+        (status = 200, body = SandboxInfo),
+        (status = 404, body = warren_protocol::ErrorBody),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_state_conflict: not paused; sandbox_terminating, sandbox_terminated"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn resume(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
+    OptionalJson(request): OptionalJson<ResumeSandbox>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    let _permit = state.provisioner.fence(&id, fence).await?;
+    let change = SettingsChange {
+        timeout: request
+            .timeout_s
+            .map(|seconds| Some(Duration::from_secs(seconds))),
+        ..SettingsChange::default()
+    };
+    let record = state.provisioner.resume_sandbox(&id, change).await?;
+    Ok(Json(sandbox_info(&record, &state.gvisor)))
 }
 
 /// Terminates the sandbox at once: running commands are killed with its runtime;

@@ -184,13 +184,75 @@ impl WarrenClient {
             .await
     }
 
-    /// `GET /v1/sandboxes`.
-    pub async fn list_sandboxes(&self, uid: Option<&str>) -> Result<SandboxList, ClientError> {
-        let mut request = self.request(Method::GET, "/v1/sandboxes");
-        if let Some(uid) = uid {
-            request = request.query(&[("uid", uid)]);
-        }
-        self.json(request).await
+    /// `GET /v1/sandboxes`: of one uid, in one state, carrying every label (`key=value`).
+    pub async fn list_sandboxes(
+        &self,
+        uid: Option<&str>,
+        state: Option<&str>,
+        labels: &[String],
+    ) -> Result<SandboxList, ClientError> {
+        let mut query: Vec<(&str, &str)> = Vec::new();
+        query.extend(uid.map(|uid| ("uid", uid)));
+        query.extend(state.map(|state| ("state", state)));
+        query.extend(labels.iter().map(|label| ("label", label.as_str())));
+        self.json(self.request(Method::GET, "/v1/sandboxes").query(&query))
+            .await
+    }
+
+    /// `PATCH /v1/sandboxes/{id}`: its deadline or labels.
+    pub async fn update_sandbox(
+        &self,
+        id: &str,
+        update: &warren_protocol::UpdateSandbox,
+    ) -> Result<SandboxInfo, ClientError> {
+        self.json(
+            self.mutating(Method::PATCH, &format!("/v1/sandboxes/{}", encode(id)))
+                .json(update),
+        )
+        .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/pause`.
+    pub async fn pause_sandbox(
+        &self,
+        id: &str,
+    ) -> Result<warren_protocol::PausedSandbox, ClientError> {
+        self.json(self.mutating(Method::POST, &format!("/v1/sandboxes/{}/pause", encode(id))))
+            .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/resume`.
+    pub async fn resume_sandbox(
+        &self,
+        id: &str,
+        timeout_s: Option<u64>,
+    ) -> Result<SandboxInfo, ClientError> {
+        let body = warren_protocol::ResumeSandbox { timeout_s };
+        self.json(
+            self.mutating(
+                Method::POST,
+                &format!("/v1/sandboxes/{}/resume", encode(id)),
+            )
+            .json(&body),
+        )
+        .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/watch`: the watch's answer, whose body streams NDJSON
+    /// [`warren_protocol::WatchEvent`] lines.
+    pub async fn watch(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<reqwest::Response, ClientError> {
+        let recursive = if recursive { "true" } else { "false" };
+        self.send(
+            self.request(Method::GET, &format!("/v1/sandboxes/{}/watch", encode(id)))
+                .query(&[("path", path), ("recursive", recursive)])
+                .header(reqwest::header::ACCEPT, "application/x-ndjson"),
+        )
+        .await
     }
 
     /// `DELETE /v1/sandboxes/{id}`.

@@ -327,7 +327,7 @@ fn status_name(state: SandboxState) -> &'static str {
     match state {
         SandboxState::Running => "Running",
         SandboxState::Created => "Pending",
-        SandboxState::Stopped => "Stopped",
+        SandboxState::Stopped | SandboxState::Pausing | SandboxState::Paused => "Stopped",
         SandboxState::Terminating | SandboxState::Terminated => "Terminated",
     }
 }

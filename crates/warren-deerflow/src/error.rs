@@ -59,3 +59,21 @@ pub(crate) fn public_message(error: &ProvisionerError) -> String {
     }
     error.public_message()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_failure_answers_in_the_same_status_class_as_on_v1() {
+        let kinds = warren_provisioner::ErrorKind::ALL;
+        for (kind, error) in kinds
+            .into_iter()
+            .zip(warren_provisioner::one_of_every_kind())
+        {
+            let status = status_of(&error).as_u16();
+            assert_eq!(status, kind.transport_status(), "{kind:?}");
+            assert_eq!(status / 100, kind.status() / 100, "{kind:?}");
+        }
+    }
+}

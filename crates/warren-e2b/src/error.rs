@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use warren_provisioner::ProvisionerError;
+use warren_provisioner::{ErrorKind, ProvisionerError};
 
 use crate::envd::connect::{Code, ConnectError};
 
@@ -43,23 +43,37 @@ pub enum E2bError {
 }
 
 impl E2bError {
-    /// The failure as envd answers it.
+    /// The failure as envd answers it: a provisioner failure by its kind, every kind
+    /// named; E2B's own by its status.
     pub(crate) fn into_connect(self) -> ConnectError {
-        let failure = ApiFailure::from(self);
-        let code = match failure.status {
-            StatusCode::NOT_FOUND => Code::NotFound,
-            StatusCode::BAD_REQUEST => Code::InvalidArgument,
-            StatusCode::FORBIDDEN => Code::PermissionDenied,
-            StatusCode::UNAUTHORIZED => Code::Unauthenticated,
-            StatusCode::CONFLICT => Code::FailedPrecondition,
-            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::INSUFFICIENT_STORAGE => {
-                Code::ResourceExhausted
-            }
-            StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,
-            StatusCode::NOT_IMPLEMENTED => Code::Unimplemented,
-            _ => Code::Internal,
+        let code = match &self {
+            E2bError::Provisioner(error) => connect_code(error.kind()),
+            E2bError::InvalidKey => Code::Unauthenticated,
+            E2bError::Conflict => Code::FailedPrecondition,
+            E2bError::InvalidTemplateName { .. }
+            | E2bError::InvalidDomain { .. }
+            | E2bError::InvalidNetwork(_)
+            | E2bError::InvalidTimeouts
+            | E2bError::CorruptRecord => Code::Internal,
         };
-        ConnectError::new(code, failure.message)
+        ConnectError::new(code, ApiFailure::from(self).message)
+    }
+}
+
+/// The Connect code of a provisioner failure's kind.
+fn connect_code(kind: ErrorKind) -> Code {
+    match kind {
+        ErrorKind::Invalid | ErrorKind::Unprocessable => Code::InvalidArgument,
+        ErrorKind::Forbidden => Code::PermissionDenied,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::Conflict | ErrorKind::PreconditionFailed => Code::FailedPrecondition,
+        ErrorKind::RangeNotSatisfiable => Code::OutOfRange,
+        ErrorKind::TooLarge | ErrorKind::TooMany | ErrorKind::InsufficientStorage => {
+            Code::ResourceExhausted
+        }
+        ErrorKind::Unsupported => Code::Unimplemented,
+        ErrorKind::Unavailable | ErrorKind::BadGateway => Code::Unavailable,
+        ErrorKind::Internal => Code::Internal,
     }
 }
 
@@ -136,5 +150,30 @@ impl IntoResponse for ApiFailure {
             "message": self.message,
         });
         (self.status, axum::Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_failure_answers_in_the_same_status_class_as_on_v1_on_both_planes() {
+        let kinds = ErrorKind::ALL;
+        for (kind, error) in kinds
+            .into_iter()
+            .zip(warren_provisioner::one_of_every_kind())
+        {
+            let code = connect_code(kind);
+            let rest = ApiFailure::from(E2bError::Provisioner(error));
+            assert_eq!(rest.status.as_u16() / 100, kind.status() / 100, "{kind:?}");
+            assert_eq!(rest.status.as_u16(), kind.transport_status(), "{kind:?}");
+            // envd's Connect codes map back onto the same status class, but for a full
+            // disk: Connect's one code for exhausted resources is a 429.
+            if kind != ErrorKind::InsufficientStorage {
+                let connect = code.http_status().as_u16();
+                assert_eq!(connect / 100, kind.status() / 100, "{kind:?}");
+            }
+        }
     }
 }

@@ -46,8 +46,6 @@ pub(crate) struct Shared {
     pub(crate) keys: Arc<KeyRing>,
     /// Derives each sandbox's envd access token and checks signed file URLs.
     pub(crate) secrets: Arc<state::SandboxSecrets>,
-    /// The sandboxes the deadline task is ending now, so a slow end is not started twice.
-    pub(crate) expiring: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl E2b {
@@ -62,7 +60,6 @@ impl E2b {
                 config: Arc::new(config),
                 keys: Arc::new(keys),
                 secrets: Arc::new(state::SandboxSecrets::derive(secret_digest)),
-                expiring: Arc::default(),
             },
         }
     }
@@ -70,11 +67,5 @@ impl E2b {
     /// Every route of the E2B listener: the control plane and every sandbox's envd.
     pub fn router(&self) -> axum::Router {
         control::routes(self.shared.clone()).merge(envd::routes(self.shared.clone()))
-    }
-
-    /// Starts the task that kills sandboxes whose timeout passed (a real deadline, not a
-    /// label). It ends when the provisioner shuts down.
-    pub fn spawn_deadlines(&self) -> tokio::task::JoinHandle<()> {
-        control::spawn_deadlines(self.shared.clone())
     }
 }

@@ -1,15 +1,17 @@
 //! What warren keeps of an E2B sandbox beyond the warren sandbox behind it: the E2B id,
-//! template, metadata, environment, deadline and pause state, as one record in the state
-//! store (namespace [`RECORD_NAMESPACE`]) so every replica reads it alike; and the
-//! per-sandbox secrets (envd access token, signed file URLs) derived, never stored.
+//! template, environment and the figures it reports, as one record in the state store
+//! (namespace [`RECORD_NAMESPACE`]), written once at create, so every replica reads it
+//! alike. Its life (running, paused, its deadline, its metadata) is the warren sandbox's
+//! own: E2B's names for it are a view ([`E2bState::of`]). The per-sandbox secrets (envd
+//! access token, signed file URLs) are derived, never stored.
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use warren_core::{SandboxId, Uid};
+use warren_store::SandboxState;
 
 /// The namespace of E2B's records in the state store.
 pub(crate) const RECORD_NAMESPACE: &str = "e2b";
@@ -19,17 +21,27 @@ pub(crate) fn record_key(sandbox_id: &str) -> String {
     format!("sandboxes/{sandbox_id}")
 }
 
-/// Whether an E2B sandbox runs or sleeps in a runtime snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// What E2B calls the state of a sandbox that exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum E2bState {
     /// Its runtime runs (or starts on the next command).
     Running,
-    /// Paused: its runtime was snapshotted and reclaimed; connect resumes it.
+    /// Paused: its runtime was snapshotted and ended; connect resumes it.
     Paused,
 }
 
 impl E2bState {
+    /// E2B's name for a warren sandbox in `state`; `None` once it is being ended or gone.
+    pub(crate) fn of(state: SandboxState) -> Option<Self> {
+        match state {
+            SandboxState::Created | SandboxState::Running | SandboxState::Stopped => {
+                Some(Self::Running)
+            }
+            SandboxState::Pausing | SandboxState::Paused => Some(Self::Paused),
+            SandboxState::Terminating | SandboxState::Terminated => None,
+        }
+    }
+
     /// The name E2B's API uses.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -39,7 +51,8 @@ impl E2bState {
     }
 }
 
-/// One E2B sandbox.
+/// What E2B adds to the warren sandbox behind one of its sandboxes. Never changed after
+/// create: no two writers ever race on it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct E2bSandbox {
     /// E2B's id (`sandboxID`): 20 lowercase letters and digits.
@@ -52,24 +65,12 @@ pub(crate) struct E2bSandbox {
     pub(crate) template_id: String,
     /// The alias the template was asked for by, when it was.
     pub(crate) alias: Option<String>,
-    /// The caller's metadata, returned by get and list and filtered on.
-    pub(crate) metadata: BTreeMap<String, String>,
     /// Environment every command of the sandbox gets.
     pub(crate) env_vars: BTreeMap<String, String>,
-    /// When it was created.
-    pub(crate) started_at: DateTime<Utc>,
-    /// When its timeout kills it (or pauses it, with `auto_pause`).
-    pub(crate) end_at: DateTime<Utc>,
-    /// Running or paused.
-    pub(crate) state: E2bState,
     /// Whether envd requires the access token (`secure` at create).
     pub(crate) secure: bool,
-    /// Whether the timeout pauses instead of killing.
-    pub(crate) auto_pause: bool,
     /// Whether its runtime may reach the internet (through warren's filtering proxy).
     pub(crate) allow_internet_access: bool,
-    /// The latest runtime snapshot a pause took, which the next resume starts from.
-    pub(crate) paused_snapshot: Option<String>,
     /// Figures reported to the SDK (`cpuCount`, `memoryMB`).
     pub(crate) cpu_count: u32,
     /// See `cpu_count`.

@@ -47,6 +47,27 @@ struct Visit<'a> {
 }
 
 impl WorkspaceRoot {
+    /// The entry at `rel` as a listing shows it: a link in the last component described
+    /// (its kind and target, read with `readlinkat`) and never followed. A link in any
+    /// earlier component is refused, as on every other path.
+    pub fn describe(&self, rel: &(impl AsRef<OsStr> + ?Sized)) -> Result<Entry, FsError> {
+        let path = RelPath::parse(rel)?;
+        let Some((parents, leaf)) = path.split_leaf() else {
+            // The root itself is a directory, never a link.
+            return self.stat(rel);
+        };
+        let parent = self.resolve_dir(parents, path.as_str())?;
+        stat_entry(
+            parent.as_fd(),
+            &leaf.to_os_string(),
+            path.as_str().to_owned(),
+            path.to_os_string(),
+        )?
+        .ok_or_else(|| FsError::NotFound {
+            path: path.as_str().to_owned(),
+        })
+    }
+
     /// Lists the directory `rel` down to `depth` levels (1 = direct children; 0 is treated as
     /// 1), at most `limit` entries, sorted by path.
     /// Each entry carries its path both lossily (`path`, what clients see) and as the exact

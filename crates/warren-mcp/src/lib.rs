@@ -2,7 +2,8 @@
 //! SDK (`rmcp`).
 //!
 //! [`WarrenMcp`] is an MCP server whose tools (`bash`, `ls`, `read_file`, `write_file`,
-//! `edit_file`, `glob`, `grep`, `present_files`, `view_image`) act on one sandbox through
+//! `edit_file`, `glob`, `grep`, `present_files`, `view_image`, the background processes'
+//! and the sandbox's own life's) act on one sandbox through
 //! the [`Provisioner`], so they keep every rule the HTTP API keeps: virtual paths only (I1),
 //! fd-based resolution (I2), the read-only skills mount (I7), run records (I22), masking of
 //! injected secrets (I13). [`streamable_http_service`] serves it at
@@ -18,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+mod lifecycle;
 mod processes;
 mod tools;
 

@@ -209,6 +209,7 @@ pub(crate) fn definitions(layout: &Layout) -> Vec<Tool> {
     DEFINITIONS
         .iter()
         .chain(crate::processes::DEFINITIONS)
+        .chain(crate::lifecycle::DEFINITIONS)
         .map(|(name, description, schema)| {
             let schema = in_layout(&schema().to_string());
             let schema: JsonObject = match serde_json::from_str(&schema) {
@@ -339,6 +340,7 @@ pub(crate) async fn call(
     if !DEFINITIONS
         .iter()
         .chain(crate::processes::DEFINITIONS)
+        .chain(crate::lifecycle::DEFINITIONS)
         .any(|(known, _, _)| *known == name)
     {
         return Err(ErrorData::invalid_params(
@@ -397,7 +399,9 @@ async fn run(
 ) -> Outcome {
     // A fenced tool runs under the permit, as the HTTP routes do; a stale token is a tool
     // error saying so, and nothing is changed. Reading tools ignore the header.
-    let fenced = FENCED_TOOLS.contains(&name) || crate::processes::FENCED.contains(&name);
+    let fenced = FENCED_TOOLS.contains(&name)
+        || crate::processes::FENCED.contains(&name)
+        || crate::lifecycle::FENCED.contains(&name);
     let mut permit = Some(if fenced {
         let admitted = match fence {
             Ok(token) => provisioner.fence(sandbox, token).await,
@@ -425,6 +429,11 @@ async fn run(
         "grep" => grep(provisioner, sandbox, parse(name, arguments)).await,
         "present_files" => present_files(provisioner, sandbox, parse(name, arguments)).await,
         "view_image" => view_image(provisioner, sandbox, parse(name, arguments)).await,
+        "sandbox_status" | "set_deadline" | "pause_sandbox" | "resume_sandbox" | "watch_files" => {
+            crate::lifecycle::run(provisioner, sandbox, name, arguments)
+                .await
+                .unwrap_or_else(|| Err(Outcome::error(format!("unknown tool {name:?}"))))
+        }
         // A process's start is its acceptance point, as an exec's is.
         _ => {
             let permit = permit.take().unwrap_or_else(FencePermit::unfenced);
@@ -893,8 +902,9 @@ mod tests {
     #[test]
     fn every_tool_has_an_object_schema_and_a_description() {
         let tools = definitions(&Layout::ARS);
-        // Nine file and command tools, five for background processes.
-        assert_eq!(tools.len(), 14);
+        // Nine file and command tools, five for background processes, five for the
+        // sandbox's own life.
+        assert_eq!(tools.len(), 19);
         for tool in &tools {
             assert_eq!(
                 tool.input_schema.get("type"),
@@ -925,7 +935,7 @@ mod tests {
         for mount in ["/mnt/user-data", "/mnt/skills/public", "/mnt/skills/custom"] {
             assert!(deerflow.contains(mount), "{mount}");
         }
-        assert_eq!(definitions(&Layout::DEERFLOW).len(), 14);
+        assert_eq!(definitions(&Layout::DEERFLOW).len(), 19);
     }
 
     #[test]

@@ -282,6 +282,130 @@ pub struct CreateSandbox {
     /// the binding (409 `isolation_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<SandboxIsolation>,
+    /// Seconds from now until the sandbox's deadline, when `on_deadline` happens to it (at
+    /// most 31536000); default: no deadline. Given for a live sandbox, it moves its
+    /// deadline. `PATCH /v1/sandboxes/{id}` moves it later.
+    #[serde(
+        default,
+        deserialize_with = "strict::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout_s: Option<u64>,
+    /// What the deadline does: `terminate` (the default) or `pause`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_deadline: Option<OnDeadline>,
+    /// The caller's labels (at most 64, 16 KiB in all), which `GET /v1/sandboxes?label=k=v`
+    /// filters on. Given for a live sandbox, they replace its labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// What happens to a sandbox when its deadline passes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDeadline {
+    /// Terminated: its runtime ends, its workspace files stay.
+    #[default]
+    Terminate,
+    /// Paused, as `POST /v1/sandboxes/{id}/pause` does.
+    Pause,
+}
+
+/// `PATCH /v1/sandboxes/{id}`: what is absent stays as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSandbox {
+    /// Seconds from now until the deadline (at most 31536000); `null` removes it.
+    #[serde(
+        default,
+        deserialize_with = "strict::nullable_whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<u64>, nullable)]
+    pub timeout_s: Option<Option<u64>>,
+    /// What the deadline does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_deadline: Option<OnDeadline>,
+    /// Replace the labels, all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// `POST /v1/sandboxes/{id}/resume`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeSandbox {
+    /// Seconds from now until a new deadline; default: the deadline stays, or goes if it
+    /// passed while the sandbox was paused.
+    #[serde(
+        default,
+        deserialize_with = "strict::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout_s: Option<u64>,
+}
+
+/// Answer of `POST /v1/sandboxes/{id}/pause`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PausedSandbox {
+    /// The sandbox, `paused`.
+    pub sandbox: SandboxInfo,
+    /// Whether a runtime ran and was ended: its running processes ended with it, and its
+    /// memory is not kept. Files and installed packages are.
+    pub processes_ended: bool,
+    /// The runtime snapshot a resume starts from; absent when no runtime ran or the
+    /// backend takes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_snapshot: Option<String>,
+    /// Why a runtime that ran was not snapshotted: what changed in it since its latest
+    /// snapshot is lost (the workspace never is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_error: Option<String>,
+}
+
+/// One event of a directory watch (`GET /v1/sandboxes/{id}/watch`): NDJSON lines, or SSE
+/// events named by `type`. `name` is the entry's path relative to the watched directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WatchEvent {
+    /// The watch runs; the first event.
+    Start {
+        /// The watched directory, as a virtual path.
+        path: String,
+    },
+    /// An entry was made, or moved in.
+    Create {
+        /// Relative to the watched directory.
+        name: String,
+    },
+    /// A file was written.
+    Write {
+        /// Relative to the watched directory.
+        name: String,
+    },
+    /// An entry was removed.
+    Remove {
+        /// Relative to the watched directory.
+        name: String,
+    },
+    /// An entry was moved away (its old name).
+    Rename {
+        /// Relative to the watched directory.
+        name: String,
+    },
+    /// An entry's permissions changed.
+    Chmod {
+        /// Relative to the watched directory.
+        name: String,
+    },
+    /// Nothing happened for a while; the watch still runs.
+    Keepalive,
+    /// The watch ended (the directory went away, the sandbox stopped running); nothing
+    /// follows.
+    Error {
+        /// Why.
+        error: ErrorDetail,
+    },
 }
 
 /// The isolation tier a sandbox's runtimes run on (issue 19).
@@ -352,8 +476,16 @@ pub struct SandboxInfo {
     pub inherit_env: bool,
     /// Whether the runtime mounts scratch space instead of the uid's workspace.
     pub ephemeral: bool,
-    /// `created` (no runtime yet, I12), `running`, `stopped`, `terminating`, `terminated`.
+    /// `created` (no runtime yet, I12), `running`, `stopped`, `pausing`, `paused` (no run
+    /// starts until it is resumed), `terminating`, `terminated`.
     pub state: String,
+    /// The caller's labels.
+    pub labels: BTreeMap<String, String>,
+    /// When its deadline passes (RFC 3339), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// What the deadline does.
+    pub on_deadline: OnDeadline,
     /// Incremented each time the identity is reused after termination.
     pub generation: i64,
     /// RFC 3339.

@@ -45,6 +45,15 @@ where
     }
 }
 
+/// A whole number that may be cleared: absent (with `#[serde(default)]`) is `None`,
+/// `null` is `Some(None)`, a number is `Some(Some(n))` as [`whole_number`] reads it.
+pub fn nullable_whole_number<'de, D>(deserializer: D) -> Result<Option<Option<u64>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    whole_number(deserializer).map(Some)
+}
+
 /// A required whole number, as [`whole_number`].
 pub fn required_whole_number<'de, D>(deserializer: D) -> Result<u64, D::Error>
 where

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use warren_core::SandboxId;
 use warren_store::SandboxState;
 
+use crate::transitions::LifeEvent;
 use crate::{Provisioner, ProvisionerError};
 
 /// What a drain did.
@@ -83,14 +84,21 @@ impl Provisioner {
             .destroy(id)
             .await
             .map_err(ProvisionerError::Backend)?;
-        match self
-            .store
-            .set_runtime_state(id, record.generation, SandboxState::Stopped, &fence)
-            .await
-        {
+        // Read again under the lock: a pause or termination may have moved it since.
+        let current = self.sandbox(id).await?;
+        let moved =
+            if current.generation == record.generation && current.state == SandboxState::Running {
+                self.advance(&current, LifeEvent::Reclaim, Some(&fence))
+                    .await
+            } else {
+                Ok(None)
+            };
+        match moved {
             Ok(_) => self.release_runtime(id).await,
-            Err(warren_store::StoreError::NotOwner { .. }) => self.ownership_lost(id),
-            Err(error) => return Err(error.into()),
+            Err(ProvisionerError::Store(warren_store::StoreError::NotOwner { .. })) => {
+                self.ownership_lost(id)
+            }
+            Err(error) => return Err(error),
         }
         Ok(snapshotted)
     }

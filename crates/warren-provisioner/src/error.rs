@@ -382,6 +382,38 @@ pub enum ProvisionerError {
         /// Its state.
         state: &'static str,
     },
+    /// The sandbox holds as many directory watches as it may.
+    #[error("the sandbox already has {max} directory watches; stop one first")]
+    TooManyWatches {
+        /// The bound.
+        max: usize,
+    },
+    /// No such watcher of this sandbox on this node (removed, or forgotten when idle).
+    #[error(
+        "watcher {watcher:?} not found (stopped, or forgotten after 10 minutes without a poll)"
+    )]
+    WatcherNotFound {
+        /// The id asked for.
+        watcher: String,
+    },
+    /// The sandbox is paused or being paused: nothing runs in it until it is resumed.
+    #[error("sandbox {sandbox} is {state}; resume it (POST /v1/sandboxes/{sandbox}/resume) to run commands again")]
+    SandboxPaused {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its state.
+        state: &'static str,
+    },
+    /// The lifecycle's transition table does not allow this in the sandbox's state.
+    #[error("sandbox {sandbox} is {state}: it cannot {event}")]
+    IllegalTransition {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// Its state.
+        state: &'static str,
+        /// What was asked, as a verb.
+        event: &'static str,
+    },
     /// This node fenced itself (its lease could not be renewed in time) and has not joined
     /// the cluster again yet: it runs no runtime work meanwhile (issue 14).
     #[error("node {node} lost contact with the state store and fenced itself; retry in a few seconds (another replica can serve the sandbox)")]
@@ -543,7 +575,7 @@ impl ProvisionerError {
     /// answers this failure with: the caller's mistakes are 4xx, warren's own failures 5xx,
     /// never 422. warren's own API maps failures to statuses and codes in `warren-api`.
     pub fn transport_status(&self) -> u16 {
-        transport_status_of(self).as_u16()
+        self.kind().transport_status()
     }
 
     /// The message a client (HTTP, MCP, a model) may see: virtual paths only (I1), and
@@ -642,87 +674,4 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-/// The HTTP status of a provisioner failure: the caller's mistakes are 4xx, warren's own
-/// failures 5xx, for the transports that speak other APIs than warren's own (DeerFlow, E2B);
-/// 422 is never used: the AIO SDK misreads it (contract §0.3).
-fn transport_status_of(error: &ProvisionerError) -> http::StatusCode {
-    use ProvisionerError as P;
-    match error {
-        P::SandboxNotFound(_)
-        | P::WorkdirNotFound { .. }
-        | P::ArtifactNotFound { .. }
-        | P::SnapshotNotFound { .. }
-        | P::CheckpointNotFound { .. }
-        | P::SkillNotGranted { .. }
-        | P::EnvVarNotFound { .. }
-        | P::LeaseNotFound { .. }
-        | P::GuardNotFound { .. }
-        | P::WatchedDirGone { .. } => http::StatusCode::NOT_FOUND,
-        P::WorkdirConflict { .. }
-        | P::NetworkConflict { .. }
-        | P::EnvPolicyConflict { .. }
-        | P::BackendConflict { .. }
-        | P::LayoutConflict { .. }
-        | P::ExtraMountsConflict { .. }
-        | P::IsolationConflict { .. }
-        | P::SandboxAlreadyLive { .. }
-        | P::RuntimeNotRunning { .. }
-        | P::WorkdirNotEmpty { .. }
-        | P::SandboxBusy { .. }
-        | P::SandboxTerminated { .. }
-        | P::TerminatedWhileRunning { .. }
-        | P::GuardHeld { .. }
-        | P::FenceStale { .. } => http::StatusCode::CONFLICT,
-        P::ReadOnlyPath { .. } => http::StatusCode::FORBIDDEN,
-        P::ArtifactTooLarge { .. } | P::WatchTooLarge { .. } => http::StatusCode::PAYLOAD_TOO_LARGE,
-        P::QuotaExceeded { .. } | P::NoRoomForVolume { .. } => {
-            http::StatusCode::INSUFFICIENT_STORAGE
-        }
-        P::ExecUnsupported { .. } | P::SnapshotUnsupported { .. } => {
-            http::StatusCode::NOT_IMPLEMENTED
-        }
-        P::File { source, .. } => file_status(source),
-        P::Store(e) if e.is_unavailable() => http::StatusCode::SERVICE_UNAVAILABLE,
-        P::Backend(warren_backend_error) => backend_status(warren_backend_error),
-        P::Store(_)
-        | P::Volume { .. }
-        | P::WorkspacesWithoutVolumes { .. }
-        | P::Interrupted(_)
-        | P::Snapshot(_)
-        | P::GitFailed { .. }
-        | P::WatchFailed => http::StatusCode::INTERNAL_SERVER_ERROR,
-        _ => http::StatusCode::BAD_REQUEST,
-    }
-}
-
-fn backend_status(error: &warren_backend::BackendError) -> http::StatusCode {
-    use warren_backend::BackendError as B;
-    match error {
-        B::ExecUnsupported { .. } => http::StatusCode::NOT_IMPLEMENTED,
-        B::RuntimeNotFound { .. } => http::StatusCode::SERVICE_UNAVAILABLE,
-        B::ImageNotFound { .. } => http::StatusCode::BAD_REQUEST,
-        _ => http::StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-fn file_status(error: &FsError) -> http::StatusCode {
-    use FsError as F;
-    match error {
-        F::NotFound { .. } => http::StatusCode::NOT_FOUND,
-        F::SymlinkRefused { .. }
-        | F::MountCrossingRefused { .. }
-        | F::RootRefused { .. }
-        | F::ReadOnly { .. }
-        | F::PermissionDenied { .. } => http::StatusCode::FORBIDDEN,
-        F::AlreadyExists { .. } | F::DirectoryNotEmpty { .. } => http::StatusCode::CONFLICT,
-        F::TooLarge { .. } => http::StatusCode::PAYLOAD_TOO_LARGE,
-        F::RangeNotSatisfiable { .. } => http::StatusCode::RANGE_NOT_SATISFIABLE,
-        F::PreconditionFailed { .. } => http::StatusCode::PRECONDITION_FAILED,
-        F::Busy { .. } => http::StatusCode::SERVICE_UNAVAILABLE,
-        _ if crate::is_disk_full(error) => http::StatusCode::INSUFFICIENT_STORAGE,
-        _ if crate::is_internal_file_error(error) => http::StatusCode::INTERNAL_SERVER_ERROR,
-        _ => http::StatusCode::BAD_REQUEST,
-    }
 }

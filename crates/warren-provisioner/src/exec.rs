@@ -14,6 +14,7 @@ use warren_store::{NewRun, RunKind, RunOutcome, SandboxRecord, SandboxState, Sta
 use crate::env::{masking_relay, CommandEnv};
 use crate::metrics::FailureCause;
 use crate::ownership::{PeerNode, Placement};
+use crate::transitions::{refuse_unless_runnable, LifeEvent};
 use crate::{FencePermit, Provisioner, ProvisionerError};
 
 /// The code an owner answers a forwarded operation with when it no longer owns the
@@ -199,14 +200,16 @@ impl Provisioner {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
             // The workdir was checked when the sandbox was created; if it vanished since,
             // the command's own chdir (as the sandbox user) reports it.
-            None => VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?,
+            None => {
+                VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?.to_string()
+            }
         };
         // The call's own variables go over the uid's agent environment (I14).
         let CommandEnv { mut env, masker } = self.command_env(&record).await?;
         env.extend(input.env);
         let request = ExecRequest {
             argv: input.program.argv(),
-            cwd: cwd.to_string(),
+            cwd: cwd.clone(),
             env,
             stdin: input.stdin,
             timeout,
@@ -230,7 +233,7 @@ impl Provisioner {
                                 &masker.mask(input.program.describe().as_bytes()),
                             )
                             .into_owned(),
-                            cwd: cwd.to_string(),
+                            cwd: cwd.clone(),
                             requested_by: input.requested_by.clone(),
                             kind: RunKind::Exec,
                             tag: None,
@@ -375,7 +378,7 @@ impl Provisioner {
         let lock = self.lifecycle_lock(&seen.id);
         let _guard = lock.lock().await;
         let current = self.sandbox(&seen.id).await?;
-        refuse_fenced(&current)?;
+        refuse_unless_runnable(&current)?;
         if current.generation != seen.generation || current.state != SandboxState::Running {
             return Ok(current);
         }
@@ -383,10 +386,14 @@ impl Provisioner {
         let Some(fence) = self.owner_fence(&seen.id) else {
             return Ok(current);
         };
-        self.store
-            .set_runtime_state(&seen.id, seen.generation, SandboxState::Stopped, &fence)
+        match self
+            .advance(&current, LifeEvent::RuntimeLost, Some(&fence))
             .await?
-            .ok_or_else(|| ProvisionerError::SandboxNotFound(seen.id.clone()))
+        {
+            Some(stopped) => Ok(stopped),
+            // Moved meanwhile (paused, fenced): whatever did it is the news.
+            None => self.sandbox(&seen.id).await,
+        }
     }
 
     /// Where a runtime operation on `id` runs: `Ok` here under the fence, `Err` at the
@@ -460,7 +467,7 @@ impl Provisioner {
                 backend: kind.as_str(),
             });
         }
-        refuse_fenced(&record)?;
+        refuse_unless_runnable(&record)?;
         Ok(record)
     }
 
@@ -509,7 +516,7 @@ impl Provisioner {
         let lock = self.lifecycle_lock(&record.id);
         let _guard = lock.lock().await;
         let record = self.sandbox(&record.id).await?;
-        refuse_fenced(&record)?;
+        refuse_unless_runnable(&record)?;
         if record.state == SandboxState::Running {
             return Ok(record);
         }
@@ -559,20 +566,31 @@ impl Provisioner {
             let _ = self.backend.destroy(&record.id).await;
             self.refuse_if_fenced()?;
         }
-        let running = self
-            .store
-            .set_runtime_state(&record.id, record.generation, SandboxState::Running, fence)
-            .await;
-        if let Err(warren_store::StoreError::NotOwner { .. }) = &running {
-            // Taken over while it started: the new owner runs the sandbox, not this one.
-            let _ = self.backend.destroy(&record.id).await;
-            self.ownership_lost(&record.id);
+        let running = self.advance(&record, LifeEvent::Start, Some(fence)).await;
+        match running {
+            Ok(Some(running)) => Ok(running),
+            Err(ProvisionerError::Store(warren_store::StoreError::NotOwner { .. })) => {
+                // Taken over while it started: the new owner runs the sandbox, not this one.
+                let _ = self.backend.destroy(&record.id).await;
+                self.ownership_lost(&record.id);
+                Err(ProvisionerError::Backend(BackendError::RuntimeNotFound {
+                    sandbox: record.id.clone(),
+                }))
+            }
+            Err(error) => {
+                let _ = self.backend.destroy(&record.id).await;
+                Err(error)
+            }
+            Ok(None) => {
+                // Paused or fenced while it started (by another replica): the runtime
+                // goes, and the caller learns why.
+                let _ = self.backend.destroy(&record.id).await;
+                refuse_unless_runnable(&self.sandbox(&record.id).await?)?;
+                Err(ProvisionerError::Backend(BackendError::RuntimeNotFound {
+                    sandbox: record.id.clone(),
+                }))
+            }
         }
-        running?.ok_or_else(|| {
-            ProvisionerError::Backend(BackendError::RuntimeNotFound {
-                sandbox: record.id.clone(),
-            })
-        })
     }
 }
 
@@ -684,18 +702,6 @@ pub(crate) async fn record_failure(store: &dyn StateStore, run_id: &str, reason:
     };
     if let Err(RunError::Store(error)) = record_outcome(store, run_id, &outcome).await {
         tracing::warn!(run = run_id, %error, "could not record a run that did not start");
-    }
-}
-
-pub(crate) fn refuse_fenced(record: &SandboxRecord) -> Result<(), ProvisionerError> {
-    match record.state {
-        SandboxState::Terminating | SandboxState::Terminated => {
-            Err(ProvisionerError::SandboxTerminated {
-                sandbox: record.id.clone(),
-                state: record.state.as_str(),
-            })
-        }
-        _ => Ok(()),
     }
 }
 

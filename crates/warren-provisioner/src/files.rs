@@ -148,24 +148,31 @@ impl Provisioner {
         }
     }
 
-    /// The working directory a command asked for: an existing directory under one of the
-    /// two persistent mounts. (The run itself records the activity.)
+    /// The working directory a command asked for, as the runtime's path. Under one of
+    /// the sandbox's mounts it must be an existing directory, resolved by descriptor like
+    /// a read (no link, no `..`). Anywhere else in the runtime (`/`, `/tmp`) it is the
+    /// runtime's own tree, outside what the file API serves: a process may start there,
+    /// and the command's chdir, as the sandbox user, says whether it can. (The run itself
+    /// records the activity.)
     pub(crate) async fn exec_cwd(
         &self,
         record: &SandboxRecord,
         cwd: &str,
-    ) -> Result<VirtualPath, ProvisionerError> {
+    ) -> Result<String, ProvisionerError> {
+        let roots = self.roots_of(record);
+        if roots.resolve(cwd).is_err() && is_runtime_path(cwd) {
+            return Ok(cwd.to_owned());
+        }
         let found = self
-            .on_path(self.roots_of(record), cwd, Access::Read, |root, rel| {
-                root.stat(rel)
-            })
+            .on_path(roots, cwd, Access::Read, |root, rel| root.stat(rel))
             .await;
+        let invalid = |path: String| ProvisionerError::InvalidCwd {
+            path,
+            roots: warren_core::mount_roots(record.layout.layout(), &record.extra_mounts),
+        };
         match found {
-            Ok(found) if found.value.kind == warren_fs::Kind::Dir => Ok(found.path),
-            Ok(found) => Err(ProvisionerError::InvalidCwd {
-                path: found.path.to_string(),
-                roots: warren_core::mount_roots(record.layout.layout(), &record.extra_mounts),
-            }),
+            Ok(found) if found.value.kind == warren_fs::Kind::Dir => Ok(found.path.to_string()),
+            Ok(found) => Err(invalid(found.path.to_string())),
             // What the caller asked for is wrong; anything else (I/O) stays what it is.
             Err(ProvisionerError::File {
                 path,
@@ -175,10 +182,7 @@ impl Provisioner {
                     | FsError::SymlinkRefused { .. }
                     | FsError::MountCrossingRefused { .. }
                     | FsError::InvalidPath { .. },
-            }) => Err(ProvisionerError::InvalidCwd {
-                path,
-                roots: warren_core::mount_roots(record.layout.layout(), &record.extra_mounts),
-            }),
+            }) => Err(invalid(path)),
             Err(other) => Err(other),
         }
     }
@@ -223,6 +227,18 @@ impl Provisioner {
     ) -> Result<Located<Entry>, ProvisionerError> {
         let roots = self.roots(id).await?;
         self.on_path(roots, input, Access::Read, |root, rel| root.stat(rel))
+            .await
+    }
+
+    /// Describes the entry at `input` as a listing would: a link in its last component is
+    /// described (kind, target), never followed; [`Provisioner::stat`] refuses it.
+    pub async fn describe(
+        &self,
+        id: &SandboxId,
+        input: &str,
+    ) -> Result<Located<Entry>, ProvisionerError> {
+        let roots = self.roots(id).await?;
+        self.on_path(roots, input, Access::Read, |root, rel| root.describe(rel))
             .await
     }
 
@@ -372,5 +388,43 @@ impl Provisioner {
             })
             .await?;
         Ok(removed.path)
+    }
+}
+
+/// Whether `path` is a plain absolute path of the runtime: `/`-rooted, no `.` or `..`
+/// component, no empty one but a trailing slash, no NUL, at most 4096 bytes.
+fn is_runtime_path(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    path.len() <= 4096
+        && !path.contains('\0')
+        && (rest.is_empty()
+            || rest
+                .trim_end_matches('/')
+                .split('/')
+                .all(|part| !part.is_empty() && part != "." && part != ".."))
+}
+
+#[cfg(test)]
+mod cwd_tests {
+    use super::is_runtime_path;
+
+    #[test]
+    fn a_runtime_path_is_absolute_and_plain() {
+        for ok in ["/", "/tmp", "/usr/bin/", "/home/gem/x"] {
+            assert!(is_runtime_path(ok), "{ok}");
+        }
+        for refused in [
+            "",
+            "tmp",
+            "/tmp/../etc",
+            "/./tmp",
+            "//tmp",
+            "/a//b",
+            "/a\0b",
+        ] {
+            assert!(!is_runtime_path(refused), "{refused:?}");
+        }
     }
 }

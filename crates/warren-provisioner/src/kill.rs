@@ -4,7 +4,8 @@
 
 use warren_core::SandboxId;
 
-use crate::exec::{refuse_fenced, Route};
+use crate::exec::Route;
+use crate::transitions::refuse_unless_runnable;
 use crate::{Provisioner, ProvisionerError};
 
 impl Provisioner {
@@ -27,7 +28,10 @@ impl Provisioner {
 
     async fn kill_routed(&self, id: &SandboxId, route: Route) -> Result<u64, ProvisionerError> {
         let record = self.sandbox(id).await?;
-        refuse_fenced(&record)?;
+        // A pause ends the processes of the runtime it is about to snapshot.
+        if record.state != warren_store::SandboxState::Pausing {
+            refuse_unless_runnable(&record)?;
+        }
         if let Err(owner) = self.place_for(id, route).await? {
             self.metrics.forwarded();
             let killed = self.peer_link()?.kill_processes(&owner, id).await;

@@ -16,6 +16,7 @@
 mod aliases;
 mod artifacts;
 mod checkpoints;
+mod classify;
 mod drain;
 mod env;
 mod error;
@@ -28,6 +29,7 @@ mod lifecycle;
 mod membership;
 mod metrics;
 mod ownership;
+mod pause;
 mod processes;
 mod quotas;
 mod records;
@@ -37,6 +39,7 @@ mod sandboxes;
 mod shell;
 mod skills;
 mod snapshots;
+mod transitions;
 mod usage;
 mod watch;
 pub use sandboxes::{
@@ -49,6 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
+pub use classify::{one_of_every_kind, Class, ErrorKind};
 pub use drain::DrainReport;
 pub use error::{
     error_chain, is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError,
@@ -60,6 +64,10 @@ pub use init::{CreatedWorkdir, GitSource, InitReport, WorkdirInit};
 pub use lifecycle::{ReapReport, MAX_LEASE_TTL};
 pub use membership::{check_workspace_dir, NodeIdentity};
 pub use ownership::{PeerLink, PeerNode, FENCE_AFTER};
+pub use pause::{
+    check_labels, deadline_after, Paused, SettingsChange, DEADLINE_TICK, MAX_LABELS,
+    MAX_LABEL_KEY_CHARS, MAX_LABEL_VALUE_CHARS, MAX_SANDBOX_TIMEOUT,
+};
 pub use processes::{
     OutputEvent, OutputPiece, OutputRead, ProcessAnswer, ProcessCall, ProcessInfo, ProcessRead,
     ProcessState, StartProcess, MAX_OUTPUT_WAIT, MAX_PROCESSES,
@@ -76,14 +84,17 @@ pub use shell::{
     MAX_IMPLICIT_SHELL_SESSIONS, MAX_SESSION_ID_BYTES, MAX_SHELL_COMMAND_BYTES, MAX_SHELL_SESSIONS,
 };
 pub use skills::{check_skill_name, SkillSources, SkillSyncReport};
-pub use usage::SandboxDisk;
+pub use transitions::{transition, LifeEvent, Refusal};
+pub use usage::{SandboxDisk, UsageSample, FRESH_GAP};
 use warren_backend::{Backend, BackendKind};
 use warren_core::{DataLayout, SandboxId};
 pub use warren_snapshot::{GcStats, S3Config};
 use warren_store::StateStore;
-pub use warren_store::{NodeRecord, NodeState};
+pub use warren_store::{DeadlineAction, NodeRecord, NodeState, SandboxSettings};
 pub use watch::{
-    DirWatch, WatchBatch, WatchChange, WatchKind, MAX_DIR_WATCHES, MAX_WATCHED_ENTRIES,
+    DirWatch, WatchBatch, WatchChange, WatchKind, WatchSlot, WatcherChanges, LIVENESS_EVERY,
+    MAX_DIR_WATCHES, MAX_WATCHED_ENTRIES, MAX_WATCHER_BACKLOG, MAX_WATCHES_PER_SANDBOX,
+    WATCHER_IDLE,
 };
 
 /// Limits and defaults of one provisioner.
@@ -224,6 +235,12 @@ pub struct Provisioner {
     shutdown: warren_snapshot::CancelFlag,
     /// Sandboxes a reaper pass is working on, so overlapping passes never take one twice.
     reaping: Mutex<std::collections::HashSet<SandboxId>>,
+    /// The sandboxes past their deadline this node's deadline task works on.
+    firing: Arc<Mutex<std::collections::HashSet<SandboxId>>>,
+    /// The previous CPU sample of each sandbox measured lately ([`Provisioner::sample_usage`]).
+    cpu_samples: Mutex<usage::CpuSamples>,
+    /// Every directory watch of this node: their slots and the polled watchers.
+    watches: Arc<watch::Watches>,
     /// Per running sandbox, the runtime generation and how many forks its pids limit had
     /// refused when a reaper pass last looked: the next pass tells from it whether the
     /// limit was hit in between (`lifecycle.rs`).
@@ -267,6 +284,9 @@ impl Provisioner {
             metrics: metrics::Metrics::new(),
             shutdown: warren_snapshot::CancelFlag::new(),
             reaping: Mutex::new(std::collections::HashSet::new()),
+            firing: Arc::default(),
+            cpu_samples: Mutex::new(usage::CpuSamples::new()),
+            watches: Arc::default(),
             fork_refusals: Mutex::new(HashMap::new()),
             reap_slots,
             volume_lock: Arc::default(),

@@ -11,6 +11,7 @@ use warren_snapshot::SnapshotError;
 use warren_store::{Lease, SandboxRecord, SandboxState};
 
 use crate::metrics::{FailureCause, ReapReason};
+use crate::transitions::LifeEvent;
 use crate::{Provisioner, ProvisionerError};
 
 /// Longest lease a holder may ask for at once; it renews for longer.
@@ -35,7 +36,7 @@ impl Provisioner {
     ) -> Result<Lease, ProvisionerError> {
         check_lease_request(holder, ttl)?;
         let record = self.sandbox(id).await?;
-        crate::exec::refuse_fenced(&record)?;
+        crate::transitions::refuse_unless_runnable(&record)?;
         Ok(self
             .store
             .create_lease(id, record.generation, holder, ttl)
@@ -51,7 +52,7 @@ impl Provisioner {
     ) -> Result<Lease, ProvisionerError> {
         check_lease_request("renewal", ttl)?;
         let record = self.sandbox(id).await?;
-        crate::exec::refuse_fenced(&record)?;
+        crate::transitions::refuse_unless_runnable(&record)?;
         self.store
             .renew_lease(id, lease, ttl)
             .await?
@@ -103,10 +104,21 @@ impl Provisioner {
         if self.is_shutting_down() {
             return Ok(report);
         }
-        let running: Vec<SandboxRecord> = self
-            .store
-            .list_sandboxes(None)
-            .await?
+        let all = self.store.list_sandboxes(None).await?;
+        // A pause whose pauser died (a replica gone mid-pause) is finished here: by the
+        // node that owns its runtime, or by any node when nobody does.
+        let stale_after = chrono::Duration::from_std(self.config.reap_deadline * 2)
+            .unwrap_or(chrono::Duration::MAX)
+            .max(chrono::Duration::minutes(10));
+        let now = chrono::Utc::now();
+        for record in all.iter().filter(|record| {
+            record.state == SandboxState::Pausing && now - record.updated_at > stale_after
+        }) {
+            if let Err(error) = self.finish_stale_pause(record.clone()).await {
+                tracing::warn!(sandbox = %record.id, %error, "could not finish a pause left behind");
+            }
+        }
+        let running: Vec<SandboxRecord> = all
             .into_iter()
             .filter(|record| record.state == SandboxState::Running)
             // Each node reaps the runtimes it owns (issue 14).
@@ -268,32 +280,6 @@ impl Provisioner {
         Ok(idle >= self.config.idle_timeout)
     }
 
-    /// Pauses a sandbox's runtime now, as the reaper would reclaim it (I30): a runtime
-    /// snapshot, then the runtime ends; the sandbox becomes `stopped`, its workspace stays
-    /// (I15), and its next exec starts a runtime from the snapshot. `Ok(None)` when no
-    /// runtime runs or the backend takes no snapshots. Commands still running are killed
-    /// with the runtime: the caller ends what it started first.
-    ///
-    /// Only the node that owns the runtime can reclaim it; elsewhere the snapshot is taken
-    /// (forwarded to the owner) and the runtime stays until the owner's reaper takes it.
-    pub async fn pause_runtime(
-        &self,
-        id: &SandboxId,
-    ) -> Result<Option<warren_store::RuntimeSnapshot>, ProvisionerError> {
-        let record = self.sandbox(id).await?;
-        if record.state != SandboxState::Running {
-            return Ok(None);
-        }
-        let snapshot = match self.snapshot_runtime(id, "pause").await {
-            Ok(snapshot) => Some(snapshot),
-            Err(ProvisionerError::SnapshotUnsupported { .. }) => None,
-            Err(ProvisionerError::RuntimeNotRunning { .. }) => return Ok(None),
-            Err(error) => return Err(error),
-        };
-        self.reclaim(id, record.generation).await?;
-        Ok(snapshot)
-    }
-
     /// Ends the runtime of `generation` if the sandbox still runs it, under the lifecycle
     /// lock; the sandbox becomes `stopped` and its next exec starts a fresh runtime.
     async fn reclaim(&self, id: &SandboxId, generation: i64) -> Result<bool, ProvisionerError> {
@@ -311,13 +297,14 @@ impl Provisioner {
             return Err(ProvisionerError::Backend(error));
         }
         match self
-            .store
-            .set_runtime_state(id, generation, SandboxState::Stopped, &fence)
+            .advance(&current, LifeEvent::Reclaim, Some(&fence))
             .await
         {
             Ok(_) => self.release_runtime(id).await,
-            Err(warren_store::StoreError::NotOwner { .. }) => self.ownership_lost(id),
-            Err(error) => return Err(error.into()),
+            Err(ProvisionerError::Store(warren_store::StoreError::NotOwner { .. })) => {
+                self.ownership_lost(id)
+            }
+            Err(error) => return Err(error),
         }
         Ok(true)
     }

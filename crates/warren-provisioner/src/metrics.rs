@@ -24,6 +24,11 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabel {
+    action: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabel {
     cause: &'static str,
 }
@@ -61,6 +66,7 @@ pub(crate) struct Metrics {
     fence_wait: Histogram,
     stale_fences: Counter,
     reaps: Family<ReasonLabel, Counter>,
+    deadlines: Family<ActionLabel, Counter>,
     failures: Family<CauseLabel, Counter>,
     takeovers: Counter,
     self_fences: Counter,
@@ -78,6 +84,7 @@ impl Metrics {
         let fence_wait = seconds();
         let stale_fences = Counter::default();
         let reaps = Family::<ReasonLabel, Counter>::default();
+        let deadlines = Family::<ActionLabel, Counter>::default();
         let failures = Family::<CauseLabel, Counter>::default();
         let takeovers = Counter::default();
         let self_fences = Counter::default();
@@ -99,7 +106,7 @@ impl Metrics {
         );
         registry.register(
             "sandboxes",
-            "Sandboxes by state (created, running, stopped, terminating, terminated)",
+            "Sandboxes by state (created, running, stopped, pausing, paused, terminating, terminated)",
             sandboxes.clone(),
         );
         registry.register(
@@ -123,10 +130,20 @@ impl Metrics {
             stale_fences.clone(),
         );
         registry.register("reaps", "Runtimes reclaimed by the reaper", reaps.clone());
+        registry.register(
+            "deadlines",
+            "Sandboxes this node ended or paused because their deadline passed",
+            deadlines.clone(),
+        );
         registry.register("failures", "Failures by cause", failures.clone());
         // Every label value exists from the start, so a rate() over it never begins absent.
         for reason in [ReapReason::Idle, ReapReason::MaxLifetime] {
             let _ = reaps.get_or_create(&reason.label());
+        }
+        for action in warren_store::DeadlineAction::ALL {
+            let _ = deadlines.get_or_create(&ActionLabel {
+                action: action.as_str(),
+            });
         }
         for cause in [
             FailureCause::RuntimeStart,
@@ -146,6 +163,7 @@ impl Metrics {
             fence_wait,
             stale_fences,
             reaps,
+            deadlines,
             failures,
             takeovers,
             self_fences,
@@ -171,6 +189,14 @@ impl Metrics {
 
     pub(crate) fn reaped(&self, reason: ReapReason) {
         self.reaps.get_or_create(&reason.label()).inc();
+    }
+
+    pub(crate) fn deadline_fired(&self, action: warren_store::DeadlineAction) {
+        self.deadlines
+            .get_or_create(&ActionLabel {
+                action: action.as_str(),
+            })
+            .inc();
     }
 
     pub(crate) fn took_over(&self) {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use warren_store::SandboxState;
 
+use crate::transitions::LifeEvent;
 use crate::{Provisioner, ProvisionerError};
 
 /// What reconciliation found and did.
@@ -21,6 +22,8 @@ pub struct RecoveryReport {
     pub sandboxes_stopped: usize,
     /// Sandboxes caught behind their cleanup fence, now terminated.
     pub terminations_finished: usize,
+    /// Sandboxes caught in a pause, their runtime ended, now paused.
+    pub pauses_finished: usize,
     /// Scratch trees of ephemeral sandboxes that had ended, removed.
     pub scratch_removed: usize,
     /// Cleanups that failed (logged); they are retried on the next start.
@@ -130,13 +133,7 @@ impl Provisioner {
                                 token: owner.token,
                             };
                             match self
-                                .store
-                                .set_runtime_state(
-                                    &record.id,
-                                    record.generation,
-                                    SandboxState::Stopped,
-                                    &fence,
-                                )
+                                .advance(record, LifeEvent::RuntimeLost, Some(&fence))
                                 .await
                             {
                                 Ok(_) => {
@@ -145,18 +142,14 @@ impl Provisioner {
                                         .await?;
                                 }
                                 // Taken over since the list was read: the new owner's.
-                                Err(warren_store::StoreError::NotOwner { .. }) => continue,
-                                Err(error) => return Err(error.into()),
+                                Err(ProvisionerError::Store(
+                                    warren_store::StoreError::NotOwner { .. },
+                                )) => continue,
+                                Err(error) => return Err(error),
                             }
                         }
                         None => {
-                            self.store
-                                .set_sandbox_state(
-                                    &record.id,
-                                    record.generation,
-                                    SandboxState::Stopped,
-                                )
-                                .await?;
+                            self.advance(record, LifeEvent::RuntimeLost, None).await?;
                         }
                     }
                     report.sandboxes_stopped += 1;
@@ -164,26 +157,27 @@ impl Provisioner {
                 SandboxState::Created if live.contains(&record.id) => {
                     // The runtime started but the record never said so (a crash between).
                     if let Some(fence) = self.owner_fence(&record.id) {
-                        self.store
-                            .set_runtime_state(
-                                &record.id,
-                                record.generation,
-                                SandboxState::Running,
-                                &fence,
-                            )
-                            .await?;
+                        self.advance(record, LifeEvent::Start, Some(&fence)).await?;
                     }
                 }
+                // A pause cut short by the restart: its runtime goes (what changed since the
+                // latest snapshot with it, as when a snapshot fails at a reap), and the
+                // sandbox is paused as asked.
+                SandboxState::Pausing => match self.backend.destroy(&record.id).await {
+                    Ok(()) => {
+                        self.release_runtime(&record.id).await;
+                        self.advance(record, LifeEvent::RuntimeLost, None).await?;
+                        report.pauses_finished += 1;
+                    }
+                    Err(error) => {
+                        tracing::error!(sandbox = %record.id, %error, "could not finish a pause");
+                        report.cleanup_failures += 1;
+                    }
+                },
                 SandboxState::Terminating => match self.backend.destroy(&record.id).await {
                     Ok(()) => {
                         self.release_runtime(&record.id).await;
-                        self.store
-                            .set_sandbox_state(
-                                &record.id,
-                                record.generation,
-                                SandboxState::Terminated,
-                            )
-                            .await?;
+                        self.advance(record, LifeEvent::Terminated, None).await?;
                         report.terminations_finished += 1;
                     }
                     Err(error) => {

@@ -12,6 +12,7 @@ use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
 
 use crate::metrics::FailureCause;
+use crate::transitions::LifeEvent;
 use crate::{Provisioner, ProvisionerError};
 
 /// The longest grace a termination gives running commands.
@@ -56,6 +57,9 @@ pub struct SandboxRequest {
     /// keeps a live sandbox's or takes the server's default
     /// ([`crate::ProvisionerConfig::default_isolation`]).
     pub isolation: Option<IsolationTier>,
+    /// Labels, a deadline and what it does: not part of the binding. A live sandbox's
+    /// are changed by those given, as [`Provisioner::update_settings`] would.
+    pub settings: crate::SettingsChange,
 }
 
 impl SandboxRequest {
@@ -74,6 +78,7 @@ impl SandboxRequest {
             layout: None,
             extra_mounts: None,
             isolation: None,
+            settings: crate::SettingsChange::default(),
         }
     }
 }
@@ -219,8 +224,11 @@ impl Provisioner {
             layout,
             extra_mounts,
             isolation,
+            settings,
         } = request;
         let network = network.validate()?;
+        // Checked before anything is made; a new generation starts with them.
+        let new_settings = settings.apply_to(warren_store::SandboxSettings::default())?;
         if let Some(snapshot) = &from_snapshot {
             // Only the uid's own snapshots: another user's state never seeds a runtime.
             let owned = match self.store.get_runtime_snapshot(snapshot).await? {
@@ -312,6 +320,7 @@ impl Provisioner {
                 extra_mounts,
                 isolation,
                 seed_snapshot: from_snapshot.clone(),
+                settings: new_settings,
             })
             .await?;
         if from_snapshot.is_some() && matches!(claim, SandboxClaim::Existing(_)) {
@@ -333,6 +342,11 @@ impl Provisioner {
                     self.prepare_scratch(&record, false).await?;
                 }
                 self.prepare_layout(&record).await?;
+                let record = if settings.is_empty() {
+                    record
+                } else {
+                    self.update_settings(&record.id, settings).await?
+                };
                 Ok((record, Created::Existing))
             }
             SandboxClaim::WorkdirConflict(record) => Err(ProvisionerError::WorkdirConflict {
@@ -647,30 +661,34 @@ impl Provisioner {
     ) -> Result<SandboxRecord, ProvisionerError> {
         let lock = self.lifecycle_lock(id);
         let _guard = lock.lock().await;
-        let record = self.sandbox(id).await?;
-        if let Some(generation) = only_running {
-            if record.generation != generation || record.state != SandboxState::Running {
+        // The fence goes up first: from here on, execs of this generation are refused.
+        let fenced = loop {
+            let record = self.sandbox(id).await?;
+            if let Some(generation) = only_running {
+                if record.generation != generation || record.state != SandboxState::Running {
+                    return Ok(record);
+                }
+            }
+            if record.state == SandboxState::Terminated {
                 return Ok(record);
             }
-        }
-        if record.state == SandboxState::Terminated {
-            return Ok(record);
-        }
-        // The fence goes up first: from here on, execs of this generation are refused.
-        let fenced = self
-            .store
-            .set_sandbox_state(id, record.generation, SandboxState::Terminating)
-            .await?
-            .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
-        // The runtime ends where it runs (issue 14): here, or at its owner.
-        match self.place_runtime(id).await? {
-            crate::ownership::Placement::Here(_) => self.end_runtime_here(id, grace).await?,
-            crate::ownership::Placement::Elsewhere(owner) => {
-                self.metrics.forwarded();
-                let ended = self.peer_link()?.end_runtime(&owner, id, grace).await;
-                self.after_forward(id, ended)?;
+            if let Some(fenced) = self.advance(&record, LifeEvent::Terminate, None).await? {
+                break fenced;
             }
-        }
+        };
+        self.finish_termination(fenced, grace).await
+    }
+
+    /// The rest of a termination once the fence is up (`fenced` is terminating): the
+    /// runtime ends where it runs, an ephemeral scratch tree goes, the sandbox is
+    /// terminated. The caller holds the sandbox's lifecycle lock.
+    pub(crate) async fn finish_termination(
+        &self,
+        fenced: SandboxRecord,
+        grace: Duration,
+    ) -> Result<SandboxRecord, ProvisionerError> {
+        let id = &fenced.id;
+        self.end_runtime(id, grace).await?;
         if fenced.ephemeral {
             // The scratch tree is the ephemeral sandbox's only state. If it cannot go now,
             // the sandbox still ends; start-up reconciliation removes leftovers.
@@ -679,13 +697,30 @@ impl Provisioner {
                 tracing::error!(sandbox = %id, %error, "could not remove an ephemeral sandbox's scratch tree");
             }
         }
-        let terminated = self
-            .store
-            .set_sandbox_state(id, fenced.generation, SandboxState::Terminated)
-            .await?
-            .ok_or_else(|| ProvisionerError::SandboxNotFound(id.clone()))?;
+        let terminated = match self.advance(&fenced, LifeEvent::Terminated, None).await? {
+            Some(terminated) => terminated,
+            // Another replica's termination of the same generation finished first.
+            None => self.sandbox(id).await?,
+        };
         tracing::info!(sandbox = %id, generation = terminated.generation, "sandbox terminated; workspace kept");
         Ok(terminated)
+    }
+
+    /// Ends the sandbox's runtime where it runs (issue 14): here, or at its owner. The
+    /// sandbox is behind a fence (terminating or pausing) already: nothing new starts.
+    pub(crate) async fn end_runtime(
+        &self,
+        id: &SandboxId,
+        grace: Duration,
+    ) -> Result<(), ProvisionerError> {
+        match self.place_runtime(id).await? {
+            crate::ownership::Placement::Here(_) => self.end_runtime_here(id, grace).await,
+            crate::ownership::Placement::Elsewhere(owner) => {
+                self.metrics.forwarded();
+                let ended = self.peer_link()?.end_runtime(&owner, id, grace).await;
+                self.after_forward(id, ended)
+            }
+        }
     }
 
     /// Ends this node's runtime of `id` once its commands finished or `grace` passed, and

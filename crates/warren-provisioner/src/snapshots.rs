@@ -57,7 +57,8 @@ impl Provisioner {
         route: Route,
     ) -> Result<RuntimeSnapshot, ProvisionerError> {
         let record = self.sandbox(id).await?;
-        if record.state != SandboxState::Running {
+        // A pause snapshots the runtime it is about to end.
+        if !matches!(record.state, SandboxState::Running | SandboxState::Pausing) {
             return Err(ProvisionerError::RuntimeNotRunning {
                 sandbox: id.clone(),
             });
@@ -98,7 +99,8 @@ impl Provisioner {
         limits: warren_snapshot::SnapshotLimits,
     ) -> Result<RuntimeSnapshot, ProvisionerError> {
         let record = self.sandbox(id).await?;
-        if record.state != SandboxState::Running {
+        // A pause snapshots the runtime it is about to end.
+        if !matches!(record.state, SandboxState::Running | SandboxState::Pausing) {
             return Err(ProvisionerError::RuntimeNotRunning {
                 sandbox: id.clone(),
             });

@@ -6,7 +6,9 @@
 //! owns is not measured (`None`), as no peer link operation carries the figures yet
 //! (`PeerLink` forwards only what changes a runtime).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use warren_backend::RuntimeUsage;
 use warren_core::SandboxId;
@@ -24,7 +26,68 @@ pub struct SandboxDisk {
     pub total_bytes: u64,
 }
 
+/// A runtime's figures, with the CPU time it used over a recent interval: what a rate
+/// ("percent of a CPU now") is computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageSample {
+    /// The figures now.
+    pub usage: RuntimeUsage,
+    /// CPU time used over `interval`, microseconds.
+    pub cpu_used_usec: u64,
+    /// How long `cpu_used_usec` was used over.
+    pub interval: Duration,
+}
+
+/// How far apart the two samples of a sandbox without a recent one are taken.
+pub const FRESH_GAP: Duration = Duration::from_millis(100);
+
+/// The oldest previous sample a CPU percentage is computed from: over a longer interval
+/// the average says little about "now", so two fresh samples are taken instead.
+const MAX_SAMPLE_AGE: Duration = Duration::from_secs(10);
+
+/// How many sandboxes' previous samples are kept (the oldest go first).
+const MAX_SAMPLES: usize = 4096;
+
 impl Provisioner {
+    /// [`Provisioner::runtime_usage`] with the CPU time used since the previous sample of
+    /// the sandbox this node took, when it is recent; otherwise two samples
+    /// [`FRESH_GAP`] apart are taken. `None` as for `runtime_usage`.
+    pub async fn sample_usage(
+        &self,
+        id: &SandboxId,
+    ) -> Result<Option<UsageSample>, ProvisionerError> {
+        let Some(first) = self.runtime_usage(id).await? else {
+            return Ok(None);
+        };
+        let taken = Instant::now();
+        let previous = self.cpu_samples().swap(id, taken, first.cpu_usage_usec);
+        if let Some((at, usec)) = previous {
+            return Ok(Some(UsageSample {
+                usage: first,
+                cpu_used_usec: first.cpu_usage_usec.saturating_sub(usec),
+                interval: taken - at,
+            }));
+        }
+        // No recent sample: a second one a moment later gives the rate now.
+        tokio::time::sleep(FRESH_GAP).await;
+        let Some(second) = self.runtime_usage(id).await? else {
+            return Ok(None);
+        };
+        let at = Instant::now();
+        self.cpu_samples().swap(id, at, second.cpu_usage_usec);
+        Ok(Some(UsageSample {
+            usage: second,
+            // A smaller figure is a new runtime: nothing to compare with.
+            cpu_used_usec: second.cpu_usage_usec.saturating_sub(first.cpu_usage_usec),
+            interval: at - taken,
+        }))
+    }
+
+    fn cpu_samples(&self) -> std::sync::MutexGuard<'_, CpuSamples> {
+        // Counters only: a panic elsewhere leaves nothing inconsistent.
+        self.cpu_samples.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// What the sandbox's runtime consumes now, with the limits its backend enforces
     /// (I22, I23), from the backend hosting it ([`warren_backend::Backend::usage`]).
     /// `None` when no runtime of the sandbox runs (never started, reaped, terminated),
@@ -87,8 +150,56 @@ fn disk_from(blocks: u64, free: u64, fragment: u64) -> SandboxDisk {
     }
 }
 
+/// The previous CPU sample of each sandbox, bounded.
+#[derive(Debug)]
+pub(crate) struct CpuSamples {
+    by_sandbox: BTreeMap<SandboxId, (Instant, u64)>,
+}
+
+impl CpuSamples {
+    pub(crate) const fn new() -> Self {
+        Self {
+            by_sandbox: BTreeMap::new(),
+        }
+    }
+
+    /// Records `usec` taken at `at` as the sandbox's latest sample and returns the
+    /// previous one when a rate can be computed from it: at least [`FRESH_GAP`] and at
+    /// most [`MAX_SAMPLE_AGE`] old, with a figure no larger (a larger one was another
+    /// runtime's, whose counter started again).
+    fn swap(&mut self, id: &SandboxId, at: Instant, usec: u64) -> Option<(Instant, u64)> {
+        let previous = self.by_sandbox.insert(id.clone(), (at, usec));
+        if self.by_sandbox.len() > MAX_SAMPLES {
+            self.prune(at);
+        }
+        previous.filter(|&(then, before)| {
+            let age = at.saturating_duration_since(then);
+            (FRESH_GAP..=MAX_SAMPLE_AGE).contains(&age) && before <= usec
+        })
+    }
+
+    /// Drops samples too old to be used, then the oldest, down to [`MAX_SAMPLES`].
+    fn prune(&mut self, now: Instant) {
+        self.by_sandbox
+            .retain(|_, (then, _)| now.saturating_duration_since(*then) <= MAX_SAMPLE_AGE);
+        while self.by_sandbox.len() > MAX_SAMPLES {
+            let oldest = self
+                .by_sandbox
+                .iter()
+                .min_by_key(|(_, (then, _))| *then)
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(id) => self.by_sandbox.remove(&id),
+                None => break,
+            };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use warren_core::{RuntimeScope, Uid};
+
     use super::*;
 
     #[test]
@@ -185,5 +296,51 @@ mod tests {
             Err(ProvisionerError::SandboxNotFound(_))
         ));
         let _ = std::fs::remove_dir_all(&data_dir);
+    }
+
+    fn sandbox(scope: &str) -> SandboxId {
+        SandboxId::derive(
+            &Uid::new("alice").unwrap(),
+            &RuntimeScope::new(scope).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_rate_needs_a_previous_sample_neither_too_fresh_nor_too_old() {
+        let mut samples = CpuSamples::new();
+        let id = sandbox("a");
+        let start = Instant::now();
+        assert_eq!(samples.swap(&id, start, 1_000), None);
+        // Too fresh: the interval would be all noise.
+        let soon = start + Duration::from_millis(10);
+        assert_eq!(samples.swap(&id, soon, 1_100), None);
+        let later = soon + Duration::from_secs(1);
+        assert_eq!(samples.swap(&id, later, 400_000), Some((soon, 1_100)));
+        // Too old: says nothing about now.
+        let much_later = later + MAX_SAMPLE_AGE + Duration::from_secs(1);
+        assert_eq!(samples.swap(&id, much_later, 500_000), None);
+        // A smaller counter is a new runtime's.
+        let next = much_later + Duration::from_secs(1);
+        assert_eq!(samples.swap(&id, next, 10), None);
+        assert_eq!(
+            samples.swap(&id, next + Duration::from_secs(1), 20),
+            Some((next, 10))
+        );
+    }
+
+    #[test]
+    fn the_samples_kept_are_bounded() {
+        let mut samples = CpuSamples::new();
+        let start = Instant::now();
+        for n in 0..MAX_SAMPLES + 10 {
+            let at = start + Duration::from_millis(n as u64);
+            samples.swap(&sandbox(&format!("s{n}")), at, 1);
+        }
+        assert_eq!(samples.by_sandbox.len(), MAX_SAMPLES);
+        // The oldest went first.
+        assert!(!samples.by_sandbox.contains_key(&sandbox("s0")));
+        assert!(samples
+            .by_sandbox
+            .contains_key(&sandbox(&format!("s{}", MAX_SAMPLES + 9))));
     }
 }

@@ -27,8 +27,8 @@ pub use migrations::{
     NewMigrationItem,
 };
 pub use model::{
-    NewRun, NewSandbox, ParseEnumError, RunKind, RunOutcome, RunRecord, RunStatus, SandboxClaim,
-    SandboxRecord, SandboxState, WorkdirRecord,
+    DeadlineAction, NewRun, NewSandbox, ParseEnumError, RunKind, RunOutcome, RunRecord, RunStatus,
+    SandboxClaim, SandboxRecord, SandboxSettings, SandboxState, WorkdirRecord,
 };
 pub use nodes::{NodeRecord, NodeState};
 pub use owners::{OwnerFence, RuntimeClaim, RuntimeOwner, TakenOver, NODE_LOST};
@@ -176,15 +176,37 @@ pub trait StateStore: Send + Sync + 'static {
     /// The sandboxes of `uid`, or of everyone when `None`, oldest first (ties broken by id).
     async fn list_sandboxes(&self, uid: Option<&Uid>) -> Result<Vec<SandboxRecord>, StoreError>;
 
-    /// Moves the sandbox to `state` only if its current generation is `generation`, so a
-    /// stale caller cannot touch a newer generation. Returns the updated record, or `None`
-    /// when the id or generation does not match.
+    /// Moves the sandbox from state `from` to `to` only if its current generation is
+    /// `generation` and its state still `from` (compare-and-set), so a stale caller cannot
+    /// touch a newer generation and of two callers making one move only one succeeds.
+    /// Which moves are legal is the provisioner's transition table; the store only refuses
+    /// a changed row. Returns the updated record, or `None` when the id, generation or
+    /// state does not match.
     async fn set_sandbox_state(
         &self,
         id: &SandboxId,
         generation: i64,
-        state: SandboxState,
+        from: SandboxState,
+        to: SandboxState,
     ) -> Result<Option<SandboxRecord>, StoreError>;
+
+    /// Replaces the labels and deadline of the sandbox's generation `generation`. Returns
+    /// the updated record, or `None` when the id or generation does not match.
+    async fn set_sandbox_settings(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        settings: &SandboxSettings,
+    ) -> Result<Option<SandboxRecord>, StoreError>;
+
+    /// The sandboxes whose deadline is `now` or earlier and which are still live for it
+    /// (created, running or stopped: a paused, terminating or terminated one has nothing
+    /// left to end), earliest deadline first, at most `limit`.
+    async fn sandboxes_due(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> Result<Vec<SandboxRecord>, StoreError>;
 
     /// Sets the sandbox's `last_active_at` to now. Fails with [`StoreError::UnknownSandbox`]
     /// when no such sandbox exists.
@@ -501,13 +523,14 @@ pub trait StateStore: Send + Sync + 'static {
     /// Every runtime some node owns, by sandbox id.
     async fn runtime_owners(&self) -> Result<Vec<RuntimeOwner>, StoreError>;
 
-    /// Sets a sandbox's state like [`StateStore::set_sandbox_state`], under an ownership:
+    /// Moves a sandbox's state like [`StateStore::set_sandbox_state`], under an ownership:
     /// refused with [`StoreError::NotOwner`] unless `fence` still holds the runtime.
     async fn set_runtime_state(
         &self,
         id: &SandboxId,
         generation: i64,
-        state: SandboxState,
+        from: SandboxState,
+        to: SandboxState,
         fence: &OwnerFence,
     ) -> Result<Option<SandboxRecord>, StoreError>;
 

@@ -55,6 +55,9 @@ pub struct NewSandbox {
     /// A runtime snapshot the new generation starts from (I30); not part of the binding,
     /// and ignored when the claim joins a live generation.
     pub seed_snapshot: Option<String>,
+    /// Labels and deadline of a new generation; not part of the binding, and ignored when
+    /// the claim joins a live generation.
+    pub settings: SandboxSettings,
 }
 
 impl NewSandbox {
@@ -79,7 +82,57 @@ impl NewSandbox {
             extra_mounts: Vec::new(),
             isolation: IsolationTier::Kernel,
             seed_snapshot: None,
+            settings: SandboxSettings::default(),
         }
+    }
+}
+
+/// What a sandbox's owner may change at any time, unlike its binding: its labels and its
+/// deadline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SandboxSettings {
+    /// The caller's labels, filtered on by listings.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// When the sandbox's deadline passes, if it has one.
+    pub deadline: Option<DateTime<Utc>>,
+    /// What happens to it then.
+    pub on_deadline: DeadlineAction,
+}
+
+/// What happens to a sandbox whose deadline passed.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadlineAction {
+    /// It is terminated: runtime gone, workspace kept (I15).
+    #[default]
+    Terminate,
+    /// It is paused: a runtime snapshot, then the runtime goes; a resume starts from it.
+    Pause,
+}
+
+impl DeadlineAction {
+    /// Every action.
+    pub const ALL: [Self; 2] = [Self::Terminate, Self::Pause];
+
+    /// The snake_case name, as stored and serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Terminate => "terminate",
+            Self::Pause => "pause",
+        }
+    }
+}
+
+impl FromStr for DeadlineAction {
+    type Err = ParseEnumError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|action| action.as_str() == s)
+            .ok_or_else(|| ParseEnumError::new("deadline action", s))
     }
 }
 
@@ -195,6 +248,9 @@ pub struct SandboxRecord {
     pub isolation: IsolationTier,
     /// The runtime snapshot the current generation was created from, if any.
     pub seed_snapshot: Option<String>,
+    /// The current generation's labels and deadline.
+    #[serde(flatten)]
+    pub settings: SandboxSettings,
     /// Where the current generation is in its life.
     pub state: SandboxState,
     /// Starts at 1 and grows by one each time a terminated sandbox is claimed again; a
@@ -217,8 +273,13 @@ pub enum SandboxState {
     Created,
     /// A runtime exists.
     Running,
-    /// The runtime was reaped; its files are kept.
+    /// The runtime was reaped; its files are kept. The next run starts a runtime again.
     Stopped,
+    /// A pause is under way: no run starts while the runtime is snapshotted and ended.
+    Pausing,
+    /// Paused: its runtime was snapshotted and ended; no run starts until it is resumed,
+    /// and a resumed sandbox's next runtime starts from that snapshot.
+    Paused,
     /// The cleanup fence is up: no new run may start while the runtime is torn down.
     Terminating,
     /// The runtime was destroyed; the workspace is kept (I15). The next claim starts a new
@@ -228,10 +289,12 @@ pub enum SandboxState {
 
 impl SandboxState {
     /// Every state, in life order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 7] = [
         Self::Created,
         Self::Running,
         Self::Stopped,
+        Self::Pausing,
+        Self::Paused,
         Self::Terminating,
         Self::Terminated,
     ];
@@ -242,6 +305,8 @@ impl SandboxState {
             Self::Created => "created",
             Self::Running => "running",
             Self::Stopped => "stopped",
+            Self::Pausing => "pausing",
+            Self::Paused => "paused",
             Self::Terminating => "terminating",
             Self::Terminated => "terminated",
         }

@@ -139,6 +139,15 @@ macro_rules! row_decoders {
                         .ok_or_else(|| format!("unknown isolation tier {name:?}"))
                 })?,
                 seed_snapshot: columns.get("seed_snapshot")?,
+                settings: crate::SandboxSettings {
+                    labels: columns.parse("labels", |json: String| {
+                        serde_json::from_str::<std::collections::BTreeMap<String, String>>(&json)
+                    })?,
+                    deadline: columns.optional_time("deadline_at")?,
+                    on_deadline: columns.parse("on_deadline", |action: String| {
+                        action.parse::<crate::DeadlineAction>()
+                    })?,
+                },
                 state: columns.parse("state", |state| state.parse::<SandboxState>())?,
                 generation: columns.get("generation")?,
                 created_at: columns.time("created_at")?,

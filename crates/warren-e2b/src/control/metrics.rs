@@ -7,38 +7,23 @@
 //! reaches now. A sandbox without a running runtime (paused, or on a backend that cannot
 //! measure) answers an empty list, as E2B does for a sandbox it has no samples of yet.
 //!
-//! `cpuUsedPct` is the CPU time the runtime used over the sampling interval as a
-//! percentage of the CPU it may use (its CPU limit, I23; the reported `cpuCount` where it
-//! has none): the difference from the previous sample of the sandbox this server took, or,
-//! with none recent, between two samples [`FRESH_GAP`] apart.
+//! `cpuUsedPct` is the CPU time the runtime used over the sampling interval
+//! (`Provisioner::sample_usage`) as a percentage of the CPU it may use (its CPU limit,
+//! I23; the reported `cpuCount` where it has none).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use warren_backend::RuntimeUsage;
-use warren_core::SandboxId;
 use warren_provisioner::ProvisionerError;
 
-use super::{caller, load, owned};
+use super::{caller, owned, Found};
 use crate::error::{shorten, ApiFailure};
-use crate::state::{E2bSandbox, E2bState};
 use crate::Shared;
-
-/// How far apart the two samples of a sandbox without a recent one are taken.
-pub(crate) const FRESH_GAP: Duration = Duration::from_millis(100);
-
-/// The oldest previous sample a CPU percentage is computed from: over a longer interval
-/// the average says little about "now", so two fresh samples are taken instead.
-const MAX_SAMPLE_AGE: Duration = Duration::from_secs(10);
-
-/// How many sandboxes' previous samples are kept (the oldest go first).
-const MAX_SAMPLES: usize = 4096;
 
 /// Most sandboxes one `GET /sandboxes/metrics` may name (E2B's own bound).
 const MAX_LISTED: usize = 100;
@@ -46,11 +31,6 @@ const MAX_LISTED: usize = 100;
 /// How far before the sample's time an asked window may end and still include it: the
 /// SDK sends its own clock's `now`, truncated to the second, as `end`.
 const CLOCK_SLACK_SECONDS: i64 = 5;
-
-/// The previous sample of every sandbox measured lately, for the CPU percentage. One per
-/// process: the figures belong to runtimes, not to a listener, and a bounded map of
-/// counters is all it holds.
-static SAMPLES: Mutex<CpuSamples> = Mutex::new(CpuSamples::new());
 
 /// `SandboxMetric`, as the SDKs read it (every field required).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -94,14 +74,12 @@ pub(crate) async fn sandbox_metrics(
 ) -> Result<Json<Vec<SandboxMetric>>, ApiFailure> {
     let uid = caller(&shared, &headers).await?;
     let window = Window::parse(query.as_deref())?;
-    let (sandbox, _) = owned(&shared, &uid, &id).await?;
+    let found = owned(&shared, &uid, &id).await?;
     let now = Utc::now();
     if !window.includes(now) {
         return Ok(Json(Vec::new()));
     }
-    Ok(Json(
-        measure(&shared, &sandbox).await?.into_iter().collect(),
-    ))
+    Ok(Json(measure(&shared, &found).await?.into_iter().collect()))
 }
 
 /// `GET /sandboxes/metrics?sandbox_ids=a,b`: the latest sample of each named sandbox of
@@ -118,11 +96,11 @@ pub(crate) async fn sandboxes_metrics(
         let shared = &shared;
         let uid = &uid;
         async move {
-            let sandbox = match load(shared, id).await? {
-                Some((sandbox, _)) if &sandbox.uid == uid => sandbox,
+            let found = match super::find(shared, id).await? {
+                Some(found) if &found.e2b.uid == uid => found,
                 _ => return Ok(None),
             };
-            Ok::<_, ApiFailure>(measure(shared, &sandbox).await?.map(|m| (id.clone(), m)))
+            Ok::<_, ApiFailure>(measure(shared, &found).await?.map(|m| (id.clone(), m)))
         }
     }))
     .await;
@@ -135,39 +113,18 @@ pub(crate) async fn sandboxes_metrics(
     Ok(Json(SandboxesWithMetrics { sandboxes }))
 }
 
-/// One sample of a sandbox, or `None` when nothing runs to measure: paused, past its
-/// deadline (about to be ended), no runtime, or a backend without figures.
-async fn measure(
-    shared: &Shared,
-    sandbox: &E2bSandbox,
-) -> Result<Option<SandboxMetric>, ApiFailure> {
-    if sandbox.state != E2bState::Running || sandbox.end_at <= Utc::now() {
+/// One sample of a sandbox, or `None` when nothing runs to measure: paused, no
+/// runtime, or a backend without figures.
+async fn measure(shared: &Shared, found: &Found) -> Result<Option<SandboxMetric>, ApiFailure> {
+    if !found.is_running() {
         return Ok(None);
     }
-    let id = &sandbox.warren_id;
-    let Some(first) = usage(shared, id).await? else {
+    let sandbox = &found.e2b;
+    let id = &found.sandbox.id;
+    let Some(sample) = shared.provisioner.sample_usage(id).await.or_else(gone)? else {
         return Ok(None);
     };
-    let taken = Instant::now();
-    let previous = samples().swap(id, taken, first.cpu_usage_usec);
-    let (usage, cpu_used_usec, interval) = match previous {
-        Some((at, usec)) => (first, first.cpu_usage_usec.saturating_sub(usec), taken - at),
-        None => {
-            // No recent sample: a second one a moment later gives the rate now.
-            tokio::time::sleep(FRESH_GAP).await;
-            let Some(second) = usage(shared, id).await? else {
-                return Ok(None);
-            };
-            let at = Instant::now();
-            samples().swap(id, at, second.cpu_usage_usec);
-            (
-                second,
-                // A smaller figure is a new runtime: nothing to compare with.
-                second.cpu_usage_usec.saturating_sub(first.cpu_usage_usec),
-                at - taken,
-            )
-        }
-    };
+    let (usage, cpu_used_usec, interval) = (sample.usage, sample.cpu_used_usec, sample.interval);
     let disk = shared.provisioner.sandbox_disk(id).await.or_else(gone)?;
     let capacity_millis = usage
         .cpu_limit_millis
@@ -190,22 +147,12 @@ async fn measure(
     }))
 }
 
-/// The runtime's figures; a warren sandbox gone meanwhile (killed) has none.
-async fn usage(shared: &Shared, id: &SandboxId) -> Result<Option<RuntimeUsage>, ApiFailure> {
-    shared.provisioner.runtime_usage(id).await.or_else(gone)
-}
-
 /// A sandbox removed while it was measured has nothing to report; other failures stand.
 fn gone<T>(error: ProvisionerError) -> Result<Option<T>, ApiFailure> {
     match error {
         ProvisionerError::SandboxNotFound(_) => Ok(None),
         other => Err(other.into()),
     }
-}
-
-fn samples() -> std::sync::MutexGuard<'static, CpuSamples> {
-    // Counters only: a panic elsewhere leaves nothing inconsistent.
-    SAMPLES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The CPUs a sandbox may use: its limit rounded up (1500 thousandths: 2), else the count
@@ -227,52 +174,6 @@ fn cpu_percent(used_usec: u64, interval: Duration, capacity_millis: u64) -> f64 
     }
     let percent = (used_usec as f64 / capacity_usec * 100.0).clamp(0.0, 100.0);
     (percent * 100.0).round() / 100.0
-}
-
-/// The previous CPU sample of each sandbox, bounded.
-#[derive(Debug)]
-struct CpuSamples {
-    by_sandbox: BTreeMap<SandboxId, (Instant, u64)>,
-}
-
-impl CpuSamples {
-    const fn new() -> Self {
-        Self {
-            by_sandbox: BTreeMap::new(),
-        }
-    }
-
-    /// Records `usec` taken at `at` as the sandbox's latest sample and returns the
-    /// previous one when a rate can be computed from it: at least [`FRESH_GAP`] and at
-    /// most [`MAX_SAMPLE_AGE`] old, with a figure no larger (a larger one was another
-    /// runtime's, whose counter started again).
-    fn swap(&mut self, id: &SandboxId, at: Instant, usec: u64) -> Option<(Instant, u64)> {
-        let previous = self.by_sandbox.insert(id.clone(), (at, usec));
-        if self.by_sandbox.len() > MAX_SAMPLES {
-            self.prune(at);
-        }
-        previous.filter(|&(then, before)| {
-            let age = at.saturating_duration_since(then);
-            (FRESH_GAP..=MAX_SAMPLE_AGE).contains(&age) && before <= usec
-        })
-    }
-
-    /// Drops samples too old to be used, then the oldest, down to [`MAX_SAMPLES`].
-    fn prune(&mut self, now: Instant) {
-        self.by_sandbox
-            .retain(|_, (then, _)| now.saturating_duration_since(*then) <= MAX_SAMPLE_AGE);
-        while self.by_sandbox.len() > MAX_SAMPLES {
-            let oldest = self
-                .by_sandbox
-                .iter()
-                .min_by_key(|(_, (then, _))| *then)
-                .map(|(id, _)| id.clone());
-            match oldest {
-                Some(id) => self.by_sandbox.remove(&id),
-                None => break,
-            };
-        }
-    }
 }
 
 /// The `start` and `end` of a metrics request, Unix seconds.
@@ -375,16 +276,7 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use warren_core::{RuntimeScope, Uid};
-
     use super::*;
-
-    fn sandbox(scope: &str) -> SandboxId {
-        SandboxId::derive(
-            &Uid::new("alice").unwrap(),
-            &RuntimeScope::new(scope).unwrap(),
-        )
-    }
 
     #[test]
     fn cpu_use_is_a_percentage_of_the_cpu_the_sandbox_may_use() {
@@ -413,45 +305,6 @@ mod tests {
         assert_eq!(cpu_count(Some(100), 8), 1);
         assert_eq!(cpu_count(None, 2), 2);
         assert_eq!(cpu_count(None, 0), 1);
-    }
-
-    #[test]
-    fn a_rate_needs_a_previous_sample_neither_too_fresh_nor_too_old() {
-        let mut samples = CpuSamples::new();
-        let id = sandbox("a");
-        let start = Instant::now();
-        assert_eq!(samples.swap(&id, start, 1_000), None);
-        // Too fresh: the interval would be all noise.
-        let soon = start + Duration::from_millis(10);
-        assert_eq!(samples.swap(&id, soon, 1_100), None);
-        let later = soon + Duration::from_secs(1);
-        assert_eq!(samples.swap(&id, later, 400_000), Some((soon, 1_100)));
-        // Too old: says nothing about now.
-        let much_later = later + MAX_SAMPLE_AGE + Duration::from_secs(1);
-        assert_eq!(samples.swap(&id, much_later, 500_000), None);
-        // A smaller counter is a new runtime's.
-        let next = much_later + Duration::from_secs(1);
-        assert_eq!(samples.swap(&id, next, 10), None);
-        assert_eq!(
-            samples.swap(&id, next + Duration::from_secs(1), 20),
-            Some((next, 10))
-        );
-    }
-
-    #[test]
-    fn the_samples_kept_are_bounded() {
-        let mut samples = CpuSamples::new();
-        let start = Instant::now();
-        for n in 0..MAX_SAMPLES + 10 {
-            let at = start + Duration::from_millis(n as u64);
-            samples.swap(&sandbox(&format!("s{n}")), at, 1);
-        }
-        assert_eq!(samples.by_sandbox.len(), MAX_SAMPLES);
-        // The oldest went first.
-        assert!(!samples.by_sandbox.contains_key(&sandbox("s0")));
-        assert!(samples
-            .by_sandbox
-            .contains_key(&sandbox(&format!("s{}", MAX_SAMPLES + 9))));
     }
 
     #[test]

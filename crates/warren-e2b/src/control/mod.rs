@@ -1,9 +1,9 @@
 //! E2B's control plane (`X-API-Key`): sandboxes created, listed, connected, paused, timed
-//! out and killed. Each E2B sandbox is a warren sandbox of the key's uid; what E2B adds
-//! (metadata, deadline, pause state) is a transport record in the state store
-//! ([`crate::state`]), written at the version read so replicas never both win.
+//! out and killed. Each E2B sandbox is a warren sandbox of the key's uid, whose life is the
+//! provisioner's (pause, resume, deadline, labels as E2B's metadata); what E2B adds
+//! (template, environment, reported figures) is a record written once at create
+//! ([`crate::state`]).
 
-mod deadlines;
 mod lifecycle;
 mod metrics;
 mod sandboxes;
@@ -15,13 +15,11 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 use warren_core::Uid;
 use warren_provisioner::{ProvisionerError, RecordWrite};
-use warren_store::StoreError;
+use warren_store::{SandboxRecord, StoreError};
 
 use crate::error::ApiFailure;
 use crate::state::{record_key, E2bSandbox, E2bState, RECORD_NAMESPACE};
 use crate::{E2bError, Shared};
-
-pub(crate) use deadlines::spawn_deadlines;
 
 /// The control-plane routes.
 pub(crate) fn routes(shared: Shared) -> Router {
@@ -80,11 +78,32 @@ pub(crate) fn parse_body<T: serde::de::DeserializeOwned + Default>(
         .map_err(|error| ApiFailure::bad_request(format!("the request body is not valid: {error}")))
 }
 
-/// A sandbox's record and the version it was read at.
+/// An E2B sandbox that exists: its record and the warren sandbox behind it.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    /// What E2B adds.
+    pub(crate) e2b: E2bSandbox,
+    /// The warren sandbox: its state, deadline and labels.
+    pub(crate) sandbox: SandboxRecord,
+}
+
+impl Found {
+    /// What E2B calls its state.
+    pub(crate) fn state(&self) -> E2bState {
+        E2bState::of(self.sandbox.state).unwrap_or(E2bState::Paused)
+    }
+
+    /// Whether commands run in it.
+    pub(crate) fn is_running(&self) -> bool {
+        E2bState::of(self.sandbox.state) == Some(E2bState::Running)
+    }
+}
+
+/// A sandbox's record.
 pub(crate) async fn load(
     shared: &Shared,
     sandbox_id: &str,
-) -> Result<Option<(E2bSandbox, i64)>, E2bError> {
+) -> Result<Option<E2bSandbox>, E2bError> {
     if !is_sandbox_id(sandbox_id) {
         return Ok(None);
     }
@@ -95,16 +114,13 @@ pub(crate) async fn load(
     else {
         return Ok(None);
     };
-    let sandbox = serde_json::from_slice(&record.value).map_err(|_| E2bError::CorruptRecord)?;
-    Ok(Some((sandbox, record.version)))
+    serde_json::from_slice(&record.value)
+        .map(Some)
+        .map_err(|_| E2bError::CorruptRecord)
 }
 
-/// Writes a sandbox's record if it is still as read; [`E2bError::Conflict`] if not.
-pub(crate) async fn save(
-    shared: &Shared,
-    sandbox: &E2bSandbox,
-    expected: RecordWrite,
-) -> Result<i64, E2bError> {
+/// Writes a new sandbox's record.
+pub(crate) async fn save_new(shared: &Shared, sandbox: &E2bSandbox) -> Result<(), E2bError> {
     let bytes = serde_json::to_vec(sandbox).map_err(|_| E2bError::CorruptRecord)?;
     match shared
         .provisioner
@@ -112,90 +128,129 @@ pub(crate) async fn save(
             RECORD_NAMESPACE,
             &record_key(&sandbox.sandbox_id),
             &bytes,
-            expected,
+            RecordWrite::Create,
         )
         .await
     {
-        Ok(version) => Ok(version),
+        Ok(_) => Ok(()),
         Err(ProvisionerError::Store(StoreError::RecordConflict { .. })) => Err(E2bError::Conflict),
         Err(error) => Err(error.into()),
     }
 }
 
-/// The sandbox of `uid` that `sandbox_id` names, and its version; 404 for another uid's,
-/// exactly as for one that does not exist.
+/// The sandbox `sandbox_id` names, with the warren sandbox behind it; `None` once that is
+/// being ended or gone (its record then goes too, as nothing can bring it back).
+pub(crate) async fn find(shared: &Shared, sandbox_id: &str) -> Result<Option<Found>, E2bError> {
+    let Some(e2b) = load(shared, sandbox_id).await? else {
+        return Ok(None);
+    };
+    let sandbox = match shared.provisioner.sandbox(&e2b.warren_id).await {
+        Ok(sandbox) => sandbox,
+        Err(ProvisionerError::SandboxNotFound(_)) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    Ok(join(e2b, sandbox, shared).await)
+}
+
+/// `e2b` with its warren sandbox, or `None` (and its record forgotten) once that ended.
+async fn join(e2b: E2bSandbox, sandbox: SandboxRecord, shared: &Shared) -> Option<Found> {
+    if E2bState::of(sandbox.state).is_some() {
+        return Some(Found { e2b, sandbox });
+    }
+    if sandbox.state == warren_store::SandboxState::Terminated {
+        forget(shared, &e2b.sandbox_id).await;
+    }
+    None
+}
+
+/// Forgets a sandbox's record (best effort: a leftover is forgotten on its next read).
+pub(crate) async fn forget(shared: &Shared, sandbox_id: &str) {
+    if let Err(error) = shared
+        .provisioner
+        .delete_record(RECORD_NAMESPACE, &record_key(sandbox_id), None)
+        .await
+    {
+        tracing::warn!(sandbox = %sandbox_id, %error, "could not forget an E2B sandbox");
+    }
+}
+
+/// The sandbox of `uid` that `sandbox_id` names; 404 for another uid's, exactly as for one
+/// that does not exist.
 pub(crate) async fn owned(
     shared: &Shared,
     uid: &Uid,
     sandbox_id: &str,
-) -> Result<(E2bSandbox, i64), ApiFailure> {
-    match load(shared, sandbox_id).await? {
-        Some((sandbox, version)) if &sandbox.uid == uid => Ok((sandbox, version)),
+) -> Result<Found, ApiFailure> {
+    match find(shared, sandbox_id).await? {
+        Some(found) if &found.e2b.uid == uid => Ok(found),
         _ => Err(ApiFailure::sandbox_not_found(sandbox_id)),
     }
 }
 
-/// [`owned`], and 404 for a running sandbox past its deadline as well: for clients it is
-/// gone already (list and connect say so); the deadline task ends what is left of it.
-pub(crate) async fn owned_unexpired(
-    shared: &Shared,
-    uid: &Uid,
-    sandbox_id: &str,
-) -> Result<(E2bSandbox, i64), ApiFailure> {
-    let (sandbox, version) = owned(shared, uid, sandbox_id).await?;
-    if sandbox.state == E2bState::Running && sandbox.end_at <= chrono::Utc::now() {
-        return Err(ApiFailure::sandbox_not_found(sandbox_id));
-    }
-    Ok((sandbox, version))
-}
-
-/// The sandbox `sandbox_id` names when it runs: a paused one, or one whose timeout passed
-/// (the deadline task may not have ended it yet), is not live.
+/// The sandbox `sandbox_id` names when commands run in it (not paused, not ended).
 pub(crate) async fn live_sandbox(
     shared: &Shared,
     sandbox_id: &str,
 ) -> Result<Option<E2bSandbox>, E2bError> {
-    Ok(load(shared, sandbox_id)
+    Ok(find(shared, sandbox_id)
         .await?
-        .map(|(sandbox, _)| sandbox)
-        .filter(is_live))
+        .filter(Found::is_running)
+        .map(|found| found.e2b))
 }
 
-/// Every live sandbox of the server, at most `limit` (the newest first).
-pub(crate) async fn live_sandboxes(
+/// Every sandbox of `uid` (of everyone with `None`) that exists, newest first: one read of
+/// the records and one of the sandboxes.
+pub(crate) async fn all_sandboxes(
     shared: &Shared,
-    limit: usize,
-) -> Result<Vec<E2bSandbox>, E2bError> {
-    let mut live: Vec<E2bSandbox> = all_sandboxes(shared)
-        .await?
-        .into_iter()
-        .map(|(sandbox, _)| sandbox)
-        .filter(is_live)
-        .collect();
-    live.sort_by_key(|sandbox| std::cmp::Reverse(sandbox.started_at));
-    live.truncate(limit);
-    Ok(live)
-}
-
-fn is_live(sandbox: &E2bSandbox) -> bool {
-    sandbox.state == E2bState::Running && sandbox.end_at > chrono::Utc::now()
-}
-
-/// Every E2B sandbox record, with its version; unreadable records are logged and skipped.
-pub(crate) async fn all_sandboxes(shared: &Shared) -> Result<Vec<(E2bSandbox, i64)>, E2bError> {
+    uid: Option<&Uid>,
+) -> Result<Vec<Found>, E2bError> {
     let records = shared
         .provisioner
         .list_records(RECORD_NAMESPACE, "sandboxes/")
         .await?;
-    Ok(records
+    let mut sandboxes: std::collections::HashMap<_, _> = shared
+        .provisioner
+        .list_sandboxes(uid)
+        .await?
         .into_iter()
-        .filter_map(|record| match serde_json::from_slice(&record.value) {
-            Ok(sandbox) => Some((sandbox, record.version)),
+        .map(|sandbox| (sandbox.id.clone(), sandbox))
+        .collect();
+    let mut found = Vec::new();
+    for record in records {
+        let e2b: E2bSandbox = match serde_json::from_slice(&record.value) {
+            Ok(e2b) => e2b,
             Err(error) => {
                 tracing::warn!(key = %record.key, %error, "skipping an unreadable E2B sandbox record");
-                None
+                continue;
             }
-        })
+        };
+        if uid.is_some_and(|uid| uid != &e2b.uid) {
+            continue;
+        }
+        if let Some(sandbox) = sandboxes.remove(&e2b.warren_id) {
+            found.extend(join(e2b, sandbox, shared).await);
+        }
+    }
+    found.sort_by(|a, b| {
+        b.sandbox
+            .created_at
+            .cmp(&a.sandbox.created_at)
+            .then_with(|| a.e2b.sandbox_id.cmp(&b.e2b.sandbox_id))
+    });
+    Ok(found)
+}
+
+/// Every sandbox of the server commands run in, at most `limit` (the newest first).
+pub(crate) async fn live_sandboxes(
+    shared: &Shared,
+    limit: usize,
+) -> Result<Vec<E2bSandbox>, E2bError> {
+    Ok(all_sandboxes(shared, None)
+        .await?
+        .into_iter()
+        .filter(Found::is_running)
+        .take(limit)
+        .map(|found| found.e2b)
         .collect())
 }
 

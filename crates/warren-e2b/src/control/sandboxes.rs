@@ -9,10 +9,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use warren_core::{LayoutName, NetworkPolicy, RuntimeScope};
-use warren_provisioner::{RecordWrite, SandboxRequest};
+use warren_provisioner::{DeadlineAction, SandboxRequest, SettingsChange};
 
 use super::wire::{NewSandbox, RefreshRequest, Sandbox, SandboxDetail, TimeoutRequest};
-use super::{caller, owned, parse_body, save};
+use super::{caller, owned, parse_body, save_new, Found};
 use crate::error::{shorten, ApiFailure};
 use crate::state::{E2bSandbox, E2bState};
 use crate::Shared;
@@ -34,11 +34,6 @@ pub(crate) fn timeout_of(shared: &Shared, seconds: Option<u64>) -> Result<Durati
         )));
     }
     Ok(timeout)
-}
-
-/// `now + timeout` as a time.
-pub(crate) fn deadline(timeout: Duration) -> chrono::DateTime<chrono::Utc> {
-    chrono::Utc::now() + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::MAX)
 }
 
 /// `POST /sandboxes` and `POST /v2/sandboxes`: a new sandbox of the key's uid, its runtime
@@ -77,7 +72,6 @@ pub(crate) async fn create(
     let env_vars = request.env_vars.unwrap_or_default();
     check_env(&env_vars)?;
     let metadata = request.metadata.unwrap_or_default();
-    check_metadata(&metadata)?;
     let allow_internet_access = request.allow_internet_access.unwrap_or(true);
 
     let sandbox_id = super::new_sandbox_id();
@@ -101,28 +95,34 @@ pub(crate) async fn create(
     sandbox_request.from_snapshot = snapshot
         .as_ref()
         .and_then(|snapshot| snapshot.runtime_snapshot.clone());
+    // E2B's timeout and auto-pause are the sandbox's deadline; its metadata, its labels.
+    sandbox_request.settings = SettingsChange {
+        labels: Some(metadata),
+        timeout: Some(Some(timeout)),
+        on_deadline: Some(if request.auto_pause.unwrap_or(false) {
+            DeadlineAction::Pause
+        } else {
+            DeadlineAction::Terminate
+        }),
+    };
     let (record, _) = shared.provisioner.create_sandbox(sandbox_request).await?;
 
-    let now = chrono::Utc::now();
     let sandbox = E2bSandbox {
         sandbox_id: sandbox_id.clone(),
         warren_id: record.id.clone(),
         uid,
         template_id: request.template_id.clone(),
         alias: None,
-        metadata,
         env_vars,
-        started_at: now,
-        end_at: deadline(timeout),
-        state: E2bState::Running,
         secure: request.secure.unwrap_or(true),
-        auto_pause: request.auto_pause.unwrap_or(false),
         allow_internet_access,
-        paused_snapshot: None,
         cpu_count: shared.config.cpu_count,
         memory_mb: shared.config.memory_mb,
     };
-    save(&shared, &sandbox, RecordWrite::Create).await?;
+    if let Err(error) = save_new(&shared, &sandbox).await {
+        super::lifecycle::end(&shared, &sandbox).await;
+        return Err(error.into());
+    }
     // A snapshot's workdir fills the new one before its runtime starts.
     if let Some(snapshot) = &snapshot {
         if let Err(error) = shared
@@ -171,17 +171,6 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiFailure> {
     Ok(())
 }
 
-/// Metadata within bounds: it is stored in the sandbox's record.
-fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiFailure> {
-    let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if metadata.len() > 64 || size > 16 * 1024 {
-        return Err(ApiFailure::bad_request(
-            "metadata holds at most 64 entries and 16 KiB",
-        ));
-    }
-    Ok(())
-}
-
 /// `GET /sandboxes/{id}`.
 pub(crate) async fn get_one(
     State(shared): State<Shared>,
@@ -189,12 +178,13 @@ pub(crate) async fn get_one(
     headers: HeaderMap,
 ) -> Result<Json<SandboxDetail>, ApiFailure> {
     let uid = caller(&shared, &headers).await?;
-    let (sandbox, _) = owned(&shared, &uid, &id).await?;
-    let token = sandbox
+    let found = owned(&shared, &uid, &id).await?;
+    let token = found
+        .e2b
         .secure
-        .then(|| shared.secrets.access_token(&sandbox.sandbox_id));
+        .then(|| shared.secrets.access_token(&found.e2b.sandbox_id));
     Ok(Json(SandboxDetail::of(
-        &sandbox,
+        &found,
         token,
         shared.config.domain.as_deref(),
         REPORTED_DISK_MB,
@@ -213,6 +203,13 @@ pub(crate) struct ListQuery {
     next_token: Option<String>,
     /// Most sandboxes per page (default 100, at most 1000).
     limit: Option<usize>,
+    /// `asc` or `desc` (the default) by start time.
+    order: Option<String>,
+    /// Only sandboxes started at or after this time (RFC 3339).
+    #[serde(rename = "startedAfter")]
+    started_after: Option<String>,
+    /// Only sandboxes of this template (its id or the alias it was asked for by).
+    template: Option<String>,
 }
 
 /// `GET /sandboxes`: the running sandboxes of the key's uid (E2B's v1 list).
@@ -258,31 +255,47 @@ async fn list_page(
             .collect::<Result<_, _>>()?,
     };
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
-    let now = chrono::Utc::now();
-    let mut found: Vec<E2bSandbox> = super::all_sandboxes(shared)
+    let ascending = match query.order.as_deref() {
+        None | Some("") | Some("desc") => false,
+        Some("asc") => true,
+        Some(other) => {
+            return Err(ApiFailure::bad_request(format!(
+                "order {:?} is not asc or desc",
+                shorten(other)
+            )))
+        }
+    };
+    let started_after = query
+        .started_after
+        .as_deref()
+        .filter(|text| !text.is_empty())
+        .map(parse_time)
+        .transpose()?;
+    // Newest first (`all_sandboxes`); the page token is the last id handed out, so pages
+    // never repeat or skip a sandbox that stays.
+    let mut found: Vec<Found> = super::all_sandboxes(shared, Some(&uid))
         .await?
         .into_iter()
-        .map(|(sandbox, _)| sandbox)
-        .filter(|sandbox| sandbox.uid == uid)
-        .filter(|sandbox| sandbox.state == E2bState::Paused || sandbox.end_at > now)
-        .filter(|sandbox| states.contains(&sandbox.state))
-        .filter(|sandbox| {
+        .filter(|found| states.contains(&found.state()))
+        .filter(|found| started_after.is_none_or(|after| found.sandbox.created_at >= after))
+        .filter(|found| {
+            query.template.as_deref().is_none_or(|template| {
+                found.e2b.template_id == template || found.e2b.alias.as_deref() == Some(template)
+            })
+        })
+        .filter(|found| {
             wanted
                 .iter()
-                .all(|(key, value)| sandbox.metadata.get(key) == Some(value))
+                .all(|(key, value)| found.sandbox.settings.labels.get(key) == Some(value))
         })
         .collect();
-    // Newest first; the page token is the last id handed out, so pages never repeat or skip
-    // a sandbox that stays.
-    found.sort_by(|a, b| {
-        b.started_at
-            .cmp(&a.started_at)
-            .then_with(|| a.sandbox_id.cmp(&b.sandbox_id))
-    });
+    if ascending {
+        found.reverse();
+    }
     if let Some(token) = &query.next_token {
         let Some(position) = found
             .iter()
-            .position(|sandbox| &sandbox.sandbox_id == token)
+            .position(|found| &found.e2b.sandbox_id == token)
         else {
             return Err(ApiFailure::bad_request(
                 "nextToken names no sandbox of this listing",
@@ -294,17 +307,33 @@ async fn list_page(
     found.truncate(limit);
     let page: Vec<SandboxDetail> = found
         .iter()
-        .map(|sandbox| SandboxDetail::of(sandbox, None, None, REPORTED_DISK_MB))
+        .map(|found| SandboxDetail::of(found, None, None, REPORTED_DISK_MB))
         .collect();
     let mut response = Json(page).into_response();
     if more {
         if let Some(last) = found.last() {
-            if let Ok(value) = HeaderValue::from_str(&last.sandbox_id) {
+            if let Ok(value) = HeaderValue::from_str(&last.e2b.sandbox_id) {
                 response.headers_mut().insert("x-next-token", value);
             }
         }
     }
     Ok(response)
+}
+
+/// A time as the SDKs send it: RFC 3339, or ISO 8601 without an offset (UTC).
+fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, ApiFailure> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|time| time.with_timezone(&chrono::Utc))
+        .or_else(|_| {
+            text.parse::<chrono::NaiveDateTime>()
+                .map(|naive| naive.and_utc())
+        })
+        .map_err(|_| {
+            ApiFailure::bad_request(format!(
+                "startedAfter {:?} is not an RFC 3339 time",
+                shorten(text)
+            ))
+        })
 }
 
 /// `k=v&k2=v2` as the SDKs encode it (each key and value percent-encoded).
@@ -337,13 +366,8 @@ pub(crate) async fn kill(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiFailure> {
     let uid = caller(&shared, &headers).await?;
-    let (sandbox, version) = super::owned_unexpired(&shared, &uid, &id).await?;
-    match super::lifecycle::kill(&shared, &sandbox, version).await {
-        Ok(()) => {}
-        // Another kill (or the deadline task) took it first: it is gone all the same.
-        Err(crate::E2bError::Conflict) => return Err(ApiFailure::sandbox_not_found(&id)),
-        Err(error) => return Err(error.into()),
-    }
+    let found = owned(&shared, &uid, &id).await?;
+    super::lifecycle::kill(&shared, &found.e2b).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -359,7 +383,7 @@ pub(crate) async fn set_timeout(
         ApiFailure::bad_request(format!("the request body is not valid: {error}"))
     })?;
     let timeout = timeout_of(&shared, Some(request.timeout))?;
-    extend(&shared, &uid, &id, timeout, true).await?;
+    extend(&shared, &owned(&shared, &uid, &id).await?, timeout, true).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -373,35 +397,36 @@ pub(crate) async fn refresh(
     let uid = caller(&shared, &headers).await?;
     let request: RefreshRequest = parse_body(&body)?;
     let timeout = timeout_of(&shared, request.duration)?;
-    extend(&shared, &uid, &id, timeout, false).await?;
+    extend(&shared, &owned(&shared, &uid, &id).await?, timeout, false).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Moves a running sandbox's deadline to `now + timeout` (`shorten`: also earlier).
-async fn extend(
+/// Moves a running sandbox's deadline to `now + timeout` (`shorten_too`: also earlier).
+pub(crate) async fn extend(
     shared: &Shared,
-    uid: &warren_core::Uid,
-    id: &str,
+    found: &Found,
     timeout: Duration,
     shorten_too: bool,
 ) -> Result<(), ApiFailure> {
-    for _ in 0..super::lifecycle::CONFLICT_RETRIES {
-        let (mut sandbox, version) = owned(shared, uid, id).await?;
-        if sandbox.state != E2bState::Running || sandbox.end_at <= chrono::Utc::now() {
-            return Err(ApiFailure::sandbox_not_found(id));
-        }
-        let end_at = deadline(timeout);
-        if !shorten_too && end_at <= sandbox.end_at {
-            return Ok(());
-        }
-        sandbox.end_at = end_at;
-        match save(shared, &sandbox, RecordWrite::Replace(version)).await {
-            Ok(_) => return Ok(()),
-            Err(crate::E2bError::Conflict) => continue,
-            Err(error) => return Err(error.into()),
-        }
+    if !found.is_running() {
+        return Err(ApiFailure::sandbox_not_found(&found.e2b.sandbox_id));
     }
-    Err(crate::E2bError::Conflict.into())
+    let later = found
+        .sandbox
+        .settings
+        .deadline
+        .is_none_or(|deadline| deadline < warren_provisioner::deadline_after(timeout));
+    if shorten_too || later {
+        let change = SettingsChange {
+            timeout: Some(Some(timeout)),
+            ..SettingsChange::default()
+        };
+        shared
+            .provisioner
+            .update_settings(&found.sandbox.id, change)
+            .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use warren_store::StoreError;
 
 use super::{caller, parse_body};
 use crate::error::{shorten, ApiFailure};
-use crate::state::{E2bState, RECORD_NAMESPACE};
+use crate::state::RECORD_NAMESPACE;
 use crate::{E2bError, Shared};
 
 /// Why warren's runtime snapshot was taken, as its record says.
@@ -167,7 +167,7 @@ pub(crate) async fn create(
 ) -> Result<Response, ApiFailure> {
     let uid = caller(&shared, &headers).await?;
     let request: SnapshotRequest = parse_body(&body)?;
-    let (sandbox, _) = super::owned_unexpired(&shared, &uid, &id).await?;
+    let sandbox = super::owned(&shared, &uid, &id).await?.e2b;
     let names: Vec<String> = request
         .name
         .filter(|name| !name.is_empty())
@@ -182,25 +182,21 @@ pub(crate) async fn create(
             ));
         }
     }
-    let runtime_snapshot = match sandbox.state {
-        E2bState::Paused => sandbox.paused_snapshot.clone(),
-        E2bState::Running => {
-            match shared
-                .provisioner
-                .snapshot_runtime(&sandbox.warren_id, SNAPSHOT_REASON)
-                .await
-            {
-                Ok(snapshot) => Some(snapshot.id),
-                // Reclaimed while idle: its latest snapshot (the reaper's) is its state.
-                Err(error) if super::lifecycle::is_not_running(&error) => shared
-                    .provisioner
-                    .list_runtime_snapshots(&sandbox.warren_id)
-                    .await?
-                    .pop()
-                    .map(|snapshot| snapshot.id),
-                Err(error) => return Err(error.into()),
-            }
-        }
+    let runtime_snapshot = match shared
+        .provisioner
+        .snapshot_runtime(&sandbox.warren_id, SNAPSHOT_REASON)
+        .await
+    {
+        Ok(snapshot) => Some(snapshot.id),
+        // Paused, or reclaimed while idle: its latest snapshot (the pause's, the reaper's)
+        // is its state.
+        Err(ProvisionerError::RuntimeNotRunning { .. }) => shared
+            .provisioner
+            .list_runtime_snapshots(&sandbox.warren_id)
+            .await?
+            .pop()
+            .map(|snapshot| snapshot.id),
+        Err(error) => return Err(error.into()),
     };
     let (checkpoint, _) = shared
         .provisioner

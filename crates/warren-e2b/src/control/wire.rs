@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::Found;
 use crate::state::E2bSandbox;
 
 /// `POST /sandboxes` and `POST /v2/sandboxes`.
@@ -129,28 +130,34 @@ impl Sandbox {
 }
 
 impl SandboxDetail {
-    /// The answer for `sandbox`.
+    /// The answer for `found`.
     pub(crate) fn of(
-        sandbox: &E2bSandbox,
+        found: &Found,
         token: Option<String>,
         domain: Option<&str>,
         disk_size_mb: u64,
     ) -> Self {
+        let (sandbox, record) = (&found.e2b, &found.sandbox);
         Self {
             template_id: sandbox.template_id.clone(),
             sandbox_id: sandbox.sandbox_id.clone(),
             alias: sandbox.alias.clone(),
             client_id: CLIENT_ID.into(),
-            started_at: sandbox.started_at,
-            end_at: sandbox.end_at,
+            started_at: record.created_at,
+            // Every E2B sandbox has a deadline; one made before warren kept it in the
+            // sandbox itself has none, shown as ten years on.
+            end_at: record
+                .settings
+                .deadline
+                .unwrap_or(record.created_at + chrono::Duration::days(3650)),
             envd_version: crate::envd::ENVD_VERSION,
             envd_access_token: token,
             domain: domain.map(str::to_owned),
             cpu_count: sandbox.cpu_count,
             memory_mb: sandbox.memory_mb,
             disk_size_mb,
-            metadata: sandbox.metadata.clone(),
-            state: sandbox.state.as_str(),
+            metadata: record.settings.labels.clone(),
+            state: found.state().as_str(),
             allow_internet_access: sandbox.allow_internet_access,
         }
     }

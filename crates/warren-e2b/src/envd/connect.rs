@@ -218,6 +218,9 @@ pub(crate) struct ConnectError {
     pub(crate) code: Code,
     /// The message.
     pub(crate) message: String,
+    /// The HTTP status of a unary answer, where it is not the code's (E2B's proxy answers
+    /// 502 for a sandbox that is gone).
+    pub(crate) status: Option<StatusCode>,
 }
 
 impl ConnectError {
@@ -225,7 +228,19 @@ impl ConnectError {
     pub(crate) fn new(code: Code, message: impl Into<String>) -> Self {
         Self {
             code,
+            status: None,
             message: message.into(),
+        }
+    }
+
+    /// A sandbox that is gone, paused or was never there, as E2B's proxy answers it: 502,
+    /// `unavailable`, "… was not found", which the SDKs turn into their
+    /// `SandboxNotRunning` error.
+    pub(crate) fn sandbox_gone(sandbox_id: &str) -> Self {
+        Self {
+            code: Code::Unavailable,
+            status: Some(StatusCode::BAD_GATEWAY),
+            message: sandbox_gone_message(sandbox_id),
         }
     }
 
@@ -520,11 +535,19 @@ impl Call {
     }
 }
 
+/// E2B's words for a sandbox that is gone: the SDKs match on "was not found".
+pub(crate) fn sandbox_gone_message(sandbox_id: &str) -> String {
+    format!(
+        "The sandbox {} was not found: it was killed, paused or reached its timeout",
+        crate::error::shorten(sandbox_id)
+    )
+}
+
 /// A unary call's error answer: the code's HTTP status and the error as JSON. Connect
 /// sends unary errors as JSON whatever the call's codec, so `_codec` does not change it.
 pub(crate) fn unary_error(_codec: Codec, error: &ConnectError) -> Response {
     respond(
-        error.code.http_status(),
+        error.status.unwrap_or(error.code.http_status()),
         "application/json",
         Body::from(error.to_json().to_string()),
     )

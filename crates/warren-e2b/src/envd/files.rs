@@ -309,7 +309,12 @@ async fn authorize(
     };
     let sandbox = crate::control::live_sandbox(shared, &id)
         .await?
-        .ok_or_else(|| ApiFailure::sandbox_not_found(&id))?;
+        .ok_or_else(|| {
+            ApiFailure::new(
+                axum::http::StatusCode::BAD_GATEWAY,
+                super::connect::sandbox_gone_message(&id),
+            )
+        })?;
     let token_ok = headers
         .get("x-access-token")
         .and_then(|value| value.to_str().ok())

@@ -85,7 +85,8 @@ async fn stat(ctx: EnvdContext, request: StatRequest) -> Result<StatResponse, Co
     let found = ctx
         .shared
         .provisioner
-        .stat(&ctx.sandbox.warren_id, &expand_home(&request.path))
+        // A link is described, not followed, as E2B's envd does.
+        .describe(&ctx.sandbox.warren_id, &expand_home(&request.path))
         .await
         .map_err(connect_error)?;
     Ok(StatResponse {

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use warren_backend::MemoryBackend;
 use warren_core::{LayoutName, RuntimeScope, Uid, Workdir};
 use warren_fs::WorkspaceRoot;
-use warren_provisioner::{Provisioner, ProvisionerConfig, RecordWrite, SandboxRequest};
+use warren_provisioner::{Provisioner, ProvisionerConfig, SandboxRequest};
 use warren_store::SqliteStore;
 
 use crate::envd::EnvdContext;
-use crate::state::{E2bSandbox, E2bState};
+use crate::state::E2bSandbox;
 use crate::{E2b, E2bConfig};
 
 pub(crate) struct Fixture {
@@ -52,26 +52,19 @@ pub(crate) async fn fixture(sandbox_id: &str) -> Fixture {
     request.workdir = Some(workdir.clone());
     request.layout = Some(LayoutName::E2b);
     let (record, _) = provisioner.create_sandbox(request).await.unwrap();
-    let now = chrono::Utc::now();
     let sandbox = E2bSandbox {
         sandbox_id: sandbox_id.to_owned(),
         warren_id: record.id,
         uid: uid.clone(),
         template_id: "base".to_owned(),
         alias: None,
-        metadata: Default::default(),
         env_vars: Default::default(),
-        started_at: now,
-        end_at: now + chrono::Duration::hours(1),
-        state: E2bState::Running,
         secure: true,
-        auto_pause: false,
         allow_internet_access: true,
-        paused_snapshot: None,
         cpu_count: 2,
         memory_mb: 512,
     };
-    crate::control::save(&e2b.shared, &sandbox, RecordWrite::Create)
+    crate::control::save_new(&e2b.shared, &sandbox)
         .await
         .unwrap();
     let files = provisioner

@@ -137,8 +137,7 @@ pub(crate) async fn resolve(
             "the request names no sandbox: send the E2b-Sandbox-Id header or use the host name 49983-<sandboxID>.<domain>",
         ));
     };
-    let not_found =
-        || connect::ConnectError::new(connect::Code::NotFound, format!("sandbox {id:?} not found"));
+    let not_found = || connect::ConnectError::sandbox_gone(&id);
     let sandbox = crate::control::live_sandbox(shared, &id)
         .await
         .map_err(|error| error.into_connect())?

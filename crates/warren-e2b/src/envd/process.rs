@@ -547,10 +547,8 @@ async fn end(
         );
     match end_event(state) {
         Some(end) if !gone => Ok(event(process_event::Event::End(end))),
-        _ => Err(ConnectError::new(
-            Code::Unavailable,
-            "the sandbox was killed or paused while the command ran",
-        )),
+        // E2B's words, which the SDKs turn into `SandboxNotRunning`.
+        _ => Err(ConnectError::sandbox_gone(sandbox_id)),
     }
 }
 

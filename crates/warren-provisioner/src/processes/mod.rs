@@ -487,13 +487,15 @@ impl Provisioner {
             .await?;
         let cwd = match input.cwd.as_deref() {
             Some(cwd) => self.exec_cwd(&record, cwd).await?,
-            None => VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?,
+            None => {
+                VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?.to_string()
+            }
         };
         let CommandEnv { mut env, masker } = self.command_env(&record).await?;
         env.extend(input.env.clone());
         let request = ProcessRequest {
             argv: argv.clone(),
-            cwd: cwd.to_string(),
+            cwd: cwd.clone(),
             env,
             pty: input.pty,
         };
@@ -507,7 +509,7 @@ impl Provisioner {
                     sandbox_id: id.clone(),
                     generation: record.generation,
                     command: command.clone(),
-                    cwd: cwd.to_string(),
+                    cwd: cwd.clone(),
                     requested_by: input.requested_by.clone(),
                     owner: Some(fence.clone()),
                     kind: RunKind::Process,
@@ -528,7 +530,7 @@ impl Provisioner {
                         command: command.clone(),
                         argv: argv.clone(),
                         env: input.env.clone(),
-                        cwd: cwd.to_string(),
+                        cwd: cwd.clone(),
                         requested_by: input.requested_by.clone(),
                         started_at: Utc::now(),
                         stdin: tokio::sync::Mutex::new(input.stdin.then_some(handle.stdin)),

@@ -508,9 +508,10 @@ impl Provisioner {
         let mut record = self.start_runtime_here(sandbox).await?.0;
         let cwd = match &request.exec_dir {
             Some(dir) => self.exec_cwd(&record, dir).await?,
-            None => VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?,
-        }
-        .to_string();
+            None => {
+                VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?.to_string()
+            }
+        };
         // The shell gets the uid's agent environment, as every command does (I14).
         let CommandEnv { env, masker } = self.command_env(&record).await?;
         let no_change = request
@@ -652,7 +653,7 @@ impl Provisioner {
         let order = session.submit.lock().await;
         session.check_can_run()?;
         let record = self.sandbox(&session.sandbox).await?;
-        crate::exec::refuse_fenced(&record)?;
+        crate::transitions::refuse_unless_runnable(&record)?;
         if record.generation != session.generation {
             // The runtime this shell ran in is gone; the driver is about to notice.
             return Err(ProvisionerError::ShellSessionNotFound {
@@ -662,7 +663,7 @@ impl Provisioner {
         let exec_dir = match &command.exec_dir {
             None => None,
             Some(dir) => match self.exec_cwd(&record, dir).await {
-                Ok(path) => Some(path.to_string()),
+                Ok(path) => Some(path),
                 Err(error @ ProvisionerError::InvalidCwd { .. }) if command.strict_exec_dir => {
                     return Err(error)
                 }

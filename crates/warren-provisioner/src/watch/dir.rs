@@ -722,6 +722,8 @@ pub struct DirWatch {
     source: Source,
     /// How often it lists the directory when it polls.
     tick: Duration,
+    /// One of its sandbox's watch slots, held while it lives.
+    _slot: super::WatchSlot,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -800,7 +802,8 @@ impl Provisioner {
     /// Watches the directory `path` of the sandbox `id` ([`Provisioner::open_watch_dir`]:
     /// resolved by descriptor like a read), recursively or not, with each event's entry
     /// when `include_entry`: inotify, or polling every `tick` when inotify cannot be had
-    /// (with a warning). Its virtual path comes back beside it.
+    /// (with a warning). Its virtual path comes back beside it. It holds one of the
+    /// sandbox's [`MAX_WATCHES_PER_SANDBOX`](super::MAX_WATCHES_PER_SANDBOX) slots.
     pub async fn watch_dir(
         &self,
         id: &SandboxId,
@@ -809,6 +812,7 @@ impl Provisioner {
         include_entry: bool,
         tick: Duration,
     ) -> Result<(VirtualPath, DirWatch), ProvisionerError> {
+        let slot = self.watches.acquire(id)?;
         let (base, fd) = self.open_watch_dir(id, path).await?;
         let shown = base.to_string();
         let built = blocking({
@@ -833,7 +837,14 @@ impl Provisioner {
                 Source::Poll(poller)
             }
         };
-        Ok((base, DirWatch { source, tick }))
+        Ok((
+            base,
+            DirWatch {
+                source,
+                tick,
+                _slot: slot,
+            },
+        ))
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod diff;
 mod dir;
+mod watchers;
 
 use std::os::fd::OwnedFd;
 
@@ -19,6 +20,11 @@ use warren_core::{SandboxId, VirtualPath};
 use warren_fs::Entry;
 
 pub use dir::{DirWatch, WatchBatch, MAX_DIR_WATCHES, MAX_WATCHED_ENTRIES};
+pub(crate) use watchers::Watches;
+pub use watchers::{
+    WatchSlot, WatcherChanges, LIVENESS_EVERY, MAX_WATCHER_BACKLOG, MAX_WATCHES_PER_SANDBOX,
+    WATCHER_IDLE,
+};
 
 use crate::{Provisioner, ProvisionerError};
 

@@ -47,7 +47,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 /// The columns of a sandbox row.
 const SANDBOX_COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend, state, \
      generation, created_at, last_active_at, updated_at, inherit_env, ephemeral, \
-     seed_snapshot, image, layout, extra_mounts, isolation";
+     seed_snapshot, image, layout, extra_mounts, isolation, labels, deadline_at, on_deadline";
 
 /// The columns of a run row.
 const RUN_COLUMNS: &str = "id, sandbox_id, generation, command, cwd, requested_by, kind, tag, \
@@ -251,6 +251,8 @@ impl StateStore for PostgresStore {
         let network = crate::rows::json_column("sandboxes", "network", &new.network)?;
         let extra_mounts =
             crate::rows::json_column("sandboxes", "extra_mounts", &new.extra_mounts)?;
+        let labels = crate::rows::json_column("sandboxes", "labels", &new.settings.labels)?;
+        let deadline = new.settings.deadline.map(|time| time.timestamp_millis());
         let now = now_millis();
         let mut tx = self
             .pool
@@ -262,9 +264,10 @@ impl StateStore for PostgresStore {
         let inserted = sqlx::query(&format!(
             "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
              generation, created_at, last_active_at, updated_at, network, inherit_env, \
-             ephemeral, seed_snapshot, image, layout, extra_mounts, isolation) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
-             ON CONFLICT (id) DO NOTHING RETURNING {SANDBOX_COLUMNS}"
+             ephemeral, seed_snapshot, image, layout, extra_mounts, isolation, labels, \
+             deadline_at, on_deadline) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+             $16, $17, $18) ON CONFLICT (id) DO NOTHING RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
         .bind(new.uid.as_str())
@@ -281,6 +284,9 @@ impl StateStore for PostgresStore {
         .bind(new.layout.as_str())
         .bind(&extra_mounts)
         .bind(new.isolation.as_str())
+        .bind(&labels)
+        .bind(deadline)
+        .bind(new.settings.on_deadline.as_str())
         .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;
@@ -308,8 +314,8 @@ impl StateStore for PostgresStore {
              generation = generation + 1, created_at = $5, last_active_at = $5, \
              updated_at = $5, network = $6, inherit_env = $7, ephemeral = $8, \
              seed_snapshot = $9, image = $10, layout = $11, extra_mounts = $12, \
-             isolation = $13 WHERE id = $1 \
-             RETURNING {SANDBOX_COLUMNS}"
+             isolation = $13, labels = $14, deadline_at = $15, on_deadline = $16 \
+             WHERE id = $1 RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
         .bind(new.workdir.as_str())
@@ -324,6 +330,9 @@ impl StateStore for PostgresStore {
         .bind(new.layout.as_str())
         .bind(&extra_mounts)
         .bind(new.isolation.as_str())
+        .bind(&labels)
+        .bind(deadline)
+        .bind(new.settings.on_deadline.as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(StoreError::query(OPERATION))?;
@@ -370,21 +379,64 @@ impl StateStore for PostgresStore {
         &self,
         id: &SandboxId,
         generation: i64,
-        state: SandboxState,
+        from: SandboxState,
+        to: SandboxState,
     ) -> Result<Option<SandboxRecord>, StoreError> {
-        // The generation test is part of the UPDATE itself, so it cannot be raced.
+        // The generation and state tests are part of the UPDATE itself: no race.
         let row = sqlx::query(&format!(
-            "UPDATE sandboxes SET state = $3, updated_at = $4 \
-             WHERE id = $1 AND generation = $2 RETURNING {SANDBOX_COLUMNS}"
+            "UPDATE sandboxes SET state = $4, updated_at = $5 \
+             WHERE id = $1 AND generation = $2 AND state = $3 RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(id.as_str())
         .bind(generation)
-        .bind(state.as_str())
+        .bind(from.as_str())
+        .bind(to.as_str())
         .bind(now_millis())
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::query("set a sandbox state"))?;
         row.as_ref().map(sandbox_from_row).transpose()
+    }
+
+    async fn set_sandbox_settings(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        settings: &crate::SandboxSettings,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let labels = crate::rows::json_column("sandboxes", "labels", &settings.labels)?;
+        let row = sqlx::query(&format!(
+            "UPDATE sandboxes SET labels = $3, deadline_at = $4, on_deadline = $5, \
+             updated_at = $6 WHERE id = $1 AND generation = $2 RETURNING {SANDBOX_COLUMNS}"
+        ))
+        .bind(id.as_str())
+        .bind(generation)
+        .bind(&labels)
+        .bind(settings.deadline.map(|time| time.timestamp_millis()))
+        .bind(settings.on_deadline.as_str())
+        .bind(now_millis())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("set a sandbox's settings"))?;
+        row.as_ref().map(sandbox_from_row).transpose()
+    }
+
+    async fn sandboxes_due(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE deadline_at IS NOT NULL \
+             AND deadline_at <= $1 AND state IN ('created', 'running', 'stopped') \
+             ORDER BY deadline_at, id LIMIT $2"
+        ))
+        .bind(now.timestamp_millis())
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list sandboxes past their deadline"))?;
+        rows.iter().map(sandbox_from_row).collect()
     }
 
     async fn touch_sandbox(&self, id: &SandboxId) -> Result<(), StoreError> {
@@ -1209,20 +1261,23 @@ impl StateStore for PostgresStore {
         &self,
         id: &SandboxId,
         generation: i64,
-        state: SandboxState,
+        from: SandboxState,
+        to: SandboxState,
         fence: &crate::OwnerFence,
     ) -> Result<Option<SandboxRecord>, StoreError> {
         let row = sqlx::query(&format!(
             "UPDATE sandboxes SET state = $3, updated_at = $4 \
-             WHERE id = $1 AND generation = $2 AND EXISTS (SELECT 1 FROM runtime_owners \
-             WHERE sandbox_id = $1 AND node_id = $5 AND token = $6) RETURNING {SANDBOX_COLUMNS}"
+             WHERE id = $1 AND generation = $2 AND state = $7 AND EXISTS (SELECT 1 \
+             FROM runtime_owners WHERE sandbox_id = $1 AND node_id = $5 AND token = $6) \
+             RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(id.as_str())
         .bind(generation)
-        .bind(state.as_str())
+        .bind(to.as_str())
         .bind(now_millis())
         .bind(&fence.node_id)
         .bind(fence.token)
+        .bind(from.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::query("set a runtime's state"))?;

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use warren_core::{AgentEnvVar, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
 use warren_store::{
-    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, ItemState, ItemUpdate,
-    MigrationState, NewRun, NewSandbox, NodeState, OwnerFence, RecordWrite, RunKind, RunOutcome,
-    RunQuery, RunRecord, RunScope, RunStatus, RuntimeClaim, SandboxClaim, SandboxRecord,
-    SandboxState, StateStore, StoreError, TakenOver, NODE_LOST,
+    AgentEnvRecord, Artifact, Checkpoint, DeadlineAction, FenceCheck, Guard, GuardAcquire,
+    ItemState, ItemUpdate, MigrationState, NewRun, NewSandbox, NodeState, OwnerFence, RecordWrite,
+    RunKind, RunOutcome, RunQuery, RunRecord, RunScope, RunStatus, RuntimeClaim, SandboxClaim,
+    SandboxRecord, SandboxSettings, SandboxState, StateStore, StoreError, TakenOver, NODE_LOST,
 };
 
 use super::backends::Backend;
@@ -123,7 +123,7 @@ pub async fn claiming_a_live_sandbox_under_another_network_policy_is_a_conflict(
         other => panic!("expected a network conflict, got {other:?}"),
     }
     store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
         .await
         .unwrap();
     let reclaimed = store.claim_sandbox(&open).await.unwrap();
@@ -148,7 +148,7 @@ pub async fn claiming_a_live_sandbox_under_another_env_policy_is_a_conflict(back
         }
     }
     store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
         .await
         .unwrap();
     let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&scratch).await.unwrap() else {
@@ -194,7 +194,7 @@ pub async fn extra_mounts_are_stored_in_order_and_a_live_sandbox_keeps_them(back
         }
     }
     store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
         .await
         .unwrap();
     let mut none = new.clone();
@@ -222,7 +222,7 @@ pub async fn a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_anoth
         answer => panic!("expected a layout conflict, got {answer:?}"),
     }
     store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
         .await
         .unwrap();
     let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&deerflow).await.unwrap() else {
@@ -264,7 +264,7 @@ pub async fn a_live_sandbox_keeps_its_isolation_and_a_new_generation_may_take_an
         "a refused claim changes nothing"
     );
     store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
         .await
         .unwrap();
     let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&gvisor).await.unwrap() else {
@@ -496,14 +496,17 @@ pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn
     let elsewhere = claim("alice", "thread-1", "projects/b");
     store.claim_sandbox(&new).await.unwrap();
 
+    let mut from = SandboxState::Created;
     for state in [
         SandboxState::Created,
         SandboxState::Running,
         SandboxState::Stopped,
+        SandboxState::Pausing,
+        SandboxState::Paused,
         SandboxState::Terminating,
     ] {
         let record = store
-            .set_sandbox_state(&new.id, 1, state)
+            .set_sandbox_state(&new.id, 1, std::mem::replace(&mut from, state), state)
             .await
             .unwrap()
             .expect("generation 1 is current");
@@ -575,7 +578,12 @@ pub async fn reclaiming_a_terminated_sandbox_bumps_its_generation_and_may_take_a
     let first = claim("alice", "thread-1", "projects/a");
     let old = store.claim_sandbox(&first).await.unwrap().into_record();
     store
-        .set_sandbox_state(&first.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(
+            &first.id,
+            1,
+            SandboxState::Created,
+            SandboxState::Terminated,
+        )
         .await
         .unwrap()
         .expect("generation 1 is current");
@@ -604,7 +612,7 @@ pub async fn concurrent_reclaims_of_a_terminated_sandbox_bump_the_generation_onc
     let new = claim("alice", "thread-1", "projects/a");
     store.claim_sandbox(&new).await.unwrap();
     store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
         .await
         .unwrap()
         .expect("generation 1 is current");
@@ -622,7 +630,7 @@ pub async fn a_stale_generation_cannot_change_the_sandbox_state(backend: &dyn Ba
     let new = claim("alice", "thread-1", "projects/a");
     store.claim_sandbox(&new).await.unwrap();
     store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminated)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
         .await
         .unwrap()
         .expect("generation 1 is current");
@@ -631,7 +639,7 @@ pub async fn a_stale_generation_cannot_change_the_sandbox_state(backend: &dyn Ba
 
     // A caller still holding generation 1 tries to tear down generation 2.
     let stale = store
-        .set_sandbox_state(&new.id, 1, SandboxState::Terminating)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminating)
         .await
         .unwrap();
 
@@ -640,7 +648,7 @@ pub async fn a_stale_generation_cannot_change_the_sandbox_state(backend: &dyn Ba
     let unknown = SandboxId::derive(&uid("nobody"), &RuntimeScope::new("t").unwrap());
     assert_eq!(
         store
-            .set_sandbox_state(&unknown, 1, SandboxState::Running)
+            .set_sandbox_state(&unknown, 1, SandboxState::Created, SandboxState::Running)
             .await
             .unwrap(),
         None
@@ -654,7 +662,7 @@ pub async fn the_current_generation_moves_the_sandbox_through_its_states(backend
     next_millisecond().await;
 
     let running = store
-        .set_sandbox_state(&new.id, 1, SandboxState::Running)
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Running)
         .await
         .unwrap()
         .expect("generation 1 is current");
@@ -664,6 +672,108 @@ pub async fn the_current_generation_moves_the_sandbox_through_its_states(backend
     assert_eq!(running.created_at, created.created_at);
     assert_eq!(running.generation, 1);
     assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(running));
+}
+
+pub async fn a_state_change_from_a_state_the_sandbox_has_left_changes_nothing(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let new = claim("alice", "thread-1", "projects/a");
+    store.claim_sandbox(&new).await.unwrap();
+    let paused = store
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Pausing)
+        .await
+        .unwrap()
+        .expect("the state was created");
+    // A second pause read the sandbox as created too: it loses.
+    assert_eq!(
+        store
+            .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Pausing)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(paused));
+}
+
+pub async fn labels_and_a_deadline_come_with_a_new_generation_and_are_replaced_whole(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let mut new = claim("alice", "thread-1", "projects/a");
+    let deadline = chrono::DateTime::from_timestamp_millis(4_102_444_800_123).unwrap();
+    new.settings = SandboxSettings {
+        labels: [("team".to_owned(), "a b=c".to_owned())].into(),
+        deadline: Some(deadline),
+        on_deadline: DeadlineAction::Pause,
+    };
+    let created = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert_eq!(created.settings, new.settings);
+
+    // Joining the live generation changes none of them.
+    let mut again = new.clone();
+    again.settings = SandboxSettings::default();
+    assert_eq!(
+        store.claim_sandbox(&again).await.unwrap(),
+        SandboxClaim::Existing(created.clone())
+    );
+
+    let cleared = store
+        .set_sandbox_settings(&new.id, 1, &SandboxSettings::default())
+        .await
+        .unwrap()
+        .expect("generation 1 is current");
+    assert_eq!(cleared.settings, SandboxSettings::default());
+    assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(cleared));
+    assert_eq!(
+        store
+            .set_sandbox_settings(&new.id, 2, &new.settings)
+            .await
+            .unwrap(),
+        None,
+        "a stale generation changes nothing"
+    );
+
+    // A new generation takes the settings its claim brings.
+    store
+        .set_sandbox_state(&new.id, 1, SandboxState::Created, SandboxState::Terminated)
+        .await
+        .unwrap();
+    let second = store.claim_sandbox(&new).await.unwrap().into_record();
+    assert_eq!((second.generation, &second.settings), (2, &new.settings));
+}
+
+pub async fn only_live_sandboxes_past_their_deadline_are_due_earliest_first(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let now = chrono::Utc::now();
+    let at = |seconds: i64| Some(now + chrono::Duration::seconds(seconds));
+    let mut ids = Vec::new();
+    for (scope, deadline) in [
+        ("late", at(-5)),
+        ("later", at(-1)),
+        ("future", at(60)),
+        ("none", None),
+        ("paused", at(-9)),
+    ] {
+        let mut new = claim("alice", scope, scope);
+        new.settings.deadline = deadline;
+        store.claim_sandbox(&new).await.unwrap();
+        ids.push(new.id);
+    }
+    store
+        .set_sandbox_state(&ids[4], 1, SandboxState::Created, SandboxState::Paused)
+        .await
+        .unwrap()
+        .unwrap();
+    let due: Vec<SandboxId> = store
+        .sandboxes_due(now, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.id)
+        .collect();
+    assert_eq!(due, vec![ids[0].clone(), ids[1].clone()]);
+    assert_eq!(store.sandboxes_due(now, 1).await.unwrap().len(), 1);
 }
 
 pub async fn touching_a_sandbox_moves_only_its_last_activity(backend: &dyn Backend) {
@@ -1532,7 +1642,12 @@ pub async fn guard_tokens_keep_growing_across_generations(backend: &dyn Backend)
     let first = acquired(store.acquire_guard(&new.id, "run-1", ttl).await.unwrap());
     store.release_guard(&new.id, first.token).await.unwrap();
     store
-        .set_sandbox_state(&new.id, record.generation, SandboxState::Terminated)
+        .set_sandbox_state(
+            &new.id,
+            record.generation,
+            SandboxState::Created,
+            SandboxState::Terminated,
+        )
         .await
         .unwrap();
     store.claim_sandbox(&new).await.unwrap();
@@ -2084,7 +2199,13 @@ pub async fn a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_run
         token,
     };
     let running = store
-        .set_runtime_state(&sandbox.id, 1, SandboxState::Running, &fence_a)
+        .set_runtime_state(
+            &sandbox.id,
+            1,
+            SandboxState::Created,
+            SandboxState::Running,
+            &fence_a,
+        )
         .await
         .unwrap()
         .expect("the owner sets the state");
@@ -2129,7 +2250,13 @@ pub async fn a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_run
         "{error:?}"
     );
     let error = store
-        .set_runtime_state(&sandbox.id, 1, SandboxState::Running, &fence_a)
+        .set_runtime_state(
+            &sandbox.id,
+            1,
+            SandboxState::Running,
+            SandboxState::Running,
+            &fence_a,
+        )
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::NotOwner { .. }), "{error:?}");
@@ -2171,14 +2298,26 @@ pub async fn a_takeover_from_a_lapsed_owner_fences_its_writes_and_closes_its_run
     next.owner = Some(fence_b.clone());
     store.start_run(&next).await.unwrap();
     assert!(store
-        .set_runtime_state(&sandbox.id, 1, SandboxState::Running, &fence_b)
+        .set_runtime_state(
+            &sandbox.id,
+            1,
+            SandboxState::Stopped,
+            SandboxState::Running,
+            &fence_b
+        )
         .await
         .unwrap()
         .is_some());
     // A generation that is not the sandbox's is no refusal of ownership: just no change.
     assert_eq!(
         store
-            .set_runtime_state(&sandbox.id, 7, SandboxState::Stopped, &fence_b)
+            .set_runtime_state(
+                &sandbox.id,
+                7,
+                SandboxState::Running,
+                SandboxState::Stopped,
+                &fence_b
+            )
             .await
             .unwrap(),
         None

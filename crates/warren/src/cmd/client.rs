@@ -128,6 +128,58 @@ enum SandboxCommand {
         /// Only this user's.
         #[arg(long)]
         uid: Option<String>,
+        /// Only those in this state (created, running, stopped, paused, ...).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only those carrying this label, as key=value (repeatable: all of them).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+    },
+    /// Pause a sandbox: its runtime is snapshotted and stopped (running processes end,
+    /// files and installed packages stay); nothing runs until it is resumed.
+    Pause {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Resume a paused sandbox: its runtime starts again from the pause's snapshot.
+    Resume {
+        /// Sandbox id.
+        id: String,
+        /// A new deadline, seconds from now.
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
+    /// Change a sandbox's deadline or labels.
+    Set {
+        /// Sandbox id.
+        id: String,
+        /// Its deadline, seconds from now.
+        #[arg(long, conflicts_with = "no_deadline")]
+        timeout: Option<u64>,
+        /// Remove its deadline.
+        #[arg(long)]
+        no_deadline: bool,
+        /// What the deadline does: terminate or pause.
+        #[arg(long, value_parser = ["terminate", "pause"])]
+        on_deadline: Option<String>,
+        /// Replace its labels with these, key=value (repeatable).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Remove every label.
+        #[arg(long, conflicts_with = "labels")]
+        no_labels: bool,
+    },
+    /// Print what changes under a directory of a sandbox as it happens, one JSON event per
+    /// line, until interrupted.
+    Watch {
+        /// Sandbox id.
+        id: String,
+        /// The directory (default: the workdir).
+        #[arg(default_value = ".")]
+        path: String,
+        /// Include the directories beneath it.
+        #[arg(long, short)]
+        recursive: bool,
     },
     /// Reclaim a sandbox's runtime; workspace files stay.
     Rm {
@@ -543,10 +595,61 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                 .await
                 .map(|info| serde_json::to_value(info).unwrap_or_default())
         }
-        SandboxCommand::List { uid } => client
-            .list_sandboxes(uid.as_deref())
+        SandboxCommand::List { uid, state, labels } => client
+            .list_sandboxes(uid.as_deref(), state.as_deref(), &labels)
             .await
             .map(|list| serde_json::to_value(list).unwrap_or_default()),
+        SandboxCommand::Pause { id } => client
+            .pause_sandbox(&id)
+            .await
+            .map(|paused| serde_json::to_value(paused).unwrap_or_default()),
+        SandboxCommand::Resume { id, timeout } => client
+            .resume_sandbox(&id, timeout)
+            .await
+            .map(|info| serde_json::to_value(info).unwrap_or_default()),
+        SandboxCommand::Set {
+            id,
+            timeout,
+            no_deadline,
+            on_deadline,
+            labels,
+            no_labels,
+        } => {
+            let labels = if no_labels {
+                Some(Default::default())
+            } else if labels.is_empty() {
+                None
+            } else {
+                match parse_labels(&labels) {
+                    Ok(labels) => Some(labels),
+                    Err(message) => {
+                        eprintln!("warren: {message}");
+                        return Ok(ExitCode::from(2));
+                    }
+                }
+            };
+            let update = warren_protocol::UpdateSandbox {
+                timeout_s: if no_deadline {
+                    Some(None)
+                } else {
+                    timeout.map(Some)
+                },
+                on_deadline: on_deadline.map(|action| match action.as_str() {
+                    "pause" => warren_protocol::OnDeadline::Pause,
+                    _ => warren_protocol::OnDeadline::Terminate,
+                }),
+                labels,
+            };
+            client
+                .update_sandbox(&id, &update)
+                .await
+                .map(|info| serde_json::to_value(info).unwrap_or_default())
+        }
+        SandboxCommand::Watch {
+            id,
+            path,
+            recursive,
+        } => return watch(&client, &id, &path, recursive).await,
         SandboxCommand::Rm { id } => client
             .remove_sandbox(&id)
             .await
@@ -560,6 +663,51 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         Ok(value) => print_json(&value).map(|()| ExitCode::SUCCESS),
         Err(e) => report(e),
     }
+}
+
+/// `key=value` pairs as labels.
+fn parse_labels(pairs: &[String]) -> Result<std::collections::BTreeMap<String, String>, String> {
+    pairs
+        .iter()
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(key, value)| (key.to_owned(), value.to_owned()))
+                .ok_or_else(|| format!("--label {pair:?} is not key=value"))
+        })
+        .collect()
+}
+
+/// `warren sandbox watch`: the watch's events, one JSON line each, as they come.
+async fn watch(
+    client: &WarrenClient,
+    id: &str,
+    path: &str,
+    recursive: bool,
+) -> anyhow::Result<ExitCode> {
+    use futures::StreamExt;
+    let response = match client.watch(id, path, recursive).await {
+        Ok(response) => response,
+        Err(error) => return report(error),
+    };
+    let mut body = response.bytes_stream();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut failed = false;
+    while let Some(chunk) = body.next().await {
+        pending.extend_from_slice(&chunk?);
+        // Each event is one line, which a chunk may cut anywhere; the server ends the
+        // stream after an `error` event.
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).into_owned();
+            failed |= line.starts_with(r#"{"type":"error""#);
+            super::output::line(line)?;
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 pub async fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {

@@ -627,12 +627,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         runtimes_destroyed = recovered.runtimes_destroyed,
         sandboxes_stopped = recovered.sandboxes_stopped,
         terminations_finished = recovered.terminations_finished,
+        pauses_finished = recovered.pauses_finished,
         scratch_removed = recovered.scratch_removed,
         cleanup_failures = recovered.cleanup_failures,
         "reconciled state with the backend"
     );
     provisioner.spawn_membership();
     provisioner.spawn_reaper(reap_interval);
+    provisioner.spawn_deadlines();
     tracing::info!(%address, data_dir = %data_dir.display(), "warren is serving");
     // A machine-readable line for supervisors and tests that asked for port 0.
     println!("warren listening on http://{address}");
@@ -674,14 +676,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .with_reported_limits(limits_cpus, reported_memory_mb);
             let e2b = warren_e2b::E2b::new(provisioner.clone(), config, &token.secret_digest());
             let e2b_address = e2b_listener.local_addr()?;
-            let deadlines = e2b.spawn_deadlines();
             let router = e2b.router();
             let scheme = if e2b_tls.is_some() { "https" } else { "http" };
             // HTTP/1.1 and HTTP/2 (h2c, or h2 by ALPN over TLS) on the one listener.
             let served = tokio::spawn(warren_e2b::serve(e2b_listener, router, e2b_tls));
             tracing::info!(address = %e2b_address, scheme, "the E2B API is served");
             println!("warren E2B API listening on {scheme}://{e2b_address}");
-            Some((served, deadlines))
+            Some(served)
         }
         None => None,
     };
@@ -721,9 +722,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "drained: every runtime this node owned is handed back"
         );
     }
-    if let Some((served, deadlines)) = e2b {
+    if let Some(served) = e2b {
         served.abort();
-        deadlines.abort();
     }
     // The node's lease ends now rather than lapsing: the others see it left.
     match membership_store.leave_cluster().await {

@@ -249,6 +249,41 @@ def lifecycle():
     check_eq(listed_ids(scenario="lifecycle"), set(), "list after the instance kill")
 
 
+def listing():
+    first = create("listing", metadata={"n": "1"})
+    time.sleep(1.2)
+    mark = datetime.now(timezone.utc)
+    second = create("listing", metadata={"n": "2"})
+    ours = SandboxQuery(metadata={"run": RUN, "scenario": "listing"})
+    check_eq([s.sandbox_id for s in listed(ours)], [second.sandbox_id, first.sandbox_id],
+             "a list is newest first")
+    # The server's order, start-time and template filters, as any SDK sends them.
+    base = f"{API_URL}/v2/sandboxes?metadata=run%3D{RUN}%26scenario%3Dlisting"
+    for query, want in [
+        ("&order=asc", [first.sandbox_id, second.sandbox_id]),
+        ("&order=desc", [second.sandbox_id, first.sandbox_id]),
+        (f"&startedAfter={urllib.parse.quote(mark.isoformat())}", [second.sandbox_id]),
+        ("&template=base", [second.sandbox_id, first.sandbox_id]),
+        ("&template=no-such-template", []),
+    ]:
+        status, body = http("GET", base + query, {"X-API-Key": API_KEY})
+        check_eq(status, 200, f"GET /v2/sandboxes{query}")
+        check_eq([s["sandboxID"] for s in json.loads(body)], want, f"GET /v2/sandboxes{query}")
+    status, body = http("GET", base + "&order=sideways", {"X-API-Key": API_KEY})
+    check_error_shape(status, body, 400, "an order that is not asc or desc")
+    if "started_after" in getattr(SandboxQuery, "__dataclass_fields__", {}):
+        after = SandboxQuery(metadata={"run": RUN, "scenario": "listing"}, started_after=mark)
+        check_eq([s.sandbox_id for s in listed(after)], [second.sandbox_id],
+                 "the SDK's started_after filter")
+        check_eq([s.sandbox_id for s in listed(ours, order="asc")],
+                 [first.sandbox_id, second.sandbox_id], "the SDK's ascending order")
+        of_template = SandboxQuery(metadata={"run": RUN, "scenario": "listing"}, template="nope")
+        check_eq(listed(of_template), [], "the SDK's template filter")
+    else:
+        print(f"e2b {SDK} has no started_after, order or template in its list: checked over HTTP",
+              flush=True)
+
+
 def errors():
     # An unknown template: 404 in E2B's error shape, which the SDK turns into an exception.
     error = raises(SandboxException, "create from an unknown template", Sandbox.create,
@@ -329,6 +364,7 @@ def pause_resume():
 
     resumed = Sandbox.connect(sid)
     check_eq(resumed.sandbox_id, sid, "connect resumes the same sandbox")
+    check(resumed.is_running(), "is_running() after connect resumed the sandbox")
     check_eq(resumed.get_info().state, SandboxState.RUNNING, "the state after resume")
     check_eq(resumed.files.read(f"{HOME}/kept/before-pause.txt"), "written before pause",
              "a file written before pause, read after resume")
@@ -495,6 +531,10 @@ def cwd():
     sbx.commands.run("echo here > made-here", cwd=f"{HOME}/sub/dir")
     check_eq(sbx.files.read(f"{HOME}/sub/dir/made-here"), "here\n", "a file made in the cwd")
     check_eq(sbx.commands.run("pwd").stdout, f"{HOME}\n", "the default cwd is the home")
+    # A process may start anywhere in its runtime; only the file API is bounded.
+    for anywhere in ["/", "/tmp", "/usr/bin"]:
+        check_eq(sbx.commands.run("pwd", cwd=anywhere).stdout, f"{anywhere}\n", f"pwd in {anywhere}")
+    check_eq(sbx.commands.run("ls -d bin", cwd="/").stdout, "bin\n", "a relative path from /")
     raises(Exception, "a cwd that does not exist", sbx.commands.run, "pwd", cwd=f"{HOME}/nope")
 
 
@@ -538,6 +578,13 @@ def files():
     dir_stat = sbx.files.get_info(f"{HOME}/deep")
     check_eq(dir_stat.type, FileType.DIR, "get_info of a dir")
     check(isinstance(stat.modified_time, datetime), "modified_time", stat.modified_time)
+    # A link is described, never followed: not even to a file outside the home.
+    sbx.commands.run("ln -s /etc/passwd outside-link && ln -s a.txt inside-link")
+    for name, target in [("outside-link", "/etc/passwd"), ("inside-link", "a.txt")]:
+        link = sbx.files.get_info(f"{HOME}/{name}")
+        check_eq((link.type, link.symlink_target), (FileType.SYMLINK, target), f"get_info of {name}")
+    raises(Exception, "a read through a link", sbx.files.read, f"{HOME}/outside-link")
+    sbx.commands.run("rm outside-link inside-link")
 
     names = {e.name: e.type for e in sbx.files.list(HOME)}
     for name, kind in [("a.txt", FileType.FILE), ("bin.dat", FileType.FILE), ("deep", FileType.DIR)]:
@@ -915,20 +962,31 @@ def path_attacks():
         no_leak(repr(result), what)
         raise AssertionError(f"[e2b {SDK}] {what}: not refused, returned {repr(result)[:300]}")
 
+    # A link of the attacker's own home, named as itself, is described as E2B's envd does
+    # (its type and target), never followed: nothing of what it points at shows.
+    own_links = {f"{HOME}/etc-link": "/etc", f"{HOME}/abs_link": OUTSIDE,
+                 f"{HOME}/last_link": f"{OUTSIDE}/secret.txt", f"{HOME}/proc_cwd": "/proc/self/cwd"}
     for path in attack_corpus(sibling.sandbox_id, bob.sandbox_id):
         shown = path[:70]
         refused(f"read {shown!r}", fs.read, path)
         refused(f"read bytes {shown!r}", fs.read, path, format="bytes")
-        refused(f"get_info {shown!r}", fs.get_info, path)
         refused(f"list {shown!r}", fs.list, path, depth=3)
         checked += 1
-        try:
-            exists = fs.exists(path)
-            check(exists is False, f"exists {shown!r} says False", exists)
-        except AssertionError:
-            raise
-        except Exception as error:  # noqa: BLE001
-            no_leak(str(error), f"exists {shown!r}")
+        if path in own_links:
+            link = fs.get_info(path)
+            check_eq((link.type, link.symlink_target, link.size),
+                     (FileType.SYMLINK, own_links[path], len(own_links[path])),
+                     f"get_info {shown!r} describes the link itself")
+            check_eq(fs.exists(path), True, f"exists {shown!r}: the link itself")
+        else:
+            refused(f"get_info {shown!r}", fs.get_info, path)
+            try:
+                exists = fs.exists(path)
+                check(exists is False, f"exists {shown!r} says False", exists)
+            except AssertionError:
+                raise
+            except Exception as error:  # noqa: BLE001
+                no_leak(str(error), f"exists {shown!r}")
         refused(f"watch_dir {shown!r}", fs.watch_dir, path)
         # Raw /files, as a client without the SDK sends it.
         checked += 1
@@ -972,7 +1030,7 @@ def path_attacks():
 SCENARIOS = {
     f.__name__: f
     for f in [
-        lifecycle, errors, timeout_expiry, set_timeout, pause_resume, snapshots, foreground,
+        lifecycle, listing, errors, timeout_expiry, set_timeout, pause_resume, snapshots, foreground,
         background, stdin, connect_running, envs, cwd, command_timeout, files, watch, write_files,
         signed_urls, pty, replicas, other_users, envd_credentials, path_attacks,
     ]

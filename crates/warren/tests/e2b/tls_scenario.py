@@ -128,7 +128,8 @@ check(
     f"the other sandbox's host refuses the first one's token ({status}: {body[:200]!r})",
 )
 status, body = get(envd_host("nosuchsandbox"), path, token)
-check(status in (400, 401, 404) and b"the other one" not in body, f"an unknown sandbox's host serves nothing ({status})")
+check(status == 502 and b"was not found" in body and b"the other one" not in body,
+      f"an unknown sandbox's host answers as E2B's proxy does, serving nothing ({status}: {body[:200]!r})")
 # The sandbox named under another domain is not routed by host name (nor is the API's host).
 for host in (f"49983-{other.sandbox_id}.elsewhere.test", f"api.{DOMAIN}"):
     status, body = get(f"api.{DOMAIN}", path, other_token, {"Host": host})

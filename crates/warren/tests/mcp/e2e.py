@@ -56,6 +56,11 @@ EXPECTED_TOOLS = frozenset(
         "write_stdin",
         "kill_process",
         "list_processes",
+        "sandbox_status",
+        "set_deadline",
+        "pause_sandbox",
+        "resume_sandbox",
+        "watch_files",
     }
 )
 FIXED_FORBIDDEN = ("/var/lib/warren", "user-data/shared")
@@ -453,6 +458,21 @@ async def check_background_processes(ctx: Ctx) -> None:
     await ctx.err("process_output", {"pid": 999999})
 
 
+async def check_lifecycle(ctx: Ctx) -> None:
+    reply = await ctx.ok("set_deadline", {"timeout_s": 3600, "labels": {"by": ctx.tag}})
+    ctx.expect(f"by={ctx.tag}" in reply.text and "deadline 20" in reply.text, "the deadline and label set", reply.text)
+    reply = await ctx.ok("sandbox_status", {})
+    live = any(f"is {state};" in reply.text for state in ("created", "running", "stopped"))
+    ctx.expect(live, "a live state", reply.text)
+    await ctx.err("set_deadline", {"on_deadline": "explode"})
+    reply = await ctx.ok("set_deadline", {"timeout_s": None})
+    ctx.expect("no deadline" in reply.text, "the deadline removed", reply.text)
+    # Nothing changes in a second: the wait ends empty, not with an error.
+    reply = await ctx.ok("watch_files", {"timeout_s": 1})
+    ctx.expect("Nothing changed" in reply.text, "'Nothing changed'", reply.text)
+    await ctx.err("watch_files", {"path": "../../etc"})
+
+
 async def check_no_host_paths(ctx: Ctx) -> None:
     for text in ctx.texts:
         expect_no_leak(ctx, text)
@@ -470,7 +490,8 @@ CHECKS: list[tuple[str, Callable[[Ctx], Awaitable[None]]]] = [
     ("9 present_files/artifacts", check_present_files),
     ("10 view_image", check_view_image),
     ("11 background processes", check_background_processes),
-    ("12 no host paths in any text", check_no_host_paths),
+    ("12 the sandbox's own life", check_lifecycle),
+    ("13 no host paths in any text", check_no_host_paths),
 ]
 
 

@@ -435,7 +435,15 @@ async fn bash_keeps_stdout_and_stderr_apart_and_env_holds_for_one_command() {
         "{data}"
     );
 
-    // exec_dir moves the session for good; an exec_dir that is no directory is refused.
+    // exec_dir moves the session for good, anywhere in the runtime (only the file API is
+    // bounded to the mounts); one under a mount that is no directory is refused.
+    let data = aio
+        .data(
+            "/v1/bash/exec",
+            json!({"session_id": "b-1", "command": "pwd", "exec_dir": "/etc"}),
+        )
+        .await;
+    assert_eq!(text(&data["stdout"]), "/etc\n");
     let data = aio
         .data(
             "/v1/bash/exec",
@@ -446,7 +454,7 @@ async fn bash_keeps_stdout_and_stderr_apart_and_env_holds_for_one_command() {
     let (status, refused) = aio
         .post(
             "/v1/bash/exec",
-            json!({"session_id": "b-1", "command": "pwd", "exec_dir": "/etc"}),
+            json!({"session_id": "b-1", "command": "pwd", "exec_dir": "/mnt/user-data/nope"}),
         )
         .await;
     assert_eq!(status, 400, "{refused}");
@@ -480,7 +488,7 @@ async fn bash_keeps_stdout_and_stderr_apart_and_env_holds_for_one_command() {
     let (status, listed) = aio.call(Method::GET, "/v1/bash/sessions", None).await;
     assert_eq!(status, 200);
     assert_eq!(listed["data"][0]["session_id"], "b-1", "{listed}");
-    assert_eq!(listed["data"][0]["command_count"], 5, "{listed}");
+    assert_eq!(listed["data"][0]["command_count"], 6, "{listed}");
 
     // Closed: gone, with the words DeerFlow matches.
     let (status, _) = aio

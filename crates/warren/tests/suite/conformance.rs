@@ -919,6 +919,11 @@ async fn exit_statuses_signals_and_missing_programs_are_reported(host: Host) {
         .exec_with(&id, json!({"command": "pwd", "cwd": "/home/gem/skills"}))
         .await;
     assert_eq!(stdout(&cwd), "/home/gem/skills\n");
+    // A command may start anywhere in its runtime; only the file API is bounded.
+    let root = server
+        .exec_with(&id, json!({"command": "pwd", "cwd": "/"}))
+        .await;
+    assert_eq!(stdout(&root), "/\n");
     let (status, body) = server
         .send_json(
             server

@@ -260,6 +260,7 @@ macro_rules! python_scenarios {
 
 python_scenarios! {
     an_e2b_python_sdk_creates_connects_lists_by_metadata_and_kills_a_sandbox => "lifecycle",
+    a_list_is_ordered_by_start_time_and_filtered_by_start_and_template => "listing",
     an_unknown_template_or_api_key_is_refused_in_e2b_error_shape => "errors",
     a_sandbox_is_killed_when_its_timeout_expires => "timeout_expiry",
     set_timeout_moves_a_sandbox_deadline_later_and_earlier => "set_timeout",

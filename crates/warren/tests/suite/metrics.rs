@@ -52,7 +52,7 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-async fn scrape(server: &TestServer) -> BTreeMap<String, f64> {
+pub(super) async fn scrape(server: &TestServer) -> BTreeMap<String, f64> {
     let response = server
         .request(Method::GET, "/metrics")
         .send()
@@ -70,7 +70,7 @@ async fn scrape(server: &TestServer) -> BTreeMap<String, f64> {
     parse(&response.text().await.unwrap())
 }
 
-fn value(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
+pub(super) fn value(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
     *samples
         .get(key)
         .unwrap_or_else(|| panic!("no sample {key} in {samples:#?}"))

@@ -35,6 +35,7 @@ mod migrate;
 mod network;
 mod openapi;
 mod path_attacks;
+mod pause;
 mod processes;
 mod quotas;
 mod reaper;

@@ -263,3 +263,41 @@ async fn the_process_routes_between_replicas_need_the_cluster_key_and_never_forw
         "{info}"
     );
 }
+
+/// A persistent shell lives in the process of the node that owns the runtime: the AIO
+/// shell through another replica is refused with 503 `runtime_elsewhere` (retry on the
+/// owner), the same status class as on `/v1`, never the caller's mistake (400).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aio_shell_through_a_replica_that_does_not_own_the_runtime_is_unavailable() {
+    const KEY: &str = "deerflow-key-0123456789abcdef0123456789abcdef";
+    let cluster = Cluster::start_configured(2, &format!("[deerflow]\napi_key = \"{KEY}\"\n"));
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let http = reqwest::Client::new();
+    let (status, created) = a
+        .send_json(
+            http.post(format!("{}/deerflow/api/sandboxes", a.url))
+                .header("X-API-Key", KEY)
+                .json(&json!({"sandbox_id": "5e55101d", "thread_id": "t", "user_id": "alice"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let at_a = created["sandbox_url"].as_str().unwrap().to_owned();
+    let at_b = at_a.replacen(&a.url, &b.url, 1);
+    assert_ne!(at_a, at_b, "{at_a}");
+    // The first shell command starts the runtime at node-0.
+    let (status, ran) = a
+        .send_json(
+            http.post(format!("{at_a}/v1/shell/exec"))
+                .json(&json!({"command": "echo here"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{ran}");
+    let (status, refused) = b
+        .send_json(
+            http.post(format!("{at_b}/v1/shell/exec"))
+                .json(&json!({"command": "echo there"})),
+        )
+        .await;
+    assert_eq!(status, 503, "{refused}");
+    assert!(refused.to_string().contains("node-0"), "{refused}");
+}

@@ -32,12 +32,17 @@ pub(super) struct Cluster {
 
 impl Cluster {
     pub(super) fn start(count: usize) -> Self {
-        Self::start_on(count, None)
+        Self::start_on(count, None, "")
+    }
+
+    /// Replicas on loopback whose configuration also holds `config`.
+    pub(super) fn start_configured(count: usize, config: &str) -> Self {
+        Self::start_on(count, None, config)
     }
 
     /// Replicas on loopback, or each in its namespace of `bridge`, reaching PostgreSQL
     /// through the bridge's relay.
-    fn start_on(count: usize, bridge: Option<&Bridge>) -> Self {
+    fn start_on(count: usize, bridge: Option<&Bridge>, config: &str) -> Self {
         let mut database = shared_postgres().fresh_database();
         if let Some(bridge) = bridge {
             let direct = format!("127.0.0.1:{}", shared_postgres().port());
@@ -48,6 +53,9 @@ impl Cluster {
         let s3 = bridge.is_none().then(S3Server::start);
         if let Some(s3) = &s3 {
             files.add_config(&s3.snapshots_config());
+        }
+        if !config.is_empty() {
+            files.add_config(config);
         }
         let nodes = (0..count)
             .map(|n| {
@@ -814,7 +822,7 @@ fn ticks(file: &Path) -> Vec<(u64, u128)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_owner_stops_its_runtime_before_another_replica_starts_one() {
     let bridge = Bridge::new(3);
-    let cluster = Cluster::start_on(3, Some(&bridge));
+    let cluster = Cluster::start_on(3, Some(&bridge), "");
     let nodes = &cluster.nodes;
     let owner = |sandbox: &str| cluster.owner(sandbox);
     nodes[0].workdir("alice", "projects/p").await;

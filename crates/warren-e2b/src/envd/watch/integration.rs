@@ -76,7 +76,13 @@ fn touch(files: &WorkspaceRoot, rel: &str, bytes: &[u8]) {
 async fn a_file_made_and_removed_at_once_is_created_and_removed() {
     let f = fixture("watchbrief0000000001").await;
     let id = watcher(&f, "/home/user/watched", false).await;
-    assert!(WATCHERS.get(&f.ctx.sandbox.sandbox_id, &id).is_some());
+    assert!(f
+        .ctx
+        .shared
+        .provisioner
+        .watcher_changes(&f.ctx.sandbox.warren_id, &id)
+        .await
+        .is_ok());
     // Made and gone long before any poll: only a watch that is told sees it.
     touch(&f.files, "watched/brief.txt", b"brief");
     f.files.remove("watched/brief.txt", false).unwrap();
@@ -169,7 +175,14 @@ async fn a_file_made_and_removed_at_once_is_created_and_removed() {
     )
     .await
     .is_ok());
-    assert!(WATCHERS.get(&f.ctx.sandbox.sandbox_id, &id).is_none());
+    assert!(matches!(
+        f.ctx
+            .shared
+            .provisioner
+            .watcher_changes(&f.ctx.sandbox.warren_id, &id)
+            .await,
+        Err(warren_provisioner::ProvisionerError::WatcherNotFound { .. })
+    ));
 }
 
 #[tokio::test]
@@ -259,9 +272,9 @@ async fn watching_a_link_or_outside_the_sandbox_is_refused() {
             refused.message
         );
     }
-    // The refusals gave their slots back.
-    assert!(!WATCHERS
-        .registry()
-        .active
-        .contains_key("watchrefused00000001"));
+    // The refusals gave their slots back: every one of them can be taken.
+    let mut kept = Vec::new();
+    for _ in 0..warren_provisioner::MAX_WATCHES_PER_SANDBOX {
+        kept.push(watcher(&f, "/home/user", false).await);
+    }
 }
