@@ -358,6 +358,90 @@ impl Drop for DeadlineClaim {
 mod tests {
     use super::*;
 
+    async fn provisioner() -> (Arc<Provisioner>, SandboxRecord, tempfile::TempDir) {
+        let data_dir = tempfile::tempdir().unwrap();
+        let provisioner = Arc::new(Provisioner::new(
+            crate::ProvisionerConfig::new(data_dir.path()),
+            Arc::new(warren_store::SqliteStore::open_in_memory().await.unwrap()),
+            Arc::new(warren_backend::MemoryBackend::new()),
+        ));
+        let uid = warren_core::Uid::plain("alice").unwrap();
+        provisioner
+            .create_workdir(&uid, Some("projects/a"))
+            .await
+            .unwrap();
+        let (record, _) = provisioner
+            .create_sandbox(crate::SandboxRequest {
+                workdir: Some("projects/a".into()),
+                ..crate::SandboxRequest::new(uid, warren_core::RuntimeScope::new("t").unwrap())
+            })
+            .await
+            .unwrap();
+        (provisioner, record, data_dir)
+    }
+
+    #[tokio::test]
+    async fn a_pause_cut_short_by_a_restart_is_finished_by_recovery() {
+        let (provisioner, record, _dir) = provisioner().await;
+        provisioner
+            .store
+            .set_sandbox_state(&record.id, 1, SandboxState::Created, SandboxState::Pausing)
+            .await
+            .unwrap()
+            .unwrap();
+        let report = provisioner.recover().await.unwrap();
+        assert_eq!(report.pauses_finished, 1);
+        let after = provisioner.sandbox(&record.id).await.unwrap();
+        assert_eq!(after.state, SandboxState::Paused);
+        // And it resumes.
+        let resumed = provisioner
+            .resume_sandbox(&record.id, SettingsChange::default())
+            .await
+            .unwrap();
+        assert_eq!(resumed.state, SandboxState::Stopped);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_fires_once_for_every_caller_that_sees_it_due() {
+        let (provisioner, record, _dir) = provisioner().await;
+        let change = SettingsChange {
+            timeout: Some(Some(Duration::from_millis(1))),
+            on_deadline: Some(DeadlineAction::Pause),
+            ..SettingsChange::default()
+        };
+        provisioner
+            .update_settings(&record.id, change)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let due = provisioner
+            .store
+            .sandboxes_due(chrono::Utc::now(), 10)
+            .await
+            .unwrap();
+        assert_eq!(due.len(), 1);
+        // Two callers (two replicas' tasks) with the same view: one moves it.
+        let (a, b) = tokio::join!(
+            provisioner.fire_deadline(due[0].clone()),
+            provisioner.fire_deadline(due[0].clone())
+        );
+        a.unwrap();
+        b.unwrap();
+        let after = provisioner.sandbox(&record.id).await.unwrap();
+        assert_eq!(after.state, SandboxState::Paused);
+        let metrics = provisioner.render_metrics().await.unwrap();
+        assert!(
+            metrics.contains("warren_deadlines_total{action=\"pause\"} 1\n"),
+            "{metrics}"
+        );
+        assert!(provisioner
+            .store
+            .sandboxes_due(chrono::Utc::now(), 10)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
     #[test]
     fn a_change_replaces_what_it_names_and_keeps_the_rest() {
         let before = SandboxSettings {
