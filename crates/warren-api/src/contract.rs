@@ -133,6 +133,12 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<Value> {
             "^[A-Za-z0-9_-]{{1,{}}}$",
             crate::runs::MAX_PAGE_TOKEN
         )),
+        // The sandbox listing's filters: `key=value` labels, and the lifecycle's states.
+        ("query", "label") if path == "/v1/sandboxes" => {
+            json!({"type": "array", "items": string("^[^=]+=[\\s\\S]*$")})
+        }
+        ("query", "state") if path == "/v1/sandboxes" => json!({"type": "string",
+            "enum": warren_store::SandboxState::ALL.map(warren_store::SandboxState::as_str)}),
         ("path", "id") => string(SANDBOX_ID),
         ("path", "pid") => json!({"type": "integer", "minimum": 1, "maximum": i32::MAX}),
         ("query", "from") => json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),

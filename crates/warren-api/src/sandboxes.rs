@@ -267,7 +267,8 @@ pub(crate) async fn list(
                     .ok_or_else(|| invalid(format!("label {value:?} is not key=value")))?;
                 labels.push((name.to_owned(), wanted.to_owned()));
             }
-            other => return Err(invalid(format!("unknown query parameter {other:?}"))),
+            // As before `label` and `state` existed: other parameters are ignored.
+            _ => {}
         }
     }
     let records = state.provisioner.list_sandboxes(uid.as_ref()).await?;

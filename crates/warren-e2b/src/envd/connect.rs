@@ -356,6 +356,11 @@ impl Call {
         &self.headers
     }
 
+    /// The keepalive interval the client asked for (see [`keepalive_of`]).
+    pub(crate) fn keepalive(&self, default: Duration, max: Duration) -> Duration {
+        keepalive_of(&self.headers, default, max)
+    }
+
     /// How the call's messages are encoded.
     #[cfg(test)]
     pub(crate) fn codec(&self) -> Codec {
@@ -533,6 +538,20 @@ impl Call {
             unary_error(self.codec, &error)
         }
     }
+}
+
+/// The header the SDKs name a stream's keepalive interval in, in seconds.
+const KEEPALIVE_HEADER: &str = "keepalive-ping-interval";
+
+/// The keepalive interval `headers` ask for (`Keepalive-Ping-Interval`), within 1 s and
+/// `max`; `default` when they ask for none (or for something that is no number).
+pub(crate) fn keepalive_of(headers: &HeaderMap, default: Duration, max: Duration) -> Duration {
+    headers
+        .get(KEEPALIVE_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(|seconds| Duration::from_secs(seconds).clamp(Duration::from_secs(1), max))
+        .unwrap_or(default)
 }
 
 /// E2B's words for a sandbox that is gone: the SDKs match on "was not found".

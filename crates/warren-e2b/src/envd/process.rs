@@ -35,7 +35,6 @@ use super::EnvdContext;
 use crate::{E2bError, Shared};
 
 /// The header the SDKs ask for keepalive events with, in seconds (they send 50).
-const KEEPALIVE_HEADER: &str = "keepalive-ping-interval";
 /// The keepalive interval when the client names none.
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(1);
 /// The longest keepalive interval honoured.
@@ -141,7 +140,7 @@ async fn start(ctx: EnvdContext, mut call: Call) -> Response {
     };
     match started {
         Ok((info, output)) => {
-            let keepalive = keepalive_interval(&call);
+            let keepalive = call.keepalive(DEFAULT_KEEPALIVE, MAX_KEEPALIVE);
             call.stream(events(ctx, &info, output, keepalive, |event| {
                 StartResponse { event: Some(event) }
             }))
@@ -165,7 +164,7 @@ async fn connect(ctx: EnvdContext, mut call: Call) -> Response {
     };
     match found {
         Ok((info, output)) => {
-            let keepalive = keepalive_interval(&call);
+            let keepalive = call.keepalive(DEFAULT_KEEPALIVE, MAX_KEEPALIVE);
             call.stream(events(ctx, &info, output, keepalive, |event| {
                 ConnectResponse { event: Some(event) }
             }))
@@ -448,16 +447,6 @@ async fn followed(
         .follow_process(&ctx.sandbox.warren_id, info.pid, from)
         .await?;
     Ok((info, output))
-}
-
-/// The keepalive interval the client asked for (`Keepalive-Ping-Interval`, seconds).
-fn keepalive_interval(call: &Call) -> Duration {
-    call.headers()
-        .get(KEEPALIVE_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok())
-        .map(|secs| Duration::from_secs(secs).clamp(Duration::from_secs(1), MAX_KEEPALIVE))
-        .unwrap_or(DEFAULT_KEEPALIVE)
 }
 
 /// A process's events as envd streams them, following its output from offset `from`:

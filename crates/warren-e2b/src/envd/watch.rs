@@ -35,8 +35,8 @@ pub(crate) const STREAM_TICK: Duration = Duration::from_millis(250);
 /// The keepalive interval when the client names none (the SDKs send 50 s).
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(50);
 
-/// The header the SDKs name their keepalive interval in, in seconds.
-const KEEPALIVE_HEADER: &str = "keepalive-ping-interval";
+/// The longest keepalive interval a client may ask for.
+const MAX_KEEPALIVE: Duration = Duration::from_secs(300);
 
 /// envd's name for what happened.
 fn event_type(kind: WatchKind) -> EventType {
@@ -192,7 +192,7 @@ pub(crate) async fn watch_dir(ctx: EnvdContext, mut call: Call) -> Response {
         Ok(opened) => opened,
         Err(error) => return call.error(error),
     };
-    let keepalive = keepalive_interval(call.headers());
+    let keepalive = call.keepalive(DEFAULT_KEEPALIVE, MAX_KEEPALIVE);
     let deadline = call.timeout().map(|timeout| Instant::now() + timeout);
     let start = WatchDirResponse {
         event: Some(watch_dir_response::Event::Start(
@@ -276,16 +276,6 @@ async fn next_stream_item(
             });
         }
     }
-}
-
-/// The client's keepalive interval (`Keepalive-Ping-Interval`, seconds), 1 s to 5 min.
-fn keepalive_interval(headers: &axum::http::HeaderMap) -> Duration {
-    headers
-        .get(KEEPALIVE_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok())
-        .map(|seconds| Duration::from_secs(seconds.clamp(1, 300)))
-        .unwrap_or(DEFAULT_KEEPALIVE)
 }
 
 #[cfg(test)]

@@ -40,10 +40,7 @@ async fn create(server: &TestServer, uid: &str, scope: &str, extra: Value) -> Va
 }
 
 /// Pauses, resumes and runs in a sandbox of `server`: what a pause keeps and ends.
-async fn pause_and_resume_keep_the_files_and_end_the_processes(
-    server: &TestServer,
-    home_kept: bool,
-) {
+async fn pause_and_resume_keep_the_files_and_end_the_processes(server: &TestServer) {
     let info = create(server, "alice", "paused", json!({})).await;
     let id = info["sandbox_id"].as_str().unwrap().to_owned();
     let setup = server
@@ -148,29 +145,26 @@ async fn pause_and_resume_keep_the_files_and_end_the_processes(
         )
         .await;
     let lines: Vec<&str> = after["stdout"].as_str().unwrap().lines().collect();
-    // The workspace is kept, the runtime's scratch and processes are not.
+    // The workspace is kept, and the home by the runtime snapshot (installed packages
+    // with it); the runtime's scratch and its processes are not.
     assert_eq!(
-        (lines[0], lines[2], lines[3]),
-        ("kept", "fresh-tmp", "ended"),
+        lines,
+        ["kept", "installed", "fresh-tmp", "ended"],
         "{after}"
     );
-    // A runtime snapshot brings the home back (installed packages with it).
-    if home_kept {
-        assert_eq!(lines[1], "installed", "{after}");
-    }
 }
 
 #[tokio::test]
 async fn a_paused_sandbox_runs_nothing_and_resumes_with_its_files_and_installs() {
     let server = TestServer::start_local(bin());
-    pause_and_resume_keep_the_files_and_end_the_processes(&server, true).await;
+    pause_and_resume_keep_the_files_and_end_the_processes(&server).await;
 }
 
 #[tokio::test]
 async fn a_paused_docker_sandbox_resumes_with_its_workspace() {
     let server = TestServer::start_docker(bin());
-    // Docker takes no runtime snapshots: what its container kept is not asserted.
-    pause_and_resume_keep_the_files_and_end_the_processes(&server, false).await;
+    // Docker's snapshot keeps the home too (its image root is read-only).
+    pause_and_resume_keep_the_files_and_end_the_processes(&server).await;
 }
 
 #[tokio::test]
@@ -184,7 +178,8 @@ async fn deadlines_terminate_or_pause_and_a_patch_moves_them() {
         json!({"timeout_s": 1, "on_deadline": "pause"}),
     )
     .await;
-    let stays = create(&server, "alice", "stays", json!({"timeout_s": 1})).await;
+    // Its deadline is far enough that the PATCH below always comes first.
+    let stays = create(&server, "alice", "stays", json!({"timeout_s": 600})).await;
     assert_eq!(sleeps["on_deadline"], "pause");
     assert!(ends["deadline"].is_string(), "{ends}");
     let id = |info: &Value| info["sandbox_id"].as_str().unwrap().to_owned();
@@ -500,26 +495,42 @@ async fn the_mcp_tools_pause_resume_set_a_deadline_and_wait_for_changes() {
         "{answer}"
     );
 
-    // A change made meanwhile comes back from watch_files.
+    // The directory exists first, so what comes back are the files' own events.
+    let answer = mcp
+        .call_tool("bash", json!({"command": "mkdir -p notes"}))
+        .await;
+    assert!(!errored(&answer), "{answer}");
+    // A change made meanwhile comes back from watch_files. When the watch is open is
+    // not visible from here, so a file is written every 200 ms until the call returns:
+    // whichever lands after the watch opened is the one it reports.
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let writer = {
-        let url = server.url.clone();
-        let token = server.token.clone();
-        let id = id.clone();
+        let (url, token, id) = (server.url.clone(), server.token.clone(), id.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            reqwest::Client::new()
-                .put(format!("{url}/v1/sandboxes/{id}/files?path=notes/new.md"))
-                .bearer_auth(token)
-                .body("note")
-                .send()
-                .await
-                .unwrap();
+            let http = reqwest::Client::new();
+            for n in 0.. {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+                let response = http
+                    .put(format!(
+                        "{url}/v1/sandboxes/{id}/files?path=notes/new-{n}.md"
+                    ))
+                    .bearer_auth(&token)
+                    .body("note")
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(response.status().is_success());
+            }
         })
     };
     let answer = mcp.call_tool("watch_files", json!({"timeout_s": 20})).await;
+    let _ = stop.send(());
     writer.await.unwrap();
     assert!(!errored(&answer), "{answer}");
-    assert!(text(&answer).contains("notes/new.md"), "{answer}");
+    assert!(text(&answer).contains("notes/new-"), "{answer}");
     let answer = mcp
         .call_tool("watch_files", json!({"path": "../x", "timeout_s": 1}))
         .await;
@@ -605,13 +616,24 @@ async fn a_deadline_seen_by_two_replicas_fires_once() {
     let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
     let mut ids = Vec::new();
     for scope in ["one", "two", "three"] {
-        let info = create(a, "alice", scope, json!({"timeout_s": 1})).await;
+        let info = create(a, "alice", scope, json!({})).await;
         let id = info["sandbox_id"].as_str().unwrap().to_owned();
         // A runtime runs for the first; the others have none.
         if scope == "one" {
             assert_eq!(a.exec(&id, "true").await["exit_code"], 0);
         }
         ids.push(id);
+    }
+    // The deadlines are set (through the other replica) once everything runs.
+    for id in &ids {
+        let (status, body) = call(
+            b,
+            Method::PATCH,
+            &format!("/v1/sandboxes/{id}"),
+            Some(json!({"timeout_s": 1})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
     }
     for id in &ids {
         assert!(
