@@ -146,6 +146,9 @@ pub struct ProvisionerConfig {
     /// How long the reaper spends on one sandbox's snapshot before it reclaims the runtime
     /// without it.
     pub reap_deadline: Duration,
+    /// How long a sandbox may stay `pausing` before the reaper takes it for a pause whose
+    /// pauser died and finishes it (never sooner than twice `reap_deadline`).
+    pub stale_pause_after: Duration,
     /// The image of Docker sandboxes that name none (I18).
     pub default_image: Option<String>,
     /// The isolation tier of sandboxes that name none (issue 19): `kernel` unless the
@@ -203,6 +206,7 @@ impl ProvisionerConfig {
             snapshot_max_bytes: warren_snapshot::DEFAULT_MAX_BYTES,
             reap_concurrency: 4,
             reap_deadline: Duration::from_secs(60),
+            stale_pause_after: Duration::from_secs(600),
             default_image: None,
             default_isolation: warren_core::IsolationTier::Kernel,
             quotas: QuotaSettings::default(),

@@ -107,13 +107,15 @@ impl Provisioner {
         let all = self.store.list_sandboxes(None).await?;
         // A pause whose pauser died (a replica gone mid-pause) is finished here: by the
         // node that owns its runtime, or by any node when nobody does.
-        let stale_after = chrono::Duration::from_std(self.config.reap_deadline * 2)
-            .unwrap_or(chrono::Duration::MAX)
-            .max(chrono::Duration::minutes(10));
+        let stale_after = self
+            .config
+            .stale_pause_after
+            .max(self.config.reap_deadline * 2);
         let now = chrono::Utc::now();
-        for record in all.iter().filter(|record| {
-            record.state == SandboxState::Pausing && now - record.updated_at > stale_after
-        }) {
+        for record in all
+            .iter()
+            .filter(|record| is_stale_pause(record, now, stale_after))
+        {
             if let Err(error) = self.finish_stale_pause(record.clone()).await {
                 tracing::warn!(sandbox = %record.id, %error, "could not finish a pause left behind");
             }
@@ -381,6 +383,16 @@ fn pinned(samples: &[warren_backend::ProcessPressure], before: Option<u64>) -> b
     let first = before.or_else(|| samples.first().and_then(|pressure| pressure.refused));
     let last = samples.last().and_then(|pressure| pressure.refused);
     matches!((first, last), (Some(first), Some(last)) if last > first)
+}
+
+/// Whether `record` has been `pausing` for longer than `after`: its pauser died.
+fn is_stale_pause(
+    record: &SandboxRecord,
+    now: chrono::DateTime<chrono::Utc>,
+    after: Duration,
+) -> bool {
+    let after = chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+    record.state == SandboxState::Pausing && now - record.updated_at > after
 }
 
 /// How many times, and how far apart, [`Provisioner::pinned_at_pids_limit`] looks.

@@ -360,8 +360,12 @@ mod tests {
 
     async fn provisioner() -> (Arc<Provisioner>, SandboxRecord, tempfile::TempDir) {
         let data_dir = tempfile::tempdir().unwrap();
+        let mut config = crate::ProvisionerConfig::new(data_dir.path());
+        // A pause is stale at once: see the test of a pause left behind.
+        config.stale_pause_after = Duration::ZERO;
+        config.reap_deadline = Duration::ZERO;
         let provisioner = Arc::new(Provisioner::new(
-            crate::ProvisionerConfig::new(data_dir.path()),
+            config,
             Arc::new(warren_store::SqliteStore::open_in_memory().await.unwrap()),
             Arc::new(warren_backend::MemoryBackend::new()),
         ));
@@ -399,6 +403,25 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(resumed.state, SandboxState::Stopped);
+    }
+
+    #[tokio::test]
+    async fn the_reaper_finishes_a_pause_its_pauser_left_behind() {
+        let (provisioner, record, _dir) = provisioner().await;
+        // A node ends runtimes only once it joined the cluster (a lone one too).
+        provisioner.join_cluster().await.unwrap();
+        provisioner
+            .store
+            .set_sandbox_state(&record.id, 1, SandboxState::Created, SandboxState::Pausing)
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        provisioner.reap().await.unwrap();
+        assert_eq!(
+            provisioner.sandbox(&record.id).await.unwrap().state,
+            SandboxState::Paused
+        );
     }
 
     #[tokio::test]
