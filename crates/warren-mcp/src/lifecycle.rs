@@ -20,9 +20,6 @@ use crate::tools::{parse, Definition, Outcome, ToolResult};
 const MAX_WATCH_S: u64 = 60;
 /// Most changes `watch_files` reports.
 const MAX_CHANGES: usize = 500;
-/// How long `watch_files` keeps collecting after the first change, so one save's several
-/// events come back together.
-const SETTLE: Duration = Duration::from_millis(200);
 
 /// The lifecycle tools, for `tools/list`.
 pub(crate) const DEFINITIONS: &[Definition] = &[
@@ -248,41 +245,11 @@ async fn watch(
         )));
     }
     let path = args.path.unwrap_or_else(|| ".".to_owned());
-    let (base, mut watch) = provisioner
-        .watch_dir(
-            sandbox,
-            &path,
-            args.recursive.unwrap_or(true),
-            false,
-            Duration::from_millis(250),
-        )
+    let recursive = args.recursive.unwrap_or(true);
+    let (base, changes) = provisioner
+        .wait_for_changes(sandbox, &path, recursive, timeout, MAX_CHANGES)
         .await?;
-    let until = tokio::time::Instant::now() + timeout;
-    let mut changes = Vec::new();
-    let mut ended = None;
-    while changes.len() < MAX_CHANGES && ended.is_none() {
-        let now = tokio::time::Instant::now();
-        if now >= until {
-            break;
-        }
-        // Once something changed, only a moment more for the rest of it.
-        let wait = if changes.is_empty() {
-            until - now
-        } else {
-            SETTLE.min(until - now)
-        };
-        let batch = watch.next(wait).await;
-        let quiet = batch.changes.is_empty();
-        changes.extend(batch.changes);
-        ended = batch.end;
-        if quiet && !changes.is_empty() {
-            break;
-        }
-    }
     if changes.is_empty() {
-        if let Some(error) = ended {
-            return Err(error.into());
-        }
         return Ok(Outcome::text(format!(
             "Nothing changed under {base} in {} s.",
             timeout.as_secs()
@@ -290,7 +257,6 @@ async fn watch(
     }
     let lines: Vec<String> = changes
         .iter()
-        .take(MAX_CHANGES)
         .map(|change| {
             let what = match change.kind {
                 WatchKind::Create => "created",

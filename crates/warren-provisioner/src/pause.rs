@@ -221,11 +221,9 @@ impl Provisioner {
         mut change: SettingsChange,
     ) -> Result<SandboxRecord, ProvisionerError> {
         let record = self.sandbox(id).await?;
-        if record.state != SandboxState::Paused {
-            // The table's answer, before anything changes.
-            crate::transition(record.state, LifeEvent::Resume)
-                .map_err(|refusal| refusal.into_error(id))?;
-        }
+        // The table's answer, before anything changes.
+        crate::transition(record.state, LifeEvent::Resume)
+            .map_err(|refusal| refusal.into_error(id))?;
         let passed = record
             .settings
             .deadline

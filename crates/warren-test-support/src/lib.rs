@@ -1043,6 +1043,18 @@ pub mod latency {
 
     use crate::TestServer;
 
+    /// How long one `docker` command takes, its output dropped; panics when it fails.
+    pub fn timed_docker(args: &[&str]) -> Duration {
+        let started = Instant::now();
+        let status = std::process::Command::new("docker")
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("docker runs");
+        assert!(status.success(), "docker {args:?} failed");
+        started.elapsed()
+    }
+
     /// Untimed rounds before each measurement: page cache, the server's first requests.
     const WARM_UP: usize = 5;
 

@@ -7,22 +7,9 @@
 //! Target (issue 6): warm exec through the API p50 ≤ 10 ms on the Docker backend.
 
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
-use warren_test_support::latency::{create_and_exec, row};
+use warren_test_support::latency::{create_and_exec, row, timed_docker};
 use warren_test_support::{require_docker, TestServer, DOCKER_TEST_IMAGE};
-
-fn timed(args: &[&str]) -> Duration {
-    let started = Instant::now();
-    let status = Command::new("docker")
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "docker {args:?} failed");
-    started.elapsed()
-}
 
 #[tokio::main]
 async fn main() {
@@ -54,7 +41,7 @@ async fn main() {
     // The anchors, on the same image, with the docker client as operators use it.
     let mut raw_run = Vec::new();
     for _ in 0..iterations {
-        raw_run.push(timed(&[
+        raw_run.push(timed_docker(&[
             "run",
             "--rm",
             "--network",
@@ -66,7 +53,7 @@ async fn main() {
         ]));
     }
     let name = format!("warren-bench-{}", std::process::id());
-    timed(&[
+    timed_docker(&[
         "run",
         "-d",
         "--name",
@@ -81,7 +68,7 @@ async fn main() {
     ]);
     let mut raw_exec = Vec::new();
     for _ in 0..iterations * 3 {
-        raw_exec.push(timed(&["exec", &name, "true"]));
+        raw_exec.push(timed_docker(&["exec", &name, "true"]));
     }
     warren_test_support::docker(&["rm", "-f", &name]);
 

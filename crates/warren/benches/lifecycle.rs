@@ -10,24 +10,12 @@
 //! `cargo bench -p warren --bench lifecycle` (`-- --iterations N`, default 20).
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
-use warren_test_support::latency::row;
+use warren_test_support::latency::{row, timed_docker};
 use warren_test_support::{require_docker, TestServer, DOCKER_TEST_IMAGE};
-
-fn timed(args: &[&str]) -> Duration {
-    let started = Instant::now();
-    let status = Command::new("docker")
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "docker {args:?} failed");
-    started.elapsed()
-}
 
 async fn post(server: &TestServer, path: &str) -> Duration {
     let started = Instant::now();
@@ -101,7 +89,7 @@ async fn main() {
 
     // The anchors: a container with a process, stopped and started again.
     let name = format!("warren-bench-{}", std::process::id());
-    timed(&[
+    timed_docker(&[
         "run",
         "-d",
         "--name",
@@ -117,10 +105,10 @@ async fn main() {
     let (mut stops, mut starts, mut freezes, mut thaws) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..iterations {
-        stops.push(timed(&["stop", "--time", "0", &name]));
-        starts.push(timed(&["start", &name]));
-        freezes.push(timed(&["pause", &name]));
-        thaws.push(timed(&["unpause", &name]));
+        stops.push(timed_docker(&["stop", "--time", "0", &name]));
+        starts.push(timed_docker(&["start", &name]));
+        freezes.push(timed_docker(&["pause", &name]));
+        thaws.push(timed_docker(&["unpause", &name]));
     }
     warren_test_support::docker(&["rm", "-f", &name]);
 

@@ -92,6 +92,53 @@ impl Provisioner {
     }
 }
 
+/// How long [`Provisioner::wait_for_changes`] keeps collecting after the first change, so
+/// one save's several events come back together.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+impl Provisioner {
+    /// Waits up to `timeout` for something under the directory `path` to change
+    /// ([`Provisioner::watch_dir`]), and returns the directory and what changed: as soon as
+    /// changes came and a moment passed with no more, at most `limit` of them; none when
+    /// the time is up first. A watch that ended with nothing seen is its error.
+    pub async fn wait_for_changes(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        recursive: bool,
+        timeout: std::time::Duration,
+        limit: usize,
+    ) -> Result<(VirtualPath, Vec<WatchChange>), ProvisionerError> {
+        let tick = std::time::Duration::from_millis(250);
+        let (base, mut watch) = self.watch_dir(id, path, recursive, false, tick).await?;
+        let until = tokio::time::Instant::now() + timeout;
+        let mut changes = Vec::new();
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= until || changes.len() >= limit {
+                break;
+            }
+            // Once something changed, only a moment more for the rest of it.
+            let wait = if changes.is_empty() {
+                until - now
+            } else {
+                SETTLE.min(until - now)
+            };
+            let batch = watch.next(wait).await;
+            let quiet = batch.changes.is_empty();
+            changes.extend(batch.changes);
+            match batch.end {
+                Some(error) if changes.is_empty() => return Err(error),
+                Some(_) => break,
+                None if quiet && !changes.is_empty() => break,
+                None => {}
+            }
+        }
+        changes.truncate(limit);
+        Ok((base, changes))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
