@@ -30,28 +30,32 @@ pub(crate) fn sandbox_info(record: &SandboxRecord, gvisor: &GvisorHealth) -> San
         sandbox_id: record.id.to_string(),
         uid: record.uid.to_string(),
         runtime_scope_id: record.runtime_scope.to_string(),
-        workdir: record.workdir.to_string(),
-        workdir_path: record.layout.layout().workdir_path(&record.workdir),
-        layout: match record.layout {
+        workdir: record.binding.workdir.to_string(),
+        workdir_path: record
+            .binding
+            .layout
+            .layout()
+            .workdir_path(&record.binding.workdir),
+        layout: match record.binding.layout {
             LayoutName::Ars => SandboxLayout::Ars,
             LayoutName::Deerflow => SandboxLayout::Deerflow,
             LayoutName::E2b => SandboxLayout::E2b,
         },
-        isolation: match record.isolation {
+        isolation: match record.binding.isolation {
             IsolationTier::Kernel => SandboxIsolation::Kernel,
             IsolationTier::Gvisor => SandboxIsolation::Gvisor,
         },
         network: NetworkSpec {
-            mode: record.network.mode().to_owned(),
-            allow: match &record.network {
+            mode: record.binding.network.mode().to_owned(),
+            allow: match &record.binding.network {
                 NetworkPolicy::Allowlist { allow } => allow.clone(),
                 _ => Vec::new(),
             },
         },
-        backend: record.backend.clone(),
-        image: record.image.clone(),
-        inherit_env: record.inherit_env,
-        ephemeral: record.ephemeral,
+        backend: record.binding.backend.as_str().to_owned(),
+        image: record.binding.image.clone(),
+        inherit_env: record.binding.inherit_env,
+        ephemeral: record.binding.ephemeral,
         state: record.state.as_str().to_owned(),
         labels: record.settings.labels.clone(),
         deadline: record
@@ -65,7 +69,7 @@ pub(crate) fn sandbox_info(record: &SandboxRecord, gvisor: &GvisorHealth) -> San
         generation: record.generation,
         created_at: record.created_at.to_rfc3339(),
         last_active_at: record.last_active_at.to_rfc3339(),
-        warnings: match record.isolation {
+        warnings: match record.binding.isolation {
             IsolationTier::Kernel => Vec::new(),
             IsolationTier::Gvisor => gvisor.limitations.clone(),
         },
@@ -157,7 +161,7 @@ fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
         (status = 404, body = warren_protocol::ErrorBody, description = "workdir_not_found"),
         (status = 400, body = warren_protocol::ErrorBody, description = "invalid_request, invalid_uid, invalid_scope, invalid_network, invalid_image; reserved_uid: a uid named directly may not start with session:, agent: or global:"),
         (status = 409, body = warren_protocol::ErrorBody, description = "workdir_conflict, network_conflict, env_policy_conflict, backend_conflict, layout_conflict or isolation_conflict: the live sandbox is bound otherwise; sandbox_terminating: its labels or deadline cannot change now"),
-        (status = 422, body = warren_protocol::ErrorBody, description = "image_not_found: the image (named, or the server's default) is not on the Docker host; warren never pulls. isolation_unavailable: the sandbox's backend cannot run the gvisor tier on this server"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "image_not_found: the image (named, or the server's default) is not on the Docker host; warren never pulls. isolation_unavailable: the sandbox's backend cannot run the gvisor tier on this server. host_mounts_unsupported: the backend (kubernetes) cannot mount an ephemeral sandbox's scratch tree or extra mounts"),
     ),
     security(("bearer" = []))
 )]

@@ -78,6 +78,7 @@ impl Backend for MemoryBackend {
             survives_restart: false,
             resource_limits: false,
             gvisor: false,
+            host_mounts: true,
         }
     }
 
@@ -162,20 +163,24 @@ mod tests {
         let scope = RuntimeScope::new("t1").unwrap();
         RuntimeSpec {
             sandbox: SandboxId::derive(&uid, &scope),
-            backend: BackendKind::Memory,
-            image: None,
-            isolation: warren_core::IsolationTier::Kernel,
             generation: 1,
             uid,
             runtime_scope: scope,
-            workdir: Workdir::new("projects/a").unwrap(),
-            layout: warren_core::LayoutName::Ars,
-            extra_mounts: Vec::new(),
             user_workspace: "/data/ws".into(),
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),
-            network: warren_core::NetworkPolicy::None,
             seed: None,
+            binding: warren_core::Binding {
+                workdir: Workdir::new("projects/a").unwrap(),
+                network: warren_core::NetworkPolicy::None,
+                backend: BackendKind::Memory,
+                image: None,
+                inherit_env: true,
+                ephemeral: false,
+                layout: warren_core::LayoutName::Ars,
+                extra_mounts: Vec::new(),
+                isolation: warren_core::IsolationTier::Kernel,
+            },
         }
     }
 

@@ -63,7 +63,7 @@ impl BackendSet {
             sandbox: spec.sandbox.clone(),
             source: std::io::Error::other(format!(
                 "the {} backend is not enabled on this server",
-                spec.backend.as_str()
+                spec.binding.backend.as_str()
             )),
         }
     }
@@ -95,10 +95,11 @@ impl Backend for BackendSet {
 
     async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
         let backend = self
-            .member(spec.backend)
+            .member(spec.binding.backend)
             .ok_or_else(|| Self::unavailable(spec))?;
         let created = backend.create(spec).await?;
-        self.hosts().insert(spec.sandbox.clone(), spec.backend);
+        self.hosts()
+            .insert(spec.sandbox.clone(), spec.binding.backend);
         Ok(created)
     }
 
@@ -240,20 +241,24 @@ mod tests {
         let scope = RuntimeScope::new(scope).unwrap();
         RuntimeSpec {
             sandbox: SandboxId::derive(&uid, &scope),
-            backend,
-            image: None,
-            isolation: warren_core::IsolationTier::Kernel,
             generation: 1,
             uid,
             runtime_scope: scope,
-            workdir: Workdir::new("projects/a").unwrap(),
-            layout: warren_core::LayoutName::Ars,
-            extra_mounts: Vec::new(),
             user_workspace: "/data/ws".into(),
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),
-            network: NetworkPolicy::None,
             seed: None,
+            binding: warren_core::Binding {
+                workdir: Workdir::new("projects/a").unwrap(),
+                network: NetworkPolicy::None,
+                backend,
+                image: None,
+                inherit_env: true,
+                ephemeral: false,
+                layout: warren_core::LayoutName::Ars,
+                extra_mounts: Vec::new(),
+                isolation: warren_core::IsolationTier::Kernel,
+            },
         }
     }
 

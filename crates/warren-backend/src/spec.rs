@@ -4,50 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use warren_core::{
-    ExtraMount, IsolationTier, LayoutName, MountSource, NetworkPolicy, RuntimeScope, SandboxId,
-    Uid, Workdir,
-};
-
-/// The backends warren knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    /// Records calls, isolates nothing, runs nothing; tests only (I20).
-    Memory,
-    /// The native Linux runtime: namespaces, cgroups, seccomp, Landlock.
-    Local,
-    /// One container per sandbox on a Docker Engine (I18).
-    Docker,
-    /// One pod per sandbox on a Kubernetes cluster (issue 15).
-    Kubernetes,
-}
-
-impl BackendKind {
-    /// The backend's name in configuration, records and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Memory => "memory",
-            Self::Local => "local",
-            Self::Docker => "docker",
-            Self::Kubernetes => "kubernetes",
-        }
-    }
-
-    /// Every backend warren knows.
-    pub const ALL: [Self; 4] = [Self::Memory, Self::Local, Self::Docker, Self::Kubernetes];
-
-    /// Whether its runtimes come from an image the sandbox names (the others run the
-    /// host's own system directories, or an image fixed at start-up).
-    pub fn takes_image(self) -> bool {
-        matches!(self, Self::Docker | Self::Kubernetes)
-    }
-
-    /// The backend a name in configuration or a request stands for.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
-    }
-}
+pub use warren_core::BackendKind;
+use warren_core::{Binding, MountSource, RuntimeScope, SandboxId, Uid};
 
 /// What a backend can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -63,6 +21,9 @@ pub struct Capabilities {
     /// Can run runtimes on the gVisor tier on this host now (issue 19); why not is
     /// [`crate::Backend::gvisor_unavailable`].
     pub gvisor: bool,
+    /// Mounts directories of warren's own host into a runtime: an ephemeral sandbox's
+    /// scratch tree and operator-allowed extra mounts. A pod cannot (it mounts claims).
+    pub host_mounts: bool,
 }
 
 /// Everything a backend needs to start one runtime.
@@ -70,50 +31,51 @@ pub struct Capabilities {
 pub struct RuntimeSpec {
     /// The sandbox this runtime serves.
     pub sandbox: SandboxId,
-    /// Which backend hosts it; part of the sandbox's binding.
-    pub backend: BackendKind,
-    /// The image its root filesystem comes from, for backends that run images (Docker);
-    /// part of the identity.
-    pub image: Option<String>,
-    /// The isolation tier (issue 19); part of the binding and of the identity.
-    pub isolation: IsolationTier,
     /// Which start of this sandbox it is; part of the identity a backend records.
     pub generation: i64,
     /// The workspace owner.
     pub uid: Uid,
     /// The runtime scope.
     pub runtime_scope: RuntimeScope,
-    /// The default cwd, relative to the UserWorkspace.
-    pub workdir: Workdir,
-    /// What the runtime looks like from inside: which of the trees below is mounted where
-    /// ([`RuntimeSpec::mounts`]); part of the identity (I16).
-    pub layout: LayoutName,
-    /// Operator-allowed host directories shown beside the layout's mounts; part of the
-    /// sandbox's binding and of the identity, like the layout.
-    pub extra_mounts: Vec<ExtraMount>,
+    /// The sandbox generation's binding (workdir, network, backend, image, layout, extra
+    /// mounts, tier, environment policy): recorded whole by the backend, and a runtime
+    /// found after a restart is adopted only with an equal one (I16).
+    pub binding: Binding,
     /// Host path of the UserWorkspace (I7); the layout mounts it, or directories inside it.
     pub user_workspace: PathBuf,
     /// Host path of the skill projection, mounted read-only (I7).
     pub skill_projection: PathBuf,
     /// Environment given to every process of the runtime (I14); never the token (I13).
     pub env: BTreeMap<String, String>,
-    /// Where the runtime's processes may connect (I23).
-    pub network: NetworkPolicy,
     /// A restored runtime snapshot to start from (I30): `<seed>/cow/<layer>/upper` and
     /// `<seed>/home`. Not part of the identity; the backend may delete it once started.
     pub seed: Option<PathBuf>,
 }
 
 impl RuntimeSpec {
+    /// Whether a runtime made from `self` (as a backend recorded it) serves `wanted`: the
+    /// same sandbox, generation, uid and scope, an equal binding, and the same host trees
+    /// mounted (I16). The environment and the seed are not the runtime's identity. Every
+    /// backend adopts a runtime found after a restart only when this holds.
+    pub fn serves(&self, wanted: &RuntimeSpec) -> bool {
+        self.sandbox == wanted.sandbox
+            && self.generation == wanted.generation
+            && self.uid == wanted.uid
+            && self.runtime_scope == wanted.runtime_scope
+            && self.binding == wanted.binding
+            && self.user_workspace == wanted.user_workspace
+            && self.skill_projection == wanted.skill_projection
+    }
+
     /// The runtime's persistent mounts on the host: the layout's in its order (less any an
     /// extra mount takes the place of), then the extra mounts in theirs.
     pub fn mounts(&self) -> Vec<HostMount> {
-        warren_core::view_mounts(self.layout.layout(), &self.extra_mounts)
+        warren_core::view_mounts(self.binding.layout.layout(), &self.binding.extra_mounts)
             .into_iter()
             .map(|mount| {
                 let (tree, beneath) = match mount.source {
                     MountSource::Extra(index) => {
-                        let extra = &self.extra_mounts[usize::from(index)];
+                        let extra = &self.binding.extra_mounts[usize::from(index)];
                         (extra.root.clone(), extra.beneath.clone())
                     }
                     source => {
@@ -121,7 +83,7 @@ impl RuntimeSpec {
                             warren_core::VirtualRoot::Skills => self.skill_projection.clone(),
                             _ => self.user_workspace.clone(),
                         };
-                        (tree, source.prefix(&self.workdir))
+                        (tree, source.prefix(&self.binding.workdir))
                     }
                 };
                 HostMount {

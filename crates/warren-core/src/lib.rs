@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+mod binding;
 mod data_dir;
 mod env;
 mod extra_mount;
@@ -20,6 +21,7 @@ mod token;
 mod virtual_path;
 mod workdir;
 
+pub use binding::{BackendKind, Binding, BindingPart};
 pub use data_dir::DataLayout;
 pub use env::{
     check_env_name, check_env_value, AgentEnvVar, MaskingStream, SecretMasker, MAX_AGENT_ENV_VARS,

@@ -11,8 +11,10 @@ use crate::{component_problem, shorten, CoreError, MAX_PATH_BYTES};
 /// component, not under the reserved `agents/` tree (I9). That the directory *exists* and
 /// that no component is a symlink is checked by `warren-fs` when it is opened, by file
 /// descriptor, never by string.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(into = "String", try_from = "String")]
 pub struct Workdir(String);
 
 impl Workdir {
@@ -61,6 +63,20 @@ impl Workdir {
     /// The workdir as a relative path.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl TryFrom<String> for Workdir {
+    type Error = CoreError;
+
+    fn try_from(path: String) -> Result<Self, CoreError> {
+        Self::new(path)
+    }
+}
+
+impl From<Workdir> for String {
+    fn from(workdir: Workdir) -> Self {
+        workdir.0
     }
 }
 

@@ -35,6 +35,11 @@ const LABEL_USER_WORKSPACE: &str = "dev.warren.user-workspace";
 const LABEL_SKILL_PROJECTION: &str = "dev.warren.skill-projection";
 /// The isolation tier (issue 19); a container without it is the kernel tier's.
 const LABEL_ISOLATION: &str = "dev.warren.isolation";
+/// The binding's environment policy, `inherit_env` and `ephemeral` as JSON. A container
+/// without it is taken for the default's (inherited, persistent): that can only refuse a
+/// container whose record says otherwise, never adopt one wrongly, since a container's
+/// policy is its record's.
+const LABEL_ENV_POLICY: &str = "dev.warren.env-policy";
 
 /// The legacy mount of the workspace's projects, refused for reuse (I16).
 const LEGACY_PROJECTS: &str = "/home/gem/projects";
@@ -52,9 +57,8 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    /// Whether a container of this identity serves `spec`: the same generation and the
-    /// same binding (uid, scope, workdir, layout, network, image and the host trees its
-    /// mounts come from).
+    /// Whether a container of this identity serves `spec` ([`RuntimeSpec::serves`]): the
+    /// same generation, an equal binding, and the same host trees its mounts come from.
     ///
     /// The trees, not each bind's source path: a staged bind's source is a staging
     /// directory named after the sandbox and the mount's index, the same for every
@@ -66,18 +70,7 @@ impl Identity {
     /// mount, and every direct source the tree itself. Equal on all of these, two
     /// containers show the same directories, so comparing them is comparing the mounts.
     pub fn matches(&self, spec: &RuntimeSpec) -> bool {
-        let ours = &self.spec;
-        ours.sandbox == spec.sandbox
-            && ours.generation == spec.generation
-            && ours.uid == spec.uid
-            && ours.runtime_scope == spec.runtime_scope
-            && ours.workdir == spec.workdir
-            && ours.layout == spec.layout
-            && ours.network == spec.network
-            && ours.image == spec.image
-            && ours.isolation == spec.isolation
-            && ours.user_workspace == spec.user_workspace
-            && ours.skill_projection == spec.skill_projection
+        self.spec.serves(spec)
     }
 
     /// Reads a container back, refusing anything warren would not have made: another
@@ -191,6 +184,10 @@ impl Identity {
             return Err(LayoutProblem::PublishedPorts);
         }
 
+        let env_policy = match labels.get(LABEL_ENV_POLICY) {
+            Some(json) => serde_json::from_str(json).map_err(bad(LABEL_ENV_POLICY))?,
+            None => EnvPolicy::default(),
+        };
         let layout = match labels.get(LABEL_LAYOUT) {
             Some(name) => LayoutName::parse(name).map_err(bad(LABEL_LAYOUT))?,
             None => LayoutName::Ars,
@@ -292,20 +289,24 @@ impl Identity {
         Ok(Self {
             spec: RuntimeSpec {
                 sandbox,
-                backend: BackendKind::Docker,
-                image: Some(image),
-                isolation,
                 generation,
                 uid,
                 runtime_scope,
-                workdir,
-                layout,
-                extra_mounts,
                 user_workspace,
                 skill_projection,
                 env,
-                network,
                 seed: None,
+                binding: warren_core::Binding {
+                    workdir,
+                    network,
+                    backend: BackendKind::Docker,
+                    image: Some(image),
+                    inherit_env: env_policy.inherit_env,
+                    ephemeral: env_policy.ephemeral,
+                    layout,
+                    extra_mounts,
+                    isolation,
+                },
             },
             running,
             agent: None,
@@ -360,6 +361,32 @@ pub enum LayoutProblem {
     MissingMounts,
 }
 
+/// The environment part of a binding, as [`LABEL_ENV_POLICY`] holds it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvPolicy {
+    inherit_env: bool,
+    ephemeral: bool,
+}
+
+impl EnvPolicy {
+    fn of(binding: &warren_core::Binding) -> Self {
+        Self {
+            inherit_env: binding.inherit_env,
+            ephemeral: binding.ephemeral,
+        }
+    }
+}
+
+impl Default for EnvPolicy {
+    fn default() -> Self {
+        Self {
+            inherit_env: true,
+            ephemeral: false,
+        }
+    }
+}
+
 /// The labels of a sandbox's container.
 pub(crate) fn container_labels(instance: &str, spec: &RuntimeSpec) -> HashMap<String, String> {
     HashMap::from([
@@ -368,12 +395,19 @@ pub(crate) fn container_labels(instance: &str, spec: &RuntimeSpec) -> HashMap<St
         (LABEL_GENERATION.to_owned(), spec.generation.to_string()),
         (LABEL_UID.to_owned(), spec.uid.to_string()),
         (LABEL_SCOPE.to_owned(), spec.runtime_scope.to_string()),
-        (LABEL_WORKDIR.to_owned(), spec.workdir.to_string()),
-        (LABEL_LAYOUT.to_owned(), spec.layout.to_string()),
-        (LABEL_ISOLATION.to_owned(), spec.isolation.to_string()),
+        (LABEL_WORKDIR.to_owned(), spec.binding.workdir.to_string()),
+        (LABEL_LAYOUT.to_owned(), spec.binding.layout.to_string()),
+        (
+            LABEL_ISOLATION.to_owned(),
+            spec.binding.isolation.to_string(),
+        ),
+        (
+            LABEL_ENV_POLICY.to_owned(),
+            serde_json::to_string(&EnvPolicy::of(&spec.binding)).expect("a policy serialises"),
+        ),
         (
             LABEL_EXTRA_MOUNTS.to_owned(),
-            serde_json::to_string(&spec.extra_mounts).expect("extra mounts serialise"),
+            serde_json::to_string(&spec.binding.extra_mounts).expect("extra mounts serialise"),
         ),
         (
             LABEL_USER_WORKSPACE.to_owned(),
@@ -385,11 +419,11 @@ pub(crate) fn container_labels(instance: &str, spec: &RuntimeSpec) -> HashMap<St
         ),
         (
             LABEL_NETWORK.to_owned(),
-            serde_json::to_string(&spec.network).expect("a network policy serialises"),
+            serde_json::to_string(&spec.binding.network).expect("a network policy serialises"),
         ),
         (
             LABEL_IMAGE.to_owned(),
-            spec.image.clone().unwrap_or_default(),
+            spec.binding.image.clone().unwrap_or_default(),
         ),
     ])
 }
@@ -415,20 +449,24 @@ mod tests {
         let runtime_scope = RuntimeScope::new("t").unwrap();
         RuntimeSpec {
             sandbox: SandboxId::derive(&uid, &runtime_scope),
-            backend: BackendKind::Docker,
-            image: Some("warren-test:1".into()),
-            isolation: warren_core::IsolationTier::Kernel,
             generation: 3,
             uid,
             runtime_scope,
-            workdir: Workdir::new("projects/a").unwrap(),
-            layout: warren_core::LayoutName::Ars,
-            extra_mounts: Vec::new(),
             user_workspace: "/data/user-data/shared/alice/workspace".into(),
             skill_projection: "/data/skill-projections/alice".into(),
             env: BTreeMap::new(),
-            network: NetworkPolicy::None,
             seed: None,
+            binding: warren_core::Binding {
+                workdir: Workdir::new("projects/a").unwrap(),
+                network: NetworkPolicy::None,
+                backend: BackendKind::Docker,
+                image: Some("warren-test:1".into()),
+                inherit_env: true,
+                ephemeral: false,
+                layout: warren_core::LayoutName::Ars,
+                extra_mounts: Vec::new(),
+                isolation: warren_core::IsolationTier::Kernel,
+            },
         }
     }
 
@@ -437,8 +475,11 @@ mod tests {
 
     fn deerflow_spec() -> RuntimeSpec {
         RuntimeSpec {
-            layout: LayoutName::Deerflow,
-            workdir: Workdir::new("threads/t1/user-data").unwrap(),
+            binding: warren_core::Binding {
+                workdir: Workdir::new("threads/t1/user-data").unwrap(),
+                layout: LayoutName::Deerflow,
+                ..spec().binding
+            },
             ..spec()
         }
     }
@@ -467,7 +508,7 @@ mod tests {
             "Name": format!("/warren-i1-{}", spec.sandbox),
             "State": {"Running": true},
             "Config": {
-                "Image": spec.image,
+                "Image": spec.binding.image,
                 "Labels": container_labels("i1", spec),
             },
             "HostConfig": {
@@ -512,11 +553,36 @@ mod tests {
             "another generation is another runtime"
         );
         other = spec.clone();
-        other.image = Some("warren-test:2".into());
+        other.binding.image = Some("warren-test:2".into());
         assert!(
             !identity.matches(&other),
             "another image is another runtime"
         );
+    }
+
+    #[test]
+    fn a_container_serves_only_its_own_environment_policy() {
+        let spec = spec();
+        let mut isolated = spec.clone();
+        isolated.binding.inherit_env = false;
+        let mut ephemeral = spec.clone();
+        ephemeral.binding.ephemeral = true;
+        for made in [&spec, &isolated, &ephemeral] {
+            let identity = read(container(made)).unwrap();
+            for wanted in [&spec, &isolated, &ephemeral] {
+                assert_eq!(identity.matches(wanted), made == wanted);
+            }
+        }
+        // A container made before the policy was labelled reads as the default's.
+        let mut value = container(&spec);
+        let labels = value["Config"]["Labels"].as_object_mut().unwrap();
+        assert!(labels.remove(LABEL_ENV_POLICY).is_some());
+        assert!(read(value.clone()).unwrap().matches(&spec));
+        value["Config"]["Labels"][LABEL_ENV_POLICY] = json!("{\"inherit_env\":1}");
+        assert!(matches!(
+            read(value),
+            Err(LayoutProblem::BadLabel(LABEL_ENV_POLICY))
+        ));
     }
 
     #[test]
@@ -649,7 +715,7 @@ mod tests {
     #[test]
     fn a_sandbox_with_egress_must_be_on_its_own_network() {
         let mut spec = spec();
-        spec.network = NetworkPolicy::Open;
+        spec.binding.network = NetworkPolicy::Open;
         let mut value = container(&spec);
         value["HostConfig"]["NetworkMode"] = json!(format!("warren-i1-{}", spec.sandbox));
         assert!(read(value.clone()).is_ok());
@@ -669,7 +735,7 @@ mod tests {
             labels.remove(label);
         }
         let identity = read(value).unwrap();
-        assert_eq!(identity.spec.layout, LayoutName::Ars);
+        assert_eq!(identity.spec.binding.layout, LayoutName::Ars);
         assert!(identity.matches(&spec), "its trees come from its binds");
     }
 
@@ -677,17 +743,23 @@ mod tests {
     fn a_deerflow_container_reads_back_with_its_staged_binds_and_its_trees_from_the_labels() {
         let spec = deerflow_spec();
         let identity = read(container(&spec)).unwrap();
-        assert_eq!(identity.spec.layout, LayoutName::Deerflow);
+        assert_eq!(identity.spec.binding.layout, LayoutName::Deerflow);
         assert!(identity.matches(&spec));
         assert_eq!(identity.spec.user_workspace, spec.user_workspace);
         assert_eq!(identity.spec.skill_projection, spec.skill_projection);
         let ars = RuntimeSpec {
-            layout: LayoutName::Ars,
+            binding: warren_core::Binding {
+                layout: LayoutName::Ars,
+                ..spec.clone().binding
+            },
             ..spec.clone()
         };
         assert!(!identity.matches(&ars), "another layout is another runtime");
         let other_thread = RuntimeSpec {
-            workdir: Workdir::new("threads/t2/user-data").unwrap(),
+            binding: warren_core::Binding {
+                workdir: Workdir::new("threads/t2/user-data").unwrap(),
+                ..spec.clone().binding
+            },
             ..spec.clone()
         };
         assert!(!identity.matches(&other_thread), "another workdir too");

@@ -374,10 +374,10 @@ impl DockerBackend {
 
     /// Takes a runtime into this provisioner's care; serves its egress if it has any.
     fn adopt(&self, identity: Identity) {
-        if identity.spec.network.has_egress() {
+        if identity.spec.binding.network.has_egress() {
             if let Err(error) = warren_agent::egress::spawn_egress(
                 self.socket_dir(&identity.spec.sandbox),
-                identity.spec.network.clone(),
+                identity.spec.binding.network.clone(),
                 tokio::runtime::Handle::current(),
             ) {
                 tracing::error!(sandbox = %identity.spec.sandbox, %error, "cannot serve the container's egress");
@@ -387,7 +387,7 @@ impl DockerBackend {
     }
 
     async fn launch(&self, spec: &RuntimeSpec) -> Result<Identity, DockerError> {
-        let image = spec.image.clone().unwrap_or_default();
+        let image = spec.binding.image.clone().unwrap_or_default();
         if let Err(error) = self.docker.inspect_image(&image).await {
             return Err(if is_not_found(&error) {
                 DockerError::ImageMissing { image }
@@ -397,7 +397,7 @@ impl DockerBackend {
         }
         self.teardown(&spec.sandbox).await?;
         let socket_dir = self.socket_dir(&spec.sandbox);
-        let agent_uid = match spec.isolation {
+        let agent_uid = match spec.binding.isolation {
             IsolationTier::Kernel => warren_core::SANDBOX_UID,
             IsolationTier::Gvisor => 0,
         };
@@ -413,7 +413,9 @@ impl DockerBackend {
         })?;
         // A gVisor container has the Sentry's loopback only (runsc `--network=none`): its
         // agent relays the proxy port's connections to the provisioner (issue 19).
-        let network_mode = if spec.network.has_egress() && spec.isolation == IsolationTier::Kernel {
+        let network_mode = if spec.binding.network.has_egress()
+            && spec.binding.isolation == IsolationTier::Kernel
+        {
             let name = self.container_name(&spec.sandbox);
             self.docker
                 .create_network(NetworkCreateRequest {
@@ -440,21 +442,22 @@ impl DockerBackend {
             sandbox: spec.sandbox.to_string(),
             generation: spec.generation,
             nofile: self.config.limits.nofile,
-            egress: spec.network.has_egress(),
+            egress: spec.binding.network.has_egress(),
             socket_dir: Some(PathBuf::from(SOCKET_MOUNT)),
             listen: None,
             // Only an ephemeral home is kept open for snapshots (I30).
             home: spec
+                .binding
                 .layout
                 .layout()
                 .home_is_ephemeral()
-                .then(|| PathBuf::from(spec.layout.layout().home)),
-            gvisor: spec.isolation == IsolationTier::Gvisor,
-            max_processes: (spec.isolation == IsolationTier::Gvisor)
+                .then(|| PathBuf::from(spec.binding.layout.layout().home)),
+            gvisor: spec.binding.isolation == IsolationTier::Gvisor,
+            max_processes: (spec.binding.isolation == IsolationTier::Gvisor)
                 .then_some(self.config.limits.pids_max)
                 .flatten()
                 .map(sentry_limits::sandbox_processes),
-            max_address_space: (spec.isolation == IsolationTier::Gvisor)
+            max_address_space: (spec.binding.isolation == IsolationTier::Gvisor)
                 .then_some(self.config.limits.memory_bytes)
                 .flatten()
                 .map(sentry_limits::address_space),
@@ -491,7 +494,7 @@ impl DockerBackend {
         // A gVisor container's PID 1 on the host is runsc's sandbox process, not the agent:
         // there is no agent process to check mounts through or to reach the home by (its
         // home moves through the agent instead: `archive_gvisor_home`, and the seed below).
-        let agent = match spec.isolation {
+        let agent = match spec.binding.isolation {
             IsolationTier::Kernel => self.agent_process(&name).await,
             IsolationTier::Gvisor => None,
         };
@@ -505,9 +508,9 @@ impl DockerBackend {
                 return Err(error);
             }
         }
-        let ephemeral_home = spec.layout.layout().home_is_ephemeral();
+        let ephemeral_home = spec.binding.layout.layout().home_is_ephemeral();
         if let (Some(seed), IsolationTier::Gvisor, true) =
-            (&spec.seed, spec.isolation, ephemeral_home)
+            (&spec.seed, spec.binding.isolation, ephemeral_home)
         {
             // The Sentry's home is reached through the agent, as a tar stream (I30).
             let (home, dir) = (seed.join("home"), socket_dir.clone());
@@ -527,7 +530,7 @@ impl DockerBackend {
             // command. A seed that cannot be copied leaves a fresh /home/gem, never a
             // failed start.
             let (home, pid) = (seed.join("home"), *pid);
-            let layout = spec.layout.layout();
+            let layout = spec.binding.layout.layout();
             let seeded = tokio::task::spawn_blocking(move || seed_home(&home, pid, layout)).await;
             if let Ok(Err(error)) | Err(error) = seeded.map_err(std::io::Error::other) {
                 tracing::warn!(sandbox = %spec.sandbox, %error, "could not restore /home/gem from the snapshot; it starts empty");
@@ -552,7 +555,7 @@ impl DockerBackend {
         network_mode: &str,
         agent: String,
     ) -> ContainerCreateBody {
-        let layout = spec.layout.layout();
+        let layout = spec.binding.layout.layout();
         let limits = &self.config.limits;
         let bind = |source: &Path, target: &str, read_only: bool| Mount {
             target: Some(target.to_owned()),
@@ -597,7 +600,7 @@ impl DockerBackend {
             .map(|(index, mount)| bind(staged.source(index), &mount.target, !mount.writable))
             .collect();
         binds.push(bind(self.bundle.dir(), AGENT_MOUNT, true));
-        for (source, target) in accounts::binds(&self.accounts_dir, spec.layout) {
+        for (source, target) in accounts::binds(&self.accounts_dir, spec.binding.layout) {
             binds.push(bind(&source, target, true));
         }
         binds.push(bind(&self.socket_dir(&spec.sandbox), SOCKET_MOUNT, false));
@@ -607,13 +610,14 @@ impl DockerBackend {
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
             // Inside the Sentry only: the gVisor agent's root (see `gvisor`).
-            cap_add: (spec.isolation == IsolationTier::Gvisor).then(|| {
+            cap_add: (spec.binding.isolation == IsolationTier::Gvisor).then(|| {
                 gvisor::AGENT_CAPABILITIES
                     .iter()
                     .map(|c| (*c).to_owned())
                     .collect()
             }),
-            runtime: (spec.isolation == IsolationTier::Gvisor).then(|| self.gvisor_runtime.clone()),
+            runtime: (spec.binding.isolation == IsolationTier::Gvisor)
+                .then(|| self.gvisor_runtime.clone()),
             // Docker's default seccomp profile stays on (no `seccomp=` option); the agent
             // adds warren's own to each command.
             security_opt: Some(vec!["no-new-privileges:true".into()]),
@@ -626,7 +630,7 @@ impl DockerBackend {
             memory_swap: limits.memory_bytes.map(to_i64),
             pids_limit: limits
                 .pids_max
-                .map(|max| match spec.isolation {
+                .map(|max| match spec.binding.isolation {
                     IsolationTier::Kernel => max,
                     IsolationTier::Gvisor => sentry_limits::host_tasks(max),
                 })
@@ -646,7 +650,7 @@ impl DockerBackend {
             image: Some(image.to_owned()),
             // The gVisor agent starts as the Sentry's root and makes each command 1000:1000.
             user: Some(
-                match spec.isolation {
+                match spec.binding.isolation {
                     IsolationTier::Kernel => "1000:1000",
                     IsolationTier::Gvisor => "0:0",
                 }
@@ -780,6 +784,7 @@ impl Backend for DockerBackend {
             survives_restart: true,
             resource_limits: self.limits_enforced,
             gvisor: self.gvisor_problem.is_none(),
+            host_mounts: true,
         }
     }
 
@@ -799,7 +804,7 @@ impl Backend for DockerBackend {
                 return Ok(DiscoveredRuntime { spec: spec.clone() });
             }
         }
-        if spec.isolation == IsolationTier::Gvisor {
+        if spec.binding.isolation == IsolationTier::Gvisor {
             if let Some(problem) = self.gvisor_unavailable(BackendKind::Docker) {
                 return Err(BackendError::Create {
                     sandbox: spec.sandbox.clone(),
@@ -926,8 +931,8 @@ impl Backend for DockerBackend {
             })?;
         let spec = warren_agent::client::process_spec(
             request,
-            identity.spec.layout.layout(),
-            &identity.spec.network,
+            identity.spec.binding.layout.layout(),
+            &identity.spec.binding.network,
             &identity.spec.env,
         );
         let started =
@@ -988,7 +993,7 @@ impl Backend for DockerBackend {
         if self
             .lock()
             .get(sandbox)
-            .is_some_and(|identity| identity.spec.isolation == IsolationTier::Gvisor)
+            .is_some_and(|identity| identity.spec.binding.isolation == IsolationTier::Gvisor)
         {
             return Ok(None);
         }
@@ -1035,8 +1040,8 @@ impl Backend for DockerBackend {
         let Some(identity) = self.find(sandbox).await else {
             return Ok(None);
         };
-        let ephemeral_home = identity.spec.layout.layout().home_is_ephemeral();
-        if identity.spec.isolation == IsolationTier::Gvisor {
+        let ephemeral_home = identity.spec.binding.layout.layout().home_is_ephemeral();
+        if identity.spec.binding.isolation == IsolationTier::Gvisor {
             return self.archive_gvisor_home(sandbox, ephemeral_home).await;
         }
         let Some((pid, birth)) = identity.agent else {
@@ -1169,7 +1174,7 @@ impl DockerBackend {
         .map_err(|problem| problem.to_string())?;
         identity.agent = inspected
             .state
-            .filter(|_| identity.spec.isolation == IsolationTier::Kernel)
+            .filter(|_| identity.spec.binding.isolation == IsolationTier::Kernel)
             .as_ref()
             .and_then(|state| state.pid)
             .and_then(|pid| i32::try_from(pid).ok())

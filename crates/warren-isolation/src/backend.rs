@@ -70,6 +70,17 @@ struct RuntimeIdentity {
     /// the runtime directory's `run/` (the one directory the sandbox sees of it).
     #[serde(default)]
     isolation: IsolationTier,
+    /// The binding's environment policy; runtimes recorded before it was are taken for
+    /// the default's (inherited, persistent): that can only refuse a runtime whose record
+    /// says otherwise, never adopt one wrongly, since a runtime's policy is its record's.
+    #[serde(default = "inherited")]
+    inherit_env: bool,
+    #[serde(default)]
+    ephemeral: bool,
+}
+
+fn inherited() -> bool {
+    true
 }
 
 /// A gVisor runtime's home as a runtime snapshot's (I30): the agent sends it as a tar
@@ -117,20 +128,37 @@ async fn gvisor_home(
 }
 
 impl RuntimeIdentity {
-    /// Whether this runtime serves `spec`: the same generation, and the same binding and
-    /// view (uid, scope, workdir, layout and the trees it mounts, I16). A runtime of
-    /// another layout never serves, even of the same generation: a live runtime never
-    /// changes its view.
+    /// The spec this runtime was made from, as far as its record tells (no seed), or
+    /// `None` when the record cannot be read back (never adopted, then).
+    fn spec(&self) -> Option<RuntimeSpec> {
+        Some(RuntimeSpec {
+            sandbox: SandboxId::parse(&self.sandbox).ok()?,
+            generation: self.generation,
+            uid: warren_core::Uid::new(self.uid.clone()).ok()?,
+            runtime_scope: warren_core::RuntimeScope::new(self.runtime_scope.clone()).ok()?,
+            user_workspace: self.user_workspace.clone(),
+            skill_projection: self.skill_projection.clone(),
+            env: self.env.clone(),
+            seed: None,
+            binding: warren_core::Binding {
+                workdir: warren_core::Workdir::new(self.workdir.clone()).ok()?,
+                network: self.network.clone(),
+                backend: BackendKind::Local,
+                image: None,
+                inherit_env: self.inherit_env,
+                ephemeral: self.ephemeral,
+                layout: self.layout,
+                extra_mounts: self.extra_mounts.clone(),
+                isolation: self.isolation,
+            },
+        })
+    }
+
+    /// Whether this runtime serves `spec` ([`RuntimeSpec::serves`]): a runtime of another
+    /// binding never serves, even of the same generation: a live runtime never changes
+    /// its view (I16).
     fn serves(&self, spec: &RuntimeSpec) -> bool {
-        self.generation == spec.generation
-            && self.uid == spec.uid.as_str()
-            && self.runtime_scope == spec.runtime_scope.as_str()
-            && self.workdir == spec.workdir.as_str()
-            && self.layout == spec.layout
-            && self.isolation == spec.isolation
-            && self.extra_mounts == spec.extra_mounts
-            && self.user_workspace == spec.user_workspace
-            && self.skill_projection == spec.skill_projection
+        self.spec().is_some_and(|mine| mine.serves(spec))
     }
 }
 
@@ -329,11 +357,11 @@ impl LocalBackend {
             .await
             .map_err(|e| create_error(std::io::Error::other(e.to_string())))?;
         std::fs::create_dir_all(&dir).map_err(create_error)?;
-        let pid = match spec.isolation {
+        let pid = match spec.binding.isolation {
             IsolationTier::Kernel => self.launch_init(spec, &dir).await?,
             IsolationTier::Gvisor => {
                 let (Ok(tier), RootSource::HostProfile { etc }) =
-                    (&self.gvisor, &self.roots[&spec.layout])
+                    (&self.gvisor, &self.roots[&spec.binding.layout])
                 else {
                     let reason = self.gvisor.as_ref().err().cloned().unwrap_or_default();
                     return Err(create_error(std::io::Error::other(
@@ -352,23 +380,25 @@ impl LocalBackend {
             generation: spec.generation,
             uid: spec.uid.to_string(),
             runtime_scope: spec.runtime_scope.to_string(),
-            workdir: spec.workdir.to_string(),
-            layout: spec.layout,
-            extra_mounts: spec.extra_mounts.clone(),
+            workdir: spec.binding.workdir.to_string(),
+            layout: spec.binding.layout,
+            extra_mounts: spec.binding.extra_mounts.clone(),
             user_workspace: spec.user_workspace.clone(),
             skill_projection: spec.skill_projection.clone(),
             env: spec.env.clone(),
-            network: spec.network.clone(),
+            network: spec.binding.network.clone(),
             cgroup: self.cgroup_name(&spec.sandbox),
             pid,
             init_birth: process_birth(pid).unwrap_or_default(),
-            isolation: spec.isolation,
+            isolation: spec.binding.isolation,
+            inherit_env: spec.binding.inherit_env,
+            ephemeral: spec.binding.ephemeral,
         };
         let json = serde_json::to_vec_pretty(&identity)
             .map_err(|e| create_error(std::io::Error::other(e)))?;
         if let Err(error) = std::fs::write(dir.join("runtime.json"), json) {
             // Without its record nothing could ever find this runtime again: end it now.
-            if let (IsolationTier::Gvisor, Ok(tier)) = (spec.isolation, &self.gvisor) {
+            if let (IsolationTier::Gvisor, Ok(tier)) = (spec.binding.isolation, &self.gvisor) {
                 let _ = tier.destroy(&spec.sandbox).await;
             }
             kill_and_wait(&identity).await;
@@ -389,12 +419,12 @@ impl LocalBackend {
             generation: spec.generation,
             cgroup_name: self.cgroup_name(&spec.sandbox),
             runtime_dir: dir.to_owned(),
-            layout: spec.layout,
-            extra_mounts: spec.extra_mounts.clone(),
+            layout: spec.binding.layout,
+            extra_mounts: spec.binding.extra_mounts.clone(),
             mounts: spec.mounts().iter().map(MountConfig::from).collect(),
-            root: self.roots[&spec.layout].clone(),
+            root: self.roots[&spec.binding.layout].clone(),
             limits: self.config.limits.clone(),
-            egress: spec.network.has_egress(),
+            egress: spec.binding.network.has_egress(),
             user_namespace: self.user_namespace,
             cgroups: self.cgroups_enabled,
             seed: spec.seed.clone(),
@@ -546,6 +576,7 @@ impl Backend for LocalBackend {
             survives_restart: true,
             resource_limits: enforceable.memory && enforceable.pids,
             gvisor: self.gvisor.is_ok(),
+            host_mounts: true,
         }
     }
 
@@ -654,26 +685,7 @@ impl Backend for LocalBackend {
                 }
                 continue;
             };
-            let spec = (|| {
-                Some(RuntimeSpec {
-                    sandbox: SandboxId::parse(&identity.sandbox).ok()?,
-                    backend: BackendKind::Local,
-                    image: None,
-                    isolation: identity.isolation,
-                    generation: identity.generation,
-                    uid: warren_core::Uid::new(identity.uid.clone()).ok()?,
-                    runtime_scope: warren_core::RuntimeScope::new(identity.runtime_scope.clone())
-                        .ok()?,
-                    workdir: warren_core::Workdir::new(identity.workdir.clone()).ok()?,
-                    layout: identity.layout,
-                    extra_mounts: identity.extra_mounts.clone(),
-                    user_workspace: identity.user_workspace.clone(),
-                    skill_projection: identity.skill_projection.clone(),
-                    env: identity.env.clone(),
-                    network: identity.network.clone(),
-                    seed: None,
-                })
-            })();
+            let spec = identity.spec();
             if let Some(spec) = spec {
                 if !self.lock().contains_key(&spec.sandbox) {
                     self.adopt(&spec.sandbox, identity.clone());
@@ -879,5 +891,47 @@ impl Backend for LocalBackend {
             self.launchers.retire_all();
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> serde_json::Value {
+        serde_json::json!({
+            "sandbox": SandboxId::derive(
+                &warren_core::Uid::new("alice").unwrap(),
+                &warren_core::RuntimeScope::new("t").unwrap(),
+            ).to_string(),
+            "generation": 2,
+            "uid": "alice",
+            "runtime_scope": "t",
+            "workdir": "projects/a",
+            "user_workspace": "/data/user-data/shared/alice/workspace",
+            "skill_projection": "/data/skill-projections/alice",
+            "env": {},
+            "cgroup": "warren-x",
+            "pid": 1,
+        })
+    }
+
+    #[test]
+    fn a_runtime_serves_only_the_binding_it_recorded_and_old_records_read_as_the_defaults() {
+        // Recorded before the environment policy was: the defaults.
+        let legacy: RuntimeIdentity = serde_json::from_value(identity()).unwrap();
+        let spec = legacy.spec().unwrap();
+        assert!(spec.binding.inherit_env && !spec.binding.ephemeral);
+        assert!(legacy.serves(&spec));
+        let mut isolated = spec.clone();
+        isolated.binding.inherit_env = false;
+        assert!(!legacy.serves(&isolated), "another environment policy");
+        let mut value = identity();
+        value["inherit_env"] = false.into();
+        let recorded: RuntimeIdentity = serde_json::from_value(value).unwrap();
+        assert!(recorded.serves(&isolated) && !recorded.serves(&spec));
+        let mut other = spec.clone();
+        other.binding.layout = warren_core::LayoutName::E2b;
+        assert!(!legacy.serves(&other), "another layout");
     }
 }

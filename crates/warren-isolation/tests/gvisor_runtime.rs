@@ -201,20 +201,24 @@ impl Fixture {
         let runtime_scope = RuntimeScope::new("t").unwrap();
         RuntimeSpec {
             sandbox: SandboxId::derive(&uid, &runtime_scope),
-            backend: BackendKind::Local,
-            image: None,
-            isolation: IsolationTier::Gvisor,
             generation: 1,
             uid,
             runtime_scope,
-            workdir: Workdir::new(THREAD).unwrap(),
-            layout: LayoutName::Deerflow,
-            extra_mounts: Vec::new(),
             user_workspace: self.workspace(),
             skill_projection: self.projection(),
             env: BTreeMap::new(),
-            network: NetworkPolicy::None,
             seed: None,
+            binding: warren_core::Binding {
+                workdir: Workdir::new(THREAD).unwrap(),
+                network: NetworkPolicy::None,
+                backend: BackendKind::Local,
+                image: None,
+                inherit_env: true,
+                ephemeral: false,
+                layout: LayoutName::Deerflow,
+                extra_mounts: Vec::new(),
+                isolation: IsolationTier::Gvisor,
+            },
         }
     }
 
@@ -440,7 +444,7 @@ async fn lifecycle(host: GvisorHost) {
     backend.create(&spec).await.unwrap();
     let discovered = backend.discover().await.unwrap();
     assert_eq!(discovered.len(), 1);
-    assert_eq!(discovered[0].spec.isolation, IsolationTier::Gvisor);
+    assert_eq!(discovered[0].spec.binding.isolation, IsolationTier::Gvisor);
     // The host cgroup runsc made holds the whole sandbox (I22): the Sentry's memory and
     // CPU are what the runtime costs; its memory limit is the backend's (I23).
     let usage = backend.usage(sandbox).await.unwrap().expect("usage");
@@ -587,7 +591,10 @@ async fn switch_tiers(host: GvisorHost) {
     let backend = fixture.backend(&host);
     let gvisor = fixture.spec("switch");
     let kernel = RuntimeSpec {
-        isolation: IsolationTier::Kernel,
+        binding: warren_core::Binding {
+            isolation: IsolationTier::Kernel,
+            ..gvisor.clone().binding
+        },
         ..gvisor.clone()
     };
     let host_version = std::fs::read_to_string("/proc/version").unwrap();

@@ -55,6 +55,8 @@ pub struct PodIdentity {
     pub network: NetworkPolicy,
     /// The image its sandbox container runs.
     pub image: String,
+    /// Whether its commands get the global and agent environments (part of the binding).
+    pub inherit_env: bool,
     /// Its persistent mounts, in the layout's order.
     pub mounts: Vec<PersistentMount>,
     /// The USER_DATA claim it mounts.
@@ -76,6 +78,7 @@ impl PodIdentity {
             layout: plan.layout,
             network: plan.network.clone(),
             image: plan.image.clone(),
+            inherit_env: plan.inherit_env,
             mounts: plan.mounts.clone(),
             user_data_claim: plan.user_data_claim.clone(),
             skills_claim: plan.skills_claim.clone(),
@@ -114,6 +117,12 @@ impl PodIdentity {
         differs(&mut out, "layout", &self.layout, &expected.layout);
         differs(&mut out, "network", &self.network, &expected.network);
         differs(&mut out, "image", &self.image, &expected.image);
+        differs(
+            &mut out,
+            "inherit_env",
+            &self.inherit_env,
+            &expected.inherit_env,
+        );
         differs(&mut out, "mounts", &self.mounts, &expected.mounts);
         differs(
             &mut out,
@@ -363,6 +372,10 @@ pub fn read_pod(pod: &Pod, instance: &str) -> Result<PodIdentity, Error> {
             .and_then(|network| network.validate().ok())
             .ok_or(Error::BadMetadata(ANNOTATION_NETWORK))?;
     let image = annotation(ANNOTATION_IMAGE)?.to_owned();
+    let inherit_env = match annotations.get(ANNOTATION_INHERIT_ENV) {
+        Some(value) => value.parse::<bool>().map_err(bad(ANNOTATION_INHERIT_ENV))?,
+        None => true,
+    };
     let mut recorded: Vec<PersistentMount> =
         serde_json::from_str(annotation(ANNOTATION_MOUNTS)?).map_err(bad(ANNOTATION_MOUNTS))?;
 
@@ -464,6 +477,7 @@ pub fn read_pod(pod: &Pod, instance: &str) -> Result<PodIdentity, Error> {
         layout,
         network,
         image,
+        inherit_env,
         mounts: expected,
         user_data_claim,
         skills_claim,
@@ -1396,6 +1410,33 @@ mod tests {
                 "{what}"
             );
         }
+    }
+
+    #[test]
+    fn a_pod_is_adopted_only_for_its_own_environment_policy() {
+        let plan = example_plan(LayoutName::Ars, NetworkPolicy::None);
+        let isolated = PodPlan {
+            inherit_env: false,
+            ..plan.clone()
+        };
+        for (pod, record) in [(&plan, &isolated), (&isolated, &plan)] {
+            match decide_on(pod_value(pod), record) {
+                Decision::Remove { reason } => {
+                    assert!(reason.contains("inherit_env"), "{reason}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A pod made before the policy was recorded reads as inheriting, the default.
+        let mut value = pod_value(&plan);
+        let annotations = value["metadata"]["annotations"].as_object_mut().unwrap();
+        assert!(annotations.remove(ANNOTATION_INHERIT_ENV).is_some());
+        assert!(read(value.clone()).unwrap().inherit_env);
+        value["metadata"]["annotations"][ANNOTATION_INHERIT_ENV] = json!("sometimes");
+        assert!(matches!(
+            read(value),
+            Err(Error::BadMetadata(ANNOTATION_INHERIT_ENV))
+        ));
     }
 
     #[test]

@@ -250,6 +250,9 @@ pub struct PodPlan {
     pub network: NetworkPolicy,
     /// The user's image.
     pub image: String,
+    /// Whether its commands get the global and agent environments (part of the binding,
+    /// recorded so a restarted warren adopts the pod only for an equal one).
+    pub inherit_env: bool,
     /// The persistent mounts (normally [`PersistentMount::for_layout`]).
     pub mounts: Vec<PersistentMount>,
     /// The USER_DATA claim's name.
@@ -304,6 +307,10 @@ impl PodPlan {
                 serde_json::to_string(&self.network).expect("a network policy serialises"),
             ),
             (ANNOTATION_IMAGE.to_owned(), self.image.clone()),
+            (
+                ANNOTATION_INHERIT_ENV.to_owned(),
+                self.inherit_env.to_string(),
+            ),
             (
                 ANNOTATION_MOUNTS.to_owned(),
                 serde_json::to_string(&self.mounts).expect("mounts serialise"),
@@ -995,6 +1002,7 @@ pub(crate) fn example_plan(layout: LayoutName, network: NetworkPolicy) -> PodPla
         layout,
         network,
         image: "python:3.12-slim".into(),
+        inherit_env: true,
         user_data_claim: "warren-user-data".into(),
         skills_claim: "warren-skills".into(),
         limits: Limits {

@@ -41,6 +41,10 @@ pub const ANNOTATION_LAYOUT: &str = "warren.dev/layout";
 pub const ANNOTATION_NETWORK: &str = "warren.dev/network";
 /// Annotation: the sandbox's image, which the main container must run.
 pub const ANNOTATION_IMAGE: &str = "warren.dev/image";
+/// Annotation: whether the sandbox's commands get the global and the uid's agent
+/// environments (`true`, `false`); a pod without it is taken for `true`, which can only
+/// refuse a pod whose record says otherwise, never adopt one wrongly.
+pub const ANNOTATION_INHERIT_ENV: &str = "warren.dev/inherit-env";
 /// Annotation: the persistent mounts, as JSON, which the main container's mounts must be.
 pub const ANNOTATION_MOUNTS: &str = "warren.dev/mounts";
 

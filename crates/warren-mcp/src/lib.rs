@@ -110,7 +110,7 @@ impl ServerHandler for WarrenMcp {
         // The HTTP layer answered 404 for an unknown sandbox before the session opened;
         // one that vanished since is still described, in the default layout's terms.
         let layout = match self.provisioner.sandbox(&sandbox).await {
-            Ok(record) => record.layout.layout(),
+            Ok(record) => record.binding.layout.layout(),
             Err(_) => &warren_core::Layout::ARS,
         };
         Ok(ListToolsResult::with_all_items(tools::definitions(layout)))

@@ -29,18 +29,23 @@ impl Provisioner {
             ));
         }
         let record = self.sandbox(id).await?;
-        let outputs = format!("{}/outputs/", record.workdir);
-        let layout = record.layout.layout();
+        let outputs = format!("{}/outputs/", record.binding.workdir);
+        let layout = record.binding.layout.layout();
         let mut paths = Vec::with_capacity(inputs.len());
         for input in inputs {
-            let path = VirtualPath::parse(input, layout, &record.extra_mounts, &record.workdir)?;
+            let path = VirtualPath::parse(
+                input,
+                layout,
+                &record.binding.extra_mounts,
+                &record.binding.workdir,
+            )?;
             if path.root() != VirtualRoot::UserData
                 || !path.is_writable()
                 || !path.relative().starts_with(&outputs)
             {
                 return Err(ProvisionerError::NotInOutputs {
                     path: path.to_string(),
-                    outputs: format!("{}/outputs/", layout.workdir_path(&record.workdir)),
+                    outputs: format!("{}/outputs/", layout.workdir_path(&record.binding.workdir)),
                 });
             }
             paths.push(path);
@@ -121,10 +126,10 @@ impl Provisioner {
             .list_sandboxes(Some(uid))
             .await?
             .into_iter()
-            .filter(|sandbox| sandbox.layout != warren_core::LayoutName::Ars)
-            .filter(|sandbox| &sandbox.workdir == workdir)
+            .filter(|sandbox| sandbox.binding.layout != warren_core::LayoutName::Ars)
+            .filter(|sandbox| &sandbox.binding.workdir == workdir)
             .map(|sandbox| {
-                let prefix = format!("{}/", sandbox.layout.layout().workdir_path(workdir));
+                let prefix = format!("{}/", sandbox.binding.layout.layout().workdir_path(workdir));
                 (sandbox.id, prefix)
             })
             .collect();

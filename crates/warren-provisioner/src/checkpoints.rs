@@ -61,7 +61,7 @@ impl Provisioner {
         let record = self.sandbox(id).await?;
         let store = self.snapshot_store(&record.uid)?;
         let workspace = self.workspace_of(&record);
-        let workdir = record.workdir.clone();
+        let workdir = record.binding.workdir.clone();
         let base = workdir.as_str().to_owned();
         // The latest checkpoint of the same workdir lets unchanged files go unread.
         let parent = self
@@ -70,7 +70,7 @@ impl Provisioner {
             .await?
             .into_iter()
             .rev()
-            .find(|checkpoint| checkpoint.workdir == record.workdir)
+            .find(|checkpoint| checkpoint.workdir == record.binding.workdir)
             .map(|checkpoint| checkpoint.manifest);
         let started = std::time::Instant::now();
         let limits = self.snapshot_limits(None);
@@ -251,7 +251,7 @@ impl Provisioner {
             });
         }
         let workspace = self.workspace_of(&record);
-        let base = record.workdir.as_str().to_owned();
+        let base = record.binding.workdir.as_str().to_owned();
         let probe = base.clone();
         let empty = self
             .blocking(move || {

@@ -149,6 +149,7 @@ impl ProvisionerError {
             // Well-formed, but this server cannot honour it now (issue 19): like an image
             // missing from the Docker host, not the caller's syntax error.
             P::IsolationUnavailable { .. } => class(K::Unprocessable, "isolation_unavailable"),
+            P::HostMountsUnsupported { .. } => class(K::Unprocessable, "host_mounts_unsupported"),
             P::ExtraMountSource { .. } => class(K::Invalid, "extra_mount_unusable"),
             P::InvalidNode(_) => class(K::Invalid, "invalid_node"),
             P::BackendUnavailable { .. } => class(K::Invalid, "backend_unavailable"),

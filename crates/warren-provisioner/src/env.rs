@@ -128,7 +128,7 @@ impl Provisioner {
     /// The global sandbox environment a runtime of `record` starts with: the configured
     /// variables and secrets, or nothing without `inherit_env`.
     pub(crate) fn runtime_env(&self, record: &SandboxRecord) -> BTreeMap<String, String> {
-        if !record.inherit_env {
+        if !record.binding.inherit_env {
             return BTreeMap::new();
         }
         let mut env = self.config.sandbox_env.clone();
@@ -142,7 +142,7 @@ impl Provisioner {
         &self,
         record: &SandboxRecord,
     ) -> Result<CommandEnv, ProvisionerError> {
-        if !record.inherit_env {
+        if !record.binding.inherit_env {
             return Ok(CommandEnv {
                 env: BTreeMap::new(),
                 masker: SecretMasker::default(),

@@ -118,6 +118,15 @@ pub enum ProvisionerError {
         /// Why not, in the backend's words (an operator can act on them).
         reason: String,
     },
+    /// The sandbox's backend cannot mount a directory of warren's host (an ephemeral
+    /// sandbox's scratch tree, an extra mount): refused before anything is recorded.
+    #[error("the {backend} backend cannot mount {what}, which is a directory of warren's host; use another backend")]
+    HostMountsUnsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// What was asked for ("an ephemeral sandbox's scratch tree", "extra mounts").
+        what: &'static str,
+    },
     /// A cluster setting (node id, advertise URL, lease TTL) that cannot be used.
     #[error("{0}")]
     InvalidNode(String),

@@ -5,10 +5,8 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use warren_backend::{
-    Backend, BackendError, BackendKind, ExecOutcome, ExecRequest, OutputSink, RuntimeSpec,
-};
-use warren_core::{SandboxId, VirtualPath};
+use warren_backend::{Backend, BackendError, ExecOutcome, ExecRequest, OutputSink, RuntimeSpec};
+use warren_core::SandboxId;
 use warren_store::{NewRun, RunKind, RunOutcome, SandboxRecord, SandboxState, StateStore};
 
 use crate::env::{masking_relay, CommandEnv};
@@ -196,14 +194,7 @@ impl Provisioner {
             record = self.runnable(id).await?;
         }
         let forwardable = input.clone();
-        let cwd = match input.cwd.as_deref() {
-            Some(cwd) => self.exec_cwd(&record, cwd).await?,
-            // The workdir was checked when the sandbox was created; if it vanished since,
-            // the command's own chdir (as the sandbox user) reports it.
-            None => {
-                VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?.to_string()
-            }
-        };
+        let cwd = self.start_dir(&record, input.cwd.as_deref()).await?;
         // The call's own variables go over the uid's agent environment (I14).
         let CommandEnv { mut env, masker } = self.command_env(&record).await?;
         env.extend(input.env);
@@ -457,7 +448,7 @@ impl Provisioner {
     /// cleanup fence is up (I24).
     pub(crate) async fn runnable(&self, id: &SandboxId) -> Result<SandboxRecord, ProvisionerError> {
         let record = self.sandbox(id).await?;
-        let kind = BackendKind::parse(&record.backend).unwrap_or(self.backend.kind());
+        let kind = record.binding.backend;
         if !self
             .backend
             .capabilities_of(kind)
@@ -534,20 +525,14 @@ impl Provisioner {
         let (user_workspace, skill_projection) = self.mounts(&record);
         let spec = RuntimeSpec {
             sandbox: record.id.clone(),
-            backend: BackendKind::parse(&record.backend).unwrap_or(self.backend.kind()),
-            image: record.image.clone(),
-            isolation: record.isolation,
             generation: record.generation,
             uid: record.uid.clone(),
             runtime_scope: record.runtime_scope.clone(),
-            workdir: record.workdir.clone(),
-            layout: record.layout,
-            extra_mounts: record.extra_mounts.clone(),
             user_workspace,
             skill_projection,
             env: self.runtime_env(&record),
-            network: record.network.clone(),
             seed: seed.clone(),
+            binding: record.binding.clone(),
         };
         let started = std::time::Instant::now();
         let created = self.backend.create(&spec).await;

@@ -138,11 +138,11 @@ impl Provisioner {
     pub(crate) fn roots_of(&self, record: &SandboxRecord) -> SandboxRoots {
         let (workspace, skills) = self.mounts(record);
         SandboxRoots {
-            quota_uid: (!record.ephemeral && self.quota_enforced_for(&record.uid))
+            quota_uid: (!record.binding.ephemeral && self.quota_enforced_for(&record.uid))
                 .then(|| record.uid.clone()),
-            layout: record.layout.layout(),
-            extra_mounts: record.extra_mounts.clone(),
-            workdir: record.workdir.clone(),
+            layout: record.binding.layout.layout(),
+            extra_mounts: record.binding.extra_mounts.clone(),
+            workdir: record.binding.workdir.clone(),
             workspace,
             skills,
         }
@@ -153,7 +153,27 @@ impl Provisioner {
     /// a read (no link, no `..`). Anywhere else in the runtime (`/`, `/tmp`) it is the
     /// runtime's own tree, outside what the file API serves: a process may start there,
     /// and the command's chdir, as the sandbox user, says whether it can. (The run itself
-    /// records the activity.)
+    /// records the activity.) No directory asked for is the workdir.
+    pub(crate) async fn start_dir(
+        &self,
+        record: &SandboxRecord,
+        cwd: Option<&str>,
+    ) -> Result<String, ProvisionerError> {
+        match cwd {
+            Some(cwd) => self.exec_cwd(record, cwd).await,
+            // The workdir was checked when the sandbox was created; if it vanished since,
+            // the command's own chdir (as the sandbox user) reports it.
+            None => Ok(VirtualPath::parse(
+                ".",
+                record.binding.layout.layout(),
+                &[],
+                &record.binding.workdir,
+            )?
+            .to_string()),
+        }
+    }
+
+    /// [`Self::start_dir`] of a directory asked for.
     pub(crate) async fn exec_cwd(
         &self,
         record: &SandboxRecord,
@@ -168,7 +188,10 @@ impl Provisioner {
             .await;
         let invalid = |path: String| ProvisionerError::InvalidCwd {
             path,
-            roots: warren_core::mount_roots(record.layout.layout(), &record.extra_mounts),
+            roots: warren_core::mount_roots(
+                record.binding.layout.layout(),
+                &record.binding.extra_mounts,
+            ),
         };
         match found {
             Ok(found) if found.value.kind == warren_fs::Kind::Dir => Ok(found.path.to_string()),

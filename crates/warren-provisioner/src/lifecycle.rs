@@ -199,7 +199,7 @@ impl Provisioner {
             if !expired && !self.is_idle(&record, now).await? {
                 return Ok(None);
             }
-            let reclaimed = if record.ephemeral {
+            let reclaimed = if record.binding.ephemeral {
                 // An ephemeral sandbox is a temporary scope: nothing of it is worth keeping
                 // for a next use, so reaping ends it, scratch tree and all (I14).
                 let after = self

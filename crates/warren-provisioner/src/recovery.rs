@@ -34,8 +34,8 @@ impl Provisioner {
     /// Reconciles the state store with the backend after a start (or a crash).
     ///
     /// A runtime is adopted only if it matches its sandbox's record exactly: same id,
-    /// generation, uid, runtime scope, workdir, layout, extra mounts, network policy and
-    /// isolation tier (I16, issue 19). Anything else the backend hosts is destroyed;
+    /// generation, uid, runtime scope, the whole [`warren_core::Binding`] and the trees it
+    /// mounts (I16, issue 19). Anything else the backend hosts is destroyed;
     /// workspace files are never touched (I15).
     ///
     /// In a cluster (issue 14) it is this node's reconciliation only: it must have joined
@@ -85,15 +85,9 @@ impl Provisioner {
                 record.generation == spec.generation
                     && record.uid == spec.uid
                     && record.runtime_scope == spec.runtime_scope
-                    && record.workdir == spec.workdir
-                    && record.layout == spec.layout
-                    && record.extra_mounts == spec.extra_mounts
-                    && record.network == spec.network
-                    && record.backend == spec.backend.as_str()
-                    && record.image == spec.image
-                    // A runtime of another tier is never adopted (issue 19): a kernel-tier
-                    // runtime must not serve a sandbox bound to gVisor, nor the reverse.
-                    && record.isolation == spec.isolation
+                    // The whole binding: a runtime of another tier, layout, network,
+                    // image or environment policy never serves the sandbox (I16).
+                    && record.binding == spec.binding
                     && (spec.user_workspace.clone(), spec.skill_projection.clone())
                         == self.mounts(record)
                     && matches!(record.state, SandboxState::Running | SandboxState::Created)
@@ -210,7 +204,7 @@ impl Provisioner {
                 .ok()
                 .and_then(|id| records.get(&id))
                 .is_some_and(|record| {
-                    record.ephemeral
+                    record.binding.ephemeral
                         && !matches!(
                             record.state,
                             SandboxState::Terminating | SandboxState::Terminated

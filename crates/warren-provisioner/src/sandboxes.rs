@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use warren_backend::{Backend, BackendKind};
 use warren_core::{
-    DataLayout, ExtraMount, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid,
-    Workdir, PERSONAL_SKILLS,
+    Binding, BindingPart, DataLayout, ExtraMount, IsolationTier, LayoutName, NetworkPolicy,
+    RuntimeScope, SandboxId, Uid, Workdir, PERSONAL_SKILLS,
 };
 use warren_fs::{FsError, Kind, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
@@ -101,6 +101,35 @@ pub fn check_isolation(
             }),
         },
     }
+}
+
+/// Refuses what the backend of `kind` cannot mount (an ephemeral sandbox's scratch tree,
+/// extra mounts: directories of warren's host) before anything is recorded: a pod would
+/// otherwise be refused at its first command, or worse, see the uid's persistent
+/// workspace where a scratch tree was promised (I14).
+fn check_host_mounts(
+    backend: &dyn Backend,
+    kind: BackendKind,
+    ephemeral: bool,
+    extra_mounts: &[ExtraMount],
+) -> Result<(), ProvisionerError> {
+    if backend
+        .capabilities_of(kind)
+        .is_none_or(|capabilities| capabilities.host_mounts)
+    {
+        return Ok(());
+    }
+    let what = if ephemeral {
+        "an ephemeral sandbox's scratch tree"
+    } else if !extra_mounts.is_empty() {
+        "extra mounts"
+    } else {
+        return Ok(());
+    };
+    Err(ProvisionerError::HostMountsUnsupported {
+        backend: kind.as_str(),
+        what,
+    })
 }
 
 /// Whether a create call made something new.
@@ -253,7 +282,7 @@ impl Provisioner {
             .filter(|record| record.state != SandboxState::Terminated);
         let (backend, image) = self.choose_backend(backend, image, live.as_ref())?;
         let isolation = isolation
-            .or(live.as_ref().map(|record| record.isolation))
+            .or(live.as_ref().map(|record| record.binding.isolation))
             .unwrap_or(self.config.default_isolation);
         // A new sandbox (or generation) on a tier its backend cannot run is refused now,
         // before any workdir, scratch tree or record is made (issue 19). A live sandbox
@@ -262,14 +291,17 @@ impl Provisioner {
             check_isolation(self.backend.as_ref(), backend, isolation)?;
         }
         let layout: LayoutName = layout
-            .or(live.as_ref().map(|record| record.layout))
+            .or(live.as_ref().map(|record| record.binding.layout))
             .unwrap_or_default();
         let extra_mounts = extra_mounts
-            .or(live.as_ref().map(|record| record.extra_mounts.clone()))
+            .or(live
+                .as_ref()
+                .map(|record| record.binding.extra_mounts.clone()))
             .unwrap_or_default();
         // Checked again here, where the rules live, whatever the transport checked: each
         // against the layout it is shown in, and the set as a whole.
         ExtraMount::check_set(&extra_mounts)?;
+        check_host_mounts(self.backend.as_ref(), backend, ephemeral, &extra_mounts)?;
         for mount in &extra_mounts {
             ExtraMount::new(
                 &mount.target,
@@ -300,9 +332,20 @@ impl Provisioner {
                 }
                 workdir
             }
-            (None, Some(record)) => record.workdir.clone(),
+            (None, Some(record)) => record.binding.workdir.clone(),
             (None, None) if ephemeral => Workdir::new_project(),
             (None, None) => self.create_workdir(&uid, None).await?.0,
+        };
+        let binding = Binding {
+            workdir,
+            network,
+            backend,
+            image,
+            inherit_env,
+            ephemeral,
+            layout,
+            extra_mounts,
+            isolation,
         };
         let claim = self
             .store
@@ -310,15 +353,7 @@ impl Provisioner {
                 id,
                 uid,
                 runtime_scope: scope,
-                workdir: workdir.clone(),
-                network: network.clone(),
-                backend: backend.as_str().to_owned(),
-                image,
-                inherit_env,
-                ephemeral,
-                layout,
-                extra_mounts,
-                isolation,
+                binding: binding.clone(),
                 seed_snapshot: from_snapshot.clone(),
                 settings: new_settings,
             })
@@ -330,15 +365,15 @@ impl Provisioner {
         }
         match claim {
             SandboxClaim::Created(record) => {
-                if record.ephemeral {
+                if record.binding.ephemeral {
                     self.prepare_scratch(&record, true).await?;
                 }
                 self.prepare_layout(&record).await?;
-                tracing::info!(sandbox = %record.id, generation = record.generation, ephemeral = record.ephemeral, inherit_env = record.inherit_env, "sandbox created");
+                tracing::info!(sandbox = %record.id, generation = record.generation, ephemeral = record.binding.ephemeral, inherit_env = record.binding.inherit_env, "sandbox created");
                 Ok((record, Created::New))
             }
             SandboxClaim::Existing(record) => {
-                if record.ephemeral {
+                if record.binding.ephemeral {
                     self.prepare_scratch(&record, false).await?;
                 }
                 self.prepare_layout(&record).await?;
@@ -349,39 +384,9 @@ impl Provisioner {
                 };
                 Ok((record, Created::Existing))
             }
-            SandboxClaim::WorkdirConflict(record) => Err(ProvisionerError::WorkdirConflict {
-                sandbox: record.id,
-                bound: record.workdir.to_string(),
-                requested: workdir.to_string(),
-            }),
-            SandboxClaim::NetworkConflict(record) => Err(ProvisionerError::NetworkConflict {
-                sandbox: record.id,
-                bound: record.network.mode(),
-                requested: network.mode(),
-            }),
-            SandboxClaim::EnvPolicyConflict(record) => Err(ProvisionerError::EnvPolicyConflict {
-                sandbox: record.id,
-                inherit_env: record.inherit_env,
-                ephemeral: record.ephemeral,
-            }),
-            SandboxClaim::BackendConflict(record) => Err(ProvisionerError::BackendConflict {
-                sandbox: record.id,
-                backend: record.backend,
-                image: record.image,
-            }),
-            SandboxClaim::LayoutConflict(record) => Err(ProvisionerError::LayoutConflict {
-                sandbox: record.id,
-                bound: record.layout,
-                requested: layout,
-            }),
-            SandboxClaim::ExtraMountsConflict(record) => {
-                Err(ProvisionerError::ExtraMountsConflict { sandbox: record.id })
+            SandboxClaim::Conflict { part, sandbox } => {
+                Err(binding_conflict(part, sandbox, binding))
             }
-            SandboxClaim::IsolationConflict(record) => Err(ProvisionerError::IsolationConflict {
-                sandbox: record.id,
-                bound: record.isolation,
-                requested: isolation,
-            }),
         }
     }
 
@@ -393,14 +398,14 @@ impl Provisioner {
         &self,
         record: &SandboxRecord,
     ) -> Result<(), ProvisionerError> {
-        let layout = record.layout.layout();
-        self.prepare_extra_mounts(record.extra_mounts.clone())
+        let layout = record.binding.layout.layout();
+        self.prepare_extra_mounts(record.binding.extra_mounts.clone())
             .await?;
         if layout.workdir_skeleton.is_empty() && !layout.shows_personal_skills() {
             return Ok(());
         }
         let (workspace, _) = self.mounts(record);
-        let workdir = record.workdir.as_str().to_owned();
+        let workdir = record.binding.workdir.as_str().to_owned();
         let personal = layout.shows_personal_skills();
         let skeleton = layout.workdir_skeleton;
         self.blocking(move || {
@@ -480,9 +485,7 @@ impl Provisioner {
                     requested: name.chars().take(64).collect(),
                     enabled: enabled(),
                 })?,
-            (None, Some(record)) => {
-                BackendKind::parse(&record.backend).unwrap_or(self.backend.kind())
-            }
+            (None, Some(record)) => record.binding.backend,
             (None, None) => self.backend.kind(),
         };
         if !kind.takes_image() {
@@ -498,8 +501,8 @@ impl Provisioner {
         }
         let image = match (image, live) {
             (Some(image), _) => image,
-            (None, Some(record)) if backend.is_none() || record.backend == kind.as_str() => {
-                match &record.image {
+            (None, Some(record)) if backend.is_none() || record.binding.backend == kind => {
+                match &record.binding.image {
                     Some(image) => image.clone(),
                     None => self.default_image_for(kind)?,
                 }
@@ -535,7 +538,7 @@ impl Provisioner {
         let _guard = lock.lock().await;
         let data_dir = self.layout.workspace_dir().to_owned();
         let sandbox = record.id.as_str().to_owned();
-        let workdir = record.workdir.as_str().to_owned();
+        let workdir = record.binding.workdir.as_str().to_owned();
         self.blocking(move || {
             let data = WorkspaceRoot::open(&data_dir)
                 .map_err(|source| file_error("the workspace directory", source))?
@@ -602,7 +605,7 @@ impl Provisioner {
     /// The host directories a runtime of `record` mounts at `/home/gem/user-data` and
     /// `/home/gem/skills` (I7): the uid's, or the scratch tree's for an ephemeral sandbox.
     pub(crate) fn mounts(&self, record: &SandboxRecord) -> (PathBuf, PathBuf) {
-        if record.ephemeral {
+        if record.binding.ephemeral {
             (
                 self.layout.scratch_workspace(&record.id),
                 self.layout.scratch_skills(&record.id),
@@ -689,7 +692,7 @@ impl Provisioner {
     ) -> Result<SandboxRecord, ProvisionerError> {
         let id = &fenced.id;
         self.end_runtime(id, grace).await?;
-        if fenced.ephemeral {
+        if fenced.binding.ephemeral {
             // The scratch tree is the ephemeral sandbox's only state. If it cannot go now,
             // the sandbox still ends; start-up reconciliation removes leftovers.
             if let Err(error) = self.remove_scratch(id).await {
@@ -829,6 +832,50 @@ impl Provisioner {
         tokio::task::spawn_blocking(work)
             .await
             .map_err(ProvisionerError::Interrupted)?
+    }
+}
+
+/// The error of a claim refused because the live generation of `bound` differs from
+/// `requested` first in `part`: each part has its own stable code.
+fn binding_conflict(
+    part: BindingPart,
+    bound: SandboxRecord,
+    requested: Binding,
+) -> ProvisionerError {
+    let sandbox = bound.id;
+    let bound = bound.binding;
+    match part {
+        BindingPart::Workdir => ProvisionerError::WorkdirConflict {
+            sandbox,
+            bound: bound.workdir.to_string(),
+            requested: requested.workdir.to_string(),
+        },
+        BindingPart::Network => ProvisionerError::NetworkConflict {
+            sandbox,
+            bound: bound.network.mode(),
+            requested: requested.network.mode(),
+        },
+        BindingPart::EnvPolicy => ProvisionerError::EnvPolicyConflict {
+            sandbox,
+            inherit_env: bound.inherit_env,
+            ephemeral: bound.ephemeral,
+        },
+        BindingPart::Backend => ProvisionerError::BackendConflict {
+            sandbox,
+            backend: bound.backend.as_str().to_owned(),
+            image: bound.image,
+        },
+        BindingPart::Layout => ProvisionerError::LayoutConflict {
+            sandbox,
+            bound: bound.layout,
+            requested: requested.layout,
+        },
+        BindingPart::ExtraMounts => ProvisionerError::ExtraMountsConflict { sandbox },
+        BindingPart::Isolation => ProvisionerError::IsolationConflict {
+            sandbox,
+            bound: bound.isolation,
+            requested: requested.isolation,
+        },
     }
 }
 

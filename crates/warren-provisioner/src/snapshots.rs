@@ -117,9 +117,7 @@ impl Provisioner {
             .await
             .map_err(ProvisionerError::Backend)?
             .ok_or(ProvisionerError::SnapshotUnsupported {
-                backend: warren_backend::BackendKind::parse(&record.backend)
-                    .unwrap_or(self.backend.kind())
-                    .as_str(),
+                backend: record.binding.backend.as_str(),
             })?;
         let parent = self
             .store

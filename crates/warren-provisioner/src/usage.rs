@@ -267,20 +267,24 @@ mod tests {
         backend
             .create(&warren_backend::RuntimeSpec {
                 sandbox: record.id.clone(),
-                backend: warren_backend::BackendKind::Memory,
-                image: None,
-                isolation: record.isolation,
                 generation: record.generation,
                 uid: uid.clone(),
                 runtime_scope: record.runtime_scope.clone(),
-                workdir: record.workdir.clone(),
-                layout: record.layout,
-                extra_mounts: Vec::new(),
                 user_workspace: data_dir.join("ws"),
                 skill_projection: data_dir.join("skills"),
                 env: Default::default(),
-                network: warren_core::NetworkPolicy::None,
                 seed: None,
+                binding: warren_core::Binding {
+                    workdir: record.binding.workdir.clone(),
+                    network: warren_core::NetworkPolicy::None,
+                    backend: warren_backend::BackendKind::Memory,
+                    image: None,
+                    inherit_env: true,
+                    ephemeral: false,
+                    layout: record.binding.layout,
+                    extra_mounts: Vec::new(),
+                    isolation: record.binding.isolation,
+                },
             })
             .await
             .unwrap();

@@ -7,9 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use warren_core::{
-    ExtraMount, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId, Uid, Workdir,
-};
+use warren_core::{BackendKind, Binding, BindingPart, RuntimeScope, SandboxId, Uid, Workdir};
 
 /// A workdir created for a uid.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -31,27 +29,9 @@ pub struct NewSandbox {
     pub uid: Uid,
     /// The runtime scope the sandbox serves.
     pub runtime_scope: RuntimeScope,
-    /// The workdir the runtime is to be bound to.
-    pub workdir: Workdir,
-    /// Where its processes may connect; part of the binding like the workdir (I16).
-    pub network: NetworkPolicy,
-    /// The backend that will run it, e.g. "local"; part of the binding.
-    pub backend: String,
-    /// The image its runtime is made from (Docker); part of the binding.
-    pub image: Option<String>,
-    /// Whether commands get the global sandbox environment and the uid's agent environment
-    /// (I14); part of the binding.
-    pub inherit_env: bool,
-    /// Whether the runtime mounts a scratch directory instead of the uid's persistent
-    /// workspace (I14); part of the binding.
-    pub ephemeral: bool,
-    /// What the runtime looks like from inside (I7); part of the binding.
-    pub layout: LayoutName,
-    /// Operator-allowed host directories shown beside the layout's mounts; part of the
-    /// binding like the layout.
-    pub extra_mounts: Vec<ExtraMount>,
-    /// The isolation tier its runtimes run on (issue 19); part of the binding.
-    pub isolation: IsolationTier,
+    /// What the new generation is bound to (I5, I16): a claim joins a live generation
+    /// only with an equal binding.
+    pub binding: Binding,
     /// A runtime snapshot the new generation starts from (I30); not part of the binding,
     /// and ignored when the claim joins a live generation.
     pub seed_snapshot: Option<String>,
@@ -66,21 +46,13 @@ impl NewSandbox {
         uid: Uid,
         runtime_scope: RuntimeScope,
         workdir: Workdir,
-        backend: impl Into<String>,
+        backend: BackendKind,
     ) -> Self {
         Self {
             id: SandboxId::derive(&uid, &runtime_scope),
             uid,
             runtime_scope,
-            workdir,
-            network: NetworkPolicy::None,
-            backend: backend.into(),
-            image: None,
-            inherit_env: true,
-            ephemeral: false,
-            layout: LayoutName::Ars,
-            extra_mounts: Vec::new(),
-            isolation: IsolationTier::Kernel,
+            binding: Binding::new(workdir, backend),
             seed_snapshot: None,
             settings: SandboxSettings::default(),
         }
@@ -138,83 +110,49 @@ impl FromStr for DeadlineAction {
 
 /// The result of [`StateStore::claim_sandbox`](crate::StateStore::claim_sandbox).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "claim", content = "sandbox", rename_all = "snake_case")]
+#[serde(tag = "claim", rename_all = "snake_case")]
 pub enum SandboxClaim {
     /// This caller recorded a new generation of the sandbox.
     Created(SandboxRecord),
-    /// A live generation on the same workdir already exists; the caller joins it.
+    /// A live generation with an equal binding exists; the caller joins it.
     Existing(SandboxRecord),
-    /// A live generation is bound to another workdir and cannot be rebound (I5).
-    WorkdirConflict(SandboxRecord),
-    /// A live generation runs under another network policy and cannot be changed (I16).
-    NetworkConflict(SandboxRecord),
-    /// A live generation has another environment policy (`inherit_env`, `ephemeral`) and
-    /// cannot be changed (I14, I16).
-    EnvPolicyConflict(SandboxRecord),
-    /// A live generation runs on another backend or image and cannot be moved (I16).
-    BackendConflict(SandboxRecord),
-    /// A live generation has another layout and cannot change its view (I16).
-    LayoutConflict(SandboxRecord),
-    /// A live generation shows other extra mounts and cannot change its view (I16).
-    ExtraMountsConflict(SandboxRecord),
-    /// A live generation runs on another isolation tier and cannot change it (issue 19,
-    /// I16).
-    IsolationConflict(SandboxRecord),
+    /// A live generation is bound otherwise, and a live runtime's binding never changes
+    /// (I5, I16): `part` names the first difference.
+    Conflict {
+        /// Where the bindings differ first.
+        part: BindingPart,
+        /// The live generation.
+        sandbox: SandboxRecord,
+    },
 }
 
 impl SandboxClaim {
     /// The answer to a claim of `new` that found the live (not terminated) `record`: it
-    /// joins the runtime when the binding is the same, and names the first difference
-    /// otherwise (a live runtime's binding never changes, I5, I16).
+    /// joins the runtime when the binding is equal, and names the first difference
+    /// otherwise.
     pub(crate) fn join_or_conflict(record: SandboxRecord, new: &NewSandbox) -> Self {
-        if record.workdir != new.workdir {
-            Self::WorkdirConflict(record)
-        } else if record.network != new.network {
-            Self::NetworkConflict(record)
-        } else if (record.inherit_env, record.ephemeral) != (new.inherit_env, new.ephemeral) {
-            Self::EnvPolicyConflict(record)
-        } else if (&record.backend, &record.image) != (&new.backend, &new.image) {
-            Self::BackendConflict(record)
-        } else if record.layout != new.layout {
-            Self::LayoutConflict(record)
-        } else if record.extra_mounts != new.extra_mounts {
-            Self::ExtraMountsConflict(record)
-        } else if record.isolation != new.isolation {
-            Self::IsolationConflict(record)
-        } else {
-            Self::Existing(record)
+        match record.binding.difference(&new.binding) {
+            None => Self::Existing(record),
+            Some(part) => Self::Conflict {
+                part,
+                sandbox: record,
+            },
         }
     }
-}
 
-impl SandboxClaim {
     /// The sandbox record, whichever way the claim went.
     pub fn record(&self) -> &SandboxRecord {
         match self {
-            Self::Created(record)
-            | Self::Existing(record)
-            | Self::WorkdirConflict(record)
-            | Self::NetworkConflict(record)
-            | Self::EnvPolicyConflict(record)
-            | Self::BackendConflict(record)
-            | Self::LayoutConflict(record)
-            | Self::ExtraMountsConflict(record)
-            | Self::IsolationConflict(record) => record,
+            Self::Created(record) | Self::Existing(record) => record,
+            Self::Conflict { sandbox, .. } => sandbox,
         }
     }
 
     /// The sandbox record, whichever way the claim went.
     pub fn into_record(self) -> SandboxRecord {
         match self {
-            Self::Created(record)
-            | Self::Existing(record)
-            | Self::WorkdirConflict(record)
-            | Self::NetworkConflict(record)
-            | Self::EnvPolicyConflict(record)
-            | Self::BackendConflict(record)
-            | Self::LayoutConflict(record)
-            | Self::ExtraMountsConflict(record)
-            | Self::IsolationConflict(record) => record,
+            Self::Created(record) | Self::Existing(record) => record,
+            Self::Conflict { sandbox, .. } => sandbox,
         }
     }
 }
@@ -228,24 +166,9 @@ pub struct SandboxRecord {
     pub uid: Uid,
     /// The runtime scope the sandbox serves.
     pub runtime_scope: RuntimeScope,
-    /// The workdir the current generation is bound to.
-    pub workdir: Workdir,
-    /// The network policy of the current generation.
-    pub network: NetworkPolicy,
-    /// The backend of the current generation.
-    pub backend: String,
-    /// The image of the current generation's runtime (Docker).
-    pub image: Option<String>,
-    /// Whether the current generation's commands get the global and agent environments.
-    pub inherit_env: bool,
-    /// Whether the current generation mounts scratch space instead of the uid's workspace.
-    pub ephemeral: bool,
-    /// What the current generation's runtime looks like from inside (I7).
-    pub layout: LayoutName,
-    /// The current generation's extra mounts, in the order they are mounted.
-    pub extra_mounts: Vec<ExtraMount>,
-    /// The isolation tier the current generation's runtimes run on (issue 19).
-    pub isolation: IsolationTier,
+    /// What the current generation is bound to (I5, I16).
+    #[serde(flatten)]
+    pub binding: Binding,
     /// The runtime snapshot the current generation was created from, if any.
     pub seed_snapshot: Option<String>,
     /// The current generation's labels and deadline.
@@ -588,9 +511,9 @@ mod tests {
             uid.clone(),
             scope.clone(),
             Workdir::new("projects/a").unwrap(),
-            "bwrap",
+            warren_core::BackendKind::Local,
         );
         assert_eq!(new.id, SandboxId::derive(&uid, &scope));
-        assert_eq!(new.backend, "bwrap");
+        assert_eq!(new.binding.backend, BackendKind::Local);
     }
 }

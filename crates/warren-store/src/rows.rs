@@ -120,24 +120,29 @@ macro_rules! row_decoders {
                 id: columns.parse("id", |id| SandboxId::parse(&id))?,
                 uid: columns.parse("uid", Uid::new)?,
                 runtime_scope: columns.parse("runtime_scope", RuntimeScope::new)?,
-                workdir: columns.parse("workdir", Workdir::new)?,
-                network: columns.parse("network", |json: String| {
-                    serde_json::from_str::<NetworkPolicy>(&json)
-                })?,
-                backend: columns.get("backend")?,
-                image: columns.get("image")?,
-                inherit_env: columns.get("inherit_env")?,
-                ephemeral: columns.get("ephemeral")?,
-                layout: columns.parse("layout", |name: String| {
-                    warren_core::LayoutName::parse(&name)
-                })?,
-                extra_mounts: columns.parse("extra_mounts", |json: String| {
-                    serde_json::from_str::<Vec<warren_core::ExtraMount>>(&json)
-                })?,
-                isolation: columns.parse("isolation", |name: String| {
-                    warren_core::IsolationTier::parse(&name)
-                        .ok_or_else(|| format!("unknown isolation tier {name:?}"))
-                })?,
+                binding: warren_core::Binding {
+                    workdir: columns.parse("workdir", Workdir::new)?,
+                    network: columns.parse("network", |json: String| {
+                        serde_json::from_str::<NetworkPolicy>(&json)
+                    })?,
+                    backend: columns.parse("backend", |name: String| {
+                        warren_core::BackendKind::parse(&name)
+                            .ok_or_else(|| format!("unknown backend {name:?}"))
+                    })?,
+                    image: columns.get("image")?,
+                    inherit_env: columns.get("inherit_env")?,
+                    ephemeral: columns.get("ephemeral")?,
+                    layout: columns.parse("layout", |name: String| {
+                        warren_core::LayoutName::parse(&name)
+                    })?,
+                    extra_mounts: columns.parse("extra_mounts", |json: String| {
+                        serde_json::from_str::<Vec<warren_core::ExtraMount>>(&json)
+                    })?,
+                    isolation: columns.parse("isolation", |name: String| {
+                        warren_core::IsolationTier::parse(&name)
+                            .ok_or_else(|| format!("unknown isolation tier {name:?}"))
+                    })?,
+                },
                 seed_snapshot: columns.get("seed_snapshot")?,
                 settings: crate::SandboxSettings {
                     labels: columns.parse("labels", |json: String| {

@@ -21,7 +21,7 @@ fn identity() -> NewSandbox {
         Uid::new("alice").unwrap(),
         RuntimeScope::new("shared-thread").unwrap(),
         Workdir::new("projects/a").unwrap(),
-        "local",
+        warren_core::BackendKind::Local,
     )
 }
 

@@ -30,7 +30,7 @@ fn claim(scope: &str) -> NewSandbox {
         Uid::new("bench").unwrap(),
         RuntimeScope::new(scope).unwrap(),
         Workdir::new("projects/p").unwrap(),
-        "local",
+        warren_core::BackendKind::Local,
     )
 }
 

@@ -45,8 +45,8 @@ type Answer = Result<Json<serde_json::Value>, AioError>;
 /// it does not run yet (I12: this is the first use).
 pub(crate) async fn context(State(state): State<AioState>, sandbox: AioSandbox) -> Answer {
     let record = state.provisioner.start_runtime(&sandbox.id).await?;
-    let layout = record.layout.layout();
-    let workspace = layout.workdir_path(&record.workdir);
+    let layout = record.binding.layout.layout();
+    let workspace = layout.workdir_path(&record.binding.workdir);
     Ok(Json(serde_json::json!({
         "success": true,
         "message": "ok",

@@ -155,14 +155,14 @@ impl GvisorTier {
         let staged =
             warren_backend::staging::StagedBinds::stage(&self.binds, &spec.sandbox, &mounts)
                 .map_err(IsolationError::from_staging)?;
-        let layout = spec.layout.layout();
+        let layout = spec.binding.layout.layout();
         let agent = AgentConfig {
             sandbox: spec.sandbox.to_string(),
             generation: spec.generation,
             nofile: limits.nofile,
             // --network=none: loopback only; the agent relays its proxy port's
             // connections to the provisioner's egress, which applies the policy.
-            egress: spec.network.has_egress(),
+            egress: spec.binding.network.has_egress(),
             socket_dir: Some(PathBuf::from(SOCKET_MOUNT)),
             listen: None,
             home: layout
@@ -201,7 +201,7 @@ impl GvisorTier {
         self.wait_for_agent(spec, &socket_dir, &id, &log).await?;
         // The gofer holds its own copies of the staged mounts now.
         drop(staged);
-        if let (Some(seed), true) = (&spec.seed, spec.layout.layout().home_is_ephemeral()) {
+        if let (Some(seed), true) = (&spec.seed, spec.binding.layout.layout().home_is_ephemeral()) {
             // Resuming a reaped runtime (I30): the home comes back through the agent, as a
             // tar stream (the Sentry holds its tmpfs; host /proc does not reach it). A seed
             // that cannot be copied leaves a fresh home, never a failed start.

@@ -210,14 +210,23 @@ impl KubernetesBackend {
             sandbox: spec.sandbox.clone(),
             source: std::io::Error::other(reason),
         };
-        if !spec.extra_mounts.is_empty() {
+        if !spec.binding.extra_mounts.is_empty() {
             return Err(refuse(
                 "extra mounts are directories of warren's host, which no pod can mount; the \
                  kubernetes backend takes none"
                     .into(),
             ));
         }
-        if spec.network.has_egress() && self.proxy_port.is_none() {
+        if spec.binding.ephemeral {
+            // An ephemeral sandbox's trees are scratch directories beneath warren's own
+            // data; a pod mounts the uid's claims by subPath, which would put the uid's
+            // persistent workspace in front of a sandbox promised none of it (I14).
+            return Err(refuse(
+                "an ephemeral sandbox's scratch tree is on warren's host, which no pod can                  mount, and a pod would see the uid's persistent workspace instead; the                  kubernetes backend takes no ephemeral sandbox"
+                    .into(),
+            ));
+        }
+        if spec.binding.network.has_egress() && self.proxy_port.is_none() {
             return Err(refuse(
                 "network \"open\" and \"allowlist\" need warren's egress proxy for pods, which \
                  this server does not serve (set [kubernetes] proxy_port and proxy_host); use \
@@ -226,7 +235,7 @@ impl KubernetesBackend {
             ));
         }
         let key = self.key(&spec.sandbox, spec.generation);
-        let layout = spec.layout.layout();
+        let layout = spec.binding.layout.layout();
         let agent = AgentConfig {
             sandbox: spec.sandbox.to_string(),
             generation: spec.generation,
@@ -254,15 +263,21 @@ impl KubernetesBackend {
             sandbox: spec.sandbox.clone(),
             uid: spec.uid.clone(),
             runtime_scope: spec.runtime_scope.clone(),
-            workdir: spec.workdir.clone(),
+            workdir: spec.binding.workdir.clone(),
             generation: spec.generation,
-            layout: spec.layout,
-            network: spec.network.clone(),
+            layout: spec.binding.layout,
+            network: spec.binding.network.clone(),
             image: spec
+                .binding
                 .image
                 .clone()
                 .unwrap_or_else(|| self.config.image.clone()),
-            mounts: PersistentMount::for_layout(spec.layout, &spec.uid.safe(), &spec.workdir),
+            inherit_env: spec.binding.inherit_env,
+            mounts: PersistentMount::for_layout(
+                spec.binding.layout,
+                &spec.uid.safe(),
+                &spec.binding.workdir,
+            ),
             user_data_claim: self.config.user_data_claim.clone(),
             skills_claim: self.config.skills_claim.clone(),
             limits: Limits {
@@ -318,15 +333,9 @@ impl KubernetesBackend {
         let safe = identity.uid.safe();
         Some(RuntimeSpec {
             sandbox: identity.sandbox.clone(),
-            backend: BackendKind::Kubernetes,
-            image: Some(identity.image.clone()),
-            isolation: warren_core::IsolationTier::Kernel,
             generation: identity.generation,
             uid: identity.uid.clone(),
             runtime_scope: identity.runtime_scope.clone(),
-            workdir: identity.workdir.clone(),
-            layout: identity.layout,
-            extra_mounts: Vec::new(),
             user_workspace: self
                 .config
                 .workspace_dir
@@ -336,8 +345,18 @@ impl KubernetesBackend {
                 .workspace_dir
                 .join(DataLayout::skill_projection_relative(&safe)),
             env,
-            network: identity.network.clone(),
             seed: None,
+            binding: warren_core::Binding {
+                workdir: identity.workdir.clone(),
+                network: identity.network.clone(),
+                backend: BackendKind::Kubernetes,
+                image: Some(identity.image.clone()),
+                inherit_env: identity.inherit_env,
+                ephemeral: false,
+                layout: identity.layout,
+                extra_mounts: Vec::new(),
+                isolation: warren_core::IsolationTier::Kernel,
+            },
         })
     }
 
@@ -560,7 +579,7 @@ impl KubernetesBackend {
     /// A command with egress uses warren's proxy, not the runtime's loopback (a pod has no
     /// proxy port of its own).
     fn point_at_proxy(&self, known: &Known, spec: &mut warren_agent::protocol::ExecSpec) {
-        if known.spec.network.has_egress() {
+        if known.spec.binding.network.has_egress() {
             // Not the runtime's loopback (a pod has no proxy port of its own): warren's.
             let host = match self.config.proxy_host.as_deref() {
                 Some("node") | None => known.host_ip.map(|ip| ip.to_string()).unwrap_or_default(),
@@ -671,7 +690,7 @@ impl KubernetesBackend {
                 sandbox: sandbox.clone(),
                 reason,
             })?;
-        let ephemeral_home = spec.layout.layout().home_is_ephemeral();
+        let ephemeral_home = spec.binding.layout.layout().home_is_ephemeral();
         if let (Some(seed), true) = (&spec.seed, ephemeral_home) {
             // Resuming a reaped runtime (I30): its /home/gem comes back through the agent
             // before the first command. A seed that cannot be copied leaves the home as
@@ -810,6 +829,7 @@ impl Backend for KubernetesBackend {
             survives_restart: true,
             resource_limits: true,
             gvisor: false,
+            host_mounts: false,
         }
     }
 
@@ -887,8 +907,8 @@ impl Backend for KubernetesBackend {
         let known = self.find(sandbox)?;
         let mut spec = warren_agent::client::process_spec(
             request,
-            known.spec.layout.layout(),
-            &known.spec.network,
+            known.spec.binding.layout.layout(),
+            &known.spec.binding.network,
             &known.spec.env,
         );
         self.point_at_proxy(&known, &mut spec);
@@ -953,7 +973,7 @@ impl Backend for KubernetesBackend {
             sandbox: sandbox.clone(),
             source,
         };
-        let ephemeral_home = known.spec.layout.layout().home_is_ephemeral();
+        let ephemeral_home = known.spec.binding.layout.layout().home_is_ephemeral();
         let _ = std::fs::remove_dir_all(&staging);
         let home = ephemeral_home.then(|| staging.join("home"));
         for dir in std::iter::once(staging.join("cow")).chain(home.clone()) {
@@ -1021,8 +1041,8 @@ fn serve_proxy(address: SocketAddr, runtimes: Runtimes) -> std::io::Result<u16> 
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .values()
-                .find(|known| known.pod_ip == peer.ip() && known.spec.network.has_egress())
-                .map(|known| (known.spec.network.clone(), known.permits.clone()));
+                .find(|known| known.pod_ip == peer.ip() && known.spec.binding.network.has_egress())
+                .map(|known| (known.spec.binding.network.clone(), known.permits.clone()));
             let Some((policy, permits)) = found else {
                 tracing::debug!(%peer, "an egress connection from no sandbox with egress");
                 continue;

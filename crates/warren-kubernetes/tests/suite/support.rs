@@ -48,6 +48,7 @@ pub fn plan(layout: LayoutName, network: NetworkPolicy, service_type: ServiceTyp
         layout,
         network,
         image: "python:3.12-slim".into(),
+        inherit_env: true,
         user_data_claim: "warren-user-data".into(),
         skills_claim: "warren-skills".into(),
         limits: Limits {

@@ -31,7 +31,7 @@ use warren_backend::{
     BackendError, OutputStream, ProcessControl, ProcessExit, ProcessInput, ProcessOutput,
     ProcessRequest, ProcessSignal, ProcessStart, TerminalSize,
 };
-use warren_core::{SandboxId, SecretMasker, VirtualPath};
+use warren_core::{SandboxId, SecretMasker};
 use warren_store::{NewRun, RunKind, RunOutcome};
 
 pub use calls::{ProcessAnswer, ProcessCall, ProcessRead, MAX_OUTPUT_WAIT};
@@ -485,12 +485,7 @@ impl Provisioner {
         let mut record = self
             .ensure_runtime(self.runnable(id).await?, &fence)
             .await?;
-        let cwd = match input.cwd.as_deref() {
-            Some(cwd) => self.exec_cwd(&record, cwd).await?,
-            None => {
-                VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?.to_string()
-            }
-        };
+        let cwd = self.start_dir(&record, input.cwd.as_deref()).await?;
         let CommandEnv { mut env, masker } = self.command_env(&record).await?;
         env.extend(input.env.clone());
         let request = ProcessRequest {

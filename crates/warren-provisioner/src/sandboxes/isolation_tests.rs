@@ -109,7 +109,7 @@ async fn a_sandbox_that_names_no_tier_gets_the_servers_default() {
         .create_sandbox(request(None))
         .await
         .unwrap();
-    assert_eq!(record.isolation, IsolationTier::Kernel);
+    assert_eq!(record.binding.isolation, IsolationTier::Kernel);
 
     let memory = Arc::new(MemoryBackend::new());
     let gvisor = fixture(Arc::new(GvisorCapable(memory)), IsolationTier::Gvisor).await;
@@ -118,7 +118,7 @@ async fn a_sandbox_that_names_no_tier_gets_the_servers_default() {
         .create_sandbox(request(None))
         .await
         .unwrap();
-    assert_eq!(record.isolation, IsolationTier::Gvisor);
+    assert_eq!(record.binding.isolation, IsolationTier::Gvisor);
     // A sandbox may still ask for the kernel tier on a gVisor server.
     let (kernel_record, _) = gvisor
         .provisioner
@@ -128,7 +128,7 @@ async fn a_sandbox_that_names_no_tier_gets_the_servers_default() {
         })
         .await
         .unwrap();
-    assert_eq!(kernel_record.isolation, IsolationTier::Kernel);
+    assert_eq!(kernel_record.binding.isolation, IsolationTier::Kernel);
 }
 
 #[tokio::test]
@@ -140,7 +140,7 @@ async fn a_live_sandbox_keeps_its_tier_and_another_is_a_conflict_that_changes_no
         .create_sandbox(request(Some(IsolationTier::Gvisor)))
         .await
         .unwrap();
-    assert_eq!(created.isolation, IsolationTier::Gvisor);
+    assert_eq!(created.binding.isolation, IsolationTier::Gvisor);
     // Naming none keeps the live sandbox's tier, not the server's default.
     let (joined, how) = fixture
         .provisioner
@@ -148,7 +148,7 @@ async fn a_live_sandbox_keeps_its_tier_and_another_is_a_conflict_that_changes_no
         .await
         .unwrap();
     assert_eq!(
-        (joined.isolation, how),
+        (joined.binding.isolation, how),
         (IsolationTier::Gvisor, crate::Created::Existing)
     );
 
@@ -272,7 +272,7 @@ async fn the_runtime_gets_the_sandboxs_tier_and_one_of_another_tier_is_never_ado
         runtimes
             .iter()
             .find(|runtime| &runtime.spec.sandbox == id)
-            .map(|runtime| runtime.spec.isolation)
+            .map(|runtime| runtime.spec.binding.isolation)
     };
     let runtimes = memory.discover().await.unwrap();
     assert_eq!(tier_of(&runtimes, &gvisor.id), Some(IsolationTier::Gvisor));
@@ -285,7 +285,7 @@ async fn the_runtime_gets_the_sandboxs_tier_and_one_of_another_tier_is_never_ado
         .find(|runtime| runtime.spec.sandbox == gvisor.id)
         .unwrap()
         .spec;
-    swapped.isolation = IsolationTier::Kernel;
+    swapped.binding.isolation = IsolationTier::Kernel;
     memory.destroy(&gvisor.id).await.unwrap();
     memory.create(&swapped).await.unwrap();
 

@@ -58,7 +58,7 @@ use warren_backend::{
     BackendError, OutputChunk, OutputStream, ProcessControl, ProcessExit, ProcessInput,
     ProcessRequest, ProcessSignal, ProcessStart, RuntimeInstant,
 };
-use warren_core::{MaskingStream, SandboxId, SecretMasker, VirtualPath};
+use warren_core::{MaskingStream, SandboxId, SecretMasker};
 use warren_store::{NewRun, RunKind, RunOutcome, SandboxRecord};
 
 use crate::env::CommandEnv;
@@ -506,12 +506,7 @@ impl Provisioner {
         }
         self.shells.make_room(sandbox, implicit)?;
         let mut record = self.start_runtime_here(sandbox).await?.0;
-        let cwd = match &request.exec_dir {
-            Some(dir) => self.exec_cwd(&record, dir).await?,
-            None => {
-                VirtualPath::parse(".", record.layout.layout(), &[], &record.workdir)?.to_string()
-            }
-        };
+        let cwd = self.start_dir(&record, request.exec_dir.as_deref()).await?;
         // The shell gets the uid's agent environment, as every command does (I14).
         let CommandEnv { env, masker } = self.command_env(&record).await?;
         let no_change = request

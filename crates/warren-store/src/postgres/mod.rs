@@ -248,9 +248,9 @@ impl StateStore for PostgresStore {
                 scope: new.runtime_scope.clone(),
             });
         }
-        let network = crate::rows::json_column("sandboxes", "network", &new.network)?;
+        let network = crate::rows::json_column("sandboxes", "network", &new.binding.network)?;
         let extra_mounts =
-            crate::rows::json_column("sandboxes", "extra_mounts", &new.extra_mounts)?;
+            crate::rows::json_column("sandboxes", "extra_mounts", &new.binding.extra_mounts)?;
         let labels = crate::rows::json_column("sandboxes", "labels", &new.settings.labels)?;
         let deadline = new.settings.deadline.map(|time| time.timestamp_millis());
         let now = now_millis();
@@ -272,18 +272,18 @@ impl StateStore for PostgresStore {
         .bind(new.id.as_str())
         .bind(new.uid.as_str())
         .bind(new.runtime_scope.as_str())
-        .bind(new.workdir.as_str())
-        .bind(&new.backend)
+        .bind(new.binding.workdir.as_str())
+        .bind(new.binding.backend.as_str())
         .bind(SandboxState::Created.as_str())
         .bind(now)
         .bind(&network)
-        .bind(new.inherit_env)
-        .bind(new.ephemeral)
+        .bind(new.binding.inherit_env)
+        .bind(new.binding.ephemeral)
         .bind(&new.seed_snapshot)
-        .bind(&new.image)
-        .bind(new.layout.as_str())
+        .bind(&new.binding.image)
+        .bind(new.binding.layout.as_str())
         .bind(&extra_mounts)
-        .bind(new.isolation.as_str())
+        .bind(new.binding.isolation.as_str())
         .bind(&labels)
         .bind(deadline)
         .bind(new.settings.on_deadline.as_str())
@@ -318,18 +318,18 @@ impl StateStore for PostgresStore {
              WHERE id = $1 RETURNING {SANDBOX_COLUMNS}"
         ))
         .bind(new.id.as_str())
-        .bind(new.workdir.as_str())
-        .bind(&new.backend)
+        .bind(new.binding.workdir.as_str())
+        .bind(new.binding.backend.as_str())
         .bind(SandboxState::Created.as_str())
         .bind(now)
         .bind(&network)
-        .bind(new.inherit_env)
-        .bind(new.ephemeral)
+        .bind(new.binding.inherit_env)
+        .bind(new.binding.ephemeral)
         .bind(&new.seed_snapshot)
-        .bind(&new.image)
-        .bind(new.layout.as_str())
+        .bind(&new.binding.image)
+        .bind(new.binding.layout.as_str())
         .bind(&extra_mounts)
-        .bind(new.isolation.as_str())
+        .bind(new.binding.isolation.as_str())
         .bind(&labels)
         .bind(deadline)
         .bind(new.settings.on_deadline.as_str())

@@ -389,9 +389,9 @@ impl StateStore for SqliteStore {
         let current = current.as_ref().map(sandbox_from_row).transpose()?;
 
         let now = now_millis();
-        let network = crate::rows::json_column("sandboxes", "network", &new.network)?;
+        let network = crate::rows::json_column("sandboxes", "network", &new.binding.network)?;
         let extra_mounts =
-            crate::rows::json_column("sandboxes", "extra_mounts", &new.extra_mounts)?;
+            crate::rows::json_column("sandboxes", "extra_mounts", &new.binding.extra_mounts)?;
         let labels = crate::rows::json_column("sandboxes", "labels", &new.settings.labels)?;
         let deadline = new.settings.deadline.map(|time| time.timestamp_millis());
         let row = match current {
@@ -412,18 +412,18 @@ impl StateStore for SqliteStore {
                     sandbox_columns!()
                 ))
                 .bind(new.id.as_str())
-                .bind(new.workdir.as_str())
-                .bind(&new.backend)
+                .bind(new.binding.workdir.as_str())
+                .bind(new.binding.backend.as_str())
                 .bind(SandboxState::Created.as_str())
                 .bind(now)
                 .bind(&network)
-                .bind(new.inherit_env)
-                .bind(new.ephemeral)
+                .bind(new.binding.inherit_env)
+                .bind(new.binding.ephemeral)
                 .bind(&new.seed_snapshot)
-                .bind(&new.image)
-                .bind(new.layout.as_str())
+                .bind(&new.binding.image)
+                .bind(new.binding.layout.as_str())
                 .bind(&extra_mounts)
-                .bind(new.isolation.as_str())
+                .bind(new.binding.isolation.as_str())
                 .bind(&labels)
                 .bind(deadline)
                 .bind(new.settings.on_deadline.as_str())
@@ -443,18 +443,18 @@ impl StateStore for SqliteStore {
                 .bind(new.id.as_str())
                 .bind(new.uid.as_str())
                 .bind(new.runtime_scope.as_str())
-                .bind(new.workdir.as_str())
-                .bind(&new.backend)
+                .bind(new.binding.workdir.as_str())
+                .bind(new.binding.backend.as_str())
                 .bind(SandboxState::Created.as_str())
                 .bind(now)
                 .bind(&network)
-                .bind(new.inherit_env)
-                .bind(new.ephemeral)
+                .bind(new.binding.inherit_env)
+                .bind(new.binding.ephemeral)
                 .bind(&new.seed_snapshot)
-                .bind(&new.image)
-                .bind(new.layout.as_str())
+                .bind(&new.binding.image)
+                .bind(new.binding.layout.as_str())
                 .bind(&extra_mounts)
-                .bind(new.isolation.as_str())
+                .bind(new.binding.isolation.as_str())
                 .bind(&labels)
                 .bind(deadline)
                 .bind(new.settings.on_deadline.as_str())
@@ -1469,7 +1469,7 @@ mod tests {
             Uid::new(uid).unwrap(),
             RuntimeScope::new(scope).unwrap(),
             Workdir::new(workdir).unwrap(),
-            "bwrap",
+            warren_core::BackendKind::Local,
         )
     }
 

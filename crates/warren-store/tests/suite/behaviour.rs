@@ -66,8 +66,8 @@ pub async fn claiming_an_unclaimed_sandbox_creates_generation_one(backend: &dyn 
     assert_eq!(record.id, new.id);
     assert_eq!(record.uid, new.uid);
     assert_eq!(record.runtime_scope, new.runtime_scope);
-    assert_eq!(record.workdir, new.workdir);
-    assert_eq!(record.backend, "bwrap");
+    assert_eq!(record.binding.workdir, new.binding.workdir);
+    assert_eq!(record.binding.backend, warren_core::BackendKind::Local);
     assert_eq!(record.state, SandboxState::Created);
     assert_eq!(record.generation, 1);
     assert_eq!(record.created_at, record.last_active_at);
@@ -85,12 +85,18 @@ pub async fn claiming_a_live_sandbox_on_the_same_workdir_joins_it(backend: &dyn 
 
     // Another backend or image is another binding: a conflict that changes nothing (I16).
     let mut other_backend = new.clone();
-    other_backend.backend = "docker".to_owned();
+    other_backend.binding.backend = warren_core::BackendKind::Docker;
     let mut other_image = new.clone();
-    other_image.image = Some("python:3.12".to_owned());
+    other_image.binding.image = Some("python:3.12".to_owned());
     for claim in [other_backend, other_image] {
         let answer = store.claim_sandbox(&claim).await.unwrap();
-        assert_eq!(answer, SandboxClaim::BackendConflict(created.clone()));
+        assert_eq!(
+            answer,
+            SandboxClaim::Conflict {
+                part: warren_core::BindingPart::Backend,
+                sandbox: created.clone()
+            }
+        );
     }
     assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(created));
 }
@@ -105,7 +111,13 @@ pub async fn claiming_a_live_sandbox_on_another_workdir_is_a_conflict_that_chang
     let elsewhere = claim("alice", "thread-1", "projects/b");
     let answer = store.claim_sandbox(&elsewhere).await.unwrap();
 
-    assert_eq!(answer, SandboxClaim::WorkdirConflict(created.clone()));
+    assert_eq!(
+        answer,
+        SandboxClaim::Conflict {
+            part: warren_core::BindingPart::Workdir,
+            sandbox: created.clone()
+        }
+    );
     assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(created));
 }
 
@@ -115,11 +127,14 @@ pub async fn claiming_a_live_sandbox_under_another_network_policy_is_a_conflict(
     let store = backend.open().await;
     let new = claim("alice", "thread-1", "projects/a");
     let created = store.claim_sandbox(&new).await.unwrap().into_record();
-    assert_eq!(created.network, NetworkPolicy::None);
+    assert_eq!(created.binding.network, NetworkPolicy::None);
     let mut open = new.clone();
-    open.network = NetworkPolicy::Open;
+    open.binding.network = NetworkPolicy::Open;
     match store.claim_sandbox(&open).await.unwrap() {
-        SandboxClaim::NetworkConflict(record) => assert_eq!(record, created),
+        SandboxClaim::Conflict {
+            part: warren_core::BindingPart::Network,
+            sandbox: record,
+        } => assert_eq!(record, created),
         other => panic!("expected a network conflict, got {other:?}"),
     }
     store
@@ -128,7 +143,7 @@ pub async fn claiming_a_live_sandbox_under_another_network_policy_is_a_conflict(
         .unwrap();
     let reclaimed = store.claim_sandbox(&open).await.unwrap();
     assert!(
-        matches!(&reclaimed, SandboxClaim::Created(r) if r.network == NetworkPolicy::Open && r.generation == 2)
+        matches!(&reclaimed, SandboxClaim::Created(r) if r.binding.network == NetworkPolicy::Open && r.generation == 2)
     );
 }
 
@@ -136,14 +151,17 @@ pub async fn claiming_a_live_sandbox_under_another_env_policy_is_a_conflict(back
     let store = backend.open().await;
     let new = claim("alice", "thread-1", "projects/a");
     let created = store.claim_sandbox(&new).await.unwrap().into_record();
-    assert!(created.inherit_env && !created.ephemeral);
+    assert!(created.binding.inherit_env && !created.binding.ephemeral);
     let mut bare = new.clone();
-    bare.inherit_env = false;
+    bare.binding.inherit_env = false;
     let mut scratch = new.clone();
-    scratch.ephemeral = true;
+    scratch.binding.ephemeral = true;
     for other in [&bare, &scratch] {
         match store.claim_sandbox(other).await.unwrap() {
-            SandboxClaim::EnvPolicyConflict(record) => assert_eq!(record, created),
+            SandboxClaim::Conflict {
+                part: warren_core::BindingPart::EnvPolicy,
+                sandbox: record,
+            } => assert_eq!(record, created),
             answer => panic!("expected an env policy conflict, got {answer:?}"),
         }
     }
@@ -154,7 +172,7 @@ pub async fn claiming_a_live_sandbox_under_another_env_policy_is_a_conflict(back
     let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&scratch).await.unwrap() else {
         panic!("a terminated sandbox is claimed anew");
     };
-    assert!(reclaimed.ephemeral && reclaimed.inherit_env);
+    assert!(reclaimed.binding.ephemeral && reclaimed.binding.inherit_env);
     assert_eq!(store.get_sandbox(&new.id).await.unwrap(), Some(reclaimed));
 }
 
@@ -165,14 +183,14 @@ pub async fn extra_mounts_are_stored_in_order_and_a_live_sandbox_keeps_them(back
         warren_core::ExtraMount::new(target, "/srv/df".into(), beneath, writable, &layout).unwrap()
     };
     let mut new = claim("alice", "thread-1", "threads/t1/user-data");
-    new.layout = LayoutName::Deerflow;
-    new.extra_mounts = vec![
+    new.binding.layout = LayoutName::Deerflow;
+    new.binding.extra_mounts = vec![
         mount("/mnt/scratch", "s/t1", true),
         mount("/mnt/acp-workspace", "threads/t1/acp-workspace", false),
     ];
     let created = store.claim_sandbox(&new).await.unwrap().into_record();
     assert_eq!(
-        created.extra_mounts, new.extra_mounts,
+        created.binding.extra_mounts, new.binding.extra_mounts,
         "kept in their order"
     );
     assert_eq!(
@@ -184,12 +202,15 @@ pub async fn extra_mounts_are_stored_in_order_and_a_live_sandbox_keeps_them(back
         answer => panic!("the same mounts join, got {answer:?}"),
     }
     let mut reordered = new.clone();
-    reordered.extra_mounts.reverse();
+    reordered.binding.extra_mounts.reverse();
     let mut fewer = new.clone();
-    fewer.extra_mounts.pop();
+    fewer.binding.extra_mounts.pop();
     for other in [reordered, fewer] {
         match store.claim_sandbox(&other).await.unwrap() {
-            SandboxClaim::ExtraMountsConflict(record) => assert_eq!(record, created),
+            SandboxClaim::Conflict {
+                part: warren_core::BindingPart::ExtraMounts,
+                sandbox: record,
+            } => assert_eq!(record, created),
             answer => panic!("expected an extra-mounts conflict, got {answer:?}"),
         }
     }
@@ -198,12 +219,12 @@ pub async fn extra_mounts_are_stored_in_order_and_a_live_sandbox_keeps_them(back
         .await
         .unwrap();
     let mut none = new.clone();
-    none.extra_mounts.clear();
+    none.binding.extra_mounts.clear();
     let SandboxClaim::Created(reclaimed) = store.claim_sandbox(&none).await.unwrap() else {
         panic!("a terminated sandbox is claimed anew");
     };
     assert!(
-        reclaimed.extra_mounts.is_empty(),
+        reclaimed.binding.extra_mounts.is_empty(),
         "a new generation takes its own"
     );
 }
@@ -214,11 +235,18 @@ pub async fn a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_anoth
     let store = backend.open().await;
     let new = claim("alice", "thread-1", "threads/t1/user-data");
     let created = store.claim_sandbox(&new).await.unwrap().into_record();
-    assert_eq!(created.layout, LayoutName::Ars, "the default layout");
+    assert_eq!(
+        created.binding.layout,
+        LayoutName::Ars,
+        "the default layout"
+    );
     let mut deerflow = new.clone();
-    deerflow.layout = LayoutName::Deerflow;
+    deerflow.binding.layout = LayoutName::Deerflow;
     match store.claim_sandbox(&deerflow).await.unwrap() {
-        SandboxClaim::LayoutConflict(record) => assert_eq!(record, created),
+        SandboxClaim::Conflict {
+            part: warren_core::BindingPart::Layout,
+            sandbox: record,
+        } => assert_eq!(record, created),
         answer => panic!("expected a layout conflict, got {answer:?}"),
     }
     store
@@ -229,7 +257,7 @@ pub async fn a_live_sandbox_keeps_its_layout_and_a_new_generation_may_take_anoth
         panic!("a terminated sandbox is claimed anew");
     };
     assert_eq!(
-        (reclaimed.layout, reclaimed.generation),
+        (reclaimed.binding.layout, reclaimed.generation),
         (LayoutName::Deerflow, 2)
     );
     assert_eq!(
@@ -251,11 +279,18 @@ pub async fn a_live_sandbox_keeps_its_isolation_and_a_new_generation_may_take_an
     let store = backend.open().await;
     let new = claim("alice", "thread-1", "threads/t1/user-data");
     let created = store.claim_sandbox(&new).await.unwrap().into_record();
-    assert_eq!(created.isolation, IsolationTier::Kernel, "the default tier");
+    assert_eq!(
+        created.binding.isolation,
+        IsolationTier::Kernel,
+        "the default tier"
+    );
     let mut gvisor = new.clone();
-    gvisor.isolation = IsolationTier::Gvisor;
+    gvisor.binding.isolation = IsolationTier::Gvisor;
     match store.claim_sandbox(&gvisor).await.unwrap() {
-        SandboxClaim::IsolationConflict(record) => assert_eq!(record, created),
+        SandboxClaim::Conflict {
+            part: warren_core::BindingPart::Isolation,
+            sandbox: record,
+        } => assert_eq!(record, created),
         answer => panic!("expected an isolation conflict, got {answer:?}"),
     }
     assert_eq!(
@@ -271,7 +306,7 @@ pub async fn a_live_sandbox_keeps_its_isolation_and_a_new_generation_may_take_an
         panic!("a terminated sandbox is claimed anew");
     };
     assert_eq!(
-        (reclaimed.isolation, reclaimed.generation),
+        (reclaimed.binding.isolation, reclaimed.generation),
         (IsolationTier::Gvisor, 2)
     );
     assert_eq!(
@@ -289,7 +324,7 @@ pub async fn a_live_sandbox_keeps_its_isolation_and_a_new_generation_may_take_an
     ));
     assert!(matches!(
         store.claim_sandbox(&new).await.unwrap(),
-        SandboxClaim::IsolationConflict(record) if record == reclaimed
+        SandboxClaim::Conflict { part: warren_core::BindingPart::Isolation, sandbox: record } if record == reclaimed
     ));
 }
 
@@ -517,7 +552,10 @@ pub async fn every_state_but_terminated_counts_as_live_for_a_claim(backend: &dyn
         );
         assert_eq!(
             store.claim_sandbox(&elsewhere).await.unwrap(),
-            SandboxClaim::WorkdirConflict(record),
+            SandboxClaim::Conflict {
+                part: warren_core::BindingPart::Workdir,
+                sandbox: record
+            },
             "{state}"
         );
     }
@@ -590,7 +628,7 @@ pub async fn reclaiming_a_terminated_sandbox_bumps_its_generation_and_may_take_a
     next_millisecond().await;
 
     let mut second = claim("alice", "thread-1", "projects/b");
-    second.backend = "docker".to_owned();
+    second.binding.backend = warren_core::BackendKind::Docker;
     let SandboxClaim::Created(record) = store.claim_sandbox(&second).await.unwrap() else {
         panic!("a terminated sandbox must be claimed afresh");
     };
@@ -598,8 +636,8 @@ pub async fn reclaiming_a_terminated_sandbox_bumps_its_generation_and_may_take_a
     assert_eq!(record.id, first.id);
     assert_eq!(record.generation, 2);
     assert_eq!(record.state, SandboxState::Created);
-    assert_eq!(record.workdir, workdir("projects/b"));
-    assert_eq!(record.backend, "docker");
+    assert_eq!(record.binding.workdir, workdir("projects/b"));
+    assert_eq!(record.binding.backend, warren_core::BackendKind::Docker);
     assert!(record.created_at > old.created_at);
     assert_eq!(record.last_active_at, record.created_at);
     assert_eq!(store.list_sandboxes(None).await.unwrap(), vec![record]);

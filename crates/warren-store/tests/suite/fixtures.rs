@@ -20,7 +20,7 @@ pub fn claim(uid_: &str, scope: &str, workdir_: &str) -> NewSandbox {
         uid(uid_),
         RuntimeScope::new(scope).expect("valid scope"),
         workdir(workdir_),
-        "bwrap",
+        warren_core::BackendKind::Local,
     )
 }
 

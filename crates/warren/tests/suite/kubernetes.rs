@@ -1136,3 +1136,29 @@ async fn a_pods_egress_goes_through_warrens_proxy_under_its_sandboxs_policy() {
     listed_task.abort();
     unlisted_task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_sandbox_is_refused_a_pod_that_would_show_the_persistent_workspace() {
+    let server = server();
+    // The uid's persistent workdir exists: a pod mounting it by subPath would start.
+    server.workdir("alice", "projects/a").await;
+    let (status, body) = server
+        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+            "uid": "alice", "runtime_scope_id": "scratch", "workdir": "projects/a",
+            "ephemeral": true,
+        })))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "host_mounts_unsupported", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("ephemeral")),
+        "{body}"
+    );
+    let (status, listed) = server
+        .send_json(server.request(Method::GET, "/v1/sandboxes?uid=alice"))
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["sandboxes"], json!([]), "nothing was recorded");
+}

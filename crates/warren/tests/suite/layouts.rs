@@ -531,27 +531,32 @@ fn deerflow_spec(
     let id = sandbox.clone();
     let spec = move |generation| RuntimeSpec {
         sandbox: id.clone(),
-        backend: match host {
-            Host::Local => BackendKind::Local,
-            Host::Docker => BackendKind::Docker,
-            Host::Kubernetes => BackendKind::Kubernetes,
-            Host::LocalGvisor | Host::DockerGvisor => {
-                unreachable!("the layout rules run on the kernel tier")
-            }
-        },
-        image: (host == Host::Docker).then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
-        isolation: warren_core::IsolationTier::Kernel,
         generation,
         uid: uid.clone(),
         runtime_scope: runtime_scope.clone(),
-        workdir: Workdir::new(THREAD).unwrap(),
-        layout: LayoutName::Deerflow,
-        extra_mounts: extra_mounts.clone(),
         user_workspace: workspace.clone(),
         skill_projection: projection.clone(),
         env: BTreeMap::new(),
-        network: NetworkPolicy::None,
         seed: None,
+        binding: warren_core::Binding {
+            workdir: Workdir::new(THREAD).unwrap(),
+            network: NetworkPolicy::None,
+            backend: match host {
+                Host::Local => BackendKind::Local,
+                Host::Docker => BackendKind::Docker,
+                Host::Kubernetes => BackendKind::Kubernetes,
+                Host::LocalGvisor | Host::DockerGvisor => {
+                    unreachable!("the layout rules run on the kernel tier")
+                }
+            },
+            image: (host == Host::Docker)
+                .then(|| warren_test_support::DOCKER_TEST_IMAGE.to_owned()),
+            inherit_env: true,
+            ephemeral: false,
+            layout: LayoutName::Deerflow,
+            extra_mounts: extra_mounts.clone(),
+            isolation: warren_core::IsolationTier::Kernel,
+        },
     };
     (sandbox, spec)
 }
@@ -800,7 +805,7 @@ async fn extra_mounts_show_the_operator_directories_as_asked_and_a_link_beneath_
         .iter()
         .find(|runtime| runtime.spec.sandbox == sandbox)
         .expect("the runtime is discovered");
-    assert_eq!(runtime.spec.extra_mounts, extra_mounts, "{host:?}");
+    assert_eq!(runtime.spec.binding.extra_mounts, extra_mounts, "{host:?}");
     backend.destroy(&sandbox).await.expect("destroy");
 
     // The acp-workspace swapped for a link to a look-alike outside the operator's tree:
