@@ -170,7 +170,7 @@ impl Provisioner {
         range: ByteRange,
     ) -> Result<ReadResult, ProvisionerError> {
         let blobs = self
-            .layout
+            .layout()
             .workspace_dir()
             .join(DataLayout::artifacts_relative(&artifact.uid.safe()));
         let sha256 = artifact.sha256.clone();
@@ -194,7 +194,7 @@ impl Provisioner {
         sha256: &str,
         bytes: Vec<u8>,
     ) -> Result<(), ProvisionerError> {
-        let data_dir = self.layout.workspace_dir().to_owned();
+        let data_dir = self.layout().workspace_dir().to_owned();
         let relative = DataLayout::artifacts_relative(uid);
         let name = sha256.to_owned();
         let store_error = |source| ProvisionerError::File {

@@ -24,7 +24,7 @@ impl Provisioner {
         let safe = uid.safe();
         match &self.config.snapshot_store {
             SnapshotStoreConfig::Local => {
-                let dir = self.layout.local_snapshots(&safe);
+                let dir = self.layout().local_snapshots(&safe);
                 Ok(Box::new(
                     LocalStore::open(dir).map_err(ProvisionerError::Snapshot)?,
                 ))

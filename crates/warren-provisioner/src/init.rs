@@ -109,7 +109,7 @@ impl Provisioner {
     /// command or a concurrent request may have put something in it since; that stays),
     /// then its record. Best effort: the request's own error is what the caller needs.
     async fn undo_workdir(&self, uid: &Uid, workdir: &Workdir) {
-        let workspace = self.layout.user_workspace(&uid.safe());
+        let workspace = self.layout().user_workspace(&uid.safe());
         let relative = workdir.as_str().to_owned();
         let removed = self
             .blocking(move || {
@@ -155,7 +155,7 @@ impl Provisioner {
         if let Some(git) = &init.git {
             self.check_git_source(git)?;
         }
-        let root = self.workdir_root(uid, workdir).await?;
+        let root = self.workspaces().workdir_root(uid, workdir).await?;
         let relative = workdir.as_str().to_owned();
         let empty = self
             .blocking({
@@ -288,7 +288,7 @@ impl Provisioner {
     /// Clones into a private directory of the provisioner, then checks out `rev`.
     async fn clone_repository(&self, git: &GitSource) -> Result<Checkout, ProvisionerError> {
         let scratch = self
-            .layout
+            .layout()
             .data_dir()
             .join("tmp")
             .join(format!("git-{}", uuid::Uuid::new_v4().simple()));

@@ -42,6 +42,7 @@ mod snapshots;
 mod transitions;
 mod usage;
 mod watch;
+mod workspaces;
 pub use sandboxes::{
     check_isolation, Created, SandboxRequest, DEFAULT_TERMINATE_GRACE, MAX_TERMINATE_GRACE,
 };
@@ -96,6 +97,7 @@ pub use watch::{
     MAX_DIR_WATCHES, MAX_WATCHED_ENTRIES, MAX_WATCHER_BACKLOG, MAX_WATCHES_PER_SANDBOX,
     WATCHER_IDLE,
 };
+pub use workspaces::Workspaces;
 
 /// Limits and defaults of one provisioner.
 #[derive(Debug, Clone)]
@@ -223,7 +225,8 @@ impl ProvisionerConfig {
 /// The provisioner of one warren process.
 pub struct Provisioner {
     config: ProvisionerConfig,
-    layout: DataLayout,
+    /// The workspace rules that need no backend: UserWorkspaces, volumes, quotas.
+    workspaces: Workspaces,
     store: Arc<dyn StateStore>,
     backend: Arc<dyn Backend>,
     /// Serialises lifecycle changes (runtime start, destroy) of one sandbox, without making
@@ -251,8 +254,6 @@ pub struct Provisioner {
     fork_refusals: Mutex<HashMap<SandboxId, (i64, u64)>>,
     /// Bounds the sandboxes all reaper passes work on at once.
     reap_slots: Arc<tokio::sync::Semaphore>,
-    /// Serialises making and mounting workspace volumes (rare: a uid's first workdir).
-    volume_lock: Arc<Mutex<()>>,
     /// The execution guard's fence gate: fenced mutations against guard acquisitions,
     /// per sandbox (I33; see `guard.rs`).
     fence_gates: Arc<guard::FenceGates>,
@@ -275,10 +276,7 @@ impl Provisioner {
     ) -> Self {
         let reap_slots = Arc::new(tokio::sync::Semaphore::new(config.reap_concurrency.max(1)));
         Self {
-            layout: match &config.workspace_dir {
-                Some(shared) => DataLayout::new(config.data_dir.clone()).with_workspace_dir(shared),
-                None => DataLayout::new(config.data_dir.clone()),
-            },
+            workspaces: Workspaces::new(&config),
             config,
             store,
             backend,
@@ -293,7 +291,6 @@ impl Provisioner {
             watches: Arc::default(),
             fork_refusals: Mutex::new(HashMap::new()),
             reap_slots,
-            volume_lock: Arc::default(),
             fence_gates: Arc::default(),
             shells: shell::Registry::default(),
             epoch: membership::Epoch::default(),
@@ -321,7 +318,12 @@ impl Provisioner {
 
     /// Where things live in the data and workspace directories.
     pub fn layout(&self) -> &DataLayout {
-        &self.layout
+        self.workspaces.layout()
+    }
+
+    /// The workspace rules (UserWorkspaces, volumes, quotas), which need no backend.
+    pub fn workspaces(&self) -> &Workspaces {
+        &self.workspaces
     }
 
     /// The configuration in force.

@@ -29,7 +29,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use warren_core::{DataLayout, Uid};
 
-use crate::{Provisioner, ProvisionerError};
+use crate::ProvisionerError;
 
 /// Where the per-uid volume images live, relative to the data directory.
 pub const VOLUMES_RELATIVE: &str = "volumes";
@@ -144,7 +144,7 @@ pub struct WorkspaceUsage {
 }
 
 /// The image of the volume of the uid whose directory name is `safe`.
-fn volume_image(layout: &DataLayout, safe: &str) -> PathBuf {
+pub(crate) fn volume_image(layout: &DataLayout, safe: &str) -> PathBuf {
     layout
         .data_dir()
         .join(VOLUMES_RELATIVE)
@@ -152,7 +152,7 @@ fn volume_image(layout: &DataLayout, safe: &str) -> PathBuf {
 }
 
 /// The workspace directory of the uid whose directory name is `safe` (a volume's mount point).
-fn workspace_dir(layout: &DataLayout, safe: &str) -> PathBuf {
+pub(crate) fn workspace_dir(layout: &DataLayout, safe: &str) -> PathBuf {
     layout
         .workspace_dir()
         .join("user-data/shared")
@@ -161,13 +161,17 @@ fn workspace_dir(layout: &DataLayout, safe: &str) -> PathBuf {
 }
 
 /// Whether `dir` is the root of a filesystem mounted on its parent.
-fn is_mount_root(dir: &Path) -> std::io::Result<bool> {
+pub(crate) fn is_mount_root(dir: &Path) -> std::io::Result<bool> {
     let own = std::fs::symlink_metadata(dir)?;
     let parent = std::fs::symlink_metadata(dir.join(".."))?;
     Ok(own.dev() != parent.dev() || own.ino() == parent.ino())
 }
 
-fn volume_error(uid: &str, step: &'static str, detail: impl std::fmt::Display) -> ProvisionerError {
+pub(crate) fn volume_error(
+    uid: &str,
+    step: &'static str,
+    detail: impl std::fmt::Display,
+) -> ProvisionerError {
     ProvisionerError::Volume {
         uid: uid.to_string(),
         step,
@@ -220,7 +224,7 @@ fn ensure_volume(
     Ok(())
 }
 
-fn dir_has_entries(dir: &Path) -> std::io::Result<bool> {
+pub(crate) fn dir_has_entries(dir: &Path) -> std::io::Result<bool> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => Ok(entries.next().is_some()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -309,7 +313,7 @@ fn make_image(image: &Path, limits: QuotaLimits) -> Result<(), ImageFailure> {
 /// Loop-mounts `image` on `target`. `mount -o loop` attaches the image with autoclear (the
 /// loop device goes with the last unmount) and reuses the loop device already attached to
 /// the same image, so an image is never mounted through two devices at once.
-fn mount_image(image: &Path, target: &Path) -> Result<(), String> {
+pub(crate) fn mount_image(image: &Path, target: &Path) -> Result<(), String> {
     let output = Command::new("mount")
         .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime"])
         .arg(image)
@@ -326,12 +330,12 @@ fn mount_image(image: &Path, target: &Path) -> Result<(), String> {
     }
 }
 
-/// See [`Provisioner::volume_job`].
+/// See [`crate::Workspaces::volume_job`].
 pub(crate) struct VolumeJob {
-    layout: DataLayout,
-    safe: String,
-    limits: QuotaLimits,
-    lock: Arc<Mutex<()>>,
+    pub(crate) layout: DataLayout,
+    pub(crate) safe: String,
+    pub(crate) limits: QuotaLimits,
+    pub(crate) lock: Arc<Mutex<()>>,
 }
 
 impl VolumeJob {
@@ -341,161 +345,6 @@ impl VolumeJob {
         // mkfs or mount.
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         ensure_volume(&self.layout, &self.safe, self.limits)
-    }
-}
-
-impl Provisioner {
-    /// The quota configuration in force.
-    pub fn quotas(&self) -> &QuotaSettings {
-        &self.config.quotas
-    }
-
-    /// Whether writes under `uid`'s workspace run against its own volume.
-    pub(crate) fn quota_enforced_for(&self, uid: &Uid) -> bool {
-        self.config.quotas.enforced() && self.config.quotas.limits_of(uid).is_some()
-    }
-
-    /// The work of making and mounting `uid`'s volume, when quotas are enforced: run it on
-    /// a blocking thread before the workspace is first used.
-    pub(crate) fn volume_job(&self, uid: &Uid) -> Option<VolumeJob> {
-        if !self.config.quotas.enforced() {
-            return None;
-        }
-        Some(VolumeJob {
-            layout: self.layout.clone(),
-            safe: uid.safe().as_str().to_owned(),
-            limits: self.config.quotas.limits_of(uid)?,
-            lock: self.volume_lock.clone(),
-        })
-    }
-
-    /// A full filesystem under `uid`'s workspace is that uid's quota when it has a volume
-    /// of its own: 507 `quota_exceeded` for it alone, never the server's disk (I23).
-    pub(crate) fn quota_error(&self, uid: &Uid, error: ProvisionerError) -> ProvisionerError {
-        match error {
-            ProvisionerError::File { path, source }
-                if crate::is_disk_full(&source) && self.quota_enforced_for(uid) =>
-            {
-                ProvisionerError::QuotaExceeded {
-                    uid: uid.to_string(),
-                    path,
-                }
-            }
-            other => other,
-        }
-    }
-
-    /// Mounts every volume image that is not mounted (after a reboot; also with quotas
-    /// turned off since, as the uid's files live there), and, while quotas are enforced,
-    /// refuses a data directory with workspaces of limited uids that are not on volumes:
-    /// they would escape their limits. Returns the number of volumes. Called once at
-    /// start-up, before anything serves.
-    pub async fn prepare_volumes(&self) -> Result<usize, ProvisionerError> {
-        let layout = self.layout.clone();
-        let quotas = &self.config.quotas;
-        // A volume is a filesystem image one node loop-mounts: on a directory several
-        // nodes share, two of them would mount it at once and corrupt it.
-        if quotas.enforced() && layout.is_split() {
-            return Err(ProvisionerError::InvalidNode(
-                "[quotas] with volumes cannot be used with a separate workspace directory \
-                 (--workspace-dir): a volume is one node's loop-mounted filesystem; enforce \
-                 quotas on the shared filesystem itself and remove [quotas] here"
-                    .to_owned(),
-            ));
-        }
-        // Which workspaces must be volumes: every uid's with default limits, else those
-        // of the uids named in the overrides.
-        let limited: Option<std::collections::BTreeSet<String>> = match quotas.default {
-            _ if !quotas.enforced() => Some(Default::default()),
-            Some(_) => None,
-            None => Some(
-                quotas
-                    .users
-                    .keys()
-                    .map(|uid| uid.safe().as_str().to_owned())
-                    .collect(),
-            ),
-        };
-        self.blocking(move || {
-            let shared = layout.workspace_dir().join("user-data/shared");
-            let mut unquoted = Vec::new();
-            let mut volumes = 0;
-            let entries = match std::fs::read_dir(&shared) {
-                Ok(entries) => entries.collect::<Result<Vec<_>, _>>(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-                Err(e) => Err(e),
-            }
-            .map_err(|e| volume_error("*", "list", e))?;
-            for entry in entries {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let safe = name.as_str();
-                let image = volume_image(&layout, safe);
-                let workspace = workspace_dir(&layout, safe);
-                if image.exists() {
-                    if !is_mount_root(&workspace).map_err(|e| volume_error(safe, "stat", e))? {
-                        mount_image(&image, &workspace)
-                            .map_err(|e| volume_error(safe, "mount", e))?;
-                    }
-                    volumes += 1;
-                } else if limited.as_ref().is_none_or(|names| names.contains(safe))
-                    && dir_has_entries(&workspace).map_err(|e| volume_error(safe, "list", e))?
-                {
-                    unquoted.push(name);
-                }
-            }
-            if !unquoted.is_empty() {
-                return Err(ProvisionerError::WorkspacesWithoutVolumes { uids: unquoted });
-            }
-            Ok(volumes)
-        })
-        .await
-    }
-
-    /// What `uid`'s workspace holds and may hold.
-    pub async fn workspace_usage(&self, uid: &Uid) -> Result<WorkspaceUsage, ProvisionerError> {
-        let quotas = &self.config.quotas;
-        let limits = quotas.limits_of(uid);
-        let mut usage = WorkspaceUsage {
-            enforcement: quotas.enforcement,
-            bytes_used: None,
-            bytes_limit: limits.map(|l| l.bytes),
-            inodes_used: None,
-            inodes_limit: limits.and_then(|l| l.inodes),
-        };
-        if !self.quota_enforced_for(uid) {
-            return Ok(usage);
-        }
-        let workspace = self.layout.user_workspace(&uid.safe());
-        let safe = uid.safe().as_str().to_owned();
-        let stats = self
-            .blocking(move || {
-                if !workspace.exists()
-                    || !is_mount_root(&workspace).map_err(|e| volume_error(&safe, "stat", e))?
-                {
-                    return Ok(None);
-                }
-                let dir =
-                    std::fs::File::open(&workspace).map_err(|e| volume_error(&safe, "open", e))?;
-                rustix::fs::fstatvfs(&dir)
-                    .map(Some)
-                    .map_err(|e| volume_error(&safe, "statvfs", e))
-            })
-            .await?;
-        match stats {
-            Some(stats) => {
-                let block = stats.f_frsize;
-                usage.bytes_limit = Some(stats.f_blocks * block);
-                usage.bytes_used = Some((stats.f_blocks - stats.f_bfree) * block);
-                usage.inodes_limit = Some(stats.f_files);
-                usage.inodes_used = Some(stats.f_files - stats.f_ffree);
-            }
-            // No volume yet (no workdir): nothing used.
-            None => {
-                usage.bytes_used = Some(0);
-                usage.inodes_used = Some(0);
-            }
-        }
-        Ok(usage)
     }
 }
 

@@ -186,7 +186,7 @@ impl Provisioner {
         // Scratch trees outlive their ephemeral sandbox only when a cleanup was cut short;
         // whatever no live ephemeral sandbox owns goes now (I14).
         let scratch_dir = self
-            .layout
+            .layout()
             .workspace_dir()
             .join(warren_core::DataLayout::SCRATCH_RELATIVE);
         let entries = match std::fs::read_dir(&scratch_dir) {
@@ -223,7 +223,7 @@ impl Provisioner {
         }
         // Leftovers of work cut short by the crash: git checkouts of workspace
         // initialisation, and skill projections retired while a runtime still ran.
-        if let Err(error) = std::fs::remove_dir_all(self.layout.data_dir().join("tmp")) {
+        if let Err(error) = std::fs::remove_dir_all(self.layout().data_dir().join("tmp")) {
             if error.kind() != std::io::ErrorKind::NotFound {
                 tracing::error!(%error, "could not clear the scratch space of <data>/tmp");
                 report.cleanup_failures += 1;

@@ -8,7 +8,7 @@ use warren_core::{
     Binding, BindingPart, DataLayout, ExtraMount, IsolationTier, LayoutName, NetworkPolicy,
     RuntimeScope, SandboxId, Uid, Workdir, PERSONAL_SKILLS,
 };
-use warren_fs::{FsError, Kind, WorkspaceRoot};
+use warren_fs::{FsError, WorkspaceRoot};
 use warren_store::{NewSandbox, SandboxClaim, SandboxRecord, SandboxState, WorkdirRecord};
 
 use crate::metrics::FailureCause;
@@ -142,47 +142,6 @@ pub enum Created {
 }
 
 impl Provisioner {
-    /// Makes (or confirms) the UserWorkspace of `uid` and its skill projection directory,
-    /// and answers the UserWorkspace's host path. With quotas it is the root of the uid's
-    /// own filesystem, mounted here when it is not yet (I23). What the storage migrator
-    /// fills, so migrated files land exactly where sandboxes will see them.
-    pub async fn prepare_user_workspace(&self, uid: &Uid) -> Result<PathBuf, ProvisionerError> {
-        // The shared workspace directory (the data directory on one machine).
-        let data_dir = self.layout.workspace_dir().to_owned();
-        let safe = uid.safe();
-        let volume = self.volume_job(uid);
-        self.blocking(move || -> Result<PathBuf, ProvisionerError> {
-            let workspace_relative = DataLayout::user_workspace_relative(&safe);
-            // The workspace directory's own tree is the provisioner's (root-owned when run
-            // as root); only the UserWorkspace and what is inside it belong to 1000:1000
-            // (I11).
-            let data = WorkspaceRoot::open(&data_dir)
-                .map_err(|source| file_error("the data directory", source))?
-                .with_owner(None);
-            let (parent, _) = workspace_relative
-                .rsplit_once('/')
-                .expect("the workspace path has a parent component");
-            for dir in [parent, &DataLayout::skill_projection_relative(&safe)] {
-                data.mkdir_p(dir)
-                    .map_err(|source| file_error("the data directory", source))?;
-            }
-            match volume {
-                // With quotas the workspace is the root of the uid's own filesystem (I23).
-                Some(volume) => volume.run()?,
-                None => {
-                    let owner_dir = WorkspaceRoot::open(&data_dir.join(parent))
-                        .map_err(|source| file_error("the user workspace", source))?;
-                    owner_dir
-                        .mkdir_p("workspace")
-                        .map_err(|source| file_error("the user workspace", source))?;
-                }
-            }
-            Ok(data_dir.join(&workspace_relative))
-        })
-        .await
-        .map_err(|error| self.quota_error(uid, error))
-    }
-
     /// Creates (or confirms) a workdir of `uid`, making the UserWorkspace and the skill
     /// projection directories on first use. Only the workdir itself is created: `uploads/`
     /// and `outputs/` appear on first use (I8).
@@ -536,7 +495,7 @@ impl Provisioner {
     ) -> Result<(), ProvisionerError> {
         let lock = self.lifecycle_lock(&record.id);
         let _guard = lock.lock().await;
-        let data_dir = self.layout.workspace_dir().to_owned();
+        let data_dir = self.layout().workspace_dir().to_owned();
         let sandbox = record.id.as_str().to_owned();
         let workdir = record.binding.workdir.as_str().to_owned();
         self.blocking(move || {
@@ -585,7 +544,7 @@ impl Provisioner {
         sandbox: String,
     ) -> Result<(), ProvisionerError> {
         let scratch_dir = self
-            .layout
+            .layout()
             .workspace_dir()
             .join(DataLayout::SCRATCH_RELATIVE);
         self.blocking(move || {
@@ -607,14 +566,14 @@ impl Provisioner {
     pub(crate) fn mounts(&self, record: &SandboxRecord) -> (PathBuf, PathBuf) {
         if record.binding.ephemeral {
             (
-                self.layout.scratch_workspace(&record.id),
-                self.layout.scratch_skills(&record.id),
+                self.layout().scratch_workspace(&record.id),
+                self.layout().scratch_skills(&record.id),
             )
         } else {
             let safe = record.uid.safe();
             (
-                self.layout.user_workspace(&safe),
-                self.layout.skill_projection(&safe),
+                self.layout().user_workspace(&safe),
+                self.layout().skill_projection(&safe),
             )
         }
     }
@@ -769,59 +728,12 @@ impl Provisioner {
         self.end_runtime_here(id, grace).await
     }
 
-    /// The workdir `workdir` of `uid` as a file root of its own (the Viewer's boundary),
-    /// resolved by descriptor beneath the UserWorkspace: nothing above it is reachable
-    /// through the root, whatever its components become later. Opening it does not start a
-    /// runtime (I17).
-    pub async fn workdir_root(
-        &self,
-        uid: &Uid,
-        workdir: &Workdir,
-    ) -> Result<WorkspaceRoot, ProvisionerError> {
-        self.check_workdir_exists(uid, workdir).await?;
-        let workspace = self.layout.user_workspace(&uid.safe());
-        let relative = workdir.as_str().to_owned();
-        self.blocking(move || {
-            WorkspaceRoot::open(&workspace)
-                .and_then(|root| root.subroot(&relative))
-                .map_err(|source| workdir_error(&relative, source))
-        })
-        .await
-    }
-
     async fn check_workdir_exists(
         &self,
         uid: &Uid,
         workdir: &Workdir,
     ) -> Result<(), ProvisionerError> {
-        let workspace = self.layout.user_workspace(&uid.safe());
-        let relative = workdir.as_str().to_owned();
-        let entry = self
-            .blocking(move || {
-                WorkspaceRoot::open(&workspace)
-                    .and_then(|root| root.stat(&relative))
-                    .map_err(|source| workdir_error(&relative, source))
-            })
-            .await;
-        match entry {
-            Ok(entry) if entry.kind == Kind::Dir => Ok(()),
-            Ok(_) => Err(ProvisionerError::WorkdirNotADirectory {
-                workdir: workdir.to_string(),
-            }),
-            // A uid with no workspace yet has no workdir either.
-            Err(ProvisionerError::File {
-                source: FsError::NotFound { .. },
-                ..
-            })
-            | Err(ProvisionerError::File {
-                source: FsError::RootUnavailable { .. },
-                ..
-            }) => Err(ProvisionerError::WorkdirNotFound {
-                uid: uid.to_string(),
-                workdir: workdir.to_string(),
-            }),
-            Err(other) => Err(other),
-        }
+        self.workspaces().check_workdir_exists(uid, workdir).await
     }
 
     /// Runs blocking file work off the async threads.
@@ -879,14 +791,14 @@ fn binding_conflict(
     }
 }
 
-fn file_error(what: &str, source: FsError) -> ProvisionerError {
+pub(crate) fn file_error(what: &str, source: FsError) -> ProvisionerError {
     ProvisionerError::File {
         path: what.to_owned(),
         source,
     }
 }
 
-fn workdir_error(workdir: &str, source: FsError) -> ProvisionerError {
+pub(crate) fn workdir_error(workdir: &str, source: FsError) -> ProvisionerError {
     ProvisionerError::File {
         path: format!("workdir {workdir}"),
         source,

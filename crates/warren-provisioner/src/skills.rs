@@ -104,9 +104,9 @@ impl Provisioner {
     pub async fn sync_skills(&self, uid: &Uid) -> Result<SkillSyncReport, ProvisionerError> {
         let granted = self.store.granted_skills(uid).await?;
         let sources = self.config.skill_sources.clone();
-        let projections = self.layout.workspace_dir().join("skill-projections");
+        let projections = self.layout().workspace_dir().join("skill-projections");
         let name = uid.safe().as_str().to_owned();
-        let data_dir = self.layout.workspace_dir().to_owned();
+        let data_dir = self.layout().workspace_dir().to_owned();
         // One build at a time per uid: two would race for the switch.
         let lock = self.skills_lock(uid);
         let _guard = lock.lock().await;
@@ -147,7 +147,7 @@ impl Provisioner {
             return Ok(());
         }
         let retired = self
-            .layout
+            .layout()
             .workspace_dir()
             .join("skill-projections")
             .join(RETIRED);
@@ -187,7 +187,7 @@ impl Provisioner {
             .map(|record| record.uid.safe().as_str().to_owned())
             .collect();
         let retired = self
-            .layout
+            .layout()
             .workspace_dir()
             .join("skill-projections")
             .join(RETIRED);

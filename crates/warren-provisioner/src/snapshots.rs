@@ -132,7 +132,7 @@ impl Provisioner {
         let empty_home = match &roots.home {
             Some(_) => None,
             None => Some(
-                self.layout
+                self.layout()
                     .data_dir()
                     .join("seeds")
                     .join(format!(".empty-home-{}", uuid::Uuid::new_v4().simple())),
@@ -247,9 +247,9 @@ impl Provisioner {
             return Ok(None);
         };
         let store = self.snapshot_store(&record.uid)?;
-        let seeds = self.layout.data_dir().join("seeds");
+        let seeds = self.layout().data_dir().join("seeds");
         let name = format!("{}-{}", record.id, uuid::Uuid::new_v4().simple());
-        let data_dir = self.layout.data_dir().to_owned();
+        let data_dir = self.layout().data_dir().to_owned();
         let seed = seeds.join(&name);
         let limits = self.snapshot_limits(None);
         self.blocking(move || {

@@ -117,7 +117,7 @@ impl Provisioner {
     ) -> Result<Option<SandboxDisk>, ProvisionerError> {
         let record = self.sandbox(id).await?;
         let (workspace, _) = self.mounts(&record);
-        let fallback = self.layout.workspace_dir().to_path_buf();
+        let fallback = self.layout().workspace_dir().to_path_buf();
         self.blocking(move || Ok(disk_of([workspace, fallback])))
             .await
     }

@@ -139,7 +139,11 @@ pub(crate) async fn create_link(
         ));
     }
     // The workdir must exist now; the link never creates anything.
-    state.provisioner.workdir_root(&uid, &workdir).await?;
+    state
+        .provisioner
+        .workspaces()
+        .workdir_root(&uid, &workdir)
+        .await?;
     let exp = now() + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2);
     let grant = Grant {
         uid: uid.to_string(),
@@ -316,6 +320,7 @@ impl ViewerSession {
     async fn root(&self, state: &ApiState) -> Result<WorkspaceRoot, ApiError> {
         Ok(state
             .provisioner
+            .workspaces()
             .workdir_root(&self.uid, &self.workdir)
             .await?)
     }

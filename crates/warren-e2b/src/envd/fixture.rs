@@ -68,6 +68,7 @@ pub(crate) async fn fixture(sandbox_id: &str) -> Fixture {
         .await
         .unwrap();
     let files = provisioner
+        .workspaces()
         .workdir_root(&uid, &Workdir::new(workdir).unwrap())
         .await
         .unwrap();

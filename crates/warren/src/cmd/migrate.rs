@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use warren_core::Uid;
 use warren_migrate::{MigrateError, MigrateOptions, MigrationOutcome, Migrator, WorkspaceHost};
-use warren_provisioner::{Provisioner, ProvisionerConfig};
+use warren_provisioner::{ProvisionerConfig, Workspaces};
 use warren_store::{PostgresStore, ServerLock, SqliteStore, StateStore};
 
 use super::config::{ConfigFile, StateChoice};
@@ -77,11 +77,13 @@ struct TargetArgs {
     state: Option<String>,
 }
 
-/// Everything a run holds: the store, the provisioner that makes workspaces, and the
-/// locks that keep a server off the data directory and the database meanwhile.
+/// Everything a run holds: the store, the workspace rules that make UserWorkspaces, and
+/// the locks that keep a server off the data directory and the database meanwhile.
 struct Target {
     store: Arc<dyn StateStore>,
-    provisioner: Arc<Provisioner>,
+    workspaces: Arc<Workspaces>,
+    /// The operator's shared skills directory, if any.
+    shared_skills: Option<PathBuf>,
     /// Whether the store is shared by replicas (PostgreSQL).
     shared_store: bool,
     _data_dir_lock: DataDirLock,
@@ -100,7 +102,10 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
         } => {
             let default_uid = Uid::new(default_uid).context("--default-uid is not a usable uid")?;
             let target = open_target(&target).await?;
-            let host = Arc::new(ProvisionerHost(Arc::clone(&target.provisioner)));
+            let host = Arc::new(WorkspacesHost {
+                workspaces: Arc::clone(&target.workspaces),
+                shared_skills: target.shared_skills.clone(),
+            });
             let migrator = Migrator::new(Arc::clone(&target.store), host)
                 .with_crash_hook(warren_migrate::crash_hook_from_env());
             let options = MigrateOptions {
@@ -277,21 +282,17 @@ async fn open_target(args: &TargetArgs) -> anyhow::Result<Target> {
     config.quotas = file
         .quotas
         .settings(warren_provisioner::volumes_unsupported_reason)?;
-    // The provisioner is used for its workspace rules only (UserWorkspaces, volumes): it
-    // gets the backend that runs nothing, and never starts a runtime.
-    let provisioner = Arc::new(Provisioner::new(
-        config,
-        Arc::clone(&store),
-        Arc::new(warren_backend::MemoryBackend::new()),
-    ));
-    provisioner
+    // Only the workspace rules (UserWorkspaces, volumes): no backend, no runtime (I20).
+    let workspaces = Arc::new(Workspaces::new(&config));
+    workspaces
         .prepare_volumes()
         .await
         .context("cannot mount the uids' workspace volumes")?;
     Ok(Target {
         shared_store: server_lock.is_some(),
         store,
-        provisioner,
+        workspaces,
+        shared_skills: config.skill_sources.shared.clone(),
         _data_dir_lock: data_dir_lock,
         _server_lock: server_lock,
     })
@@ -303,13 +304,16 @@ async fn open_sqlite(path: &Path) -> anyhow::Result<SqliteStore> {
         .with_context(|| format!("cannot open the state store {}", path.display()))
 }
 
-/// The provisioner's workspace rules, for the migrator.
-struct ProvisionerHost(Arc<Provisioner>);
+/// The workspace rules, for the migrator.
+struct WorkspacesHost {
+    workspaces: Arc<Workspaces>,
+    shared_skills: Option<PathBuf>,
+}
 
 #[async_trait::async_trait]
-impl WorkspaceHost for ProvisionerHost {
+impl WorkspaceHost for WorkspacesHost {
     async fn prepare_user_workspace(&self, uid: &Uid) -> Result<PathBuf, MigrateError> {
-        self.0
+        self.workspaces
             .prepare_user_workspace(uid)
             .await
             .map_err(|error| MigrateError::Workspace {
@@ -319,10 +323,10 @@ impl WorkspaceHost for ProvisionerHost {
     }
 
     fn user_workspace_path(&self, uid: &Uid) -> PathBuf {
-        self.0.layout().user_workspace(&uid.safe())
+        self.workspaces.layout().user_workspace(&uid.safe())
     }
 
     fn shared_skills_dir(&self) -> Option<PathBuf> {
-        self.0.config().skill_sources.shared.clone()
+        self.shared_skills.clone()
     }
 }
