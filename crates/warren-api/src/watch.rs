@@ -15,11 +15,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
-use warren_core::SandboxId;
 use warren_protocol::{ErrorDetail, WatchEvent};
-use warren_provisioner::{
-    DirWatch, LifeEvent, ProvisionerError, WatchChange, WatchKind, LIVENESS_EVERY,
-};
+use warren_provisioner::{DirWatch, ProvisionerError, WatchChange, WatchKind};
 
 use crate::extract::{ApiQuery, SandboxPath};
 use crate::stream::{streaming, StreamFormat};
@@ -67,15 +64,12 @@ pub(crate) async fn watch(
         .watch_dir(&id, &query.path, query.recursive, false, POLL_TICK)
         .await?;
     let stream = Stream {
-        state,
-        id,
         watch,
         pending: VecDeque::from([WatchEvent::Start {
             path: base.to_string(),
         }]),
         ended: false,
         last_sent: Instant::now(),
-        last_liveness: Instant::now(),
     };
     let body = futures::stream::unfold(Some((stream, format)), |next| async move {
         let (mut stream, format) = next?;
@@ -91,13 +85,10 @@ pub(crate) async fn watch(
 
 /// A watch between two events.
 struct Stream {
-    state: ApiState,
-    id: SandboxId,
     watch: DirWatch,
     pending: VecDeque<WatchEvent>,
     ended: bool,
     last_sent: Instant,
-    last_liveness: Instant,
 }
 
 impl Stream {
@@ -109,31 +100,12 @@ impl Stream {
                 let last = matches!(event, WatchEvent::Error { .. });
                 return (event, last);
             }
-            let wait = KEEPALIVE
-                .saturating_sub(self.last_sent.elapsed())
-                .min(LIVENESS_EVERY);
+            // The watch itself ends when its sandbox stops running (paused, ended).
+            let wait = KEEPALIVE.saturating_sub(self.last_sent.elapsed());
             let batch = self.watch.next(wait).await;
             self.pending.extend(batch.changes.into_iter().map(event));
             if let Some(error) = batch.end {
                 self.end(error);
-            }
-            if self.last_liveness.elapsed() >= LIVENESS_EVERY && !self.ended {
-                self.last_liveness = Instant::now();
-                if !self.state.provisioner.watch_alive(&self.id).await {
-                    // Why, as a run would be told: paused, or being ended.
-                    let gone: ApiError = match self.state.provisioner.sandbox(&self.id).await {
-                        Ok(record) => {
-                            warren_provisioner::transition(record.state, LifeEvent::Start)
-                                .err()
-                                .map(|refusal| refusal.into_error(&self.id))
-                                .unwrap_or(ProvisionerError::SandboxNotFound(self.id.clone()))
-                                .into()
-                        }
-                        Err(error) => error.into(),
-                    };
-                    self.pending.push_back(error_event(gone));
-                    self.ended = true;
-                }
             }
             if self.pending.is_empty() && self.last_sent.elapsed() >= KEEPALIVE {
                 self.pending.push_back(WatchEvent::Keepalive);

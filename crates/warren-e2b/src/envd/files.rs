@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use warren_fs::{ByteRange, WriteOptions};
 
-use super::fs::signature::{Operation, Signed};
+use super::fs::signature::{Operation, SignatureError, Signed};
 use super::fs::upload::{read_files, BodyKind, UploadError};
 use super::fs::{check_user, expand_home};
 use crate::error::ApiFailure;
@@ -301,11 +301,7 @@ async fn authorize(
         return candidates
             .into_iter()
             .find(|sandbox| signed.matches(&shared.secrets.access_token(&sandbox.sandbox_id)))
-            .ok_or_else(|| {
-                unauthorized(
-                    "the signature matches no live sandbox's path, operation and user".into(),
-                )
-            });
+            .ok_or_else(|| unauthorized(SignatureError::Mismatch.to_string()));
     };
     let sandbox = crate::control::live_sandbox(shared, &id)
         .await?
@@ -329,9 +325,11 @@ async fn authorize(
                 .map_err(|e| unauthorized(e.to_string()))?;
             Ok(sandbox)
         }
-        None if sandbox.secure => Err(unauthorized(
-            "the X-Access-Token header is missing or is not this sandbox's envd access token, and the URL is not signed".into(),
+        // envd's words for a secure sandbox's request with neither.
+        None if sandbox.secure && headers.contains_key("x-access-token") => Err(unauthorized(
+            "access token present in header but does not match".into(),
         )),
+        None if sandbox.secure => Err(unauthorized("missing signature query parameter".into())),
         None => Ok(sandbox),
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use axum::response::Response;
 
 use warren_core::VirtualPath;
-use warren_provisioner::{DirWatch, WatchChange, WatchKind, LIVENESS_EVERY};
+use warren_provisioner::{DirWatch, WatchChange, WatchKind};
 
 use super::connect::{Call, Code, ConnectError};
 use super::fs::entry::entry_info;
@@ -71,27 +71,12 @@ async fn open_source(
 
 /// What one watch reports about: a directory of a sandbox.
 struct Target {
-    ctx: EnvdContext,
     include_entry: bool,
     /// The directory as the provisioner resolved it, for in-runtime entry paths (I1).
     base: VirtualPath,
-    last_liveness: Instant,
 }
 
 impl Target {
-    /// Whether the sandbox still runs, asked at most every [`LIVENESS_EVERY`].
-    async fn alive(&mut self) -> bool {
-        if self.last_liveness.elapsed() < LIVENESS_EVERY {
-            return true;
-        }
-        self.last_liveness = Instant::now();
-        self.ctx
-            .shared
-            .provisioner
-            .watch_alive(&self.ctx.sandbox.warren_id)
-            .await
-    }
-
     /// A change as the SDKs read it: `name` relative to the watched directory, the entry's
     /// path the runtime's (I1).
     fn event(&self, change: WatchChange) -> FilesystemEvent {
@@ -146,10 +131,8 @@ pub(crate) async fn get_watcher_events(
         .map_err(connect_error)?;
     // The changes carry entries only when the watcher was asked for them.
     let target = Target {
-        ctx,
         include_entry: true,
         base: taken.base,
-        last_liveness: Instant::now(),
     };
     Ok(GetWatcherEventsResponse {
         events: taken
@@ -174,8 +157,8 @@ pub(crate) async fn remove_watcher(
 
 /// `WatchDir`: a start event, then the directory's events as they happen, with a
 /// keepalive when nothing happened for the client's interval. The stream ends when the
-/// client goes away (dropping it ends the watch), when its deadline passes, or when the
-/// sandbox is no longer live; a directory that goes away ends it with the error.
+/// client goes away (dropping it ends the watch) or when its deadline passes; a sandbox
+/// that no longer runs or a directory that goes away ends it with the error.
 pub(crate) async fn watch_dir(ctx: EnvdContext, mut call: Call) -> Response {
     let request: WatchDirRequest = match call.message().await {
         Ok(request) => request,
@@ -201,10 +184,8 @@ pub(crate) async fn watch_dir(ctx: EnvdContext, mut call: Call) -> Response {
     };
     let stream = StreamState {
         target: Target {
-            ctx,
             include_entry: request.include_entry,
             base,
-            last_liveness: Instant::now(),
         },
         source,
         pending: VecDeque::from([start]),
@@ -246,11 +227,8 @@ async fn next_stream_item(
             let error = ConnectError::new(Code::DeadlineExceeded, "the watch's deadline passed");
             return Some((Err(error), None));
         }
-        // Wake for the keepalive, the liveness check or the deadline, whichever is first.
-        let mut wait = state
-            .keepalive
-            .saturating_sub(state.last_sent.elapsed())
-            .min(LIVENESS_EVERY);
+        // Wake for the keepalive or the deadline, whichever is first.
+        let mut wait = state.keepalive.saturating_sub(state.last_sent.elapsed());
         if let Some(at) = state.deadline {
             wait = wait.min(at.saturating_duration_since(now));
         }
@@ -261,10 +239,8 @@ async fn next_stream_item(
                 event: Some(watch_dir_response::Event::Filesystem(event)),
             });
         }
+        // The provisioner's watch ends when its sandbox no longer runs, with the reason.
         state.ended = batch.end.map(connect_error);
-        if !state.target.alive().await {
-            return None;
-        }
         if state.pending.is_empty()
             && state.ended.is_none()
             && state.last_sent.elapsed() >= state.keepalive

@@ -466,7 +466,10 @@ impl Watched {
                 Some(entry) => entry.kind == Kind::File && entry.size > 0,
                 None => entry_is_nonempty_file(&self.view, rel),
             };
+            // What a plain write shows (envd's, which E2B's own SDK tests count): made, its
+            // owner and mode set (warren's file layer sets both), then its bytes, if any.
             self.push(out, rel, WatchKind::Create, entry.clone());
+            self.push(out, rel, WatchKind::Chmod, entry.clone());
             if nonempty {
                 self.push(out, rel, WatchKind::Write, entry);
             }
@@ -724,6 +727,9 @@ pub struct DirWatch {
     tick: Duration,
     /// One of its sandbox's watch slots, held while it lives.
     _slot: super::WatchSlot,
+    /// Asks now and then whether its sandbox still runs: a watch ends with the reason
+    /// when it no longer does, whichever transport reads it.
+    liveness: super::Liveness,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -738,14 +744,23 @@ impl std::fmt::Debug for DirWatch {
 
 impl DirWatch {
     /// The watch's next events, waiting at most `wait` for some.
+    ///
+    /// It also ends, with the reason a command would be refused with (paused, being
+    /// ended, gone), once its sandbox no longer runs: that is asked at most every
+    /// [`LIVENESS_EVERY`](super::LIVENESS_EVERY), and `wait` is cut to the next ask.
     pub async fn next(&mut self, wait: Duration) -> WatchBatch {
-        match &mut self.source {
+        let wait = wait.min(self.liveness.due_in());
+        let mut batch = match &mut self.source {
             Source::Inotify(tree) => {
                 let taken = tree.next(wait).await;
                 self.settle(taken)
             }
             Source::Poll(poller) => poller.next(wait).await,
+        };
+        if batch.end.is_none() {
+            batch.end = self.liveness.check().await;
         }
+        batch
     }
 
     /// Everything that happened until now: what the kernel holds is taken in (waiting up
@@ -843,6 +858,7 @@ impl Provisioner {
                 source,
                 tick,
                 _slot: slot,
+                liveness: super::Liveness::new(std::sync::Arc::clone(&self.store), id.clone()),
             },
         ))
     }

@@ -15,9 +15,12 @@ mod dir;
 mod watchers;
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use warren_core::{SandboxId, VirtualPath};
 use warren_fs::Entry;
+use warren_store::{SandboxState, StateStore};
 
 pub use dir::{DirWatch, WatchBatch, MAX_DIR_WATCHES, MAX_WATCHED_ENTRIES};
 pub(crate) use watchers::Watches;
@@ -26,7 +29,64 @@ pub use watchers::{
     WATCHER_IDLE,
 };
 
+use crate::transitions::{transition, LifeEvent};
 use crate::{Provisioner, ProvisionerError};
+
+/// Why watches of the sandbox `id` end now, if they do: it is gone, paused or being ended,
+/// with the error a command would get. A store that cannot answer keeps them: they end
+/// later, not on a hiccup. The one rule every watch (streamed or polled) ends by.
+pub(crate) async fn watch_ended(
+    store: &dyn StateStore,
+    id: &SandboxId,
+) -> Option<ProvisionerError> {
+    match store.get_sandbox(id).await {
+        Ok(Some(record)) => match record.state {
+            SandboxState::Pausing
+            | SandboxState::Paused
+            | SandboxState::Terminating
+            | SandboxState::Terminated => Some(
+                transition(record.state, LifeEvent::Start)
+                    .err()
+                    .map(|refusal| refusal.into_error(id))
+                    .unwrap_or_else(|| ProvisionerError::SandboxNotFound(id.clone())),
+            ),
+            _ => None,
+        },
+        Ok(None) => Some(ProvisionerError::SandboxNotFound(id.clone())),
+        Err(_) => None,
+    }
+}
+
+/// A watch's check that its sandbox still runs, at most every [`LIVENESS_EVERY`].
+pub(crate) struct Liveness {
+    store: Arc<dyn StateStore>,
+    sandbox: SandboxId,
+    checked: Instant,
+}
+
+impl Liveness {
+    pub(crate) fn new(store: Arc<dyn StateStore>, sandbox: SandboxId) -> Self {
+        Self {
+            store,
+            sandbox,
+            checked: Instant::now(),
+        }
+    }
+
+    /// How long until the next check is due.
+    pub(crate) fn due_in(&self) -> Duration {
+        LIVENESS_EVERY.saturating_sub(self.checked.elapsed())
+    }
+
+    /// Why the watch ends, when a check is due and finds the sandbox no longer runs.
+    pub(crate) async fn check(&mut self) -> Option<ProvisionerError> {
+        if self.due_in() > Duration::ZERO {
+            return None;
+        }
+        self.checked = Instant::now();
+        watch_ended(self.store.as_ref(), &self.sandbox).await
+    }
+}
 
 /// What happened to an entry of a watched directory: inotify's events as fsnotify (and so
 /// E2B's envd) names them.
@@ -198,6 +258,36 @@ mod tests {
             workdir,
             data_dir,
         }
+    }
+
+    #[tokio::test]
+    async fn a_watch_ends_with_the_reason_once_its_sandbox_no_longer_runs() {
+        let f = fixture().await;
+        let (_, mut watch) = f
+            .provisioner
+            .watch_dir(&f.id, ".", true, false, Duration::from_millis(100))
+            .await
+            .unwrap();
+        assert!(watch.next(Duration::ZERO).await.end.is_none(), "it runs");
+        f.provisioner.join_cluster().await.unwrap();
+        f.provisioner
+            .terminate_sandbox(&f.id, Duration::ZERO)
+            .await
+            .unwrap();
+        // The next check is at most LIVENESS_EVERY away; `next` wakes for it.
+        let started = Instant::now();
+        let end = loop {
+            let batch = watch.next(LIVENESS_EVERY * 2).await;
+            if let Some(end) = batch.end {
+                break end;
+            }
+            assert!(started.elapsed() < LIVENESS_EVERY * 2, "the watch goes on");
+        };
+        assert!(started.elapsed() <= LIVENESS_EVERY + Duration::from_secs(1));
+        assert!(
+            matches!(end, ProvisionerError::SandboxTerminated { .. }),
+            "{end:?}"
+        );
     }
 
     #[tokio::test]

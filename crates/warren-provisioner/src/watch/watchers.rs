@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 use warren_core::{SandboxId, VirtualPath};
-use warren_store::SandboxState;
 
 use super::{DirWatch, WatchBatch, WatchChange};
 use crate::{Provisioner, ProvisionerError};
@@ -163,23 +162,6 @@ fn lock(inbox: &Mutex<Inbox>) -> MutexGuard<'_, Inbox> {
 }
 
 impl Provisioner {
-    /// Whether watches of the sandbox go on: it exists and runs (or may run: not paused,
-    /// not being ended). A store that cannot answer keeps them: they end later, not on a
-    /// hiccup.
-    pub async fn watch_alive(&self, id: &SandboxId) -> bool {
-        match self.sandbox(id).await {
-            Ok(record) => !matches!(
-                record.state,
-                SandboxState::Pausing
-                    | SandboxState::Paused
-                    | SandboxState::Terminating
-                    | SandboxState::Terminated
-            ),
-            Err(ProvisionerError::SandboxNotFound(_)) => false,
-            Err(_) => true,
-        }
-    }
-
     /// Starts a watcher of the directory `path` of the sandbox ([`Provisioner::watch_dir`]);
     /// returns its id, which [`Provisioner::watcher_changes`] polls.
     pub async fn create_watcher(
@@ -304,7 +286,9 @@ impl Provisioner {
             let idle = lock(&inbox).last_polled.elapsed() >= WATCHER_IDLE;
             let dead = checked.elapsed() >= LIVENESS_EVERY && {
                 checked = Instant::now();
-                !self.watch_alive(&sandbox).await
+                super::watch_ended(self.store.as_ref(), &sandbox)
+                    .await
+                    .is_some()
             };
             if idle || dead || self.is_shutting_down() {
                 self.watches.remove(&sandbox, &watcher_id);

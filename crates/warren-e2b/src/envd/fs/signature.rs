@@ -44,17 +44,18 @@ pub(crate) struct Signed<'a> {
     pub(crate) expiration: Option<i64>,
 }
 
-/// Why a signed URL is refused (all answered 401, as envd does).
+/// Why a signed URL is refused (all answered 401, in envd's words, which its SDKs' own
+/// tests and users match on).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SignatureError {
     /// The signature is not `v1_` followed by base64.
-    #[error("the signature is not a v1 file URL signature")]
+    #[error("invalid signature")]
     Malformed,
-    /// `signature_expiration` passed.
-    #[error("the signed URL expired")]
+    /// `signature_expiration` passed (of a signature that matches).
+    #[error("signature is already expired")]
     Expired,
     /// The signature is not this sandbox's for this path, operation and user.
-    #[error("the signature does not match this sandbox, path, operation and user")]
+    #[error("invalid signature")]
     Mismatch,
 }
 
@@ -112,13 +113,16 @@ impl Signed<'_> {
         expected.ct_eq(&presented).into()
     }
 
-    /// Checks the signature against one sandbox's token.
+    /// Checks the signature against one sandbox's token, as envd does: whether it
+    /// matches first, then whether it expired, so a forged signature never learns more
+    /// than that it is invalid.
     pub(crate) fn verify(&self, token: &str, now_unix: i64) -> Result<(), SignatureError> {
-        self.precheck(now_unix)?;
-        if self.matches(token) {
-            Ok(())
-        } else {
-            Err(SignatureError::Mismatch)
+        if !self.matches(token) {
+            return Err(SignatureError::Mismatch);
+        }
+        match self.expiration {
+            Some(at) if at < now_unix => Err(SignatureError::Expired),
+            _ => Ok(()),
         }
     }
 }
@@ -181,6 +185,16 @@ mod tests {
             write.verify("tok", 1_700_000_001),
             Err(SignatureError::Expired)
         );
+        // A signature that does not match is invalid, expired or not (envd's order).
+        assert_eq!(
+            write.verify("other", 1_700_000_001),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            SignatureError::Expired.to_string(),
+            "signature is already expired"
+        );
+        assert_eq!(SignatureError::Mismatch.to_string(), "invalid signature");
     }
 
     #[test]

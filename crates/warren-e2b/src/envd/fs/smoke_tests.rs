@@ -295,6 +295,7 @@ async fn a_watcher_reports_what_changed_before_each_poll() {
         polled["events"],
         json!([
             {"name": "f.txt", "type": "EVENT_TYPE_CREATE"},
+            {"name": "f.txt", "type": "EVENT_TYPE_CHMOD"},
             {"name": "f.txt", "type": "EVENT_TYPE_WRITE"}
         ])
     );
@@ -370,6 +371,10 @@ async fn a_watch_stream_starts_then_reports_changes_recursively() {
     assert_eq!(
         next_envelope(&mut body, &mut buffer).await,
         json!({"filesystem": {"name": "sub/deep.txt", "type": "EVENT_TYPE_CREATE"}})
+    );
+    assert_eq!(
+        next_envelope(&mut body, &mut buffer).await,
+        json!({"filesystem": {"name": "sub/deep.txt", "type": "EVENT_TYPE_CHMOD"}})
     );
     assert_eq!(
         next_envelope(&mut body, &mut buffer).await,

@@ -126,6 +126,7 @@ async fn a_file_made_and_removed_at_once_is_created_and_removed() {
         names,
         [
             ("new.txt", EventType::Create as i32),
+            ("new.txt", EventType::Chmod as i32),
             ("new.txt", EventType::Write as i32)
         ]
     );
