@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use rand::Rng;
 use warren_api::{ApiState, ProvisionerToken};
-use warren_backend::{Backend, BackendSet, MemoryBackend};
+use warren_backend::{Backend, BackendSet};
 use warren_core::IsolationTier;
 use warren_docker::{DockerBackend, DockerBackendConfig};
 use warren_isolation::{LocalBackend, LocalBackendConfig};
@@ -388,13 +388,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_gvisor(&gvisor);
             Arc::new(backend)
         }
+        #[cfg(feature = "memory-backend")]
         BackendChoice::Memory => {
             tracing::warn!(
                 "USING THE MEMORY BACKEND: it isolates nothing and refuses to run commands; \
                  it exists for tests and must never serve real agents (I20)"
             );
-            Arc::new(MemoryBackend::new())
+            Arc::new(warren_backend::MemoryBackend::new())
         }
+        // The backend that isolates nothing is never a production option (I20): only a
+        // build for warren's own tests has it.
+        #[cfg(not(feature = "memory-backend"))]
+        BackendChoice::Memory => bail!(
+            "the memory backend isolates nothing and is only in builds for warren's own tests \
+             (the `memory-backend` feature, I20); choose --backend local, docker or kubernetes"
+        ),
     };
     let backend: Arc<dyn Backend> =
         Arc::new(BackendSet::new(default, docker.into_iter().collect()));
