@@ -9,7 +9,8 @@ use warren_core::{NetworkPolicy, Uid};
 
 use crate::{ApiKey, E2bError};
 
-/// What a template starts: a backend and an image, each `None` for the server's default.
+/// What a template starts: a backend and an image, each `None` for the server's default,
+/// and what a new sandbox's home holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TemplateTarget {
@@ -17,6 +18,22 @@ pub struct TemplateTarget {
     pub backend: Option<String>,
     /// The image, for backends that run images.
     pub image: Option<String>,
+    /// A directory the operator allowed by name (`[init.host_dirs]`) copied into a new
+    /// sandbox's home (its fresh workdir) when it is created, so a toolchain installed in
+    /// `~` ships with the template (I32: by descriptor, owned by the sandbox user, no link
+    /// followed). A sandbox made from a snapshot gets the snapshot's home instead.
+    pub home: Option<String>,
+}
+
+impl TemplateTarget {
+    /// The `[init.host_dirs]` names the templates' homes use.
+    pub fn homes(
+        templates: &BTreeMap<String, TemplateTarget>,
+    ) -> impl Iterator<Item = (&str, &str)> {
+        templates
+            .iter()
+            .filter_map(|(name, target)| Some((name.as_str(), target.home.as_deref()?)))
+    }
 }
 
 /// The `[e2b]` section of `warren.toml`, validated.

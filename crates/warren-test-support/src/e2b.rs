@@ -100,6 +100,72 @@ impl E2bServer {
         self.server.data_dir()
     }
 
+    /// Runs `script` with the interpreter of the venv holding the current official E2B
+    /// Python SDK (`WARREN_TEST_E2B_PY_CURRENT`, which scripts/test sets), reaching this
+    /// server as `alice` (`WARREN_E2B_BOB_KEY` is bob's key), and asserts that it ended
+    /// within `within` and printed `marker`; fails with its output and the server's log
+    /// otherwise. Its stdout comes back.
+    pub fn run_python_sdk(
+        &self,
+        what: &str,
+        script: &str,
+        marker: &str,
+        within: Duration,
+    ) -> String {
+        use std::process::{Command, Stdio};
+        let python = std::env::var_os("WARREN_TEST_E2B_PY_CURRENT").unwrap_or_else(|| {
+            panic!(
+                "WARREN_TEST_E2B_PY_CURRENT is not set: it names the bin/python of a venv with \
+                 the e2b Python SDK 2.63.0 (scripts/test installs one at \
+                 /var/cache/warren-test/e2b-py-2.63.0)"
+            )
+        });
+        let mut command = Command::new(&python);
+        // The SDK's environment is the server's, never the test's own E2B_* (debug mode
+        // would skip the call).
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("E2B_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .envs(self.sdk_env())
+            .env("WARREN_E2B_BOB_KEY", self.key_of("bob"))
+            .env("PYTHONUNBUFFERED", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.to_string_lossy()));
+        let pid = child.id();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(child.wait_with_output());
+        });
+        let output = match receiver.recv_timeout(within) {
+            Ok(output) => output.expect("the scenario ran"),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                panic!(
+                    "{what} did not end within {within:?}; the server's log:\n{}",
+                    self.log_tail(60)
+                );
+            }
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && stdout.contains(marker),
+            "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- the server's log (last 60 lines)\n{}",
+            output.status,
+            self.log_tail(60)
+        );
+        stdout
+    }
+
     /// The last `n` lines of the server's log (without terminal colours), for a failure
     /// message.
     pub fn log_tail(&self, n: usize) -> String {

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use warren_core::{LayoutName, NetworkPolicy, RuntimeScope};
-use warren_provisioner::{DeadlineAction, SandboxRequest, SettingsChange};
+use warren_provisioner::{DeadlineAction, SandboxRequest, SettingsChange, WorkdirInit};
 
 use super::wire::{NewSandbox, RefreshRequest, Sandbox, SandboxDetail, TimeoutRequest};
 use super::{caller, owned, parse_body, save_new, Found};
@@ -78,9 +78,18 @@ pub(crate) async fn create(
     let scope = RuntimeScope::new(format!("e2b-{sandbox_id}"))
         .map_err(|error| ApiFailure::bad_request(error.to_string()))?;
     let workdir = format!("e2b/{sandbox_id}");
+    // A new home holds the template's, unless a snapshot's checkpoint fills it below.
+    let home = template
+        .home
+        .clone()
+        .filter(|_| snapshot.is_none())
+        .map(|host_dir| WorkdirInit {
+            host_dir: Some(host_dir),
+            ..WorkdirInit::default()
+        });
     shared
         .provisioner
-        .create_workdir(&uid, Some(&workdir))
+        .create_workdir_from(&uid, Some(&workdir), home)
         .await?;
     let mut sandbox_request = SandboxRequest::new(uid.clone(), scope);
     sandbox_request.workdir = Some(workdir);

@@ -97,6 +97,8 @@ async fn open_sqlite(
                 Some(dir) => dir,
                 None => super::serve::default_data_dir()?,
             };
+            // As `serve` would make it: a key may be created before the first start.
+            let data_dir = super::serve::make_data_dir(&data_dir)?;
             warren_core::DataLayout::new(&data_dir).state_db()
         }
     };

@@ -2,7 +2,6 @@
 //! (`deerflow`), and shows the migration journal (`status`). Offline: it works on the data
 //! directory and state store itself, and refuses while a server runs on them (I36).
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -231,14 +230,7 @@ async fn open_target(args: &TargetArgs) -> anyhow::Result<Target> {
         Some(dir) => dir,
         None => super::serve::default_data_dir()?,
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&data_dir)
-        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    let data_dir = data_dir
-        .canonicalize()
-        .with_context(|| format!("cannot resolve the data directory {}", data_dir.display()))?;
+    let data_dir = super::serve::make_data_dir(&data_dir)?;
     // First: no server may run on the data directory while it is migrated into, and none
     // may start until the migration ends (the lock is the one `warren serve` takes).
     let data_dir_lock = DataDirLock::acquire(&data_dir, "nothing: warren migrate runs")

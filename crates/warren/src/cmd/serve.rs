@@ -145,6 +145,31 @@ enum BackendChoice {
     Memory,
 }
 
+/// Makes the data directory (and its parents) if it is missing, private (0700) whatever it
+/// was created with, since it holds every tenant's files and the token, and answers it
+/// resolved. Every command that writes a data directory makes it this way.
+pub(crate) fn make_data_dir(data_dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)
+        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+    let data_dir = data_dir
+        .canonicalize()
+        .with_context(|| format!("cannot resolve the data directory {}", data_dir.display()))?;
+    std::fs::set_permissions(
+        &data_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .with_context(|| {
+        format!(
+            "cannot make the data directory {} private",
+            data_dir.display()
+        )
+    })?;
+    Ok(data_dir)
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let file = match &args.config {
         Some(path) => ConfigFile::load(path)?,
@@ -224,25 +249,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => dir,
         None => default_data_dir()?,
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&data_dir)
-        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    let data_dir = data_dir
-        .canonicalize()
-        .with_context(|| format!("cannot resolve the data directory {}", data_dir.display()))?;
-    // Private whatever it was created with: it holds every tenant's files and the token.
-    std::fs::set_permissions(
-        &data_dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .with_context(|| {
-        format!(
-            "cannot make the data directory {} private",
-            data_dir.display()
-        )
-    })?;
+    let data_dir = make_data_dir(&data_dir)?;
     // The shared directory, when there is one apart from the data directory: made
     // private like it, and checked once for what the file layer needs of it.
     let workspace_dir = match args.workspace_dir.clone().or(file.workspace_dir.clone()) {
@@ -582,6 +589,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             )
         })?;
         config.init_host_dirs.insert(name.clone(), canonical);
+    }
+    // A template's home is one of those directories, named: checked now, not at the
+    // first create.
+    for (template, home) in warren_e2b::TemplateTarget::homes(&file.e2b.templates) {
+        if !config.init_host_dirs.contains_key(home) {
+            bail!(
+                "e2b.templates.{template}.home: {home:?} is not a name in [init.host_dirs]; \
+                 name the directory there and use that name"
+            );
+        }
     }
     let deerflow = file.deerflow.config(
         &token,

@@ -5,9 +5,6 @@
 //! process does; a paused sandbox answers no sample, another key's or a killed one 404.
 //! `GET /sandboxes/metrics` is read with the SDK's own models.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use warren_test_support::{E2bServer, TestServer};
@@ -129,66 +126,16 @@ except SandboxException as error:
 print("METRICS PASSED", flush=True)
 "#;
 
-/// The interpreter of the venv with the current SDK; the variable must be set.
-fn python() -> PathBuf {
-    let python = std::env::var_os("WARREN_TEST_E2B_PY_CURRENT").unwrap_or_else(|| {
-        panic!(
-            "WARREN_TEST_E2B_PY_CURRENT is not set: it names the bin/python of a venv with \
-             the e2b Python SDK 2.63.0 (scripts/test installs one at \
-             /var/cache/warren-test/e2b-py-2.63.0)"
-        )
-    });
-    PathBuf::from(python)
-}
-
-/// Runs the scenario against `server` and asserts it passed, showing its output and the
-/// server's log otherwise.
+/// Runs the scenario against `server` and asserts it passed.
 fn scenario_on(server: &E2bServer, backend: &str) {
-    let mut command = Command::new(python());
-    // The SDK's environment is the server's, never the test's own E2B_* (debug mode
-    // would skip the call).
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("E2B_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .envs(server.sdk_env())
-        .env("WARREN_E2B_BOB_KEY", server.key_of("bob"))
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .args(["-c", SCENARIO])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", python().display()));
-    let pid = child.id();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    let output = match receiver.recv_timeout(Duration::from_secs(180)) {
-        Ok(output) => output.expect("the scenario ran"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!(
-                "the metrics scenario on {backend} did not end within 180 s; the server's log:\n{}",
-                server.log_tail(60)
-            );
-        }
-    };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = server.run_python_sdk(
+        &format!("the metrics scenario on {backend}"),
+        SCENARIO,
+        "METRICS PASSED",
+        Duration::from_secs(180),
+    );
     // The samples seen, for `--nocapture` (the harness keeps them otherwise).
     println!("{stdout}");
-    assert!(
-        output.status.success() && stdout.contains("METRICS PASSED"),
-        "the metrics scenario on {backend} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- the server's log (last 60 lines)\n{}",
-        output.status,
-        server.log_tail(60)
-    );
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod deerflow;
 mod docker;
 mod e2b;
 mod e2b_metrics;
+mod e2b_operator;
 mod env;
 mod errors;
 mod etag;
