@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_backend::{
-    ProcessControl, ProcessExit, ProcessHandle, ProcessRequest, ProcessSignal, ProcessStart,
+    Control, ProcessControl, ProcessExit, ProcessHandle, ProcessRequest, ProcessStart,
     ResourceUsage,
 };
 
@@ -474,23 +474,28 @@ pub async fn start_process(
     }))
 }
 
-/// Owns one process's control connection: passes requests on, and reads its `Exited`.
+/// Owns one process's control connection: passes requests on, answers each applied one
+/// ([`Reply::Applied`], in order), and reads its `Exited`.
 async fn follow_process(
     control: tokio::net::UnixStream,
-    mut requests: tokio::sync::mpsc::Receiver<ProcessSignal>,
+    mut requests: tokio::sync::mpsc::Receiver<Control>,
     mut exit: tokio::sync::oneshot::Sender<std::io::Result<ProcessExit>>,
 ) {
-    let (mut reader, mut writer) = control.into_split();
-    // One read for the one reply left, pinned outside the loop: a frame half read when a
-    // request arrives must not be lost.
-    let reading = read_reply(&mut reader);
-    tokio::pin!(reading);
+    let (reader, mut writer) = control.into_split();
+    // One read at a time, pinned outside the loop and replaced only once it finished: a
+    // frame half read when a request arrives must not be lost.
+    let mut reading = Box::pin(read_owned(reader));
+    let mut pending = AppliedQueue::default();
     let mut controls = true;
     let ended = loop {
         tokio::select! {
-            reply = &mut reading => break Some(reply.and_then(|reply| match reply {
-                Reply::Exited { exit_code, signal, user_us, system_us, max_rss_kib } => {
-                    Ok(ProcessExit {
+            (reader, reply) = &mut reading => match reply {
+                Ok(Reply::Applied) => {
+                    pending.applied();
+                    reading = Box::pin(read_owned(reader));
+                }
+                Ok(Reply::Exited { exit_code, signal, user_us, system_us, max_rss_kib }) => {
+                    break Some(Ok(ProcessExit {
                         exit_code,
                         signal,
                         usage: ResourceUsage {
@@ -498,16 +503,19 @@ async fn follow_process(
                             cpu_system_ms: Some(system_us / 1000),
                             peak_memory_bytes: Some(max_rss_kib * 1024),
                         },
-                    })
+                    }))
                 }
-                other => Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
-            })),
+                Ok(other) => break Some(Err(std::io::Error::other(format!("unexpected reply {other:?}")))),
+                Err(error) => break Some(Err(error)),
+            },
             request = requests.recv(), if controls => match request {
-                Some(request) => {
-                    let request = Request::control(request);
+                Some(Control { signal, applied }) => {
+                    let request = Request::control(signal);
                     // A runtime that stopped reading has ended the process: its `Exited`
                     // (or the connection's end) comes through `reading`.
-                    let _ = send_request(&mut writer, &request).await;
+                    if send_request(&mut writer, &request).await.is_ok() {
+                        pending.sent(&request, applied);
+                    }
                 }
                 None => controls = false,
             },
@@ -517,6 +525,41 @@ async fn follow_process(
     // Dropping the connection here, with nobody left holding the process, kills its tree.
     if let Some(ended) = ended {
         let _ = exit.send(ended);
+    }
+}
+
+/// One reply read from `reader`, handed back with it.
+async fn read_owned(
+    mut reader: tokio::net::unix::OwnedReadHalf,
+) -> (tokio::net::unix::OwnedReadHalf, std::io::Result<Reply>) {
+    let reply = read_reply(&mut reader).await;
+    (reader, reply)
+}
+
+/// The controls sent on one exec connection that the agent will answer `Applied`, in the
+/// order sent, each with whoever waits for it.
+#[derive(Default)]
+pub(crate) struct AppliedQueue(
+    std::collections::VecDeque<Option<tokio::sync::oneshot::Sender<()>>>,
+);
+
+impl AppliedQueue {
+    /// `request` went out; the agent answers it unless it is `Kill` (answered by `Exited`).
+    pub(crate) fn sent(
+        &mut self,
+        request: &Request,
+        applied: Option<tokio::sync::oneshot::Sender<()>>,
+    ) {
+        if !matches!(request, Request::Kill) {
+            self.0.push_back(applied);
+        }
+    }
+
+    /// The oldest control was applied: its waiter, if any, is told.
+    pub(crate) fn applied(&mut self) {
+        if let Some(Some(waiter)) = self.0.pop_front() {
+            let _ = waiter.send(());
+        }
     }
 }
 

@@ -499,6 +499,13 @@ fn exec(
     let exited = loop {
         match protocol::recv_frame::<Reply>(server.as_fd()) {
             Ok(Some((reply @ Reply::Exited { .. }, _))) => break Some(reply),
+            // A control was applied: warren waits for that before what comes next.
+            Ok(Some((reply @ Reply::Applied, _))) => {
+                let body = serde_json::to_vec(&reply).map_err(io::Error::other)?;
+                if send(&outbound, Kind::Reply, &body).is_err() {
+                    break None;
+                }
+            }
             Ok(Some(_)) => {}
             // Killed because warren left: nobody to tell.
             Ok(None) | Err(_) => break None,

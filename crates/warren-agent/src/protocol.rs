@@ -207,6 +207,10 @@ pub enum Reply {
         /// Entries left out (unreadable, or kinds a snapshot does not keep).
         skipped: u64,
     },
+    /// A control on an exec connection (signal, resize, kill what started after) was
+    /// applied: the next thing the provisioner does comes after it. One per control, in
+    /// order; `Kill` gets none (its answer is `Exited`).
+    Applied,
     /// The request was not understood.
     Refused {
         /// Why.

@@ -282,6 +282,9 @@ impl RemoteAgent {
         // An agent that acknowledges stdin frames gets no more than its window unacknowledged;
         // one that does not (an older agent) gets them as they come.
         let credit = window.map(|w| std::sync::Arc::new(tokio::sync::Semaphore::new(w as usize)));
+        // The controls sent and not yet applied: the outbound side adds, the inbound side
+        // answers them as the agent's `Applied` frames come.
+        let pending = Pending::default();
         tokio::spawn(inbound(
             reader,
             opener,
@@ -290,9 +293,10 @@ impl RemoteAgent {
             exit_sender,
             ended_sender,
             credit.clone(),
+            pending.clone(),
         ));
         tokio::spawn(outbound_process(
-            outbound, stdin_read, requests, ended, held, credit,
+            outbound, stdin_read, requests, ended, held, credit, pending,
         ));
         let failed = {
             let sandbox = sandbox.clone();
@@ -318,7 +322,18 @@ impl RemoteAgent {
     }
 }
 
-/// Reads one process's frames: output into the handle's readers, then its `Exited`.
+/// The controls of one process sent and not yet applied, shared by its two halves.
+type Pending = std::sync::Arc<std::sync::Mutex<crate::client::AppliedQueue>>;
+
+fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, crate::client::AppliedQueue> {
+    pending
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reads one process's frames: output into the handle's readers, each applied control's
+/// answer, then its `Exited`.
+#[allow(clippy::too_many_arguments)]
 async fn inbound(
     mut reader: OwnedReadHalf,
     mut opener: Opener,
@@ -327,9 +342,11 @@ async fn inbound(
     exit: tokio::sync::oneshot::Sender<std::io::Result<warren_backend::ProcessExit>>,
     ended: tokio::sync::oneshot::Sender<()>,
     credit: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    pending: Pending,
 ) {
     let result = loop {
         match read_any(&mut reader, &mut opener).await {
+            Ok(Frame::Reply(Reply::Applied)) => lock(&pending).applied(),
             Ok(Frame::StdinAck) => {
                 if let Some(credit) = &credit {
                     credit.add_permits(1);
@@ -376,10 +393,11 @@ async fn inbound(
 async fn outbound_process(
     mut outbound: Outbound,
     mut stdin: tokio::io::ReadHalf<tokio::io::SimplexStream>,
-    mut requests: tokio::sync::mpsc::Receiver<warren_backend::ProcessSignal>,
+    mut requests: tokio::sync::mpsc::Receiver<warren_backend::Control>,
     mut ended: tokio::sync::oneshot::Receiver<()>,
     mut held: tokio::sync::oneshot::Receiver<()>,
     credit: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    pending: Pending,
 ) {
     use tokio::io::AsyncReadExt;
     let mut buffer = vec![0u8; wire::DATA_CHUNK];
@@ -414,9 +432,11 @@ async fn outbound_process(
                 }
             },
             request = requests.recv(), if controls => match request {
-                Some(request) => {
-                    let request = Request::control(request);
+                Some(warren_backend::Control { signal, applied }) => {
+                    let request = Request::control(signal);
                     let Ok(body) = serde_json::to_vec(&request) else { continue };
+                    // Queued before it goes: its answer may come back before `send` returns.
+                    lock(&pending).sent(&request, applied);
                     let _ = outbound.send(Kind::Request, &body).await;
                 }
                 None => controls = false,

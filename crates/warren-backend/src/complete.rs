@@ -293,7 +293,7 @@ mod tests {
                         Ok(0) | Err(_) => return Ok(ProcessExit { exit_code: Some(0), ..ProcessExit::default() }),
                         Ok(n) => { let _ = stdout_write.write_all(&buffer[..n]).await; }
                     },
-                    Some(ProcessSignal::Kill) = requests.recv() => {
+                    Some(crate::Control { signal: ProcessSignal::Kill, .. }) = requests.recv() => {
                         return Ok(ProcessExit { signal: Some(9), ..ProcessExit::default() });
                     }
                 }
@@ -328,7 +328,7 @@ mod tests {
         let (control, mut requests) = ProcessControl::channel();
         let exit = async move {
             while let Some(request) = requests.recv().await {
-                if request == ProcessSignal::Kill {
+                if request.signal == ProcessSignal::Kill {
                     return Ok(ProcessExit {
                         signal: Some(9),
                         ..ProcessExit::default()

@@ -26,8 +26,9 @@ pub use limits::RuntimeLimits;
 pub use memory::{MemoryBackend, MemoryEvent};
 pub use mount::bind_fd;
 pub use process::{
-    ProcessControl, ProcessExit, ProcessHandle, ProcessInput, ProcessOutput, ProcessRequest,
-    ProcessSignal, ProcessStart, ProcessWait, RuntimeInstant, TerminalSize,
+    Control, ProcessControl, ProcessExit, ProcessHandle, ProcessInput, ProcessOutput,
+    ProcessRequest, ProcessSignal, ProcessStart, ProcessWait, RuntimeInstant, TerminalSize,
+    APPLY_WAIT,
 };
 pub use set::BackendSet;
 pub use spec::{

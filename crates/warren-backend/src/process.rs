@@ -94,23 +94,63 @@ pub type ProcessOutput = Pin<Box<dyn crate::OutputReader>>;
 /// went away under it).
 pub type ProcessWait = Pin<Box<dyn Future<Output = Result<ProcessExit, BackendError>> + Send>>;
 
+/// How long [`ProcessControl::apply`] waits for the runtime to say a request was applied
+/// before it takes it as sent: an agent of an older warren (a runtime adopted across an
+/// upgrade) acknowledges nothing.
+pub const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One request to a running process, and, when its sender waits for it, how the backend
+/// tells that the runtime applied it (the sender is dropped if it never will).
+#[derive(Debug)]
+pub struct Control {
+    /// What is asked.
+    pub signal: ProcessSignal,
+    /// Answered once the runtime applied it.
+    pub applied: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
 /// Sends [`ProcessSignal`]s to one running process. Cheap to clone; a request for a
 /// process that already ended is dropped.
 #[derive(Debug, Clone)]
 pub struct ProcessControl {
-    sender: tokio::sync::mpsc::Sender<ProcessSignal>,
+    sender: tokio::sync::mpsc::Sender<Control>,
 }
 
 impl ProcessControl {
     /// A control whose requests arrive on the returned receiver (the backend's side).
-    pub fn channel() -> (Self, tokio::sync::mpsc::Receiver<ProcessSignal>) {
+    pub fn channel() -> (Self, tokio::sync::mpsc::Receiver<Control>) {
         let (sender, receiver) = tokio::sync::mpsc::channel(64);
         (Self { sender }, receiver)
     }
 
-    /// Asks for `request`; `false` when the process has ended (nobody listens any more).
+    /// Asks for `request` without waiting for it; `false` when the process has ended
+    /// (nobody listens any more).
     pub async fn send(&self, request: ProcessSignal) -> bool {
-        self.sender.send(request).await.is_ok()
+        self.sender
+            .send(Control {
+                signal: request,
+                applied: None,
+            })
+            .await
+            .is_ok()
+    }
+
+    /// Asks for `request` and returns once the runtime applied it, so what the caller
+    /// does next (input after a resize, a read after a signal) comes after it; `false`
+    /// when the process has ended. Waits at most [`APPLY_WAIT`] for an acknowledgement.
+    pub async fn apply(&self, request: ProcessSignal) -> bool {
+        let (applied, answered) = tokio::sync::oneshot::channel();
+        let control = Control {
+            signal: request,
+            applied: Some(applied),
+        };
+        if self.sender.send(control).await.is_err() {
+            return false;
+        }
+        match tokio::time::timeout(APPLY_WAIT, answered).await {
+            Ok(answer) => answer.is_ok(),
+            Err(_) => true,
+        }
     }
 }
 
@@ -164,5 +204,42 @@ impl ProcessStart {
             "cwd" => format!("cannot enter {cwd}: {reason}"),
             other => format!("process setup failed at {other}: {reason}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALLER: ProcessSignal = ProcessSignal::Resize(TerminalSize { cols: 50, rows: 10 });
+
+    #[tokio::test]
+    async fn apply_returns_only_once_the_runtime_applied_the_request() {
+        let (control, mut requests) = ProcessControl::channel();
+        let (go, applied_now) = tokio::sync::oneshot::channel::<()>();
+        let backend = tokio::spawn(async move {
+            let request = requests.recv().await.unwrap();
+            assert_eq!(request.signal, SMALLER);
+            applied_now.await.unwrap();
+            request.applied.unwrap().send(()).unwrap();
+            requests
+        });
+        let applying = tokio::spawn({
+            let control = control.clone();
+            async move { control.apply(SMALLER).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!applying.is_finished(), "it waits for the runtime");
+        go.send(()).unwrap();
+        assert!(applying.await.unwrap());
+
+        // A process that ended drops the request unanswered: nothing was applied.
+        let mut requests = backend.await.unwrap();
+        let ending = tokio::spawn(async move { drop(requests.recv().await) });
+        assert!(!control.apply(SMALLER).await);
+        ending.await.unwrap();
+        // Nobody listens any more: refused at once.
+        assert!(!control.apply(SMALLER).await);
+        assert!(!control.send(ProcessSignal::Kill).await);
     }
 }

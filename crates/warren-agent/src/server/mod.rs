@@ -100,6 +100,14 @@ pub struct ServerConfig {
     pub keep: Vec<i32>,
 }
 
+/// Tells the provisioner a control of this command was applied ([`Reply::Applied`]), so
+/// what it does next (input after a resize) comes after it.
+fn applied(exec: &RunningExec) {
+    if let Some(connection) = &exec.connection {
+        let _ = protocol::send_frame(connection.as_fd(), &Reply::Applied, &[]);
+    }
+}
+
 /// Sends `signal` to a running command, or to its process group (the command is the
 /// leader of a session of its own). A command under a supervisor is reached through it:
 /// the supervisor is the server's child, the command its own, so the signal's number
@@ -811,12 +819,14 @@ impl Server {
         let keep = match protocol::recv_frame::<Request>(connection.as_fd()) {
             Ok(Some((Request::Signal { signal, group }, _))) => {
                 signal_command(exec, signal, group);
+                applied(exec);
                 return;
             }
             Ok(Some((Request::Resize(size), _))) => {
                 if let Some(master) = &exec.terminal {
                     let _ = pty::resize(master, size);
                 }
+                applied(exec);
                 return;
             }
             Ok(Some((
@@ -827,6 +837,7 @@ impl Server {
                 _,
             ))) => {
                 kill_started_after(exec, uptime_centis, last_pid);
+                applied(exec);
                 return;
             }
             Ok(Some((Request::Kill, _))) => true,

@@ -722,12 +722,16 @@ impl ManagedProcess {
         }
         self.refuse_ended()?;
         // Killing goes through the runtime's one killer, the whole tree (I24).
-        let request = if signal == SIGKILL && group {
-            ProcessSignal::Kill
+        // A signal is answered once delivered, so what the caller does next comes after
+        // it; a kill's answer is the process's end.
+        let sent = if signal == SIGKILL && group {
+            self.control.send(ProcessSignal::Kill).await
         } else {
-            ProcessSignal::Signal { signal, group }
+            self.control
+                .apply(ProcessSignal::Signal { signal, group })
+                .await
         };
-        if !self.control.send(request).await {
+        if !sent {
             return Err(ProvisionerError::ProcessEnded { pid: self.pid });
         }
         Ok(())
@@ -749,7 +753,8 @@ impl ManagedProcess {
         if lock(&self.terminal).is_none() {
             return Err(ProvisionerError::NotATerminal { pid: self.pid });
         }
-        if !self.control.send(ProcessSignal::Resize(size)).await {
+        // Returns once the terminal has its new size: input sent next sees it.
+        if !self.control.apply(ProcessSignal::Resize(size)).await {
             return Err(ProvisionerError::ProcessEnded { pid: self.pid });
         }
         *lock(&self.terminal) = Some(size);

@@ -179,28 +179,10 @@ async fn stty_size_follows_a_resize(host: Host) {
     assert!(text.contains("24 80\r\n"), "{text:?}");
     let status = post(&server, &id, pid, "resize", json!({"cols": 50, "rows": 10})).await;
     assert_eq!(status, 204);
-    // The agent applies a resize as it reads it from the process's control connection,
-    // while typed input reaches the terminal through the relay on its own: a command
-    // typed right after the 204 may still see the old size (the resize is not
-    // acknowledged). So the size is asked until the shell sees it, a bounded few times.
-    let mut seen = String::new();
-    for attempt in 0..20 {
-        stdin(
-            &server,
-            &id,
-            pid,
-            format!("stty size; echo size-{attempt}-$((6*7))\n"),
-        )
-        .await;
-        let text = output_until(&server, &id, pid, &format!("size-{attempt}-42\r\n")).await;
-        seen = text[text
-            .find(&format!("stty size; echo size-{attempt}"))
-            .unwrap()..]
-            .to_owned();
-        if seen.contains("10 50\r\n") {
-            break;
-        }
-    }
+    // The 204 comes once the agent applied the resize: what is typed next sees it.
+    stdin(&server, &id, pid, "stty size; echo second-$((6*7))\n").await;
+    let text = output_until(&server, &id, pid, "second-42\r\n").await;
+    let seen = &text[text.find("stty size; echo second").unwrap()..];
     assert!(seen.contains("10 50\r\n"), "{seen:?}");
     let (_, info) = server
         .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/processes/{pid}")))
