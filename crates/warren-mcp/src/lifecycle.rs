@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use warren_protocol::strict;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -86,18 +87,11 @@ struct NoArgs {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct DeadlineArgs {
-    #[serde(default, deserialize_with = "present")]
-    timeout_s: Option<Option<u64>>,
+pub(crate) struct DeadlineArgs {
+    #[serde(default, deserialize_with = "strict::nullable_whole_number")]
+    pub(crate) timeout_s: Option<Option<u64>>,
     on_deadline: Option<String>,
     labels: Option<BTreeMap<String, String>>,
-}
-
-/// A field that may be `null`: absent is `None`, `null` is `Some(None)`.
-fn present<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Option<u64>>, D::Error> {
-    Option::<u64>::deserialize(deserializer).map(Some)
 }
 
 #[derive(Deserialize)]
@@ -107,7 +101,7 @@ struct WatchArgs {
     path: Option<String>,
     #[serde(default)]
     recursive: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::whole_number")]
     timeout_s: Option<u64>,
 }
 

@@ -4,6 +4,7 @@
 //! only parse arguments and write text for a model.
 
 use std::time::Duration;
+use warren_protocol::strict;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -112,6 +113,7 @@ struct StartArgs {
     tag: Option<String>,
     #[serde(default)]
     stdin: bool,
+    #[serde(default, deserialize_with = "strict::whole_number")]
     timeout_s: Option<u64>,
 }
 
@@ -119,9 +121,9 @@ struct StartArgs {
 #[serde(deny_unknown_fields)]
 struct OutputArgs {
     pid: i32,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::required_whole_number")]
     from: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict::required_whole_number")]
     wait_s: u64,
 }
 

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use warren_protocol::strict;
 
 use base64::Engine;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
@@ -225,6 +226,7 @@ pub(crate) fn definitions(layout: &Layout) -> Vec<Tool> {
 #[serde(deny_unknown_fields)]
 struct BashArgs {
     command: String,
+    #[serde(default, deserialize_with = "strict::whole_number")]
     timeout_s: Option<u64>,
     cwd: Option<String>,
 }
@@ -233,14 +235,17 @@ struct BashArgs {
 #[serde(deny_unknown_fields)]
 struct LsArgs {
     path: Option<String>,
-    depth: Option<u32>,
+    #[serde(default, deserialize_with = "strict::whole_number")]
+    depth: Option<u64>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReadArgs {
     path: String,
+    #[serde(default, deserialize_with = "strict::whole_count")]
     offset: Option<usize>,
+    #[serde(default, deserialize_with = "strict::whole_count")]
     limit: Option<usize>,
 }
 
@@ -548,10 +553,10 @@ async fn ls(
     args: Result<LsArgs, Outcome>,
 ) -> ToolResult {
     let args = args?;
-    let depth = args.depth.unwrap_or(1);
-    if !(1..=5).contains(&depth) {
-        return Err(Outcome::error("depth must be between 1 and 5"));
-    }
+    let depth = match args.depth.unwrap_or(1) {
+        depth @ 1..=5 => depth as u32,
+        _ => return Err(Outcome::error("depth must be between 1 and 5")),
+    };
     let path = args.path.unwrap_or_else(|| ".".to_owned());
     let listing = provisioner.list(sandbox, &path, depth, MAX_ENTRIES).await?;
     let mut lines: Vec<String> = listing
@@ -936,6 +941,28 @@ mod tests {
             assert!(deerflow.contains(mount), "{mount}");
         }
         assert_eq!(definitions(&Layout::DEERFLOW).len(), 19);
+    }
+
+    #[test]
+    fn whole_numbers_are_read_as_the_api_reads_them() {
+        fn parse<T: serde::de::DeserializeOwned>(name: &str, arguments: Value) -> Result<T, ()> {
+            super::parse(name, arguments).map_err(|_| ())
+        }
+        // `3.0` is the integer 3 in JSON Schema, which the tools' schemas are written in,
+        // and what models often send; fractions, negatives and strings are refused.
+        let bash: BashArgs = parse("bash", json!({"command": "true", "timeout_s": 30.0})).unwrap();
+        assert_eq!(bash.timeout_s, Some(30));
+        let read: ReadArgs = parse("read_file", json!({"path": "a", "offset": 2.0})).unwrap();
+        assert_eq!((read.offset, read.limit), (Some(2), None));
+        for bad in [json!(1.5), json!(-1), json!("30")] {
+            let refused = parse::<BashArgs>("bash", json!({"command": "true", "timeout_s": bad}));
+            assert!(refused.is_err(), "{bad}");
+        }
+        let cleared: crate::lifecycle::DeadlineArgs =
+            parse("set_deadline", json!({"timeout_s": null})).unwrap();
+        assert_eq!(cleared.timeout_s, Some(None));
+        let absent: crate::lifecycle::DeadlineArgs = parse("set_deadline", json!({})).unwrap();
+        assert_eq!(absent.timeout_s, None);
     }
 
     #[test]

@@ -192,6 +192,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?,
         (None, None) => BackendChoice::Local,
     };
+    // The backend that isolates nothing is never a production option (I20): only a build
+    // for warren's own tests has it, and any other refuses it before touching anything.
+    if matches!(backend_choice, BackendChoice::Memory) && !cfg!(feature = "memory-backend") {
+        bail!(
+            "the memory backend isolates nothing and is only in builds for warren's own tests \
+             (the `memory-backend` feature, I20); choose --backend local, docker or kubernetes"
+        );
+    }
     let default_isolation = args
         .isolation
         .map(IsolationTier::from)
@@ -403,13 +411,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             );
             Arc::new(warren_backend::MemoryBackend::new())
         }
-        // The backend that isolates nothing is never a production option (I20): only a
-        // build for warren's own tests has it.
+        // Refused above in any other build.
         #[cfg(not(feature = "memory-backend"))]
-        BackendChoice::Memory => bail!(
-            "the memory backend isolates nothing and is only in builds for warren's own tests \
-             (the `memory-backend` feature, I20); choose --backend local, docker or kubernetes"
-        ),
+        BackendChoice::Memory => unreachable!("refused before anything was made"),
     };
     let backend: Arc<dyn Backend> =
         Arc::new(BackendSet::new(default, docker.into_iter().collect()));
