@@ -17,7 +17,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use warren_core::{ExtraMount, LayoutName, RuntimeScope, SandboxId, Uid};
-use warren_provisioner::{FenceToken, ProvisionerError, SandboxRequest, FENCE_HEADER};
+use warren_provisioner::{ErrorKind, FenceToken, ProvisionerError, SandboxRequest, FENCE_HEADER};
 use warren_store::{SandboxRecord, SandboxState};
 
 use crate::{Shared, ALIAS_NAMESPACE};
@@ -107,11 +107,31 @@ impl From<ProvisionerError> for Failure {
             ProvisionerError::SandboxTerminated { .. } => "sandbox_terminating",
             ProvisionerError::FenceStale { .. } => "fence_stale",
             ProvisionerError::FenceInvalid { .. } => "fence_invalid",
-            _ if status.is_server_error() => "internal",
-            _ if status == StatusCode::CONFLICT => "conflict",
-            _ => "invalid_request",
+            other => generic_code(other.kind()),
         };
         Self::new(status, code, crate::public_message(&error))
+    }
+}
+
+/// DeerFlow's code for an error it has no code of its own for, by its kind (every kind
+/// named, so a new one is mapped on purpose): the server's own failures are `internal`, a
+/// state that forbids the call `conflict`, and every other refusal `invalid_request`.
+fn generic_code(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Conflict => "conflict",
+        ErrorKind::InsufficientStorage
+        | ErrorKind::Unsupported
+        | ErrorKind::Unavailable
+        | ErrorKind::BadGateway
+        | ErrorKind::Internal => "internal",
+        ErrorKind::Invalid
+        | ErrorKind::Unprocessable
+        | ErrorKind::Forbidden
+        | ErrorKind::NotFound
+        | ErrorKind::PreconditionFailed
+        | ErrorKind::TooLarge
+        | ErrorKind::RangeNotSatisfiable
+        | ErrorKind::TooMany => "invalid_request",
     }
 }
 
@@ -556,6 +576,19 @@ fn shorten(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_generic_code_follows_the_status_class_of_its_kind() {
+        for kind in ErrorKind::ALL {
+            let status = kind.transport_status();
+            let expected = match status {
+                500.. => "internal",
+                409 => "conflict",
+                _ => "invalid_request",
+            };
+            assert_eq!(generic_code(kind), expected, "{kind:?}");
+        }
+    }
 
     #[test]
     fn container_paths_are_normalised_like_posixpath() {
