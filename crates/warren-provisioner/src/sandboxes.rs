@@ -741,9 +741,7 @@ impl Provisioner {
         &self,
         work: impl FnOnce() -> Result<T, ProvisionerError> + Send + 'static,
     ) -> Result<T, ProvisionerError> {
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(ProvisionerError::Interrupted)?
+        self.workspaces().blocking(work).await
     }
 }
 

@@ -40,7 +40,8 @@ impl Workspaces {
         &self.layout
     }
 
-    async fn blocking<T: Send + 'static>(
+    /// Runs blocking file work off the async threads.
+    pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> Result<T, ProvisionerError> + Send + 'static,
     ) -> Result<T, ProvisionerError> {
