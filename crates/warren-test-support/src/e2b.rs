@@ -100,29 +100,11 @@ impl E2bServer {
         self.server.data_dir()
     }
 
-    /// Runs `script` with the interpreter of the venv holding the current official E2B
-    /// Python SDK (`WARREN_TEST_E2B_PY_CURRENT`, which scripts/test sets), reaching this
-    /// server as `alice` (`WARREN_E2B_BOB_KEY` is bob's key), and asserts that it ended
-    /// within `within` and printed `marker`; fails with its output and the server's log
-    /// otherwise. Its stdout comes back.
-    pub fn run_python_sdk(
-        &self,
-        what: &str,
-        script: &str,
-        marker: &str,
-        within: Duration,
-    ) -> String {
-        use std::process::{Command, Stdio};
-        let python = std::env::var_os("WARREN_TEST_E2B_PY_CURRENT").unwrap_or_else(|| {
-            panic!(
-                "WARREN_TEST_E2B_PY_CURRENT is not set: it names the bin/python of a venv with \
-                 the e2b Python SDK 2.63.0 (scripts/test installs one at \
-                 /var/cache/warren-test/e2b-py-2.63.0)"
-            )
-        });
-        let mut command = Command::new(&python);
-        // The SDK's environment is the server's, never the test's own E2B_* (debug mode
-        // would skip the call).
+    /// `program` with the environment an E2B SDK needs to reach this server as `alice`
+    /// ([`E2bServer::sdk_env`]; `WARREN_E2B_BOB_KEY` is bob's key) and nothing of the
+    /// test's own `E2B_*` (debug mode would skip the call), Python unbuffered.
+    pub fn sdk_command(&self, program: &Path) -> std::process::Command {
+        let mut command = std::process::Command::new(program);
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("E2B_") {
                 command.env_remove(key);
@@ -132,14 +114,27 @@ impl E2bServer {
             .envs(self.sdk_env())
             .env("WARREN_E2B_BOB_KEY", self.key_of("bob"))
             .env("PYTHONUNBUFFERED", "1")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(["-c", script])
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        command
+    }
+
+    /// Runs `command` (an SDK scenario) for at most `within` and asserts that it succeeded
+    /// and printed `marker`; fails with its output and the server's log otherwise. Its
+    /// stdout comes back.
+    pub fn run_scenario(
+        &self,
+        mut command: std::process::Command,
+        what: &str,
+        marker: &str,
+        within: Duration,
+    ) -> String {
+        use std::process::Stdio;
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = command
+            .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.to_string_lossy()));
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
         let pid = child.id();
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -148,7 +143,9 @@ impl E2bServer {
         let output = match receiver.recv_timeout(within) {
             Ok(output) => output.expect("the scenario ran"),
             Err(_) => {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status();
                 panic!(
                     "{what} did not end within {within:?}; the server's log:\n{}",
                     self.log_tail(60)
@@ -164,6 +161,28 @@ impl E2bServer {
             self.log_tail(60)
         );
         stdout
+    }
+
+    /// Runs `script` with the interpreter of the venv holding the current official E2B
+    /// Python SDK (`WARREN_TEST_E2B_PY_CURRENT`, which scripts/test sets), as
+    /// [`E2bServer::run_scenario`] does.
+    pub fn run_python_sdk(
+        &self,
+        what: &str,
+        script: &str,
+        marker: &str,
+        within: Duration,
+    ) -> String {
+        let python = std::env::var_os("WARREN_TEST_E2B_PY_CURRENT").unwrap_or_else(|| {
+            panic!(
+                "WARREN_TEST_E2B_PY_CURRENT is not set: it names the bin/python of a venv with \
+                 the e2b Python SDK 2.63.0 (scripts/test installs one at \
+                 /var/cache/warren-test/e2b-py-2.63.0)"
+            )
+        });
+        let mut command = self.sdk_command(Path::new(&python));
+        command.args(["-c", script]);
+        self.run_scenario(command, what, marker, within)
     }
 
     /// The last `n` lines of the server's log (without terminal colours), for a failure

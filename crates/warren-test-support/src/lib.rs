@@ -1055,6 +1055,34 @@ pub mod latency {
         started.elapsed()
     }
 
+    /// The `--iterations N` a benchmark was run with, or `default`.
+    pub fn iterations(default: usize) -> usize {
+        std::env::args()
+            .skip_while(|a| a != "--iterations")
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// Starts the container `name` of the test image as 1000:1000 with no network,
+    /// sleeping until removed, the anchor a benchmark measures `docker` against; how long
+    /// `docker run -d` took.
+    pub fn sleeping_container(name: &str) -> Duration {
+        timed_docker(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "--user",
+            "1000:1000",
+            crate::DOCKER_TEST_IMAGE,
+            "sleep",
+            "infinity",
+        ])
+    }
+
     /// Untimed rounds before each measurement: page cache, the server's first requests.
     const WARM_UP: usize = 5;
 

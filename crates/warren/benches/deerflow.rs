@@ -12,25 +12,14 @@
 //! `POST {sandbox_url}/v1/shell/exec`. The warm row is `shell/exec` on one session.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use warren_test_support::latency::row;
+use warren_test_support::latency::{row, sleeping_container, timed_docker};
 use warren_test_support::{require_docker, TestServer, DOCKER_TEST_IMAGE};
 
 const API_KEY: &str = "bench-deerflow-api-key-0123456789abcdef";
-
-fn docker_timed(args: &[&str]) -> Duration {
-    let started = Instant::now();
-    let status = Command::new("docker")
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "docker {args:?} failed");
-    started.elapsed()
-}
 
 /// A warren server on `backend` with the DeerFlow API enabled.
 fn start(bin: &Path, config: &Path, backend: &[&str]) -> TestServer {
@@ -114,11 +103,7 @@ async fn deerflow_lifecycle(
 
 #[tokio::main]
 async fn main() {
-    let iterations: usize = std::env::args()
-        .skip_while(|a| a != "--iterations")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let iterations: usize = warren_test_support::latency::iterations(20);
     let warm = iterations * 10;
     require_docker();
     let bin = Path::new(env!("CARGO_BIN_EXE_warren"));
@@ -148,20 +133,8 @@ async fn main() {
     let name = |i: usize| format!("warren-bench-aio-{}-{i}", std::process::id());
     for i in 0..iterations {
         let started = Instant::now();
-        docker_timed(&[
-            "run",
-            "-d",
-            "--name",
-            &name(i),
-            "--network",
-            "none",
-            "--user",
-            "1000:1000",
-            DOCKER_TEST_IMAGE,
-            "sleep",
-            "infinity",
-        ]);
-        docker_timed(&["exec", &name(i), "true"]);
+        sleeping_container(&name(i));
+        timed_docker(&["exec", &name(i), "true"]);
         let output = Command::new("docker")
             .args(["exec", &name(i), "sh", "-c", "echo hi"])
             .output()
@@ -171,7 +144,7 @@ async fn main() {
     }
     let mut plain_warm = Vec::with_capacity(warm);
     for _ in 0..warm {
-        plain_warm.push(docker_timed(&[
+        plain_warm.push(timed_docker(&[
             "exec",
             &name(iterations - 1),
             "sh",

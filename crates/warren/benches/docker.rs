@@ -8,16 +8,12 @@
 
 use std::path::Path;
 
-use warren_test_support::latency::{create_and_exec, row, timed_docker};
+use warren_test_support::latency::{create_and_exec, row, sleeping_container, timed_docker};
 use warren_test_support::{require_docker, TestServer, DOCKER_TEST_IMAGE};
 
 #[tokio::main]
 async fn main() {
-    let iterations: usize = std::env::args()
-        .skip_while(|a| a != "--iterations")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
+    let iterations: usize = warren_test_support::latency::iterations(30);
     require_docker();
     let bin = Path::new(env!("CARGO_BIN_EXE_warren"));
     let engine = warren_test_support::docker(&["version", "--format", "{{.Server.Version}}"]);
@@ -53,19 +49,7 @@ async fn main() {
         ]));
     }
     let name = format!("warren-bench-{}", std::process::id());
-    timed_docker(&[
-        "run",
-        "-d",
-        "--name",
-        &name,
-        "--network",
-        "none",
-        "--user",
-        "1000:1000",
-        DOCKER_TEST_IMAGE,
-        "sleep",
-        "infinity",
-    ]);
+    sleeping_container(&name);
     let mut raw_exec = Vec::new();
     for _ in 0..iterations * 3 {
         raw_exec.push(timed_docker(&["exec", &name, "true"]));

@@ -69,11 +69,7 @@ impl Phases {
 
 #[tokio::main]
 async fn main() {
-    let iterations: usize = std::env::args()
-        .skip_while(|a| a != "--iterations")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let iterations: usize = warren_test_support::latency::iterations(20);
     let python = python();
     let bin = Path::new(env!("CARGO_BIN_EXE_warren"));
     let e2b = TestServer::start_e2b(bin, &[], "");

@@ -99,11 +99,7 @@ struct Memory {
 
 #[tokio::main]
 async fn main() {
-    let iterations: usize = std::env::args()
-        .skip_while(|a| a != "--iterations")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
+    let iterations: usize = warren_test_support::latency::iterations(30);
     let warm_n = 100;
     let fork_n = 10;
     let build_n = 5;

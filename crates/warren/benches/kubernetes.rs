@@ -20,11 +20,7 @@ use warren_test_support::{require_docker, TestServer};
 
 #[tokio::main]
 async fn main() {
-    let iterations: usize = std::env::args()
-        .skip_while(|a| a != "--iterations")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let iterations: usize = warren_test_support::latency::iterations(20);
     require_docker();
     let bin = Path::new(env!("CARGO_BIN_EXE_warren"));
     println!(

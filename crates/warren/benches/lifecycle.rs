@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
-use warren_test_support::latency::{row, timed_docker};
-use warren_test_support::{require_docker, TestServer, DOCKER_TEST_IMAGE};
+use warren_test_support::latency::{row, sleeping_container, timed_docker};
+use warren_test_support::{require_docker, TestServer};
 
 async fn post(server: &TestServer, path: &str) -> Duration {
     let started = Instant::now();
@@ -26,11 +26,7 @@ async fn post(server: &TestServer, path: &str) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let iterations: usize = std::env::args()
-        .skip_while(|a| a != "--iterations")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let iterations: usize = warren_test_support::latency::iterations(20);
     require_docker();
     let bin = Path::new(env!("CARGO_BIN_EXE_warren"));
     println!("pause and resume, and deadlines ({iterations} iterations)\n");
@@ -89,19 +85,7 @@ async fn main() {
 
     // The anchors: a container with a process, stopped and started again.
     let name = format!("warren-bench-{}", std::process::id());
-    timed_docker(&[
-        "run",
-        "-d",
-        "--name",
-        &name,
-        "--network",
-        "none",
-        "--user",
-        "1000:1000",
-        DOCKER_TEST_IMAGE,
-        "sleep",
-        "infinity",
-    ]);
+    sleeping_container(&name);
     let (mut stops, mut starts, mut freezes, mut thaws) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..iterations {

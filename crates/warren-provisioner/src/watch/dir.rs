@@ -763,6 +763,11 @@ impl DirWatch {
         batch
     }
 
+    /// Whether it ended because its sandbox no longer runs.
+    pub fn sandbox_stopped(&self) -> bool {
+        self.liveness.stopped()
+    }
+
     /// Everything that happened until now: what the kernel holds is taken in (waiting up
     /// to about a second for it), or the directory is listed once more.
     pub async fn flush(&mut self) -> WatchBatch {

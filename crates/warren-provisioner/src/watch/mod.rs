@@ -62,6 +62,8 @@ pub(crate) struct Liveness {
     store: Arc<dyn StateStore>,
     sandbox: SandboxId,
     checked: Instant,
+    /// A check found the sandbox no longer running.
+    stopped: bool,
 }
 
 impl Liveness {
@@ -70,7 +72,13 @@ impl Liveness {
             store,
             sandbox,
             checked: Instant::now(),
+            stopped: false,
         }
+    }
+
+    /// Whether a check found the sandbox no longer running (the watch ended for it).
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped
     }
 
     /// How long until the next check is due.
@@ -84,7 +92,9 @@ impl Liveness {
             return None;
         }
         self.checked = Instant::now();
-        watch_ended(self.store.as_ref(), &self.sandbox).await
+        let ended = watch_ended(self.store.as_ref(), &self.sandbox).await;
+        self.stopped = ended.is_some();
+        ended
     }
 }
 
@@ -288,6 +298,7 @@ mod tests {
             matches!(end, ProvisionerError::SandboxTerminated { .. }),
             "{end:?}"
         );
+        assert!(watch.sandbox_stopped(), "the watch says why it ended");
     }
 
     #[tokio::test]

@@ -284,12 +284,15 @@ impl Provisioner {
                 () = tokio::time::sleep(LIVENESS_EVERY), if ended => {}
             }
             let idle = lock(&inbox).last_polled.elapsed() >= WATCHER_IDLE;
-            let dead = checked.elapsed() >= LIVENESS_EVERY && {
-                checked = Instant::now();
-                super::watch_ended(self.store.as_ref(), &sandbox)
-                    .await
-                    .is_some()
-            };
+            // A running watch asks itself whether its sandbox still runs; one that ended
+            // for another reason (its directory went) no longer does, so this asks for it.
+            let dead = watch.sandbox_stopped()
+                || (ended && checked.elapsed() >= LIVENESS_EVERY && {
+                    checked = Instant::now();
+                    super::watch_ended(self.store.as_ref(), &sandbox)
+                        .await
+                        .is_some()
+                });
             if idle || dead || self.is_shutting_down() {
                 self.watches.remove(&sandbox, &watcher_id);
                 return;

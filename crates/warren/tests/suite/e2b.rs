@@ -10,8 +10,8 @@
 //! each other's. A failure shows the scenario's output and the tail of the server's log.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use warren_test_support::{E2bServer, TestServer};
@@ -154,59 +154,21 @@ fn run_id(name: &str) -> String {
     format!("{name}-{}-{n}", std::process::id())
 }
 
-/// Runs `command` (its stdout and stderr captured) for at most `within`.
-fn run_for(mut command: Command, within: Duration) -> Output {
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-    let pid = child.id();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    match receiver.recv_timeout(within) {
-        Ok(output) => output.expect("the scenario ran"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{command:?} did not end within {within:?}");
-        }
-    }
-}
-
-/// `command` with the SDK environment of `server` (and nothing of the test's own E2B_*).
+/// `program` with the SDK environment of `server` and what the scenarios read of the test:
+/// the run id, the host paths no answer may show, the tree outside every sandbox, the
+/// secret.
 fn sdk_command(program: &Path, server: &E2bServer, run: &str, outside: &Outside) -> Command {
-    let mut command = Command::new(program);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("E2B_") {
-            command.env_remove(key);
-        }
-    }
+    let mut command = server.sdk_command(program);
     command
-        .envs(server.sdk_env())
-        .env("WARREN_E2B_BOB_KEY", server.key_of("bob"))
         .env("WARREN_E2B_RUN", run)
         .env("WARREN_E2B_HOST_PATHS", server.data_dir())
         .env("WARREN_E2B_OUTSIDE", outside.path())
-        .env("WARREN_E2B_SECRET", SECRET)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1");
+        .env("WARREN_E2B_SECRET", SECRET);
     command
 }
 
-/// Asserts the program's output says `SCENARIO PASSED`, else shows it and the server's log.
-fn assert_passed(output: &Output, what: &str, server: &E2bServer) {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("SCENARIO PASSED"),
-        "{what} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- the server's log (last 60 lines)\n{}",
-        output.status,
-        server.log_tail(60)
-    );
-}
+/// The line a scenario prints when every check held.
+const PASSED: &str = "SCENARIO PASSED";
 
 /// Runs one scenario of `scenarios.py` with `sdk` against `server`; nothing outside any
 /// sandbox may change.
@@ -216,11 +178,11 @@ fn scenario_on(server: &E2bServer, sdk: Sdk, name: &str) {
     let before = outside.snapshot();
     let mut command = sdk_command(&sdk.python(), server, &run_id(name), &outside);
     command.arg(script).arg(name);
-    let output = run_for(command, Duration::from_secs(200));
-    assert_passed(
-        &output,
+    server.run_scenario(
+        command,
         &format!("the scenario {name} with e2b {}", sdk.version()),
-        server,
+        PASSED,
+        Duration::from_secs(200),
     );
     assert_eq!(
         outside.snapshot(),
@@ -295,8 +257,12 @@ fn the_e2b_js_sdk_creates_runs_commands_and_reads_writes_and_lists_files() {
     let outside = Outside::plant();
     let mut command = sdk_command(Path::new("node"), &server, &run_id("js"), &outside);
     command.arg(dir.join("smoke.mjs")).current_dir(dir);
-    let output = run_for(command, Duration::from_secs(150));
-    assert_passed(&output, "the JS SDK scenario", &server);
+    server.run_scenario(
+        command,
+        "the JS SDK scenario",
+        PASSED,
+        Duration::from_secs(150),
+    );
 }
 
 #[test]
@@ -348,8 +314,12 @@ fn an_e2b_sdk_drives_commands_and_a_pty_through_a_replica_that_does_not_own_the_
             "/tests/e2b/scenarios.py"
         ))
         .arg("replicas");
-    let output = run_for(command, Duration::from_secs(200));
-    assert_passed(&output, "the scenario replicas with e2b 2.63.0", &first);
+    first.run_scenario(
+        command,
+        "the scenario replicas with e2b 2.63.0",
+        PASSED,
+        Duration::from_secs(200),
+    );
     let name = database.rsplit('/').next().unwrap();
     let recorders = postgres.psql_in(name, "SELECT DISTINCT coalesce(node_id, '-') FROM runs");
     assert_eq!(recorders.trim(), "node-0", "every run was the owner's");
