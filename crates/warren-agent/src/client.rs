@@ -193,7 +193,7 @@ pub fn kill_all(dir: &Path) -> Result<u64, RunError> {
 pub fn archive_home(dir: &Path, into: &Path, limit: u64) -> Result<crate::home::Moved, RunError> {
     let target = crate::home::open_dir(into)?;
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let stream = home_request(dir, &Request::ArchiveHome { limit }, write)?;
+    let stream = request_with_pipe(dir, &Request::ArchiveHome { limit }, write)?;
     let unpacked = crate::home::restore(target.as_fd(), std::fs::File::from(read), limit);
     let reply = home_reply(&stream, "archive")?;
     unpacked?;
@@ -206,7 +206,7 @@ pub fn archive_home(dir: &Path, into: &Path, limit: u64) -> Result<crate::home::
 pub fn restore_home(dir: &Path, from: &Path, limit: u64) -> Result<crate::home::Moved, RunError> {
     let source = crate::home::open_dir(from)?;
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let stream = home_request(dir, &Request::RestoreHome { limit }, read)?;
+    let stream = request_with_pipe(dir, &Request::RestoreHome { limit }, read)?;
     let packed = crate::home::archive(source.as_fd(), std::fs::File::from(write), limit);
     let reply = home_reply(&stream, "restore")?;
     let packed = packed?;
@@ -216,8 +216,9 @@ pub fn restore_home(dir: &Path, from: &Path, limit: u64) -> Result<crate::home::
     })
 }
 
-/// Sends a home move with its pipe end; the agent's copy is the only one left after this.
-fn home_request(
+/// Sends a request with its one pipe end (a home move, a file operation); the agent's
+/// copy is the only one left after this.
+fn request_with_pipe(
     dir: &Path,
     request: &Request,
     pipe: OwnedFd,
@@ -264,6 +265,92 @@ fn home_reply(
         ))),
     }
 }
+
+/// Runs one file operation inside the runtime ([`Request::File`]), `data` being what a
+/// write sends; the answer, and a read's bytes. Blocks: call it off the async threads
+/// ([`runtime_file`]).
+pub fn file(
+    dir: &Path,
+    op: &warren_backend::FileOp,
+    data: &[u8],
+) -> Result<warren_backend::FileReply, RunError> {
+    use std::io::{Read, Write};
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (theirs, ours) = if op.sends_data() {
+        (read, write)
+    } else {
+        (write, read)
+    };
+    let stream = request_with_pipe(dir, &Request::File(op.clone()), theirs)?;
+    stream.set_read_timeout(Some(FILE_TIMEOUT))?;
+    let mut ours = std::fs::File::from(ours);
+    if op.sends_data() {
+        // A refusal stops the agent reading: its answer tells why, not the broken pipe.
+        match ours.write_all(data) {
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other?,
+        }
+        drop(ours);
+        return file_reply(&stream).map(|answer| warren_backend::FileReply {
+            answer,
+            data: Vec::new(),
+        });
+    }
+    let answer = file_reply(&stream)?;
+    let mut bytes = Vec::new();
+    if let Ok(warren_backend::FileAnswer::Read { length, .. }) = &answer {
+        ours.take(length.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 != *length {
+            return Err(std::io::Error::other(format!(
+                "the runtime sent {} bytes of a read of {length}",
+                bytes.len()
+            ))
+            .into());
+        }
+    }
+    Ok(warren_backend::FileReply {
+        answer,
+        data: bytes,
+    })
+}
+
+fn file_reply(
+    stream: &std::os::unix::net::UnixStream,
+) -> Result<Result<warren_backend::FileAnswer, warren_backend::FileFailure>, RunError> {
+    match protocol::recv_frame::<Reply>(stream.as_fd())? {
+        Some((Reply::File { answer }, _)) => Ok(answer),
+        Some((Reply::Refused { reason }, _)) => Err(std::io::Error::other(format!(
+            "the agent could not serve the file operation: {reason}"
+        ))
+        .into()),
+        Some((other, _)) => {
+            Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
+        }
+        None => Err(RunError::Gone(std::io::Error::from(
+            std::io::ErrorKind::UnexpectedEof,
+        ))),
+    }
+}
+
+/// [`file`] for a backend, off the async threads: [`warren_backend::BackendError::RuntimeNotFound`]
+/// when no runtime answers.
+pub async fn runtime_file(
+    dir: std::path::PathBuf,
+    sandbox: &warren_core::SandboxId,
+    op: &warren_backend::FileOp,
+    data: Vec<u8>,
+) -> Result<warren_backend::FileReply, warren_backend::BackendError> {
+    let op = op.clone();
+    tokio::task::spawn_blocking(move || file(&dir, &op, &data))
+        .await
+        .map_err(|e| RunError::Io(std::io::Error::other(e)))
+        .and_then(|done| done)
+        .map_err(|error| error.into_backend(sandbox))
+}
+
+/// How long a file operation may take inside the runtime once its bytes are sent.
+const FILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a home move waits for the agent's count once the stream has ended.
 const HOME_MOVE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -173,6 +173,7 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
             };
             send_reply(&mut stream, &mut sealer, &moved_or_refused(restored))
         }
+        Request::File(op) => file(stream, sealer, opener, &op),
         Request::Kill
         | Request::Signal { .. }
         | Request::Resize(_)
@@ -189,6 +190,53 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
             },
         ),
     }
+}
+
+/// One file operation ([`crate::files`]), served here: the gateway is the pod's agent, the
+/// sandbox user already (a pod runs as 1000:1000), in the pod's own root. A write's bytes
+/// come as data frames after the request; a read's go as data frames after the answer,
+/// ended by a data-end frame.
+fn file(
+    mut stream: TcpStream,
+    mut sealer: Sealer,
+    mut opener: Opener,
+    op: &warren_backend::FileOp,
+) -> io::Result<()> {
+    use crate::environment::{SANDBOX_GID, SANDBOX_UID};
+    if rustix::process::geteuid().as_raw() != SANDBOX_UID
+        || rustix::process::getegid().as_raw() != SANDBOX_GID
+    {
+        let reason = "this runtime's gateway is not the sandbox user: it serves no files".into();
+        return send_reply(&mut stream, &mut sealer, &Reply::Refused { reason });
+    }
+    let (answer, data) = if op.sends_data() {
+        let mut frames = DataReader {
+            stream: &mut stream,
+            opener: &mut opener,
+            pending: Vec::new(),
+            at: 0,
+            ended: false,
+        };
+        let served = crate::files::serve(op, &mut frames);
+        // What the operation did not read (a refused write) is drained first, so the
+        // answer comes after the last data frame.
+        frames.drain()?;
+        served
+    } else {
+        crate::files::serve(op, io::empty())
+    };
+    let reading = matches!(answer, Ok(warren_backend::FileAnswer::Read { .. }));
+    send_reply(&mut stream, &mut sealer, &Reply::File { answer })?;
+    if reading {
+        let mut frames = DataWriter {
+            stream: &mut stream,
+            sealer: &mut sealer,
+            buffer: Vec::with_capacity(wire::DATA_CHUNK),
+        };
+        frames.write_all(&data)?;
+        frames.finish()?;
+    }
+    Ok(())
 }
 
 /// The runtime's home: the directory the agent opened at its start and keeps at
@@ -285,7 +333,7 @@ impl Read for DataReader<'_> {
                 _ => {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        "expected the home's data",
+                        "expected data frames",
                     ))
                 }
             }

@@ -6,7 +6,8 @@
 //!   supervisor where the runtime has no cgroups; [`container`]: the server as PID 1 of a
 //!   container or pod (`warren __container-agent`); [`gateway`]: its TCP side;
 //! - [`client`] (Unix socket) and [`remote`] (TCP, through [`wire`]): the host side;
-//! - [`egress`]: the provisioner's side of a runtime's proxy port;
+//! - [`egress`]: the provisioner's side of a runtime's proxy port; [`files`]: file
+//!   operations anywhere in the runtime, run as its user;
 //! - [`seccomp`]: the filter every command runs under; [`bundle`]: the agent's executable
 //!   with its loader and libraries, so it runs in any image.
 //!
@@ -19,6 +20,7 @@ pub mod client;
 pub mod container;
 pub mod egress;
 pub mod environment;
+pub mod files;
 pub mod gateway;
 pub mod home;
 pub mod protocol;

@@ -77,6 +77,12 @@ pub enum Request {
         /// Most bytes of file data.
         limit: u64,
     },
+    /// Run one file operation anywhere in the runtime, as the sandbox user
+    /// ([`crate::files`]), then answer [`Reply::File`]. On the Unix socket one pipe end is
+    /// attached: a write's bytes come through it (the provisioner closes it after the last),
+    /// a read's go into it after the answer. Over TCP they are data frames instead, after
+    /// the request (a write) or after the answer (a read), ended by a data-end frame.
+    File(warren_backend::FileOp),
     /// The provisioner's end of the proxy connection [`Reply::ConnectionWanted`] named is
     /// attached (one socket): the server relays between it and the connection it holds.
     Relay {
@@ -206,6 +212,11 @@ pub enum Reply {
         bytes: u64,
         /// Entries left out (unreadable, or kinds a snapshot does not keep).
         skipped: u64,
+    },
+    /// What a file operation returned, or why it failed (a read's bytes follow).
+    File {
+        /// The answer.
+        answer: Result<warren_backend::FileAnswer, warren_backend::FileFailure>,
     },
     /// A control on an exec connection (signal, resize, kill what started after) was
     /// applied: the next thing the provisioner does comes after it. One per control, in

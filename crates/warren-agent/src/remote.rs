@@ -240,6 +240,59 @@ impl RemoteAgent {
         }
     }
 
+    /// Runs one file operation inside the runtime ([`Request::File`]), `data` being what
+    /// a write sends (as data frames); the answer, and a read's bytes (data frames after
+    /// it).
+    pub async fn file(
+        &self,
+        op: &warren_backend::FileOp,
+        data: &[u8],
+    ) -> Result<warren_backend::FileReply, RunError> {
+        let mut session = self.connect().await?;
+        session.request(&Request::File(op.clone())).await?;
+        if op.sends_data() {
+            for chunk in data.chunks(wire::DATA_CHUNK) {
+                session.send(Kind::Data, chunk).await?;
+            }
+            session.send(Kind::DataEnd, &[]).await?;
+        }
+        let answer = match session.reply().await? {
+            Reply::File { answer } => answer,
+            Reply::Refused { reason } => {
+                return Err(std::io::Error::other(format!(
+                    "the agent could not serve the file operation: {reason}"
+                ))
+                .into())
+            }
+            other => {
+                return Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
+            }
+        };
+        let mut bytes = Vec::new();
+        if let Ok(warren_backend::FileAnswer::Read { length, .. }) = &answer {
+            loop {
+                match wire::read_frame_async(&mut session.reader, &mut session.opener).await? {
+                    Some((Kind::Data, chunk)) if (bytes.len() + chunk.len()) as u64 <= *length => {
+                        bytes.extend_from_slice(&chunk)
+                    }
+                    Some((Kind::DataEnd, _)) if bytes.len() as u64 == *length => break,
+                    other => {
+                        return Err(std::io::Error::other(format!(
+                            "a read of {length} bytes ended with {} and {:?}",
+                            bytes.len(),
+                            other.map(|(kind, _)| kind)
+                        ))
+                        .into())
+                    }
+                }
+            }
+        }
+        Ok(warren_backend::FileReply {
+            answer,
+            data: bytes,
+        })
+    }
+
     /// Starts a long-running process and hands it over ([`warren_backend::ProcessHandle`]),
     /// as [`crate::client::start_process`] does on a Unix socket: stdin goes over as
     /// frames as the handle's writer fills it, output frames fill the handle's readers (a

@@ -14,6 +14,7 @@ mod limits;
 mod memory;
 mod mount;
 mod process;
+mod runtime_files;
 mod set;
 mod spec;
 pub mod staging;
@@ -30,6 +31,7 @@ pub use process::{
     ProcessRequest, ProcessSignal, ProcessStart, ProcessWait, RuntimeInstant, TerminalSize,
     APPLY_WAIT,
 };
+pub use runtime_files::{FileAnswer, FileEntry, FileFailure, FileOp, FileReply};
 pub use set::BackendSet;
 pub use spec::{
     BackendKind, Capabilities, DiscoveredRuntime, EphemeralRoots, ExecOutcome, ExecRequest,
@@ -277,6 +279,21 @@ pub trait Backend: Send + Sync + 'static {
     /// kernel feature), reported once at start-up and in `/health`.
     fn warnings(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Runs one file operation inside the sandbox's runtime, by its agent, as the sandbox
+    /// user, on the runtime's own paths (`/tmp`, the home, the image's tree): `data` is
+    /// what a write sends. [`BackendError::RuntimeNotFound`] when no runtime of the sandbox
+    /// runs here.
+    async fn runtime_file(
+        &self,
+        _sandbox: &SandboxId,
+        _op: &FileOp,
+        _data: Vec<u8>,
+    ) -> Result<FileReply, BackendError> {
+        Err(BackendError::ExecUnsupported {
+            backend: self.kind().as_str(),
+        })
     }
 
     /// Ends every process of the runtime and removes its ephemeral state. Destroying a

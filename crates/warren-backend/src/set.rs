@@ -155,6 +155,20 @@ impl Backend for BackendSet {
         }
     }
 
+    async fn runtime_file(
+        &self,
+        sandbox: &SandboxId,
+        op: &crate::FileOp,
+        data: Vec<u8>,
+    ) -> Result<crate::FileReply, BackendError> {
+        match self.host_of(sandbox) {
+            Some(backend) => backend.runtime_file(sandbox, op, data).await,
+            None => Err(BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            }),
+        }
+    }
+
     async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         match self.host_of(sandbox) {
             Some(backend) => backend.processes(sandbox).await,

@@ -131,6 +131,63 @@ impl VirtualPath {
         Ok(path)
     }
 
+    /// Parses `input` as [`Self::parse`] does, and an absolute path outside every mount as
+    /// the runtime's own ([`VirtualRoot::Runtime`]): normalised (no empty or `.`
+    /// component), refused with `..` as any path is. A path that lies under a mount once
+    /// normalised is that mount's (`/home/gem//user-data/x` is the workspace's `x`).
+    pub fn parse_anywhere(
+        input: &str,
+        layout: &Layout,
+        extra: &[ExtraMount],
+        workdir: &Workdir,
+    ) -> Result<Self, CoreError> {
+        if !input.starts_with('/') {
+            return Self::parse(input, layout, extra, workdir);
+        }
+        let refuse = |reason| CoreError::InvalidVirtualPath {
+            path: shorten(input),
+            reason,
+            roots: roots(layout, extra),
+        };
+        if input.len() > MAX_PATH_BYTES {
+            return Err(refuse("it is longer than 4096 bytes"));
+        }
+        let mut parts = Vec::new();
+        for component in input.split('/') {
+            match component {
+                "" | "." => {}
+                ".." => return Err(refuse("'..' is not allowed")),
+                other => {
+                    if let Some(reason) = component_problem(other) {
+                        return Err(refuse(reason));
+                    }
+                    parts.push(other);
+                }
+            }
+        }
+        let normal = format!("/{}", parts.join("/"));
+        let under_extra = extra.iter().any(|mount| {
+            normal
+                .strip_prefix(mount.target.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        });
+        if under_extra || layout.mount_of(&normal).is_some() {
+            return Self::parse(&normal, layout, extra, workdir);
+        }
+        Ok(Self {
+            target: Cow::Borrowed(""),
+            root: VirtualRoot::Runtime,
+            writable: true,
+            prefix: String::new(),
+            tree_relative: parts.join("/"),
+        })
+    }
+
+    /// Whether this is a path of the runtime's own, outside every mount.
+    pub fn is_runtime(&self) -> bool {
+        self.root == VirtualRoot::Runtime
+    }
+
     fn of_layout_mount(mount: &'static LayoutMount, prefix: String, base: String) -> Self {
         Self {
             target: Cow::Borrowed(mount.target),
@@ -208,6 +265,9 @@ impl fmt::Display for VirtualPath {
         let below = self.below_mount();
         if !below.is_empty() {
             write!(f, "/{below}")?;
+        } else if self.target.is_empty() {
+            // The runtime's root.
+            f.write_str("/")?;
         }
         Ok(())
     }
@@ -223,6 +283,40 @@ mod tests {
 
     fn parse(input: &str) -> Result<VirtualPath, CoreError> {
         VirtualPath::parse(input, &Layout::ARS, &[], &workdir())
+    }
+
+    #[test]
+    fn a_path_outside_every_mount_is_the_runtime_s_own() {
+        let anywhere = |input: &str| {
+            VirtualPath::parse_anywhere(input, &Layout::ARS, &[], &workdir()).unwrap()
+        };
+        for (input, relative, shown) in [
+            ("/", "", "/"),
+            ("/tmp", "tmp", "/tmp"),
+            ("//tmp/./a//b/", "tmp/a/b", "/tmp/a/b"),
+            ("/home/gem/.bashrc", "home/gem/.bashrc", "/home/gem/.bashrc"),
+        ] {
+            let path = anywhere(input);
+            assert!(path.is_runtime(), "{input}");
+            assert_eq!(
+                (path.relative(), path.to_string().as_str()),
+                (relative, shown),
+                "{input}"
+            );
+        }
+        assert!(anywhere("/").is_mount_root());
+        let mounted = anywhere("/home/gem//user-data/./x");
+        assert_eq!(
+            (mounted.root(), mounted.relative()),
+            (VirtualRoot::UserData, "x")
+        );
+        assert_eq!(anywhere("notes.md").root(), VirtualRoot::UserData);
+        for refused in ["/tmp/../etc/passwd", "/tmp/a\0b", "/.."] {
+            assert!(
+                VirtualPath::parse_anywhere(refused, &Layout::ARS, &[], &workdir()).is_err(),
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]

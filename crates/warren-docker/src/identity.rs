@@ -199,7 +199,8 @@ impl Identity {
         let tree_label = |root: VirtualRoot| match root {
             VirtualRoot::UserData => LABEL_USER_WORKSPACE,
             VirtualRoot::Skills => LABEL_SKILL_PROJECTION,
-            VirtualRoot::Extra(_) => LABEL_EXTRA_MOUNTS,
+            // A mount's tree is never the runtime's own.
+            VirtualRoot::Extra(_) | VirtualRoot::Runtime => LABEL_EXTRA_MOUNTS,
         };
         let mut trees: HashMap<VirtualRoot, PathBuf> = HashMap::new();
         for root in [VirtualRoot::UserData, VirtualRoot::Skills] {

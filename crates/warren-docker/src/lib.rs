@@ -959,6 +959,24 @@ impl Backend for DockerBackend {
 
     /// Every process of the container but the agent (PID 1), stopped then killed by the
     /// agent through the container's /proc (there is no cgroup of warren's in a container).
+    async fn runtime_file(
+        &self,
+        sandbox: &SandboxId,
+        op: &warren_backend::FileOp,
+        data: Vec<u8>,
+    ) -> Result<warren_backend::FileReply, BackendError> {
+        if self.find(sandbox).await.is_none() {
+            return Err(BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            });
+        }
+        let reply = client::runtime_file(self.socket_dir(sandbox), sandbox, op, data).await;
+        if let Err(BackendError::RuntimeNotFound { .. }) = reply {
+            self.lock().remove(sandbox);
+        }
+        reply
+    }
+
     async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         if self.find(sandbox).await.is_none() {
             return Ok(None);

@@ -82,6 +82,13 @@ pub enum FsError {
         /// The requested path.
         path: String,
     },
+    /// Inside a runtime, where links are followed ([`crate::walk_in_root`]): more links than
+    /// [`crate::MAX_LINKS`] on the way (a loop).
+    #[error("`{path}`: too many levels of symbolic links")]
+    LinkLoop {
+        /// The requested path.
+        path: String,
+    },
     /// Resolving the path would cross into another mount (I2).
     #[error("`{path}`: the path crosses a mount point, which is not allowed")]
     MountCrossingRefused {
@@ -94,8 +101,9 @@ pub enum FsError {
         /// What was attempted, as a verb (`remove`, `rename`...).
         action: &'static str,
     },
-    /// The workspace was opened read-only and this operation would change it.
-    #[error("`{path}`: the workspace is read-only")]
+    /// The workspace was opened read-only, or the file system is mounted read-only (a
+    /// runtime's image tree), and this operation would change it.
+    #[error("`{path}`: read-only")]
     ReadOnly {
         /// The path the mutation was aimed at.
         path: String,

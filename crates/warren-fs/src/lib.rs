@@ -32,6 +32,7 @@
 mod dir;
 mod error;
 mod etag;
+mod in_root;
 pub mod ownership;
 mod path;
 mod remove;
@@ -46,16 +47,19 @@ mod write;
 pub use dir::{child_dirs, open_child_dir};
 pub use error::{FsError, InvalidPathReason};
 pub use etag::Etag;
+pub use in_root::{walk_in_root, InRoot, MAX_LINKS};
 pub use ownership::{
     give_tree, migrate_subtree_once, MountPlace, OwnershipReport, OWNERSHIP_MARKER, SANDBOX_ID,
 };
 pub use path::{MAX_COMPONENT_LEN, MAX_PATH_LEN};
+pub use remove::rename_between;
 pub use resolve::Resolver;
-pub use root::{Owner, WorkspaceRoot};
+pub use root::{read_file, Owner, WorkspaceRoot};
 pub use shared::check_shared_dir;
 pub use tree::CopyStats;
 pub use types::{
     ByteRange, EditResult, Entry, GrepMatch, GrepOptions, GrepResult, Kind, Listing, ReadResult,
     WriteOptions, WriteResult, EDIT_MAX_SIZE, GREP_LINE_MAX_CHARS, MAX_WALK_DEPTH,
 };
+pub use walk::describe_at;
 pub use write::TEMP_PREFIX;

@@ -39,31 +39,14 @@ impl WorkspaceRoot {
             .ok_or(FsError::RootRefused { action: "replace" })?;
         let from_dir = self.resolve_dir(from_parents, from_path.as_str())?;
         let to_dir = self.resolve_dir(to_parents, to_path.as_str())?;
-        // Replacing the destination is a write to it: serialise with conditional writers
-        // there (I27). Only one lock is taken, so two renames can never deadlock.
-        lock_exclusive(to_dir.as_fd(), to_path.as_str())?;
-        let flags = if overwrite {
-            RenameFlags::empty()
-        } else {
-            RenameFlags::NOREPLACE
-        };
-        renameat_with(from_dir.as_fd(), from_leaf, to_dir.as_fd(), to_leaf, flags).map_err(|e| {
-            let (f, t) = (from_path.as_str(), to_path.as_str());
-            match e {
-                Errno::NOENT => FsError::NotFound { path: f.to_owned() },
-                Errno::EXIST => FsError::AlreadyExists { path: t.to_owned() },
-                Errno::NOTEMPTY => FsError::DirectoryNotEmpty { path: t.to_owned() },
-                Errno::ISDIR => FsError::IsADirectory { path: t.to_owned() },
-                Errno::NOTDIR => FsError::NotADirectory { path: t.to_owned() },
-                Errno::XDEV => FsError::MountCrossingRefused { path: t.to_owned() },
-                Errno::ACCESS | Errno::PERM => FsError::PermissionDenied { path: f.to_owned() },
-                other => FsError::Rename {
-                    from: f.to_owned(),
-                    to: t.to_owned(),
-                    errno: other.into(),
-                },
-            }
-        })
+        rename_between(
+            from_dir.as_fd(),
+            from_leaf,
+            to_dir.as_fd(),
+            to_leaf,
+            overwrite,
+            (from_path.as_str(), to_path.as_str()),
+        )
     }
 
     /// Removes the file, symlink (the link itself) or directory at `rel`. A non-empty
@@ -176,4 +159,58 @@ pub(crate) fn read_names(dir: OwnedFd, path: &str) -> Result<(Dir, Vec<OsString>
     }
     names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
     Ok((stream, names))
+}
+
+/// Renames `from_leaf` in `from_dir` to `to_leaf` in `to_dir` (real descriptors: the
+/// destination's is locked), refusing to replace an existing destination unless
+/// `overwrite`; `shown` names both in errors. [`WorkspaceRoot::rename`] once both parents
+/// are resolved, and a runtime's agent's rename of paths it resolved itself.
+pub fn rename_between(
+    from_dir: BorrowedFd<'_>,
+    from_leaf: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to_leaf: &OsStr,
+    overwrite: bool,
+    shown: (&str, &str),
+) -> Result<(), FsError> {
+    // Replacing the destination is a write to it: serialise with conditional writers
+    // there (I27). Only one lock is taken, so two renames can never deadlock.
+    lock_exclusive(to_dir, shown.1)?;
+    let flags = if overwrite {
+        RenameFlags::empty()
+    } else {
+        RenameFlags::NOREPLACE
+    };
+    let renamed = match renameat_with(from_dir, from_leaf, to_dir, to_leaf, flags) {
+        // A file system without `RENAME_NOREPLACE` (gVisor's gofer-backed tree): checked,
+        // then renamed, under the destination directory's lock taken above.
+        Err(Errno::INVAL) if !overwrite => {
+            match statat(to_dir, to_leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(_) => Err(Errno::EXIST),
+                Err(Errno::NOENT) => {
+                    renameat_with(from_dir, from_leaf, to_dir, to_leaf, RenameFlags::empty())
+                }
+                Err(other) => Err(other),
+            }
+        }
+        other => other,
+    };
+    renamed.map_err(|e| {
+        let (f, t) = shown;
+        match e {
+            Errno::NOENT => FsError::NotFound { path: f.to_owned() },
+            Errno::EXIST => FsError::AlreadyExists { path: t.to_owned() },
+            Errno::NOTEMPTY => FsError::DirectoryNotEmpty { path: t.to_owned() },
+            Errno::ISDIR => FsError::IsADirectory { path: t.to_owned() },
+            Errno::NOTDIR => FsError::NotADirectory { path: t.to_owned() },
+            Errno::XDEV => FsError::MountCrossingRefused { path: t.to_owned() },
+            Errno::ACCESS | Errno::PERM => FsError::PermissionDenied { path: f.to_owned() },
+            Errno::ROFS => FsError::ReadOnly { path: f.to_owned() },
+            other => FsError::Rename {
+                from: f.to_owned(),
+                to: t.to_owned(),
+                errno: other.into(),
+            },
+        }
+    })
 }

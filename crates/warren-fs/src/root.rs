@@ -141,71 +141,15 @@ impl WorkspaceRoot {
     pub fn read(&self, rel: &str, range: ByteRange, cap: u64) -> Result<ReadResult, FsError> {
         let path = RelPath::parse(rel)?;
         let (file, meta) = self.open_regular(&path)?;
-        let (start, len) = span(range, meta.size).ok_or_else(|| FsError::RangeNotSatisfiable {
-            path: path.as_str().to_owned(),
-            size: meta.size,
-        })?;
-        if len > cap {
-            return Err(FsError::TooLarge {
-                path: path.as_str().to_owned(),
-                size: len,
-                cap,
-            });
-        }
-        let end = start.saturating_add(len);
-        // `len <= cap` was checked, but cap is caller-chosen; don't trust it for allocation.
-        let mut bytes = Vec::with_capacity(usize::try_from(len.min(CHUNK as u64)).unwrap_or(0));
-        let version = crate::etag::FileVersion::of(&file);
-        if let Some(etag) = version.and_then(crate::etag::known) {
-            // This version was hashed before: read only the range.
-            let mut buf = vec![0u8; CHUNK];
-            let mut offset = start;
-            while offset < end {
-                let want = usize::try_from((end - offset).min(CHUNK as u64)).unwrap_or(CHUNK);
-                let n = read_chunk(&file, &mut buf[..want], offset, path.as_str())?;
-                if n == 0 {
-                    break;
-                }
-                bytes.extend_from_slice(&buf[..n]);
-                offset += n as u64;
-            }
-            return Ok(ReadResult {
-                bytes,
-                total_size: meta.size,
-                etag,
-                range_start: start,
-            });
-        }
-        let mut hasher = EtagHasher::new();
-        let mut buf = vec![0u8; CHUNK];
-        let mut offset = 0u64;
-        loop {
-            let n = read_chunk(&file, &mut buf, offset, path.as_str())?;
-            if n == 0 {
-                break;
-            }
-            let chunk = &buf[..n];
-            hasher.update(chunk);
-            let chunk_end = offset + n as u64;
-            let from = start.max(offset);
-            let to = end.min(chunk_end);
-            if from < to {
-                // Both bounds lie within this chunk, so the differences fit in usize.
-                bytes.extend_from_slice(&chunk[(from - offset) as usize..(to - offset) as usize]);
-            }
-            offset = chunk_end;
-        }
-        let etag = hasher.finish();
-        // Remembered only if the file did not change while it was read.
-        if let Some(version) = version.filter(|v| crate::etag::FileVersion::of(&file) == Some(*v)) {
-            crate::etag::remember(version, &etag);
-        }
-        Ok(ReadResult {
-            bytes,
-            total_size: offset,
-            etag,
-            range_start: start,
-        })
+        read_open(&file, &meta, path.as_str(), range, cap)
+    }
+
+    /// A writable root on a directory descriptor its caller resolved (a runtime's agent,
+    /// [`crate::walk_in_root`]): every path beneath it is resolved as any root's (I2), and
+    /// what it creates stays the caller's own.
+    pub fn at_dir(fd: OwnedFd) -> Result<Self, FsError> {
+        let resolver = Resolver::detect(fd.as_fd());
+        Ok(Self::from_fd(fd, resolver)?.with_owner(None))
     }
 
     // ----- helpers shared by the other modules -----
@@ -293,6 +237,96 @@ impl WorkspaceRoot {
         }
         Ok(())
     }
+}
+
+/// Reads `range` of an open regular `file` (its `meta`, its path as shown), refusing a span
+/// longer than `cap` bytes: [`WorkspaceRoot::read`] once the file is open, and a runtime's
+/// agent's read of a file it resolved itself. The whole file is streamed once: every chunk
+/// feeds the ETag and the chunks that overlap the range are kept.
+pub fn read_file(
+    file: &File,
+    shown: &str,
+    range: ByteRange,
+    cap: u64,
+) -> Result<ReadResult, FsError> {
+    let meta = Meta::of(file.as_fd()).map_err(|e| FsError::from_errno(e, shown, Op::Stat))?;
+    check_regular(&meta, shown)?;
+    read_open(file, &meta, shown, range, cap)
+}
+
+fn read_open(
+    file: &File,
+    meta: &Meta,
+    shown: &str,
+    range: ByteRange,
+    cap: u64,
+) -> Result<ReadResult, FsError> {
+    let (start, len) = span(range, meta.size).ok_or_else(|| FsError::RangeNotSatisfiable {
+        path: shown.to_owned(),
+        size: meta.size,
+    })?;
+    if len > cap {
+        return Err(FsError::TooLarge {
+            path: shown.to_owned(),
+            size: len,
+            cap,
+        });
+    }
+
+    let end = start.saturating_add(len);
+    // `len <= cap` was checked, but cap is caller-chosen; don't trust it for allocation.
+    let mut bytes = Vec::with_capacity(usize::try_from(len.min(CHUNK as u64)).unwrap_or(0));
+    let version = crate::etag::FileVersion::of(file);
+    if let Some(etag) = version.and_then(crate::etag::known) {
+        // This version was hashed before: read only the range.
+        let mut buf = vec![0u8; CHUNK];
+        let mut offset = start;
+        while offset < end {
+            let want = usize::try_from((end - offset).min(CHUNK as u64)).unwrap_or(CHUNK);
+            let n = read_chunk(file, &mut buf[..want], offset, shown)?;
+            if n == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buf[..n]);
+            offset += n as u64;
+        }
+        return Ok(ReadResult {
+            bytes,
+            total_size: meta.size,
+            etag,
+            range_start: start,
+        });
+    }
+    let mut hasher = EtagHasher::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut offset = 0u64;
+    loop {
+        let n = read_chunk(file, &mut buf, offset, shown)?;
+        if n == 0 {
+            break;
+        }
+        let chunk = &buf[..n];
+        hasher.update(chunk);
+        let chunk_end = offset + n as u64;
+        let from = start.max(offset);
+        let to = end.min(chunk_end);
+        if from < to {
+            // Both bounds lie within this chunk, so the differences fit in usize.
+            bytes.extend_from_slice(&chunk[(from - offset) as usize..(to - offset) as usize]);
+        }
+        offset = chunk_end;
+    }
+    let etag = hasher.finish();
+    // Remembered only if the file did not change while it was read.
+    if let Some(version) = version.filter(|v| crate::etag::FileVersion::of(file) == Some(*v)) {
+        crate::etag::remember(version, &etag);
+    }
+    Ok(ReadResult {
+        bytes,
+        total_size: offset,
+        etag,
+        range_start: start,
+    })
 }
 
 /// The root itself is trusted host configuration: only its last component is opened with

@@ -265,6 +265,21 @@ impl WorkspaceRoot {
     }
 }
 
+/// Describes the entry `name` of the directory `dir` as a listing would (a link described,
+/// never followed; a mount point's own directory, not what is under it), shown as `shown`:
+/// for a caller that resolved the directory itself (a runtime's agent).
+pub fn describe_at(dir: BorrowedFd<'_>, name: &OsStr, shown: &str) -> Result<Entry, FsError> {
+    stat_entry(
+        dir,
+        &name.to_os_string(),
+        shown.to_owned(),
+        OsString::from(shown),
+    )?
+    .ok_or_else(|| FsError::NotFound {
+        path: shown.to_owned(),
+    })
+}
+
 /// Where a walk is: a directory's root-relative path as shown and as exact bytes.
 #[derive(Clone, Copy)]
 struct Place<'a> {

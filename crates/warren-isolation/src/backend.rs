@@ -760,6 +760,26 @@ impl Backend for LocalBackend {
         Ok(answer.map(|(_, _, processes)| processes))
     }
 
+    async fn runtime_file(
+        &self,
+        sandbox: &SandboxId,
+        op: &warren_backend::FileOp,
+        data: Vec<u8>,
+    ) -> Result<warren_backend::FileReply, BackendError> {
+        let Some(identity) = self.find(sandbox).await else {
+            return Err(BackendError::RuntimeNotFound {
+                sandbox: sandbox.clone(),
+            });
+        };
+        let socket_dir = identity.socket_dir(&self.runtime_dir(sandbox));
+        let reply = warren_agent::client::runtime_file(socket_dir, sandbox, op, data).await;
+        if let Err(BackendError::RuntimeNotFound { .. }) = reply {
+            // Init died meanwhile: nothing of the runtime runs any more.
+            self.lock().remove(sandbox);
+        }
+        reply
+    }
+
     async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         let Some(identity) = self.find(sandbox).await else {
             return Ok(None);

@@ -379,6 +379,7 @@ pub(crate) fn file_class(error: &FsError) -> Class {
     match error {
         F::InvalidPath { .. } => class(K::Invalid, "invalid_path"),
         F::SymlinkRefused { .. } => class(K::Forbidden, "symlink_refused"),
+        F::LinkLoop { .. } => class(K::Unprocessable, "link_loop"),
         F::MountCrossingRefused { .. } => class(K::Forbidden, "mount_crossing_refused"),
         F::RootRefused { .. } => class(K::Forbidden, "root_refused"),
         F::ReadOnly { .. } => class(K::Forbidden, "read_only"),

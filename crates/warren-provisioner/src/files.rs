@@ -1,10 +1,17 @@
-//! File operations by virtual path on a sandbox's persistent mounts (I1, I2, I7, I10, I27).
+//! File operations by virtual path (I1, I2, I7, I10, I27): on a sandbox's persistent
+//! mounts, and anywhere else in its runtime (issue 42).
 //!
-//! A virtual path is parsed against the sandbox's workdir, mapped to the UserWorkspace or
-//! the skill projection, and handed to `warren-fs`, which resolves it by file descriptor
-//! beneath that root. Writes under `/home/gem/skills` are refused here and again by the
-//! read-only root. Files need no runtime: these calls never start one (I17).
+//! A virtual path is parsed against the sandbox's workdir. Under a persistent mount it is
+//! mapped to the UserWorkspace, the skill projection or an extra mount and handed to
+//! `warren-fs`, which resolves it by file descriptor beneath that root on the host; writes
+//! under `/home/gem/skills` are refused here and again by the read-only root. These need no
+//! runtime and never start one (I17). Any other absolute path (`/tmp`, the home, the
+//! image's tree) is the runtime's own: the backend hands the operation to the runtime's
+//! agent, which runs the same `warren-fs` operation inside, as the sandbox user, resolved
+//! beneath the runtime's root (`warren_backend::FileOp`); the runtime is started for it
+//! if it is not running (I12), and its permissions are the kernel's for uid 1000.
 
+use warren_backend::{BackendError, FileAnswer, FileOp};
 use warren_core::{SandboxId, VirtualPath, VirtualRoot, Workdir};
 use warren_fs::{
     ByteRange, EditResult, Entry, Etag, FsError, GrepOptions, GrepResult, Listing, ReadResult,
@@ -56,8 +63,22 @@ impl SandboxRoots {
         )?)
     }
 
+    /// [`Self::resolve`], and an absolute path outside every mount as the runtime's own.
+    pub(crate) fn resolve_anywhere(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
+        Ok(VirtualPath::parse_anywhere(
+            input,
+            self.layout,
+            &self.extra_mounts,
+            &self.workdir,
+        )?)
+    }
+
     pub(crate) fn open(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
         let root = match path.root() {
+            // Not on the host: only the runtime's agent reaches it (`in_runtime`).
+            VirtualRoot::Runtime => Err(FsError::NotFound {
+                path: path.to_string(),
+            }),
             VirtualRoot::UserData => WorkspaceRoot::open(&self.workspace),
             VirtualRoot::Skills => WorkspaceRoot::open(&self.skills),
             // The operator's directory by its path, the source beneath it by descriptor
@@ -180,8 +201,9 @@ impl Provisioner {
         cwd: &str,
     ) -> Result<String, ProvisionerError> {
         let roots = self.roots_of(record);
-        if roots.resolve(cwd).is_err() && is_runtime_path(cwd) {
-            return Ok(cwd.to_owned());
+        let path = roots.resolve_anywhere(cwd)?;
+        if path.is_runtime() {
+            return Ok(path.to_string());
         }
         let found = self
             .on_path(roots, cwd, Access::Read, |root, rel| root.stat(rel))
@@ -221,6 +243,17 @@ impl Provisioner {
         op: impl FnOnce(&WorkspaceRoot, &str) -> Result<T, FsError> + Send + 'static,
     ) -> Result<Located<T>, ProvisionerError> {
         let path = roots.resolve(input)?;
+        self.on_resolved(roots, path, access, op).await
+    }
+
+    /// [`Self::on_path`] of a path already resolved (on a persistent mount).
+    async fn on_resolved<T: Send + 'static>(
+        &self,
+        roots: SandboxRoots,
+        path: VirtualPath,
+        access: Access,
+        op: impl FnOnce(&WorkspaceRoot, &str) -> Result<T, FsError> + Send + 'static,
+    ) -> Result<Located<T>, ProvisionerError> {
         self.blocking(move || {
             let root = match access {
                 Access::Read => roots.open(&path)?,
@@ -232,6 +265,47 @@ impl Provisioner {
         .await
     }
 
+    /// Runs `op` inside the sandbox's runtime by its agent, as the sandbox user, starting
+    /// the runtime first if it is not running (I12; refused as a command would be: behind a
+    /// fence, after termination, on a backend that runs nothing). A runtime found gone is
+    /// marked lost and started again once. A refusal inside is the file error it stands
+    /// for, on `path`.
+    async fn in_runtime(
+        &self,
+        id: &SandboxId,
+        path: &VirtualPath,
+        op: FileOp,
+        data: Vec<u8>,
+    ) -> Result<(FileAnswer, Vec<u8>), ProvisionerError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (record, _fence) = self.start_runtime_here(id).await?;
+            // Kept for the one retry: a runtime found gone got none of it.
+            match self.backend.runtime_file(id, &op, data.clone()).await {
+                Ok(reply) => {
+                    return match reply.answer {
+                        Ok(answer) => Ok((answer, reply.data)),
+                        Err(failure) => Err(fs_error(path, failure.into_fs())),
+                    }
+                }
+                Err(BackendError::RuntimeNotFound { .. }) if attempt == 1 => {
+                    tracing::warn!(sandbox = %id, "runtime lost; starting a new one for a file operation");
+                    self.mark_runtime_lost(&record).await?;
+                }
+                Err(error) => return Err(ProvisionerError::Backend(error)),
+            }
+        }
+    }
+
+    /// A runtime's answer of the wrong kind for its operation: its agent broke protocol.
+    fn unexpected(id: &SandboxId, answer: &FileAnswer) -> ProvisionerError {
+        ProvisionerError::Backend(BackendError::Exec {
+            sandbox: id.clone(),
+            source: std::io::Error::other(format!("the runtime answered {answer:?}")),
+        })
+    }
+
     /// Resolves `input` for a sandbox without touching the file system (for messages and
     /// in-runtime paths).
     pub async fn resolve_path(
@@ -239,17 +313,21 @@ impl Provisioner {
         id: &SandboxId,
         input: &str,
     ) -> Result<VirtualPath, ProvisionerError> {
-        self.roots(id).await?.resolve(input)
+        self.roots(id).await?.resolve_anywhere(input)
     }
 
-    /// Metadata of one entry.
+    /// Metadata of one entry. In the runtime, a link is described, not followed.
     pub async fn stat(
         &self,
         id: &SandboxId,
         input: &str,
     ) -> Result<Located<Entry>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Read, |root, rel| root.stat(rel))
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            return self.describe_in_runtime(id, path).await;
+        }
+        self.on_resolved(roots, path, Access::Read, |root, rel| root.stat(rel))
             .await
     }
 
@@ -261,8 +339,29 @@ impl Provisioner {
         input: &str,
     ) -> Result<Located<Entry>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Read, |root, rel| root.describe(rel))
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            return self.describe_in_runtime(id, path).await;
+        }
+        self.on_resolved(roots, path, Access::Read, |root, rel| root.describe(rel))
             .await
+    }
+
+    async fn describe_in_runtime(
+        &self,
+        id: &SandboxId,
+        path: VirtualPath,
+    ) -> Result<Located<Entry>, ProvisionerError> {
+        let op = FileOp::Describe {
+            path: path.to_string(),
+        };
+        match self.in_runtime(id, &path, op, Vec::new()).await? {
+            (FileAnswer::Entry(entry), _) => Ok(Located {
+                value: entry.into_entry(path.relative()),
+                path,
+            }),
+            (other, _) => Err(Self::unexpected(id, &other)),
+        }
     }
 
     /// Reads a byte range of a file, up to the configured read cap.
@@ -274,7 +373,17 @@ impl Provisioner {
     ) -> Result<FileRead, ProvisionerError> {
         let roots = self.roots(id).await?;
         let cap = self.config.read_cap;
-        self.on_path(roots, input, Access::Read, move |root, rel| {
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            let op = FileOp::read(path.to_string(), range, cap);
+            let (answer, data) = self.in_runtime(id, &path, op, Vec::new()).await?;
+            let value = answer
+                .clone()
+                .into_read(data)
+                .ok_or_else(|| Self::unexpected(id, &answer))?;
+            return Ok(Located { path, value });
+        }
+        self.on_resolved(roots, path, Access::Read, move |root, rel| {
             root.read(rel, range, cap)
         })
         .await
@@ -290,7 +399,25 @@ impl Provisioner {
         append: bool,
     ) -> Result<Written, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Write, move |root, rel| {
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            let op = FileOp::Write {
+                path: path.to_string(),
+                append,
+                if_match: options.if_match.as_ref().map(|tag| tag.as_str().to_owned()),
+                if_none_match_any: options.if_none_match_any,
+                create_parents: options.create_parents,
+                mode: options.mode,
+                cap: self.config.read_cap.max(bytes.len() as u64),
+            };
+            let (answer, _) = self.in_runtime(id, &path, op, bytes).await?;
+            let value = answer
+                .clone()
+                .into_written()
+                .ok_or_else(|| Self::unexpected(id, &answer))?;
+            return Ok(Located { path, value });
+        }
+        self.on_resolved(roots, path, Access::Write, move |root, rel| {
             if append {
                 root.append(rel, &bytes, options)
             } else {
@@ -311,7 +438,23 @@ impl Provisioner {
         if_match: Option<Etag>,
     ) -> Result<Located<EditResult>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Write, move |root, rel| {
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            let op = FileOp::Edit {
+                path: path.to_string(),
+                old,
+                new,
+                replace_all,
+                if_match: if_match.map(|tag| tag.as_str().to_owned()),
+            };
+            let (answer, _) = self.in_runtime(id, &path, op, Vec::new()).await?;
+            let value = answer
+                .clone()
+                .into_edited()
+                .ok_or_else(|| Self::unexpected(id, &answer))?;
+            return Ok(Located { path, value });
+        }
+        self.on_resolved(roots, path, Access::Write, move |root, rel| {
             root.edit(rel, &old, &new, replace_all, if_match.as_ref())
         })
         .await
@@ -324,7 +467,20 @@ impl Provisioner {
         input: &str,
     ) -> Result<Located<bool>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Write, |root, rel| root.mkdir_p(rel))
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            let op = FileOp::Mkdir {
+                path: path.to_string(),
+            };
+            return match self.in_runtime(id, &path, op, Vec::new()).await? {
+                (FileAnswer::Made { created }, _) => Ok(Located {
+                    path,
+                    value: created,
+                }),
+                (other, _) => Err(Self::unexpected(id, &other)),
+            };
+        }
+        self.on_resolved(roots, path, Access::Write, |root, rel| root.mkdir_p(rel))
             .await
     }
 
@@ -337,10 +493,33 @@ impl Provisioner {
         limit: usize,
     ) -> Result<Located<Listing>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Read, move |root, rel| {
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            let op = FileOp::List {
+                path: path.to_string(),
+                depth,
+                limit,
+            };
+            return self.listed_in_runtime(id, path, op).await;
+        }
+        self.on_resolved(roots, path, Access::Read, move |root, rel| {
             root.list(rel, depth, limit)
         })
         .await
+    }
+
+    async fn listed_in_runtime(
+        &self,
+        id: &SandboxId,
+        path: VirtualPath,
+        op: FileOp,
+    ) -> Result<Located<Listing>, ProvisionerError> {
+        let (answer, _) = self.in_runtime(id, &path, op, Vec::new()).await?;
+        let value = answer
+            .clone()
+            .into_listing(path.relative())
+            .ok_or_else(|| Self::unexpected(id, &answer))?;
+        Ok(Located { path, value })
     }
 
     /// Finds entries under `input` whose path relative to it matches `pattern`.
@@ -352,7 +531,16 @@ impl Provisioner {
         limit: usize,
     ) -> Result<Located<Listing>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Read, move |root, rel| {
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            let op = FileOp::Glob {
+                path: path.to_string(),
+                pattern,
+                limit,
+            };
+            return self.listed_in_runtime(id, path, op).await;
+        }
+        self.on_resolved(roots, path, Access::Read, move |root, rel| {
             root.glob(rel, &pattern, limit)
         })
         .await
@@ -367,13 +555,31 @@ impl Provisioner {
         options: GrepOptions,
     ) -> Result<Located<GrepResult>, ProvisionerError> {
         let roots = self.roots(id).await?;
-        self.on_path(roots, input, Access::Read, move |root, rel| {
+        let path = roots.resolve_anywhere(input)?;
+        if path.is_runtime() {
+            let op = FileOp::Grep {
+                path: path.to_string(),
+                pattern,
+                glob: options.glob,
+                case_insensitive: options.case_insensitive,
+                max_matches: options.max_matches,
+                max_file_size: options.max_file_size,
+            };
+            let (answer, _) = self.in_runtime(id, &path, op, Vec::new()).await?;
+            let value = answer
+                .clone()
+                .into_grep(path.relative())
+                .ok_or_else(|| Self::unexpected(id, &answer))?;
+            return Ok(Located { path, value });
+        }
+        self.on_resolved(roots, path, Access::Read, move |root, rel| {
             root.grep(rel, &pattern, options)
         })
         .await
     }
 
-    /// Moves an entry within one root; moving between the workspace and skills is refused.
+    /// Moves an entry within one root: the workspace, an extra mount, or the runtime's own
+    /// files. Moving between two of them is a mount crossing, refused.
     pub async fn rename(
         &self,
         id: &SandboxId,
@@ -382,10 +588,27 @@ impl Provisioner {
         overwrite: bool,
     ) -> Result<(VirtualPath, VirtualPath), ProvisionerError> {
         let roots = self.roots(id).await?;
-        let from = roots.resolve(from)?;
-        let to = roots.resolve(to)?;
+        let from = roots.resolve_anywhere(from)?;
+        let to = roots.resolve_anywhere(to)?;
         refuse_mount_root(&from, "rename")?;
         refuse_mount_root(&to, "replace")?;
+        if from.root() != to.root() {
+            return Err(fs_error(
+                &to,
+                FsError::MountCrossingRefused {
+                    path: to.to_string(),
+                },
+            ));
+        }
+        if from.is_runtime() {
+            let op = FileOp::Rename {
+                from: from.to_string(),
+                to: to.to_string(),
+                overwrite,
+            };
+            self.in_runtime(id, &from, op, Vec::new()).await?;
+            return Ok((from, to));
+        }
         self.blocking(move || {
             let root = roots.open_writable(&from)?;
             roots.open_writable(&to)?;
@@ -396,7 +619,8 @@ impl Provisioner {
         .await
     }
 
-    /// Deletes a file or, when `recursive`, a directory tree. Never follows a symlink.
+    /// Deletes a file or, when `recursive`, a directory tree. Never follows a symlink, and
+    /// in the runtime never descends into another mount.
     pub async fn remove(
         &self,
         id: &SandboxId,
@@ -404,50 +628,21 @@ impl Provisioner {
         recursive: bool,
     ) -> Result<VirtualPath, ProvisionerError> {
         let roots = self.roots(id).await?;
-        refuse_mount_root(&roots.resolve(input)?, "remove")?;
+        let path = roots.resolve_anywhere(input)?;
+        refuse_mount_root(&path, "remove")?;
+        if path.is_runtime() {
+            let op = FileOp::Remove {
+                path: path.to_string(),
+                recursive,
+            };
+            self.in_runtime(id, &path, op, Vec::new()).await?;
+            return Ok(path);
+        }
         let removed = self
-            .on_path(roots, input, Access::Write, move |root, rel| {
+            .on_resolved(roots, path, Access::Write, move |root, rel| {
                 root.remove(rel, recursive)
             })
             .await?;
         Ok(removed.path)
-    }
-}
-
-/// Whether `path` is a plain absolute path of the runtime: `/`-rooted, no `.` or `..`
-/// component, no empty one but a trailing slash, no NUL, at most 4096 bytes.
-fn is_runtime_path(path: &str) -> bool {
-    let Some(rest) = path.strip_prefix('/') else {
-        return false;
-    };
-    path.len() <= 4096
-        && !path.contains('\0')
-        && (rest.is_empty()
-            || rest
-                .trim_end_matches('/')
-                .split('/')
-                .all(|part| !part.is_empty() && part != "." && part != ".."))
-}
-
-#[cfg(test)]
-mod cwd_tests {
-    use super::is_runtime_path;
-
-    #[test]
-    fn a_runtime_path_is_absolute_and_plain() {
-        for ok in ["/", "/tmp", "/usr/bin/", "/home/gem/x"] {
-            assert!(is_runtime_path(ok), "{ok}");
-        }
-        for refused in [
-            "",
-            "tmp",
-            "/tmp/../etc",
-            "/./tmp",
-            "//tmp",
-            "/a//b",
-            "/a\0b",
-        ] {
-            assert!(!is_runtime_path(refused), "{refused:?}");
-        }
     }
 }

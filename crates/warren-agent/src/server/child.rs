@@ -101,46 +101,8 @@ pub(crate) fn exec_command(
     let _ = rustix::process::setrlimit(rustix::process::Resource::Core, no_core);
     // Raising the score back is always allowed; it fails only if init could not lower it.
     let _ = std::fs::write("/proc/self/oom_score_adj", "0");
-    // In a user namespace setgroups is denied (see init) and the caller's groups stay; in
-    // a container the agent already is the sandbox user, without the capability.
-    let in_sentry = credentials == Credentials::SentryRoot;
-    let groups = match credentials {
-        Credentials::Root | Credentials::SentryRoot => rustix::thread::set_thread_groups(&[]),
-        Credentials::UserNamespace | Credentials::AlreadySandboxUser => Ok(()),
-    };
-    let credentials = groups
-        .and_then(|()| {
-            let gid = rustix::process::Gid::from_raw(SANDBOX_GID);
-            rustix::thread::set_thread_res_gid(gid, gid, gid)
-        })
-        .and_then(|()| {
-            let uid = rustix::process::Uid::from_raw(SANDBOX_UID);
-            rustix::thread::set_thread_res_uid(uid, uid, uid)
-        });
-    if let Err(e) = credentials {
-        fail("credentials", errno(e));
-    }
-    // As root, becoming 1000 cleared every capability; in a user namespace the process
-    // already is 1000 and still holds the namespace's capabilities: clear them explicitly.
-    let no_capabilities = rustix::thread::CapabilitySet::empty();
-    if let Err(e) = rustix::thread::set_capabilities(
-        None,
-        rustix::thread::CapabilitySets {
-            effective: no_capabilities,
-            permitted: no_capabilities,
-            inheritable: no_capabilities,
-        },
-    ) {
-        fail("capabilities", errno(e));
-    }
-    match rustix::thread::clear_ambient_capability_set() {
-        // gVisor's Sentry has no ambient set (EINVAL): there is nothing to clear.
-        Err(rustix::io::Errno::INVAL) if in_sentry => {}
-        Err(e) => fail("capabilities", errno(e)),
-        Ok(()) => {}
-    }
-    if let Err(e) = rustix::thread::set_no_new_privs(true) {
-        fail("no_new_privs", errno(e));
+    if let Err((stage, e)) = become_sandbox_user(credentials) {
+        fail(stage, errno(e));
     }
     if seccomp.apply().is_err() {
         fail("seccomp", libc::EPERM);
@@ -197,4 +159,50 @@ fn exec(spec: &ExecSpec) -> std::io::Error {
         }
     }
     last
+}
+
+/// Makes the calling process the sandbox user for good (I11): no supplementary groups
+/// (where the runtime allows dropping them), 1000:1000, no capability in any set, and
+/// `no_new_privs`. What a command's process does before its exec, and what every process
+/// the server forks for work of its own does first (a relay, a home move, a file
+/// operation). A failure names its step.
+pub(crate) fn become_sandbox_user(
+    credentials: Credentials,
+) -> Result<(), (&'static str, rustix::io::Errno)> {
+    // In a user namespace setgroups is denied (see init) and the caller's groups stay; in
+    // a container the agent already is the sandbox user, without the capability.
+    let in_sentry = credentials == Credentials::SentryRoot;
+    let groups = match credentials {
+        Credentials::Root | Credentials::SentryRoot => rustix::thread::set_thread_groups(&[]),
+        Credentials::UserNamespace | Credentials::AlreadySandboxUser => Ok(()),
+    };
+    groups
+        .and_then(|()| {
+            let gid = rustix::process::Gid::from_raw(SANDBOX_GID);
+            rustix::thread::set_thread_res_gid(gid, gid, gid)
+        })
+        .and_then(|()| {
+            let uid = rustix::process::Uid::from_raw(SANDBOX_UID);
+            rustix::thread::set_thread_res_uid(uid, uid, uid)
+        })
+        .map_err(|e| ("credentials", e))?;
+    // As root, becoming 1000 cleared every capability; in a user namespace the process
+    // already is 1000 and still holds the namespace's capabilities: clear them explicitly.
+    let no_capabilities = rustix::thread::CapabilitySet::empty();
+    rustix::thread::set_capabilities(
+        None,
+        rustix::thread::CapabilitySets {
+            effective: no_capabilities,
+            permitted: no_capabilities,
+            inheritable: no_capabilities,
+        },
+    )
+    .map_err(|e| ("capabilities", e))?;
+    match rustix::thread::clear_ambient_capability_set() {
+        // gVisor's Sentry has no ambient set (EINVAL): there is nothing to clear.
+        Err(rustix::io::Errno::INVAL) if in_sentry => {}
+        Err(e) => return Err(("capabilities", e)),
+        Ok(()) => {}
+    }
+    rustix::thread::set_no_new_privs(true).map_err(|e| ("no_new_privs", e))
 }

@@ -181,17 +181,6 @@ fn in_leaf(pid: i32, suffix: &str) -> bool {
         .is_ok_and(|text| text.lines().any(|line| line.ends_with(suffix)))
 }
 
-/// Drops root for good: no supplementary groups, 1000:1000 (I11), which clears every
-/// capability.
-fn become_sandbox_user() -> rustix::io::Result<()> {
-    use crate::environment::{SANDBOX_GID, SANDBOX_UID};
-    rustix::thread::set_thread_groups(&[])?;
-    let gid = rustix::process::Gid::from_raw(SANDBOX_GID);
-    rustix::thread::set_thread_res_gid(gid, gid, gid)?;
-    let uid = rustix::process::Uid::from_raw(SANDBOX_UID);
-    rustix::thread::set_thread_res_uid(uid, uid, uid)
-}
-
 /// Processes of the runtime's pid namespace other than init and the runtime's own
 /// machinery, from its own /proc.
 fn processes_besides(keep: &[i32]) -> u64 {
@@ -448,6 +437,7 @@ impl Server {
             Request::ArchiveHome { limit } => self.move_home(connection, fds, limit, true),
             Request::RestoreHome { limit } => self.move_home(connection, fds, limit, false),
             Request::Relay { id } => self.start_relay(id, fds),
+            Request::File(op) => self.file(connection, fds, op),
             Request::Kill
             | Request::Signal { .. }
             | Request::Resize(_)
@@ -671,7 +661,7 @@ impl Server {
                 if matches!(
                     self.served.credentials,
                     Credentials::Root | Credentials::SentryRoot
-                ) && become_sandbox_user().is_err()
+                ) && child::become_sandbox_user(self.served.credentials).is_err()
                 {
                     sys::exit_immediately(1)
                 }
@@ -733,7 +723,8 @@ impl Server {
         };
         if let Ok(Forked::Child) = sys::fork_single_threaded() {
             self.forget_commands();
-            if self.served.credentials == Credentials::SentryRoot && become_sandbox_user().is_err()
+            if self.served.credentials == Credentials::SentryRoot
+                && child::become_sandbox_user(self.served.credentials).is_err()
             {
                 sys::exit_immediately(1)
             }
@@ -772,8 +763,9 @@ impl Server {
                 // What the sandbox user could read, written as the sandbox user: the
                 // agent of a gVisor sandbox is the Sentry's root (issue 19).
                 if self.served.credentials == Credentials::SentryRoot {
-                    if let Err(error) = become_sandbox_user() {
-                        let reason = format!("become the sandbox user: {error}");
+                    if let Err((stage, error)) = child::become_sandbox_user(self.served.credentials)
+                    {
+                        let reason = format!("become the sandbox user ({stage}): {error}");
                         let _ = protocol::send_frame(
                             connection.as_fd(),
                             &Reply::Refused { reason },
@@ -800,6 +792,43 @@ impl Server {
                     },
                 };
                 let _ = protocol::send_frame(connection.as_fd(), &reply, &[]);
+                sys::exit_immediately(0)
+            }
+            Ok(Forked::Parent(_)) => {}
+            Err(error) => refuse(format!("fork: {error}")),
+        }
+    }
+
+    /// Runs one file operation in a child that becomes the sandbox user first (I11), in
+    /// the runtime's own mount namespace and root, so the answer is what a command of the
+    /// sandbox would see; a write's bytes come through the one pipe attached, a read's go
+    /// into it after [`Reply::File`]. [`Server::reap`] collects the child like any orphan.
+    fn file(&mut self, connection: OwnedFd, mut fds: Vec<OwnedFd>, op: warren_backend::FileOp) {
+        let refuse = |reason: String| {
+            let _ = protocol::send_frame(connection.as_fd(), &Reply::Refused { reason }, &[]);
+        };
+        let (Some(pipe), true) = (fds.pop(), fds.is_empty()) else {
+            return refuse("a file operation carries exactly one pipe".into());
+        };
+        match sys::fork_single_threaded() {
+            Ok(Forked::Child) => {
+                self.forget_commands();
+                if let Err((stage, error)) = child::become_sandbox_user(self.served.credentials) {
+                    refuse(format!("become the sandbox user ({stage}): {error}"));
+                    sys::exit_immediately(1)
+                }
+                let pipe = std::fs::File::from(pipe);
+                let (answer, data) = if op.sends_data() {
+                    crate::files::serve(&op, &pipe)
+                } else {
+                    crate::files::serve(&op, std::io::empty())
+                };
+                let replied =
+                    protocol::send_frame(connection.as_fd(), &Reply::File { answer }, &[]);
+                if replied.is_ok() && !data.is_empty() {
+                    use std::io::Write;
+                    let _ = (&pipe).write_all(&data);
+                }
                 sys::exit_immediately(0)
             }
             Ok(Forked::Parent(_)) => {}

@@ -932,6 +932,20 @@ impl Backend for KubernetesBackend {
         Ok(known.agent.ping().await.map(|(_, _, processes)| processes))
     }
 
+    async fn runtime_file(
+        &self,
+        sandbox: &SandboxId,
+        op: &warren_backend::FileOp,
+        data: Vec<u8>,
+    ) -> Result<warren_backend::FileReply, BackendError> {
+        let known = self.find(sandbox)?;
+        known
+            .agent
+            .file(op, &data)
+            .await
+            .map_err(|error| error.into_backend(sandbox))
+    }
+
     async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
         let Ok(known) = self.find(sandbox) else {
             return Ok(None);

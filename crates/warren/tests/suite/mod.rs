@@ -44,6 +44,7 @@ mod replica_processes;
 mod replicas;
 mod runs;
 mod runtime;
+mod runtime_files;
 mod sandboxes;
 mod skills;
 mod snapshots;
