@@ -7,6 +7,7 @@
 //! on a root opened at the directory the walk reached: the same atomic write, ETag,
 //! listing, search and no-follow removal as a host path gets. Permissions are the kernel's
 //! for uid 1000, exactly as for a command: `/etc/passwd` is not writable here either.
+//! Nothing on procfs is served (see [`walk`]).
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -91,8 +92,18 @@ fn root() -> Result<OwnedFd, Errno> {
     )
 }
 
+/// Walks `path` from the runtime's root. A directory reached on procfs is refused: the
+/// file API serves files, not processes, and the process serving it is a fork of the
+/// runtime's own machinery (its memory, environment and descriptors are under
+/// `/proc/self`, which a process may always read of itself). A command that wants
+/// `/proc/cpuinfo` runs `cat`.
 fn walk(path: &str, follow_last: bool) -> Result<InRoot, Errno> {
-    warren_fs::walk_in_root(root()?.as_fd(), OsStr::new(path), follow_last)
+    let found = warren_fs::walk_in_root(root()?.as_fd(), OsStr::new(path), follow_last)?;
+    let on = rustix::fs::fstatfs(found.dir.as_fd())?;
+    if on.f_type as u64 == rustix::fs::PROC_SUPER_MAGIC as u64 {
+        return Err(Errno::ACCESS);
+    }
+    Ok(found)
 }
 
 /// A writable `warren-fs` root at the directory a walk reached.
@@ -440,6 +451,40 @@ mod tests {
         );
         assert!(!dir.path().join("a").exists());
         assert!(dir.path().join("self").exists());
+    }
+
+    #[test]
+    fn procfs_is_never_served_even_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/proc/self", dir.path().join("me")).unwrap();
+        let through = format!("{}/me/environ", dir.path().display());
+        for path in [
+            "/proc/self/environ",
+            "/proc/self/mem",
+            "/proc/1/cmdline",
+            &through,
+        ] {
+            assert_eq!(
+                failure(FileOp::read(
+                    path.into(),
+                    warren_fs::ByteRange::FULL,
+                    1 << 20
+                )),
+                FileFailure::Refused {
+                    kind: "permission_denied".into(),
+                    path: path.into()
+                },
+                "{path}"
+            );
+        }
+        assert!(matches!(
+            failure(FileOp::List {
+                path: "/proc".into(),
+                depth: 1,
+                limit: 10
+            }),
+            FileFailure::Refused { .. }
+        ));
     }
 
     #[test]

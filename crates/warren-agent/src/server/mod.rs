@@ -817,6 +817,11 @@ impl Server {
                     refuse(format!("become the sandbox user ({stage}): {error}"));
                     sys::exit_immediately(1)
                 }
+                // It holds a copy of the server's memory: no command of the sandbox user
+                // may read it through /proc.
+                let _ = rustix::process::set_dumpable_behavior(
+                    rustix::process::DumpableBehavior::NotDumpable,
+                );
                 let pipe = std::fs::File::from(pipe);
                 let (answer, data) = if op.sends_data() {
                     crate::files::serve(&op, &pipe)

@@ -389,15 +389,12 @@ def corpus(outside):
         "/mnt/skills/custom/../../user-data",
         "/mnt/skills/custom/../../../etc/passwd",
         "/mnt/skills/../user-data",
-        "/mnt/skills",
-        "/mnt",
-        "/etc/passwd",
-        "/root",
-        "/home/gem",
+        # Outside the mounts a path is the runtime's own (issue 42): what uid 1000 may not
+        # touch, and procfs, which the file API never serves.
+        "/etc/shadow",
         "/proc/self/environ",
+        "/proc/self",
         f"{ud}X/secret.txt",
-        f"{outside}/secret.txt",
-        outside,
         f"{ud}/abs_link/secret.txt",
         f"{ud}/abs_link",
         f"{ud}/rel_link/etc/passwd",
@@ -453,7 +450,7 @@ def check_attacks(client, data_dir, outside):
             if outside not in path:
                 check(outside not in text, f"{op} {shown!r} leaked a host path: {text}")
             checked += 1
-    check(checked >= 250, f"only {checked} attacks ran")
+    check(checked >= 220, f"only {checked} attacks ran")
     return checked
 
 

@@ -982,3 +982,33 @@ async fn deerflow_sandboxes_get_the_network_policy_the_operator_set() {
         "{listed}"
     );
 }
+
+/// The AIO file API reaches the whole runtime as DeerFlow's own sandbox does (issue 42):
+/// `/tmp` outside `/mnt/user-data` is the runtime's, written and read as the sandbox user.
+#[tokio::test]
+async fn the_aio_file_api_reads_and_writes_the_runtime_s_tmp_as_its_user() {
+    let deerflow = Deerflow::start("local", "");
+    let url = url_of(&deerflow.create("alice", "thread-tmp").await);
+    let (status, body) = deerflow
+        .aio(
+            &url,
+            "/v1/file/write",
+            json!({"file": "/tmp/aio/note.md", "content": "in the runtime\n"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = deerflow
+        .aio(&url, "/v1/file/read", json!({"file": "/tmp/aio/note.md"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["content"], "in the runtime\n", "{body}");
+    let (status, body) = deerflow
+        .aio(
+            &url,
+            "/v1/file/write",
+            json!({"file": "/etc/passwd", "content": "root::0:0::/:/bin/sh\n"}),
+        )
+        .await;
+    assert_ne!(status, 200, "uid 1000 wrote /etc/passwd: {body}");
+    assert_eq!(body["success"], false, "{body}");
+}

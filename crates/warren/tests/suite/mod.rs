@@ -17,6 +17,7 @@ mod docker;
 mod e2b;
 mod e2b_metrics;
 mod e2b_operator;
+mod e2b_runtime_files;
 mod env;
 mod errors;
 mod etag;

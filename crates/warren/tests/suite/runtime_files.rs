@@ -254,12 +254,28 @@ async fn the_image_tree_is_readable_and_refuses_what_uid_1000_may_not_do(host: H
         );
     }
     let after = server
-        .exec(&id, "md5sum /etc/passwd; test -e /etc/warren-was-here || echo No such file")
+        .exec(
+            &id,
+            "md5sum /etc/passwd; test -e /etc/warren-was-here || echo No such file",
+        )
         .await;
     assert!(
         out(&after).starts_with(&out(&before)) && out(&after).contains("No such file"),
         "{host:?}: {after}"
     );
+    // Procfs is never served: the process serving a file is of the runtime's machinery.
+    for path in [
+        "/proc/self/environ",
+        "/proc/self/mem",
+        "/proc/1/environ",
+        "/dev/fd/0",
+    ] {
+        let (status, body) = get(&server, &id, path).await;
+        assert!(
+            (400..=404).contains(&status) && !body.contains("WARREN"),
+            "{host:?}: {path} answered {status}: {body}"
+        );
+    }
     // A directory only root may enter stays closed.
     server.exec(&id, "true").await;
     let (status, body) = get(&server, &id, "/root/.profile").await;
@@ -462,4 +478,33 @@ mod links {
         DockerGvisor,
         [links_inside_the_runtime_never_leave_its_root]
     );
+}
+
+/// MCP's file tools take the same paths (issue 42): `/tmp` is the runtime's own.
+#[tokio::test]
+async fn the_mcp_file_tools_read_and_write_the_runtime_s_tmp() {
+    let server = Host::Local.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let mut mcp = warren_test_support::McpSession::open(&server, &id).await;
+    let written = mcp
+        .call_tool(
+            "write_file",
+            json!({"path": "/tmp/mcp/note.txt", "content": "one\ntwo\n"}),
+        )
+        .await;
+    assert_eq!(written["result"]["isError"], false, "{written}");
+    let seen = server.exec(&id, "cat /tmp/mcp/note.txt").await;
+    assert_eq!(out(&seen), "one\ntwo\n");
+    let read = mcp
+        .call_tool("read_file", json!({"path": "/tmp/mcp/note.txt"}))
+        .await;
+    let text = read["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("1\tone") && text.contains("2\ttwo"), "{read}");
+    let listed = mcp.call_tool("ls", json!({"path": "/tmp/mcp"})).await;
+    let text = listed["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("note.txt"), "{listed}");
 }
