@@ -115,18 +115,7 @@ impl VirtualPath {
             .split('/')
             .filter(|c| !c.is_empty())
             .collect();
-        for component in rest.split('/') {
-            match component {
-                "" | "." => {}
-                ".." => return Err(refuse("'..' is not allowed")),
-                other => {
-                    if let Some(reason) = component_problem(other) {
-                        return Err(refuse(reason));
-                    }
-                    parts.push(other);
-                }
-            }
-        }
+        parts.extend(plain_components(rest).map_err(refuse)?);
         path.tree_relative = parts.join("/");
         Ok(path)
     }
@@ -152,19 +141,7 @@ impl VirtualPath {
         if input.len() > MAX_PATH_BYTES {
             return Err(refuse("it is longer than 4096 bytes"));
         }
-        let mut parts = Vec::new();
-        for component in input.split('/') {
-            match component {
-                "" | "." => {}
-                ".." => return Err(refuse("'..' is not allowed")),
-                other => {
-                    if let Some(reason) = component_problem(other) {
-                        return Err(refuse(reason));
-                    }
-                    parts.push(other);
-                }
-            }
-        }
+        let parts = plain_components(input).map_err(refuse)?;
         let normal = format!("/{}", parts.join("/"));
         let under_extra = extra.iter().any(|mount| {
             normal
@@ -257,6 +234,25 @@ impl VirtualPath {
             None => &self.tree_relative,
         }
     }
+}
+
+/// The components of `path` with empty and `.` ones dropped; `..` or a bad name refused
+/// (the reason).
+fn plain_components(path: &str) -> Result<Vec<&str>, &'static str> {
+    let mut parts = Vec::new();
+    for component in path.split('/') {
+        match component {
+            "" | "." => {}
+            ".." => return Err("'..' is not allowed"),
+            other => {
+                if let Some(reason) = component_problem(other) {
+                    return Err(reason);
+                }
+                parts.push(other);
+            }
+        }
+    }
+    Ok(parts)
 }
 
 impl fmt::Display for VirtualPath {

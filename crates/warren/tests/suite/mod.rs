@@ -1,5 +1,20 @@
 //! One module per area of the API contract.
 
+/// One `#[tokio::test]` per rule in `module`, on `host` (a `conformance::Host`): the rules
+/// are `async fn rule(host: Host)` beside the invocation.
+macro_rules! rules_on {
+    ($module:ident, $host:ident, [$($rule:ident),*]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule(super::Host::$host).await
+                }
+            )*
+        }
+    };
+}
+
 mod agent_tcp;
 mod aio_shell;
 mod artifacts;

@@ -469,20 +469,6 @@ async fn process_errors_are_clear(host: Host) {
         .any(|p| p["pid"] == pid_of(&quiet) && p["status"] == "exited"));
 }
 
-/// One `#[tokio::test]` per rule in `module`, on `host`.
-macro_rules! rules_on {
-    ($module:ident, $host:ident, [$($rule:ident),*]) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Host::$host).await
-                }
-            )*
-        }
-    };
-}
-
 /// Every rule on every backend and tier that runs processes here.
 macro_rules! process_rules {
     ($($rule:ident),* $(,)?) => {

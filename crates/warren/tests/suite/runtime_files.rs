@@ -423,20 +423,6 @@ async fn a_runtime_path_starts_the_runtime_and_never_outlives_its_sandbox(host: 
     );
 }
 
-/// One `#[tokio::test]` per rule in `module`, on `host`.
-macro_rules! rules_on {
-    ($module:ident, $host:ident, [$($rule:ident),*]) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $rule() {
-                    super::$rule(super::Host::$host).await
-                }
-            )*
-        }
-    };
-}
-
 macro_rules! runtime_file_rules {
     ($($rule:ident),* $(,)?) => {
         rules_on!(local, Local, [$($rule),*]);
