@@ -327,9 +327,15 @@ fn file_reply(
         Some((other, _)) => {
             Err(std::io::Error::other(format!("unexpected reply {other:?}")).into())
         }
-        None => Err(RunError::Gone(std::io::Error::from(
+        // The runtime answered the connection, so it is there: the process serving the
+        // operation ended without a word (killed with every other process, say), or an
+        // agent older than file operations closed on a request it does not know.
+        None => Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
-        ))),
+            "the runtime ended the file operation without an answer (a runtime started \
+             by a warren without runtime files gets them at its next start)",
+        )
+        .into()),
     }
 }
 

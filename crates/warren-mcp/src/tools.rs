@@ -78,7 +78,7 @@ const DEFINITIONS: &[Definition] = &[
             json!({
                 "type": "object",
                 "properties": {
-                    "path": {"type": "string", "description": "The file: relative to the project directory, or absolute: under /home/gem/user-data and /home/gem/skills it is persistent, anywhere else (/tmp) it is the sandbox's own and goes with it."},
+                    "path": {"type": "string", "description": "The file: relative to the project directory, or absolute. Under /home/gem/user-data or /home/gem/skills it is persistent; anywhere else (/tmp) it is the sandbox's own and goes with it."},
                     "offset": {"type": "integer", "minimum": 1, "description": "First line to return, 1-based (default 1)."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "Most lines to return (default 2000)."}
                 },

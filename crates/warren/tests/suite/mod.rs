@@ -30,6 +30,7 @@ mod data_dir;
 mod deerflow;
 mod docker;
 mod e2b;
+mod e2b_agentscope;
 mod e2b_metrics;
 mod e2b_operator;
 mod e2b_runtime_files;

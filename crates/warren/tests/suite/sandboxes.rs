@@ -546,20 +546,29 @@ async fn a_deerflow_layout_sandbox_shows_its_workdir_at_mnt_user_data_with_read_
         assert_eq!(status, 403, "{read_only}: {body}");
         assert_eq!(body["error"]["code"], "read_only", "{body}");
     }
-    // Another thread's files and the default layout's mounts are outside this view.
+    // Another thread's files are outside this view: `..` is refused, naming the mounts.
     server.workdir("alice", "threads/t2/user-data").await;
-    for outside in [
-        "/home/gem/user-data/threads/t2/user-data",
-        "../../t2/user-data",
-        "/mnt/user-data/../../t2",
-        "/mnt/skills",
-    ] {
+    for outside in ["../../t2/user-data", "/mnt/user-data/../../t2"] {
         let (status, body) = server.send_json(write(outside)).await;
         assert_eq!(status, 400, "{outside}: {body}");
         assert_eq!(body["error"]["code"], "invalid_path", "{body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains("/mnt/user-data"), "{message}");
     }
+    // The default layout's mount points are no mounts here: such a path is the runtime's
+    // own (issue 42), which this backend has none of; the workspace is never reached.
+    for outside in [
+        "/home/gem/user-data/threads/t2/user-data/x",
+        "/mnt/skills/x",
+    ] {
+        let (status, body) = server.send_json(write(outside)).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (501, &json!("exec_not_supported")),
+            "{outside}: {body}"
+        );
+    }
+    assert!(!workspace.join("threads/t2/user-data/x").exists());
     let (status, body) = create_scoped(
         &server,
         json!({"uid": "alice", "runtime_scope_id": "t1", "workdir": "threads/t1/user-data",
