@@ -11,7 +11,7 @@
 //! beneath the runtime's root (`warren_backend::FileOp`); the runtime is started for it
 //! if it is not running (I12), and its permissions are the kernel's for uid 1000.
 
-use warren_backend::{BackendError, FileAnswer, FileOp};
+use warren_backend::{BackendError, FileAnswer, FileOp, FileReply};
 use warren_core::{SandboxId, VirtualPath, VirtualRoot, Workdir};
 use warren_fs::{
     ByteRange, EditResult, Entry, Etag, FsError, GrepOptions, GrepResult, Listing, ReadResult,
@@ -19,6 +19,7 @@ use warren_fs::{
 };
 use warren_store::SandboxRecord;
 
+use crate::exec::Route;
 use crate::{Provisioner, ProvisionerError};
 
 /// A value together with the virtual path it concerns.
@@ -265,11 +266,9 @@ impl Provisioner {
         .await
     }
 
-    /// Runs `op` inside the sandbox's runtime by its agent, as the sandbox user, starting
-    /// the runtime first if it is not running (I12; refused as a command would be: behind a
-    /// fence, after termination, on a backend that runs nothing). A runtime found gone is
-    /// marked lost and started again once. A refusal inside is the file error it stands
-    /// for, on `path`.
+    /// Runs `op` inside the sandbox's runtime by its agent, as the sandbox user (see
+    /// [`Self::runtime_file_as_owner`]); a refusal inside is the file error it stands for,
+    /// on `path`.
     async fn in_runtime(
         &self,
         id: &SandboxId,
@@ -277,18 +276,57 @@ impl Provisioner {
         op: FileOp,
         data: Vec<u8>,
     ) -> Result<(FileAnswer, Vec<u8>), ProvisionerError> {
+        let reply = self
+            .runtime_file_routed(id, op, data, Route::ToOwner)
+            .await?;
+        match reply.answer {
+            Ok(answer) => Ok((answer, reply.data)),
+            Err(failure) => Err(fs_error(path, failure.into_fs())),
+        }
+    }
+
+    /// Runs one file operation in the sandbox's runtime *on this node*, for another
+    /// replica that forwarded it here (never forwarded again): starting the runtime first
+    /// if it is not running (I12; refused as a command would be: behind a fence, after
+    /// termination, on a backend that runs nothing). A runtime found gone is marked lost
+    /// and started again once.
+    pub async fn runtime_file_as_owner(
+        &self,
+        id: &SandboxId,
+        op: FileOp,
+        data: Vec<u8>,
+    ) -> Result<FileReply, ProvisionerError> {
+        self.runtime_file_routed(id, op, data, Route::HereOnly)
+            .await
+    }
+
+    async fn runtime_file_routed(
+        &self,
+        id: &SandboxId,
+        op: FileOp,
+        data: Vec<u8>,
+        route: Route,
+    ) -> Result<FileReply, ProvisionerError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (record, _fence) = self.start_runtime_here(id).await?;
+            self.runnable(id).await?;
+            // The runtime runs on one node (issue 14): its files are served there.
+            let fence = match self.place_for(id, route).await? {
+                Ok(fence) => fence,
+                Err(owner) => {
+                    self.metrics.forwarded();
+                    let answered = self.peer_link()?.runtime_file(&owner, id, &op, data).await;
+                    return self.after_forward(id, answered);
+                }
+            };
+            // Read after the claim: a takeover marks the sandbox stopped.
+            let record = self
+                .ensure_runtime(self.runnable(id).await?, &fence)
+                .await?;
             // Kept for the one retry: a runtime found gone got none of it.
             match self.backend.runtime_file(id, &op, data.clone()).await {
-                Ok(reply) => {
-                    return match reply.answer {
-                        Ok(answer) => Ok((answer, reply.data)),
-                        Err(failure) => Err(fs_error(path, failure.into_fs())),
-                    }
-                }
+                Ok(reply) => return Ok(reply),
                 Err(BackendError::RuntimeNotFound { .. }) if attempt == 1 => {
                     tracing::warn!(sandbox = %id, "runtime lost; starting a new one for a file operation");
                     self.mark_runtime_lost(&record).await?;

@@ -68,6 +68,17 @@ pub trait PeerLink: Send + Sync + 'static {
         reason: &str,
     ) -> Result<String, ProvisionerError>;
 
+    /// Has the owner run one file operation in its runtime of `sandbox`
+    /// ([`Provisioner::runtime_file_as_owner`]), `data` being what a write sends: its
+    /// answer, and a read's bytes.
+    async fn runtime_file(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        op: &warren_backend::FileOp,
+        data: Vec<u8>,
+    ) -> Result<warren_backend::FileReply, ProvisionerError>;
+
     /// Kills the processes of the owner's runtime of `sandbox`.
     async fn kill_processes(
         &self,

@@ -12,8 +12,8 @@ use warren_provisioner::{
 };
 
 use super::wire::{
-    decode, EndRuntime, ForwardedExec, Frame, Killed, Line, SnapshotTaken, StdinWritten,
-    TakeSnapshot, SILENCE_LIMIT,
+    decode, EndRuntime, FileAnswered, ForwardedExec, ForwardedFile, Frame, Killed, Line,
+    SnapshotTaken, StdinWritten, TakeSnapshot, SILENCE_LIMIT,
 };
 use super::{current_request_id, ClusterKey, REQUEST_ID_HEADER};
 
@@ -185,6 +185,29 @@ impl PeerLink for PeerClient {
             .await
             .map_err(|error| unreachable(owner, &error))?;
         Ok(taken.snapshot_id)
+    }
+
+    async fn runtime_file(
+        &self,
+        owner: &PeerNode,
+        sandbox: &SandboxId,
+        op: &warren_backend::FileOp,
+        data: Vec<u8>,
+    ) -> Result<warren_backend::FileReply, ProvisionerError> {
+        let body = ForwardedFile::new(op, &data);
+        let response = self
+            .send(owner, self.post(owner, sandbox, "file").json(&body))
+            .await?;
+        let answered: FileAnswered = response
+            .json()
+            .await
+            .map_err(|error| unreachable(owner, &error))?;
+        answered
+            .into_reply()
+            .ok_or_else(|| ProvisionerError::PeerUnreachable {
+                node: owner.node_id.clone(),
+                reason: "a file answer whose bytes are not base64".into(),
+            })
     }
 
     async fn kill_processes(

@@ -19,8 +19,8 @@ use warren_backend::{OutputChunk, OutputStream};
 use warren_provisioner::ProcessCall;
 
 use super::wire::{
-    encode, EndRuntime, FollowFrom, ForwardedExec, Frame, Killed, Line, RemoteError, Report,
-    SnapshotTaken, StdinClose, StdinWritten, TakeSnapshot, HEARTBEAT,
+    encode, EndRuntime, FileAnswered, FollowFrom, ForwardedExec, ForwardedFile, Frame, Killed,
+    Line, RemoteError, Report, SnapshotTaken, StdinClose, StdinWritten, TakeSnapshot, HEARTBEAT,
 };
 use super::ClusterKey;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, SandboxPath};
@@ -32,6 +32,7 @@ pub(crate) fn router(state: ApiState, key: ClusterKey) -> Router {
     Router::new()
         .route("/internal/v1/sandboxes/{id}/exec", post(exec))
         .route("/internal/v1/sandboxes/{id}/kill", post(kill))
+        .route("/internal/v1/sandboxes/{id}/file", post(file))
         .route("/internal/v1/sandboxes/{id}/snapshot", post(snapshot))
         .route("/internal/v1/sandboxes/{id}/end-runtime", post(end_runtime))
         .route(
@@ -158,6 +159,21 @@ async fn exec(
         HeaderValue::from_static("application/x-ndjson"),
     );
     Ok(response)
+}
+
+async fn file(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    ApiJson(body): ApiJson<ForwardedFile>,
+) -> Result<Json<FileAnswered>, ApiError> {
+    let (op, data) = body
+        .into_parts()
+        .ok_or_else(|| ApiError::bad_request("invalid_body", "the file bytes are not base64"))?;
+    let reply = state
+        .provisioner
+        .runtime_file_as_owner(&id, op, data)
+        .await?;
+    Ok(Json(FileAnswered::new(reply)))
 }
 
 async fn kill(

@@ -231,6 +231,53 @@ pub(crate) struct StdinWritten {
     pub(crate) written: u64,
 }
 
+/// A file operation in the owner's runtime, and what a write sends.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForwardedFile {
+    pub(crate) op: warren_backend::FileOp,
+    pub(crate) data_b64: String,
+}
+
+/// What the owner's runtime answered a forwarded file operation, and a read's bytes.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileAnswered {
+    pub(crate) answer: Result<warren_backend::FileAnswer, warren_backend::FileFailure>,
+    pub(crate) data_b64: String,
+}
+
+impl ForwardedFile {
+    pub(crate) fn new(op: &warren_backend::FileOp, data: &[u8]) -> Self {
+        Self {
+            op: op.clone(),
+            data_b64: B64.encode(data),
+        }
+    }
+
+    /// The operation and its bytes; `None` when they are not base64.
+    pub(crate) fn into_parts(self) -> Option<(warren_backend::FileOp, Vec<u8>)> {
+        Some((self.op, B64.decode(self.data_b64).ok()?))
+    }
+}
+
+impl FileAnswered {
+    pub(crate) fn new(reply: warren_backend::FileReply) -> Self {
+        Self {
+            answer: reply.answer,
+            data_b64: B64.encode(reply.data),
+        }
+    }
+
+    /// The reply; `None` when its bytes are not base64.
+    pub(crate) fn into_reply(self) -> Option<warren_backend::FileReply> {
+        Some(warren_backend::FileReply {
+            answer: self.answer,
+            data: B64.decode(self.data_b64).ok()?,
+        })
+    }
+}
+
 /// The answer to a forwarded kill.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Killed {
@@ -275,5 +322,32 @@ mod tests {
         json["record_as"] = serde_json::Value::Null;
         let back: ForwardedExec = serde_json::from_value(json).unwrap();
         assert_eq!(back.into_input().unwrap(), input);
+    }
+
+    #[test]
+    fn a_file_operation_and_its_answer_cross_the_link_unchanged() {
+        let op = warren_backend::FileOp::Write {
+            path: "/tmp/a".into(),
+            append: false,
+            if_match: None,
+            if_none_match_any: true,
+            create_parents: true,
+            mode: Some(0o600),
+            cap: 10,
+        };
+        let json = serde_json::to_string(&ForwardedFile::new(&op, &[0, 255, 10])).unwrap();
+        let back: ForwardedFile = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.into_parts().unwrap(), (op, vec![0, 255, 10]));
+        let failure = warren_backend::FileFailure::Refused {
+            kind: "permission_denied".into(),
+            path: "/etc/passwd".into(),
+        };
+        let reply = warren_backend::FileReply {
+            answer: Err(failure.clone()),
+            data: Vec::new(),
+        };
+        let json = serde_json::to_string(&FileAnswered::new(reply)).unwrap();
+        let back: FileAnswered = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.into_reply().unwrap().answer, Err(failure));
     }
 }

@@ -301,3 +301,61 @@ async fn the_aio_shell_through_a_replica_that_does_not_own_the_runtime_is_unavai
     assert_eq!(status, 503, "{refused}");
     assert!(refused.to_string().contains("node-0"), "{refused}");
 }
+
+/// A runtime's own files (issue 42) live where its runtime runs: through any replica, a
+/// file under `/tmp` is written, read, listed and removed at the owner's runtime, what a
+/// command there sees; a refusal inside comes back as the same error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_files_through_a_replica_that_does_not_own_the_runtime_are_served_at_its_owner() {
+    let cluster = Cluster::start(2);
+    let sandbox = owned_by_the_first(&cluster).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let files = format!("/v1/sandboxes/{sandbox}/files");
+    let (status, written) = b
+        .send_json(
+            b.request(Method::PUT, &files)
+                .query(&[("path", "/tmp/through-b/x.txt")])
+                .body("written through node-1"),
+        )
+        .await;
+    assert_eq!(status, 201, "{written}");
+    let (status, ran) = exec(a, &sandbox, "cat /tmp/through-b/x.txt").await;
+    assert_eq!(
+        (status, ran["stdout"].as_str()),
+        (200, Some("written through node-1")),
+        "{ran}"
+    );
+    let read = b
+        .request(Method::GET, &files)
+        .query(&[("path", "/tmp/through-b/x.txt")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    assert_eq!(read.text().await.unwrap(), "written through node-1");
+    let (status, listed) = get(b, &format!("{files}/list?path=/tmp/through-b")).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed["entries"][0]["path"], "/tmp/through-b/x.txt",
+        "{listed}"
+    );
+    let (status, refused) = b
+        .send_json(
+            b.request(Method::PUT, &files)
+                .query(&[("path", "/etc/passwd")])
+                .body("x"),
+        )
+        .await;
+    assert_eq!(status, 403, "{refused}");
+    let (status, _) = b
+        .send_json(
+            b.request(Method::DELETE, &files)
+                .query(&[("path", "/tmp/through-b"), ("recursive", "true")]),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (_, ran) = exec(a, &sandbox, "test -e /tmp/through-b || echo gone").await;
+    assert_eq!(ran["stdout"], "gone\n", "{ran}");
+    // The runtime stayed at its owner.
+    assert_eq!(cluster.owner(&sandbox), "node-0 1");
+}
