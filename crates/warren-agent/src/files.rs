@@ -18,6 +18,10 @@ use rustix::io::Errno;
 use warren_backend::{FileAnswer, FileEntry, FileFailure, FileOp};
 use warren_fs::{FsError, GrepOptions, InRoot, WorkspaceRoot, WriteOptions};
 
+/// The most an answer may take as JSON: it travels as one frame, at most
+/// [`crate::protocol::MAX_FRAME`]; a listing or a search beyond it is cut and says so.
+const ANSWER_BUDGET: usize = crate::protocol::MAX_FRAME - 64 * 1024;
+
 /// Runs `op`; a write's bytes are read from `input` (at most its cap). Returns the answer
 /// and a read's bytes.
 pub fn serve(op: &FileOp, input: impl Read) -> (Result<FileAnswer, FileFailure>, Vec<u8>) {
@@ -27,9 +31,36 @@ pub fn serve(op: &FileOp, input: impl Read) -> (Result<FileAnswer, FileFailure>,
         _ => None,
     };
     match run(op, input) {
-        Ok((answer, data)) => (Ok(answer), data),
+        Ok((answer, data)) => (Ok(within_budget(answer)), data),
         Err(Failed::Fs(error)) => (Err(FileFailure::from_fs(&error, shown, to)), Vec::new()),
         Err(Failed::Errno(errno)) => (Err(errno_failure(errno, shown)), Vec::new()),
+    }
+}
+
+/// `answer`, its listing or matches cut (and marked truncated) until it fits one frame.
+fn within_budget(mut answer: FileAnswer) -> FileAnswer {
+    let size = |answer: &FileAnswer| serde_json::to_vec(answer).map_or(usize::MAX, |v| v.len());
+    loop {
+        let over = size(&answer);
+        if over <= ANSWER_BUDGET {
+            return answer;
+        }
+        match &mut answer {
+            FileAnswer::Listing { entries, truncated } if !entries.is_empty() => {
+                // Entries are about the same size: keep the share that fits, less a margin.
+                let keep = entries.len() * ANSWER_BUDGET / over * 9 / 10;
+                entries.truncate(keep.min(entries.len() - 1));
+                *truncated = true;
+            }
+            FileAnswer::Grep {
+                matches, truncated, ..
+            } if !matches.is_empty() => {
+                let keep = matches.len() * ANSWER_BUDGET / over * 9 / 10;
+                matches.truncate(keep.min(matches.len() - 1));
+                *truncated = true;
+            }
+            _ => return answer,
+        }
     }
 }
 
@@ -485,6 +516,41 @@ mod tests {
             }),
             FileFailure::Refused { .. }
         ));
+    }
+
+    #[test]
+    fn a_listing_larger_than_a_frame_is_cut_and_says_so() {
+        let entry = |i: usize| FileEntry {
+            path: format!("{i:0>200}"),
+            kind: "file".into(),
+            size: 1,
+            mode: 0o644,
+            modified_unix_ms: 0,
+            modified_unix_ns: 0,
+            uid: 1000,
+            gid: 1000,
+            symlink_target: None,
+            inode: i as u64,
+            links: 1,
+            changed_unix_ns: 0,
+        };
+        let answer = within_budget(FileAnswer::Listing {
+            entries: (0..20_000).map(entry).collect(),
+            truncated: false,
+        });
+        let size = serde_json::to_vec(&answer).unwrap().len();
+        let FileAnswer::Listing { entries, truncated } = answer else {
+            panic!()
+        };
+        assert!(
+            truncated && size <= ANSWER_BUDGET && entries.len() > 5_000,
+            "{size}"
+        );
+        assert_eq!(
+            entries[0].path,
+            format!("{:0>200}", 0),
+            "the first ones are kept"
+        );
     }
 
     #[test]
