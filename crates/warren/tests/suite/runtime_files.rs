@@ -181,6 +181,26 @@ async fn files_under_tmp_are_written_read_listed_moved_and_removed_as_uid_1000(h
     assert!((200..300).contains(&status), "{host:?}: {removed}");
     let seen = server.exec(&id, "find /tmp -mindepth 1 -maxdepth 1").await;
     assert!(!out(&seen).contains("api"), "{host:?}: {seen}");
+    // A recursive removal of the home stops at the persistent mounts inside it: the
+    // workspace is never reached through the runtime.
+    let (status, _) = put(&server, &id, "kept.txt", "the user's").await;
+    assert_eq!(status, 201, "{host:?}");
+    let (status, refused) = call(
+        &server,
+        Method::DELETE,
+        &id,
+        "",
+        &[("path", "/home/gem"), ("recursive", "true")],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (403, &json!("mount_crossing_refused")),
+        "{host:?}: {refused}"
+    );
+    let (status, kept) = get(&server, &id, "kept.txt").await;
+    assert_eq!((status, kept.as_str()), (200, "the user's"), "{host:?}");
 }
 
 async fn the_image_tree_is_readable_and_refuses_what_uid_1000_may_not_do(host: Host) {
