@@ -81,33 +81,17 @@ impl From<Errno> for Failed {
     }
 }
 
-/// A walk's refusal: the kernel's word, for the path asked about.
+/// A walk's or an open's refusal, for the path asked about: warren-fs's one reading of an
+/// errno, but for `ELOOP`, which here means more links than a resolution follows (or a
+/// link swapped in under a read), not a link refused.
 fn errno_failure(errno: Errno, shown: &str) -> FileFailure {
-    let refused = |kind: &str| FileFailure::Refused {
-        kind: kind.into(),
-        path: shown.into(),
+    let error = match errno {
+        Errno::LOOP => FsError::LinkLoop {
+            path: shown.to_owned(),
+        },
+        other => FsError::on_open(other, shown),
     };
-    match errno {
-        Errno::NOENT => refused("not_found"),
-        // Past the most links a resolution follows, or a link swapped in under a read.
-        Errno::LOOP => refused("link_loop"),
-        Errno::NAMETOOLONG => FileFailure::InvalidPath {
-            path: shown.into(),
-            reason: "path_too_long".into(),
-        },
-        Errno::NOTDIR => refused("not_a_directory"),
-        Errno::ISDIR => refused("is_a_directory"),
-        Errno::EXIST => refused("already_exists"),
-        Errno::ACCESS | Errno::PERM => refused("permission_denied"),
-        Errno::ROFS => refused("read_only"),
-        // Anything else: the kernel's own words.
-        other => FileFailure::Os {
-            op: "open".into(),
-            path: shown.into(),
-            to: None,
-            errno: other.raw_os_error(),
-        },
-    }
+    FileFailure::from_fs(&error, shown, None)
 }
 
 fn not_found() -> Failed {

@@ -146,11 +146,7 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
         Request::ArchiveHome { limit } => {
             let home = home_fd()?;
             let archived = {
-                let mut frames = DataWriter {
-                    stream: &mut stream,
-                    sealer: &mut sealer,
-                    buffer: Vec::with_capacity(wire::DATA_CHUNK),
-                };
+                let mut frames = DataWriter::new(&mut stream, &mut sealer);
                 let archived = crate::home::archive(home.as_fd(), &mut frames, limit);
                 frames.finish().and(archived)
             };
@@ -159,13 +155,7 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
         Request::RestoreHome { limit } => {
             let home = home_fd()?;
             let restored = {
-                let mut frames = DataReader {
-                    stream: &mut stream,
-                    opener: &mut opener,
-                    pending: Vec::new(),
-                    at: 0,
-                    ended: false,
-                };
+                let mut frames = DataReader::new(&mut stream, &mut opener);
                 let restored = crate::home::restore(home.as_fd(), &mut frames, limit);
                 // What the archive did not read (tar's trailing blocks) is drained first,
                 // so the reply comes after the last data frame.
@@ -210,13 +200,7 @@ fn file(
         return send_reply(&mut stream, &mut sealer, &Reply::Refused { reason });
     }
     let (answer, data) = if op.sends_data() {
-        let mut frames = DataReader {
-            stream: &mut stream,
-            opener: &mut opener,
-            pending: Vec::new(),
-            at: 0,
-            ended: false,
-        };
+        let mut frames = DataReader::new(&mut stream, &mut opener);
         let served = crate::files::serve(op, &mut frames);
         // What the operation did not read (a refused write) is drained first, so the
         // answer comes after the last data frame.
@@ -228,11 +212,7 @@ fn file(
     let reading = matches!(answer, Ok(warren_backend::FileAnswer::Read { .. }));
     send_reply(&mut stream, &mut sealer, &Reply::File { answer })?;
     if reading {
-        let mut frames = DataWriter {
-            stream: &mut stream,
-            sealer: &mut sealer,
-            buffer: Vec::with_capacity(wire::DATA_CHUNK),
-        };
+        let mut frames = DataWriter::new(&mut stream, &mut sealer);
         frames.write_all(&data)?;
         frames.finish()?;
     }
@@ -266,7 +246,15 @@ struct DataWriter<'a> {
     buffer: Vec<u8>,
 }
 
-impl DataWriter<'_> {
+impl<'a> DataWriter<'a> {
+    fn new(stream: &'a mut TcpStream, sealer: &'a mut Sealer) -> Self {
+        Self {
+            stream,
+            sealer,
+            buffer: Vec::with_capacity(wire::DATA_CHUNK),
+        }
+    }
+
     fn flush_buffer(&mut self) -> io::Result<()> {
         if !self.buffer.is_empty() {
             let frame = self.sealer.seal(Kind::Data, &self.buffer)?;
@@ -310,7 +298,17 @@ struct DataReader<'a> {
     ended: bool,
 }
 
-impl DataReader<'_> {
+impl<'a> DataReader<'a> {
+    fn new(stream: &'a mut TcpStream, opener: &'a mut Opener) -> Self {
+        Self {
+            stream,
+            opener,
+            pending: Vec::new(),
+            at: 0,
+            ended: false,
+        }
+    }
+
     fn drain(mut self) -> io::Result<()> {
         let mut sink = [0u8; 8192];
         while self.read(&mut sink)? > 0 {}

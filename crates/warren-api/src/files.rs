@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use warren_core::VirtualPath;
-use warren_fs::{ByteRange, Entry, Etag, GrepOptions, Kind, WriteOptions};
+use warren_fs::{ByteRange, Entry, Etag, GrepOptions, WriteOptions};
 use warren_protocol::{
     EditFile, EditResult, FileEntry, FileList, GlobFiles, GrepFiles, GrepMatch, GrepResult,
     MakeDirectory, MakeDirectoryResult, MoveFile, MoveResult, WriteResult,
@@ -65,13 +65,7 @@ pub(crate) struct ListQuery {
 fn entry(path: &VirtualPath, entry: &Entry) -> FileEntry {
     FileEntry {
         path: path.rebase(&entry.path).to_string(),
-        kind: match entry.kind {
-            Kind::File => "file",
-            Kind::Dir => "dir",
-            Kind::Symlink => "symlink",
-            Kind::Other => "other",
-        }
-        .to_owned(),
+        kind: entry.kind.as_str().to_owned(),
         size: entry.size,
         mode: entry.mode & 0o7777,
         modified: chrono::DateTime::from_timestamp_millis(entry.modified_unix_ms)

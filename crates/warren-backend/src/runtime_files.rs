@@ -216,13 +216,7 @@ impl FileEntry {
     pub fn of(entry: &Entry, path: String) -> Self {
         Self {
             path,
-            kind: match entry.kind {
-                Kind::File => "file",
-                Kind::Dir => "dir",
-                Kind::Symlink => "symlink",
-                Kind::Other => "other",
-            }
-            .to_owned(),
+            kind: entry.kind.as_str().to_owned(),
             size: entry.size,
             mode: entry.mode,
             modified_unix_ms: entry.modified_unix_ms,
@@ -246,12 +240,7 @@ impl FileEntry {
         Entry {
             os_path: path.clone().into(),
             path,
-            kind: match self.kind.as_str() {
-                "file" => Kind::File,
-                "dir" => Kind::Dir,
-                "symlink" => Kind::Symlink,
-                _ => Kind::Other,
-            },
+            kind: Kind::from_name(&self.kind).unwrap_or(Kind::Other),
             size: self.size,
             mode: self.mode,
             modified_unix_ms: self.modified_unix_ms,
@@ -330,73 +319,73 @@ fn etag(value: &str) -> Etag {
 }
 
 impl FileAnswer {
-    /// A read's result, with the bytes that came beside it.
-    pub fn into_read(self, bytes: Vec<u8>) -> Option<ReadResult> {
+    /// A read's result, with the bytes that came beside it; any other answer given back.
+    pub fn into_read(self, bytes: Vec<u8>) -> Result<ReadResult, Self> {
         match self {
             Self::Read {
                 total_size,
                 etag: tag,
                 range_start,
                 ..
-            } => Some(ReadResult {
+            } => Ok(ReadResult {
                 bytes,
                 total_size,
                 etag: etag(&tag),
                 range_start,
             }),
-            _ => None,
+            other => Err(other),
         }
     }
 
     /// A write's result.
-    pub fn into_written(self) -> Option<WriteResult> {
+    pub fn into_written(self) -> Result<WriteResult, Self> {
         match self {
             Self::Written {
                 etag: tag,
                 created,
                 size,
-            } => Some(WriteResult {
+            } => Ok(WriteResult {
                 etag: etag(&tag),
                 created,
                 size,
             }),
-            _ => None,
+            other => Err(other),
         }
     }
 
     /// An edit's result.
-    pub fn into_edited(self) -> Option<EditResult> {
+    pub fn into_edited(self) -> Result<EditResult, Self> {
         match self {
             Self::Edited {
                 etag: tag,
                 replacements,
-            } => Some(EditResult {
+            } => Ok(EditResult {
                 etag: etag(&tag),
                 replacements,
             }),
-            _ => None,
+            other => Err(other),
         }
     }
 
     /// A listing's entries, their paths `base` joined with theirs.
-    pub fn into_listing(self, base: &str) -> Option<Listing> {
+    pub fn into_listing(self, base: &str) -> Result<Listing, Self> {
         match self {
-            Self::Listing { entries, truncated } => Some(Listing {
+            Self::Listing { entries, truncated } => Ok(Listing {
                 entries: entries.into_iter().map(|e| e.into_entry(base)).collect(),
                 truncated,
             }),
-            _ => None,
+            other => Err(other),
         }
     }
 
     /// A search's result, its paths `base` joined with theirs.
-    pub fn into_grep(self, base: &str) -> Option<GrepResult> {
+    pub fn into_grep(self, base: &str) -> Result<GrepResult, Self> {
         match self {
             Self::Grep {
                 matches,
                 truncated,
                 files_scanned,
-            } => Some(GrepResult {
+            } => Ok(GrepResult {
                 matches: matches
                     .into_iter()
                     .map(|(path, line_number, line)| GrepMatch {
@@ -412,7 +401,7 @@ impl FileAnswer {
                 truncated,
                 files_scanned,
             }),
-            _ => None,
+            other => Err(other),
         }
     }
 }

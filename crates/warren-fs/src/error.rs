@@ -412,6 +412,12 @@ impl FsError {
         }
     }
 
+    /// What opening `path` failed with, read as every open of this crate reads it: for a
+    /// caller that resolved the path itself (a runtime's agent, [`crate::walk_in_root`]).
+    pub fn on_open(errno: Errno, path: &str) -> Self {
+        Self::from_errno(errno, path, Op::Open)
+    }
+
     /// Like [`FsError::from_errno`] for errors that std's `File` reports.
     pub(crate) fn from_io(err: &io::Error, path: &str, op: Op) -> Self {
         match err.raw_os_error() {

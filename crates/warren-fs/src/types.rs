@@ -28,6 +28,26 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 4] = [Kind::File, Kind::Dir, Kind::Symlink, Kind::Other];
+
+    /// The name clients read: `file`, `dir`, `symlink` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Dir => "dir",
+            Kind::Symlink => "symlink",
+            Kind::Other => "other",
+        }
+    }
+
+    /// The kind [`Kind::as_str`] names; `None` for any other name.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
 /// Metadata of one object in the workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {

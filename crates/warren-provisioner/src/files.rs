@@ -416,9 +416,8 @@ impl Provisioner {
             let op = FileOp::read(path.to_string(), range, cap);
             let (answer, data) = self.in_runtime(id, &path, op, Vec::new()).await?;
             let value = answer
-                .clone()
                 .into_read(data)
-                .ok_or_else(|| Self::unexpected(id, &answer))?;
+                .map_err(|other| Self::unexpected(id, &other))?;
             return Ok(Located { path, value });
         }
         self.on_resolved(roots, path, Access::Read, move |root, rel| {
@@ -450,9 +449,8 @@ impl Provisioner {
             };
             let (answer, _) = self.in_runtime(id, &path, op, bytes).await?;
             let value = answer
-                .clone()
                 .into_written()
-                .ok_or_else(|| Self::unexpected(id, &answer))?;
+                .map_err(|other| Self::unexpected(id, &other))?;
             return Ok(Located { path, value });
         }
         self.on_resolved(roots, path, Access::Write, move |root, rel| {
@@ -487,9 +485,8 @@ impl Provisioner {
             };
             let (answer, _) = self.in_runtime(id, &path, op, Vec::new()).await?;
             let value = answer
-                .clone()
                 .into_edited()
-                .ok_or_else(|| Self::unexpected(id, &answer))?;
+                .map_err(|other| Self::unexpected(id, &other))?;
             return Ok(Located { path, value });
         }
         self.on_resolved(roots, path, Access::Write, move |root, rel| {
@@ -554,9 +551,8 @@ impl Provisioner {
     ) -> Result<Located<Listing>, ProvisionerError> {
         let (answer, _) = self.in_runtime(id, &path, op, Vec::new()).await?;
         let value = answer
-            .clone()
             .into_listing(path.relative())
-            .ok_or_else(|| Self::unexpected(id, &answer))?;
+            .map_err(|other| Self::unexpected(id, &other))?;
         Ok(Located { path, value })
     }
 
@@ -605,9 +601,8 @@ impl Provisioner {
             };
             let (answer, _) = self.in_runtime(id, &path, op, Vec::new()).await?;
             let value = answer
-                .clone()
                 .into_grep(path.relative())
-                .ok_or_else(|| Self::unexpected(id, &answer))?;
+                .map_err(|other| Self::unexpected(id, &other))?;
             return Ok(Located { path, value });
         }
         self.on_resolved(roots, path, Access::Read, move |root, rel| {

@@ -389,15 +389,6 @@ struct ViewerListing {
     truncated: bool,
 }
 
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::File => "file",
-        Kind::Dir => "dir",
-        Kind::Symlink => "symlink",
-        Kind::Other => "other",
-    }
-}
-
 fn modified(millis: i64) -> String {
     chrono::DateTime::from_timestamp_millis(millis)
         .unwrap_or_default()
@@ -433,7 +424,7 @@ async fn list(
         .map(|entry| ViewerEntry {
             name: entry.path.rsplit('/').next().unwrap_or_default().to_owned(),
             path: format!("/{}", entry.path),
-            kind: kind_name(entry.kind),
+            kind: entry.kind.as_str(),
             size: entry.size,
             modified: modified(entry.modified_unix_ms),
         })
@@ -508,7 +499,7 @@ async fn preview(
     Ok(Json(ViewerPreview {
         name: shown.rsplit('/').next().unwrap_or_default().to_owned(),
         path: shown,
-        kind: kind_name(entry.kind),
+        kind: entry.kind.as_str(),
         size: entry.size,
         modified: modified(entry.modified_unix_ms),
         media_type: media,

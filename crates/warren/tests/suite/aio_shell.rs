@@ -1086,26 +1086,4 @@ async fn an_idle_session_closes_itself_so_the_reaper_can_reclaim_the_runtime_but
     assert_eq!(status, 404, "{gone}");
 }
 
-macro_rules! on_every_host {
-    ($($module:ident: $host:ident),*) => {
-        $(
-            mod $module {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn a_session_keeps_its_shell_and_stopping_a_command_leaves_it() {
-                    super::a_session_keeps_its_shell_and_stopping_a_command_leaves_it(
-                        super::Host::$host,
-                    )
-                    .await
-                }
-            }
-        )*
-    };
-}
-
-on_every_host!(
-    local: Local,
-    docker: Docker,
-    kubernetes: Kubernetes,
-    local_gvisor: LocalGvisor,
-    docker_gvisor: DockerGvisor
-);
+on_every_host!(a_session_keeps_its_shell_and_stopping_a_command_leaves_it);

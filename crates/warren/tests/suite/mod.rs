@@ -15,6 +15,18 @@ macro_rules! rules_on {
     };
 }
 
+/// Every rule on every backend and tier that runs commands here: local, Docker and
+/// Kubernetes, and both gVisor tiers.
+macro_rules! on_every_host {
+    ($($rule:ident),* $(,)?) => {
+        rules_on!(local, Local, [$($rule),*]);
+        rules_on!(docker, Docker, [$($rule),*]);
+        rules_on!(kubernetes, Kubernetes, [$($rule),*]);
+        rules_on!(local_gvisor, LocalGvisor, [$($rule),*]);
+        rules_on!(docker_gvisor, DockerGvisor, [$($rule),*]);
+    };
+}
+
 mod agent_tcp;
 mod aio_shell;
 mod artifacts;

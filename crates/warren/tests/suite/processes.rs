@@ -469,18 +469,7 @@ async fn process_errors_are_clear(host: Host) {
         .any(|p| p["pid"] == pid_of(&quiet) && p["status"] == "exited"));
 }
 
-/// Every rule on every backend and tier that runs processes here.
-macro_rules! process_rules {
-    ($($rule:ident),* $(,)?) => {
-        rules_on!(local, Local, [$($rule),*]);
-        rules_on!(docker, Docker, [$($rule),*]);
-        rules_on!(kubernetes, Kubernetes, [$($rule),*]);
-        rules_on!(local_gvisor, LocalGvisor, [$($rule),*]);
-        rules_on!(docker_gvisor, DockerGvisor, [$($rule),*]);
-    };
-}
-
-process_rules!(
+on_every_host!(
     a_terminal_runs_python_interactively_and_takes_ctrl_c,
     stty_size_follows_a_resize,
     a_reader_that_goes_away_comes_back_with_no_byte_lost_or_repeated,
