@@ -320,7 +320,7 @@ fn etag(value: &str) -> Etag {
 
 impl FileAnswer {
     /// A read's result, with the bytes that came beside it; any other answer given back.
-    pub fn into_read(self, bytes: Vec<u8>) -> Result<ReadResult, Self> {
+    pub fn into_read(self, bytes: Vec<u8>) -> Result<ReadResult, Box<Self>> {
         match self {
             Self::Read {
                 total_size,
@@ -333,12 +333,12 @@ impl FileAnswer {
                 etag: etag(&tag),
                 range_start,
             }),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 
     /// A write's result.
-    pub fn into_written(self) -> Result<WriteResult, Self> {
+    pub fn into_written(self) -> Result<WriteResult, Box<Self>> {
         match self {
             Self::Written {
                 etag: tag,
@@ -349,12 +349,12 @@ impl FileAnswer {
                 created,
                 size,
             }),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 
     /// An edit's result.
-    pub fn into_edited(self) -> Result<EditResult, Self> {
+    pub fn into_edited(self) -> Result<EditResult, Box<Self>> {
         match self {
             Self::Edited {
                 etag: tag,
@@ -363,23 +363,23 @@ impl FileAnswer {
                 etag: etag(&tag),
                 replacements,
             }),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 
     /// A listing's entries, their paths `base` joined with theirs.
-    pub fn into_listing(self, base: &str) -> Result<Listing, Self> {
+    pub fn into_listing(self, base: &str) -> Result<Listing, Box<Self>> {
         match self {
             Self::Listing { entries, truncated } => Ok(Listing {
                 entries: entries.into_iter().map(|e| e.into_entry(base)).collect(),
                 truncated,
             }),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 
     /// A search's result, its paths `base` joined with theirs.
-    pub fn into_grep(self, base: &str) -> Result<GrepResult, Self> {
+    pub fn into_grep(self, base: &str) -> Result<GrepResult, Box<Self>> {
         match self {
             Self::Grep {
                 matches,
@@ -401,7 +401,7 @@ impl FileAnswer {
                 truncated,
                 files_scanned,
             }),
-            other => Err(other),
+            other => Err(Box::new(other)),
         }
     }
 }
