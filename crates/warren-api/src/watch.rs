@@ -31,7 +31,8 @@ const POLL_TICK: Duration = Duration::from_millis(250);
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct WatchQuery {
-    /// The directory, as a virtual path (relative: under the workdir).
+    /// The directory, as a virtual path (relative: under the workdir). An absolute path
+    /// outside the persistent mounts is the runtime's own tree, polled through its agent.
     path: String,
     /// Whether to watch the directories beneath it too.
     #[serde(default)]
@@ -40,14 +41,17 @@ pub(crate) struct WatchQuery {
 
 /// Watches a directory of the sandbox: a `start` event, then what happens to its entries
 /// (`create`, `write`, `remove`, `rename`, `chmod`) as it happens, a `keepalive` after 15
-/// s of quiet. Refused (429 `too_many_watches`) beyond the sandbox's bound of watches.
+/// s of quiet. Refused (429 `too_many_watches`) beyond the sandbox's bound of watches. A
+/// watch of the runtime's own tree (`/tmp`) starts the runtime and ends with a
+/// `runtime_stopped` error event when the runtime stops.
 #[utoipa::path(
     get, path = "/v1/sandboxes/{id}/watch", tag = "files",
     params(("id" = String, Path, description = "Sandbox id"), WatchQuery),
     responses(
         (status = 200, body = WatchEvent, content_type = "application/x-ndjson", description = "A stream of WatchEvent, one per line; server-sent events instead with Accept: text/event-stream"),
         (status = 404, body = warren_protocol::ErrorBody, description = "sandbox_not_found, not_found: no such directory"),
-        (status = 403, body = warren_protocol::ErrorBody, description = "symlink_refused: a link in the path"),
+        (status = 403, body = warren_protocol::ErrorBody, description = "symlink_refused: a link in the path; permission_denied: in the runtime, the sandbox user may not list it"),
+        (status = 409, body = warren_protocol::ErrorBody, description = "sandbox_terminated: a runtime path of a sandbox that no longer runs"),
         (status = 429, body = warren_protocol::ErrorBody, description = "too_many_watches"),
     ),
     security(("bearer" = []))

@@ -4,6 +4,7 @@
 //! these only parse arguments and write text for a model.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use warren_protocol::strict;
 
@@ -107,7 +108,7 @@ struct WatchArgs {
 
 /// Runs the lifecycle tool `name`; `None` when `name` is not one of them.
 pub(crate) async fn run(
-    provisioner: &Provisioner,
+    provisioner: &Arc<Provisioner>,
     sandbox: &SandboxId,
     name: &str,
     arguments: Value,
@@ -227,7 +228,7 @@ async fn resume(
 }
 
 async fn watch(
-    provisioner: &Provisioner,
+    provisioner: &Arc<Provisioner>,
     sandbox: &SandboxId,
     args: Result<WatchArgs, Outcome>,
 ) -> ToolResult {

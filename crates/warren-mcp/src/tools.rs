@@ -336,7 +336,7 @@ impl From<ProvisionerError> for Outcome {
 /// Runs one tool. Only an unknown tool name is a protocol error; everything else, bad
 /// arguments included, is a tool result.
 pub(crate) async fn call(
-    provisioner: &Provisioner,
+    provisioner: &Arc<Provisioner>,
     sandbox: &SandboxId,
     name: &str,
     arguments: JsonObject,
@@ -396,7 +396,7 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(
 const FENCED_TOOLS: [&str; 4] = ["bash", "write_file", "edit_file", "present_files"];
 
 async fn run(
-    provisioner: &Provisioner,
+    provisioner: &Arc<Provisioner>,
     sandbox: &SandboxId,
     name: &str,
     arguments: Value,

@@ -180,6 +180,7 @@ impl ProvisionerError {
             P::StdinInterrupted { .. } => class(K::Invalid, "stdin_interrupted"),
             P::NotATerminal { .. } => class(K::Conflict, "not_a_terminal"),
             P::WatchedDirGone { .. } => class(K::NotFound, "watched_dir_gone"),
+            P::RuntimeStopped { .. } => class(K::Conflict, "runtime_stopped"),
             P::WatchTooLarge { .. } => class(K::TooLarge, "watch_too_large"),
             P::WatchFailed => class(K::Internal, "watch_failed"),
             P::TooManyProcesses { .. } => class(K::Conflict, "too_many_processes"),

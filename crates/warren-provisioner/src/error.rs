@@ -338,6 +338,15 @@ pub enum ProvisionerError {
         /// Its virtual path.
         path: String,
     },
+    /// A watch of the runtime's own tree found the runtime stopped (reaped, paused, lost):
+    /// it is over. Watching again starts the runtime.
+    #[error("{path}: the runtime of sandbox {sandbox} stopped, and with it this watch of its own files; watch again to start it")]
+    RuntimeStopped {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The runtime path watched.
+        path: String,
+    },
     /// A directory too large to watch.
     #[error("{path}: {reason}")]
     WatchTooLarge {

@@ -17,7 +17,7 @@ use warren_fs::{
     ByteRange, EditResult, Entry, Etag, FsError, GrepOptions, GrepResult, Listing, ReadResult,
     WorkspaceRoot, WriteOptions, WriteResult,
 };
-use warren_store::SandboxRecord;
+use warren_store::{SandboxRecord, SandboxState};
 
 use crate::exec::Route;
 use crate::{Provisioner, ProvisionerError};
@@ -133,6 +133,24 @@ fn refuse_mount_root(path: &VirtualPath, action: &'static str) -> Result<(), Pro
         return Err(fs_error(path, FsError::RootRefused { action }));
     }
     Ok(())
+}
+
+/// Whether a file operation in a runtime that does not run starts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IfStopped {
+    /// Start it (I12): what a client's file operation does.
+    Start,
+    /// Refuse with `runtime_stopped`: a watch's later listings, which must neither keep
+    /// a runtime up nor bring a reaped one back.
+    Refuse,
+}
+
+/// The refusal of an operation on a runtime path once the runtime no longer runs.
+fn runtime_stopped(id: &SandboxId, op: &FileOp) -> ProvisionerError {
+    ProvisionerError::RuntimeStopped {
+        sandbox: id.clone(),
+        path: op.path().to_owned(),
+    }
 }
 
 fn fs_error(path: &VirtualPath, source: FsError) -> ProvisionerError {
@@ -276,8 +294,21 @@ impl Provisioner {
         op: FileOp,
         data: Vec<u8>,
     ) -> Result<(FileAnswer, Vec<u8>), ProvisionerError> {
+        self.in_runtime_if(id, path, op, data, IfStopped::Start)
+            .await
+    }
+
+    /// [`Self::in_runtime`], starting a runtime that does not run only when asked to.
+    async fn in_runtime_if(
+        &self,
+        id: &SandboxId,
+        path: &VirtualPath,
+        op: FileOp,
+        data: Vec<u8>,
+        if_stopped: IfStopped,
+    ) -> Result<(FileAnswer, Vec<u8>), ProvisionerError> {
         let reply = self
-            .runtime_file_routed(id, op, data, Route::ToOwner)
+            .runtime_file_routed(id, op, data, Route::ToOwner, if_stopped)
             .await?;
         match reply.answer {
             Ok(answer) => Ok((answer, reply.data)),
@@ -296,7 +327,7 @@ impl Provisioner {
         op: FileOp,
         data: Vec<u8>,
     ) -> Result<FileReply, ProvisionerError> {
-        self.runtime_file_routed(id, op, data, Route::HereOnly)
+        self.runtime_file_routed(id, op, data, Route::HereOnly, IfStopped::Start)
             .await
     }
 
@@ -306,11 +337,15 @@ impl Provisioner {
         op: FileOp,
         data: Vec<u8>,
         route: Route,
+        if_stopped: IfStopped,
     ) -> Result<FileReply, ProvisionerError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            self.runnable(id).await?;
+            let record = self.runnable(id).await?;
+            if if_stopped == IfStopped::Refuse && record.state != SandboxState::Running {
+                return Err(runtime_stopped(id, &op));
+            }
             // The runtime runs on one node (issue 14): its files are served there.
             let fence = match self.place_for(id, route).await? {
                 Ok(fence) => fence,
@@ -321,12 +356,18 @@ impl Provisioner {
                 }
             };
             // Read after the claim: a takeover marks the sandbox stopped.
-            let record = self
-                .ensure_runtime(self.runnable(id).await?, &fence)
-                .await?;
+            let record = self.runnable(id).await?;
+            let record = match if_stopped {
+                IfStopped::Start => self.ensure_runtime(record, &fence).await?,
+                IfStopped::Refuse if record.state == SandboxState::Running => record,
+                IfStopped::Refuse => return Err(runtime_stopped(id, &op)),
+            };
             // Kept for the one retry: a runtime found gone got none of it.
             match self.backend.runtime_file(id, &op, data.clone()).await {
                 Ok(reply) => return Ok(reply),
+                Err(BackendError::RuntimeNotFound { .. }) if if_stopped == IfStopped::Refuse => {
+                    return Err(runtime_stopped(id, &op));
+                }
                 Err(BackendError::RuntimeNotFound { .. }) if attempt == 1 => {
                     tracing::warn!(sandbox = %id, "runtime lost; starting a new one for a file operation");
                     self.mark_runtime_lost(&record).await?;
@@ -535,7 +576,7 @@ impl Provisioner {
                 depth,
                 limit,
             };
-            return self.listed_in_runtime(id, path, op).await;
+            return self.listed_in_runtime(id, path, op, IfStopped::Start).await;
         }
         self.on_resolved(roots, path, Access::Read, move |root, rel| {
             root.list(rel, depth, limit)
@@ -543,13 +584,17 @@ impl Provisioner {
         .await
     }
 
-    async fn listed_in_runtime(
+    /// A listing (or glob) in the runtime, its entries' paths under `path`.
+    pub(crate) async fn listed_in_runtime(
         &self,
         id: &SandboxId,
         path: VirtualPath,
         op: FileOp,
+        if_stopped: IfStopped,
     ) -> Result<Located<Listing>, ProvisionerError> {
-        let (answer, _) = self.in_runtime(id, &path, op, Vec::new()).await?;
+        let (answer, _) = self
+            .in_runtime_if(id, &path, op, Vec::new(), if_stopped)
+            .await?;
         let value = answer
             .into_listing(path.relative())
             .map_err(|other| Self::unexpected(id, &other))?;
@@ -572,7 +617,7 @@ impl Provisioner {
                 pattern,
                 limit,
             };
-            return self.listed_in_runtime(id, path, op).await;
+            return self.listed_in_runtime(id, path, op, IfStopped::Start).await;
         }
         self.on_resolved(roots, path, Access::Read, move |root, rel| {
             root.glob(rel, &pattern, limit)

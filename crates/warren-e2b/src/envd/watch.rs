@@ -5,7 +5,8 @@
 //! its watchers): the directory resolved by descriptor like a read, inotify on that
 //! descriptor (never a host path, I1, I2), a recursive tree of watches kept as directories
 //! come and go, links never entered, warren's own atomic writes shown as what the client
-//! did, polling with a warning where inotify cannot be had, and the bounds per sandbox.
+//! did, polling with a warning where inotify cannot be had, a path of the runtime's own
+//! tree (`/tmp`) polled through its agent, and the bounds per sandbox.
 //! Here their events become envd's (`CREATE`, `WRITE`, `REMOVE`, `RENAME`, `CHMOD`, `name`
 //! relative to the watched directory, the entry when asked), and a `WatchDir` stream gets
 //! its keepalives. A watch ends when its sandbox no longer runs or when the watched

@@ -13,7 +13,7 @@ use inotify::{EventMask, EventOwned, EventStream, Inotify, WatchDescriptor, Watc
 use warren_core::{SandboxId, VirtualPath};
 use warren_fs::{Entry, FsError, Kind, WorkspaceRoot};
 
-use super::diff::{diff, Snapshot};
+use super::poll::{Lister, Poller};
 use super::{WatchChange, WatchKind};
 use crate::{Provisioner, ProvisionerError};
 
@@ -138,7 +138,7 @@ enum Stop {
 }
 
 /// The watch's own errors about its directory.
-fn directory_gone(base: &str) -> ProvisionerError {
+pub(super) fn directory_gone(base: &str) -> ProvisionerError {
     ProvisionerError::WatchedDirGone {
         path: base.to_owned(),
     }
@@ -154,7 +154,7 @@ fn too_many_directories(base: &str) -> ProvisionerError {
 }
 
 /// A file error on the watched directory, with its virtual path (I1).
-fn file_error(base: &str, source: FsError) -> ProvisionerError {
+pub(super) fn file_error(base: &str, source: FsError) -> ProvisionerError {
     ProvisionerError::File {
         path: base.to_owned(),
         source,
@@ -618,98 +618,6 @@ fn read_failed(error: &std::io::Error) -> ProvisionerError {
     ProvisionerError::WatchFailed
 }
 
-// ----- the polling fallback -----
-
-/// A watch that lists its directory by descriptor every tick and diffs the snapshots.
-struct Poller {
-    view: Arc<WorkspaceRoot>,
-    base: String,
-    depth: u32,
-    tick: Duration,
-    next_at: Instant,
-    snapshot: Snapshot,
-}
-
-impl Poller {
-    /// Takes the first snapshot (blocking). A tree too large to list fails here.
-    fn open(
-        view: Arc<WorkspaceRoot>,
-        base: String,
-        recursive: bool,
-        tick: Duration,
-    ) -> Result<Self, ProvisionerError> {
-        let depth = if recursive {
-            warren_fs::MAX_WALK_DEPTH
-        } else {
-            1
-        };
-        let snapshot = list(&view, &base, depth)?;
-        Ok(Self {
-            view,
-            base,
-            depth,
-            tick,
-            next_at: Instant::now() + tick,
-            snapshot,
-        })
-    }
-
-    /// Waits until the next tick (at most `wait`) and diffs, if the tick came.
-    async fn next(&mut self, wait: Duration) -> WatchBatch {
-        let until = self.next_at.min(Instant::now() + wait);
-        tokio::time::sleep_until(until.into()).await;
-        if Instant::now() < self.next_at {
-            return WatchBatch::default();
-        }
-        self.poll().await
-    }
-
-    /// Lists now and diffs against the last snapshot.
-    async fn poll(&mut self) -> WatchBatch {
-        self.next_at = Instant::now() + self.tick;
-        let (view, base, depth) = (self.view.clone(), self.base.clone(), self.depth);
-        let listed = tokio::task::spawn_blocking(move || list(&view, &base, depth))
-            .await
-            .unwrap_or_else(|error| {
-                tracing::warn!(%error, "a directory watch's listing was interrupted");
-                Err(ProvisionerError::WatchFailed)
-            });
-        match listed {
-            Ok(now) => {
-                let changes = diff(&self.snapshot, &now);
-                self.snapshot = now;
-                WatchBatch { changes, end: None }
-            }
-            Err(error) => WatchBatch {
-                changes: Vec::new(),
-                end: Some(error),
-            },
-        }
-    }
-}
-
-/// Lists the watched directory to `depth` by its descriptor, at most
-/// [`MAX_WATCHED_ENTRIES`]; a directory that was removed (no links left) ends the watch.
-fn list(view: &WorkspaceRoot, base: &str, depth: u32) -> Result<Snapshot, ProvisionerError> {
-    let this = view.stat("").map_err(|e| file_error(base, e))?;
-    if this.links == 0 {
-        return Err(directory_gone(base));
-    }
-    let listing = view
-        .list("", depth, MAX_WATCHED_ENTRIES)
-        .map_err(|e| file_error(base, e))?;
-    if listing.truncated {
-        return Err(ProvisionerError::WatchTooLarge {
-            path: base.to_owned(),
-            reason: format!(
-                "more than {MAX_WATCHED_ENTRIES} entries to watch; watch a smaller directory{}",
-                if depth > 1 { " or not recursively" } else { "" }
-            ),
-        });
-    }
-    Ok(Snapshot::of_listing("", listing.entries))
-}
-
 // ----- one watch, whichever way it learns -----
 
 /// How a watch learns of changes.
@@ -734,8 +642,9 @@ pub struct DirWatch {
 
 impl std::fmt::Debug for DirWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let how = match self.source {
+        let how = match &self.source {
             Source::Inotify(_) => "inotify",
+            Source::Poll(poller) if poller.in_runtime() => "polling the runtime",
             Source::Poll(_) => "polling",
         };
         f.debug_struct("DirWatch").field("source", &how).finish()
@@ -805,7 +714,7 @@ impl DirWatch {
         );
         // Listed here, not on a blocking thread: this happens once per watch at most, and
         // the switch must not be lost to a cancelled await.
-        match Poller::open(view, base, tree.watched.recursive, self.tick) {
+        match Poller::open_host_here(view, base, tree.watched.recursive, self.tick) {
             Ok(poller) => {
                 self.source = Source::Poll(poller);
                 WatchBatch { changes, end: None }
@@ -819,13 +728,18 @@ impl DirWatch {
 }
 
 impl Provisioner {
-    /// Watches the directory `path` of the sandbox `id` ([`Provisioner::open_watch_dir`]:
-    /// resolved by descriptor like a read), recursively or not, with each event's entry
-    /// when `include_entry`: inotify, or polling every `tick` when inotify cannot be had
-    /// (with a warning). Its virtual path comes back beside it. It holds one of the
-    /// sandbox's [`MAX_WATCHES_PER_SANDBOX`](super::MAX_WATCHES_PER_SANDBOX) slots.
+    /// Watches the directory `path` of the sandbox `id`, recursively or not, with each
+    /// event's entry when `include_entry`. Its virtual path comes back beside it. It holds
+    /// one of the sandbox's [`MAX_WATCHES_PER_SANDBOX`](super::MAX_WATCHES_PER_SANDBOX)
+    /// slots.
+    ///
+    /// A directory of a persistent mount is resolved by descriptor like a read
+    /// ([`Provisioner::open_watch_dir`]) and watched with inotify, or polled every `tick`
+    /// (with a warning) when inotify cannot be had. One of the runtime's own tree is
+    /// polled every `tick` through the runtime's agent (`poll.rs`): watching it starts the
+    /// runtime, and the watch ends when the runtime stops.
     pub async fn watch_dir(
-        &self,
+        self: &Arc<Self>,
         id: &SandboxId,
         path: &str,
         recursive: bool,
@@ -833,39 +747,63 @@ impl Provisioner {
         tick: Duration,
     ) -> Result<(VirtualPath, DirWatch), ProvisionerError> {
         let slot = self.watches.acquire(id)?;
-        let (base, fd) = self.open_watch_dir(id, path).await?;
-        let shown = base.to_string();
+        let roots = self.roots_of(&self.sandbox(id).await?);
+        let resolved = roots.resolve_anywhere(path)?;
+        let source = if resolved.is_runtime() {
+            let lister = Lister::Runtime {
+                provisioner: Arc::clone(self),
+                sandbox: id.clone(),
+                path: resolved.clone(),
+            };
+            Source::Poll(Poller::open(lister, resolved.to_string(), recursive, tick).await?)
+        } else {
+            let fd = self.open_resolved_dir(roots, resolved.clone()).await?;
+            self.inotify_or_poll(fd, resolved.to_string(), recursive, include_entry, tick)
+                .await?
+        };
+        Ok((
+            resolved,
+            DirWatch {
+                source,
+                tick,
+                _slot: slot,
+                liveness: super::Liveness::new(Arc::clone(&self.store), id.clone()),
+            },
+        ))
+    }
+
+    /// A watch of a persistent mount's directory, opened as `fd`: inotify, or polling
+    /// where inotify cannot be had.
+    async fn inotify_or_poll(
+        &self,
+        fd: OwnedFd,
+        shown: String,
+        recursive: bool,
+        include_entry: bool,
+        tick: Duration,
+    ) -> Result<Source, ProvisionerError> {
         let built = blocking({
             let shown = shown.clone();
             move || Ok(Watched::build(fd, shown, recursive, include_entry))
         })
         .await?;
-        let source = match built {
+        match built {
             Ok((watched, inotify)) => {
                 let events = inotify
                     .into_event_stream(vec![0; READ_BUFFER])
                     .map_err(|error| read_failed(&error))?;
-                Source::Inotify(Tree { events, watched })
+                Ok(Source::Inotify(Tree { events, watched }))
             }
-            Err(Start::Refused(error)) => return Err(error),
+            Err(Start::Refused(error)) => Err(error),
             Err(Start::Unavailable { view, reason }) => {
                 tracing::warn!(
                     base = %shown, %reason,
                     "inotify is unavailable (fs.inotify.max_user_instances or max_user_watches used up?): polling the directory instead"
                 );
-                let poller = blocking(move || Poller::open(view, shown, recursive, tick)).await?;
-                Source::Poll(poller)
+                let poller = Poller::open(Lister::Host(view), shown, recursive, tick).await?;
+                Ok(Source::Poll(poller))
             }
-        };
-        Ok((
-            base,
-            DirWatch {
-                source,
-                tick,
-                _slot: slot,
-                liveness: super::Liveness::new(std::sync::Arc::clone(&self.store), id.clone()),
-            },
-        ))
+        }
     }
 }
 
@@ -953,39 +891,6 @@ mod tests {
         assert_eq!(
             join_os(OsStr::new("a/b"), OsStr::new("x")),
             OsString::from("a/b/x")
-        );
-    }
-
-    #[tokio::test]
-    async fn the_polling_fallback_sees_what_a_listing_sees_and_ends_with_its_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let watched = dir.path().join("watched");
-        std::fs::create_dir(&watched).unwrap();
-        let fd = OwnedFd::from(std::fs::File::open(&watched).unwrap());
-        let view = Arc::new(WorkspaceRoot::from_dir_fd(fd).unwrap());
-        let tick = Duration::from_millis(10);
-        let mut poller = Poller::open(view, "/w/watched".into(), true, tick).unwrap();
-        std::fs::create_dir(watched.join("d")).unwrap();
-        std::fs::write(watched.join("d/x.txt"), b"x").unwrap();
-        let batch = poller.poll().await;
-        let seen: Vec<(&str, WatchKind)> = batch
-            .changes
-            .iter()
-            .map(|c| (c.name.as_str(), c.kind))
-            .collect();
-        assert_eq!(
-            seen,
-            [
-                ("d", WatchKind::Create),
-                ("d/x.txt", WatchKind::Create),
-                ("d/x.txt", WatchKind::Write)
-            ]
-        );
-        std::fs::remove_dir_all(&watched).unwrap();
-        let end = poller.poll().await.end;
-        assert!(
-            matches!(&end, Some(ProvisionerError::WatchedDirGone { path }) if path == "/w/watched"),
-            "{end:?}"
         );
     }
 }

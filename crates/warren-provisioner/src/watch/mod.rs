@@ -1,7 +1,8 @@
-//! Directory watches of a sandbox's persistent mounts, by descriptor (I1, I2): the
+//! Directory watches of a sandbox. On its persistent mounts, by descriptor (I1, I2): the
 //! directory opened like a read ([`Provisioner::open_watch_dir`]) and watched with inotify
 //! on that descriptor, recursively when asked ([`Provisioner::watch_dir`], `dir.rs`), or
-//! polled where inotify cannot be had (`diff.rs`). Transports map the events to their
+//! polled where inotify cannot be had (`poll.rs`, `diff.rs`). In the runtime's own tree,
+//! polled through the runtime's agent (`poll.rs`). Transports map the events to their
 //! wire (E2B's `WatchDir` and watchers).
 //!
 //! A transport that watches a directory (E2B's envd: inotify on `/proc/self/fd/<n>`) gets
@@ -12,6 +13,7 @@
 
 mod diff;
 mod dir;
+mod poll;
 mod watchers;
 
 use std::os::fd::OwnedFd;
@@ -148,15 +150,23 @@ impl Provisioner {
         // file operation records.
         let roots = self.roots_of(&record);
         let path = roots.resolve(path)?;
+        let fd = self.open_resolved_dir(roots, path.clone()).await?;
+        Ok((path, fd))
+    }
+
+    /// [`Self::open_watch_dir`] of a path resolved on one of the mounts of `roots`.
+    pub(crate) async fn open_resolved_dir(
+        &self,
+        roots: crate::files::SandboxRoots,
+        path: VirtualPath,
+    ) -> Result<OwnedFd, ProvisionerError> {
         self.blocking(move || {
             let root = roots.open(&path)?;
-            let fd = root
-                .open_dir(path.relative())
+            root.open_dir(path.relative())
                 .map_err(|source| ProvisionerError::File {
                     path: path.to_string(),
                     source,
-                })?;
-            Ok((path, fd))
+                })
         })
         .await
     }
@@ -172,7 +182,7 @@ impl Provisioner {
     /// changes came and a moment passed with no more, at most `limit` of them; none when
     /// the time is up first. A watch that ended with nothing seen is its error.
     pub async fn wait_for_changes(
-        &self,
+        self: &Arc<Self>,
         id: &SandboxId,
         path: &str,
         recursive: bool,
@@ -223,7 +233,7 @@ mod tests {
     use crate::{ProvisionerConfig, SandboxRequest};
 
     struct Fixture {
-        provisioner: Provisioner,
+        provisioner: Arc<Provisioner>,
         id: SandboxId,
         /// The host directory of the sandbox's workdir.
         workdir: std::path::PathBuf,
@@ -239,11 +249,11 @@ mod tests {
     async fn fixture() -> Fixture {
         let data_dir = std::env::temp_dir().join(format!("warren-watch-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&data_dir).unwrap();
-        let provisioner = Provisioner::new(
+        let provisioner = Arc::new(Provisioner::new(
             ProvisionerConfig::new(&data_dir),
             Arc::new(warren_store::SqliteStore::open_in_memory().await.unwrap()),
             Arc::new(MemoryBackend::new()),
-        );
+        ));
         let uid = Uid::plain("alice").unwrap();
         provisioner
             .create_workdir(&uid, Some("projects/a"))

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use warren_test_support::TestServer;
 
-use super::bin;
+use super::{bin, prepared};
 
 const SCENARIO: &str = r#"
 import asyncio, os, sys
@@ -90,12 +90,6 @@ sys.stdout.flush()
 sys.stderr.flush()
 os._exit(0)
 "#;
-
-fn prepared(variable: &str) -> String {
-    std::env::var(variable).unwrap_or_else(|_| {
-        panic!("{variable} is not set: scripts/test prepares AgentScope's venv and gateway home")
-    })
-}
 
 #[test]
 fn agentscope_s_e2b_workspace_runs_unchanged_on_a_template_that_seeds_its_gateway() {

@@ -9,7 +9,9 @@ use warren_test_support::TestServer;
 use super::bin;
 
 const SCENARIO: &str = r#"
-from e2b import Sandbox
+import time
+
+from e2b import FilesystemEventType, Sandbox
 
 def check(ok, what, seen):
     if not ok:
@@ -49,13 +51,29 @@ try:
     except Exception as error:
         check("permission denied" in str(error) or "read-only" in str(error), "refused", str(error))
     check(sbx.commands.run("cat /etc/passwd").stdout == passwd, "unchanged", None)
+    # A watch of /tmp (the watcher trio, polled): what a command does there and what the
+    # SDK writes both show.
+    sbx.files.make_dir("/tmp/e2b/w")
+    handle = sbx.files.watch_dir("/tmp/e2b/w", recursive=True)
+    sbx.commands.run("mkdir /tmp/e2b/w/sub && echo x > /tmp/e2b/w/sub/made.txt")
+    sbx.files.write("/tmp/e2b/w/sdk.txt", "y")
+    want = {("sub", FilesystemEventType.CREATE), ("sub/made.txt", FilesystemEventType.CREATE),
+            ("sdk.txt", FilesystemEventType.WRITE)}
+    seen = []
+    deadline = time.monotonic() + 15
+    while not want <= {(e.name, e.type) for e in seen} and time.monotonic() < deadline:
+        seen.extend(handle.get_new_events())
+        time.sleep(0.2)
+    check(want <= {(e.name, e.type) for e in seen}, "watch_dir of /tmp",
+          [(e.name, e.type.value) for e in seen])
+    handle.stop()
 finally:
     sbx.kill()
 print("RUNTIME FILES PASSED", flush=True)
 "#;
 
 #[test]
-fn the_e2b_sdk_writes_reads_lists_and_removes_files_under_tmp() {
+fn the_e2b_sdk_writes_reads_lists_removes_and_watches_files_under_tmp() {
     let server = TestServer::start_e2b(bin(), &[], "");
     server.run_python_sdk(
         "the /tmp scenario",

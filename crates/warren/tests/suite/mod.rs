@@ -43,6 +43,7 @@ mod deerflow;
 mod docker;
 mod e2b;
 mod e2b_agentscope;
+mod e2b_langchain;
 mod e2b_metrics;
 mod e2b_operator;
 mod e2b_runtime_files;
@@ -118,3 +119,78 @@ pub(crate) fn write_config(text: &str) -> tempfile::NamedTempFile {
     file
 }
 mod e2b_tls;
+
+/// Reads NDJSON watch events until one satisfies `done`; every event read.
+pub(crate) async fn watch_until(
+    response: &mut reqwest::Response,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut seen = Vec::new();
+    let mut text = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        while let Some(end) = text.find('\n') {
+            let line: String = text.drain(..=end).collect();
+            let event: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+            let finished = done(&event);
+            seen.push(event);
+            if finished {
+                return seen;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), response.chunk())
+            .await
+            .expect("an event within the wait")
+            .unwrap()
+            .unwrap_or_else(|| panic!("the stream ended: {seen:?}"));
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+/// Writes `{dir}/new-{n}.md` through the file API every 200 ms until stopped: for a wait
+/// whose opening is not visible from outside, whichever write lands after it opened is
+/// one it reports.
+pub(crate) struct WriteEvery {
+    stop: tokio::sync::oneshot::Sender<()>,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl WriteEvery {
+    pub(crate) fn start(server: &TestServer, id: &str, dir: &str) -> Self {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (url, token) = (server.url.clone(), server.token.clone());
+        let (id, dir) = (id.to_owned(), dir.to_owned());
+        let writer = tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for n in 0.. {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                }
+                let response = http
+                    .put(format!("{url}/v1/sandboxes/{id}/files"))
+                    .query(&[("path", format!("{dir}/new-{n}.md"))])
+                    .bearer_auth(&token)
+                    .body("note")
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(response.status().is_success(), "{}", response.status());
+            }
+        });
+        Self { stop, writer }
+    }
+
+    /// Stops writing; a failed write fails the test here.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        self.writer.await.unwrap();
+    }
+}
+
+/// The value of `variable`, which scripts/test sets to what it prepared (a venv, a home).
+pub(crate) fn prepared(variable: &str) -> String {
+    std::env::var(variable)
+        .unwrap_or_else(|_| panic!("{variable} is not set: scripts/test prepares it"))
+}

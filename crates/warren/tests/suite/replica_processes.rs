@@ -14,6 +14,7 @@ use warren_test_support::TestServer;
 
 use super::processes::{bytes_of, follow, output_until, pid_of, post, start, stdin};
 use super::replicas::{exec, processes_with, Cluster};
+use super::watch_until;
 
 async fn get(server: &TestServer, path: &str) -> (u16, Value) {
     server.send_json(server.request(Method::GET, path)).await
@@ -339,6 +340,21 @@ async fn runtime_files_through_a_replica_that_does_not_own_the_runtime_are_serve
         listed["entries"][0]["path"], "/tmp/through-b/x.txt",
         "{listed}"
     );
+    // A watch through node-1 lists the owner's runtime: a command there shows.
+    let mut watch = b
+        .request(Method::GET, &format!("/v1/sandboxes/{sandbox}/watch"))
+        .query(&[("path", "/tmp/through-b")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+    watch_until(&mut watch, |e| e["type"] == "start").await;
+    exec(a, &sandbox, "echo y > /tmp/through-b/y.txt").await;
+    watch_until(&mut watch, |e| {
+        e["type"] == "create" && e["name"] == "y.txt"
+    })
+    .await;
+    drop(watch);
     let (status, refused) = b
         .send_json(
             b.request(Method::PUT, &files)

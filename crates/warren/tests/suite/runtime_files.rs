@@ -11,6 +11,7 @@ use warren_test_support::TestServer;
 
 use super::conformance::Host;
 use super::output as out;
+use super::watch_until;
 
 /// A marker no runtime may ever show: it lives on the host only.
 const HOST_SECRET: &str = "HOST-ONLY-SECRET";
@@ -181,20 +182,6 @@ async fn files_under_tmp_are_written_read_listed_moved_and_removed_as_uid_1000(h
     assert!((200..300).contains(&status), "{host:?}: {removed}");
     let seen = server.exec(&id, "find /tmp -mindepth 1 -maxdepth 1").await;
     assert!(!out(&seen).contains("api"), "{host:?}: {seen}");
-    // A watch is not served on the runtime's own files (yet): refused as a path outside
-    // the mounts, naming them.
-    let (status, refused) = server
-        .send_json(
-            server
-                .request(Method::GET, &format!("/v1/sandboxes/{id}/watch"))
-                .query(&[("path", "/tmp")]),
-        )
-        .await;
-    assert_eq!(
-        (status, &refused["error"]["code"]),
-        (400, &json!("invalid_path")),
-        "{host:?}: {refused}"
-    );
     // A recursive removal of the home stops at the persistent mounts inside it: the
     // workspace is never reached through the runtime.
     let (status, _) = put(&server, &id, "kept.txt", "the user's").await;
@@ -431,17 +418,112 @@ async fn links_inside_the_runtime_never_leave_its_root(host: Host) {
     }
 }
 
+/// Opens a `/v1` watch of `path` (recursive) and reads up to its `start` event.
+async fn watch(server: &TestServer, id: &str, path: &str) -> reqwest::Response {
+    let mut response = server
+        .request(Method::GET, &format!("/v1/sandboxes/{id}/watch"))
+        .query(&[("path", path), ("recursive", "true")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    let started = watch_until(&mut response, |e| e["type"] == "start").await;
+    assert_eq!(started[0]["path"], path, "{started:?}");
+    response
+}
+
+async fn a_watch_of_tmp_sees_commands_and_the_api_and_ends_with_its_directory(host: Host) {
+    let server = host.start();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    server.exec(&id, "mkdir -p /tmp/w/sub").await;
+    let mut events = watch(&server, &id, "/tmp/w").await;
+    // What a command does, in a subdirectory too.
+    server.exec(&id, "echo x > /tmp/w/sub/made.txt").await;
+    watch_until(&mut events, |e| {
+        e["type"] == "create" && e["name"] == "sub/made.txt"
+    })
+    .await;
+    // What the API writes shows as the file, never as the agent's temporary name.
+    let (status, _) = put(&server, &id, "/tmp/w/api.txt", "y").await;
+    assert_eq!(status, 201, "{host:?}");
+    let seen = watch_until(&mut events, |e| {
+        e["type"] == "write" && e["name"] == "api.txt"
+    })
+    .await;
+    assert!(
+        seen.iter()
+            .all(|e| !e["name"].as_str().unwrap_or("").contains(".warren")),
+        "{host:?}: {seen:?}"
+    );
+    // A move within the watch is the old name renamed and the new one made.
+    server
+        .exec(&id, "mv /tmp/w/api.txt /tmp/w/sub/moved.txt")
+        .await;
+    let seen = watch_until(&mut events, |e| {
+        e["type"] == "create" && e["name"] == "sub/moved.txt"
+    })
+    .await;
+    assert!(
+        seen.iter()
+            .any(|e| e["type"] == "rename" && e["name"] == "api.txt"),
+        "{host:?}: {seen:?}"
+    );
+    // The directory going away ends the stream with why.
+    server.exec(&id, "rm -r /tmp/w").await;
+    let ended = watch_until(&mut events, |e| e["type"] == "error").await;
+    assert_eq!(
+        ended.last().unwrap()["error"]["code"],
+        "watched_dir_gone",
+        "{host:?}: {ended:?}"
+    );
+    // What uid 1000 may not list it may not watch; what is not there is not found;
+    // procfs is never served.
+    server
+        .exec(&id, "mkdir /tmp/closed && chmod 0 /tmp/closed")
+        .await;
+    for (path, code) in [
+        ("/tmp/closed", "permission_denied"),
+        ("/tmp/none", "not_found"),
+        ("/proc/self", "permission_denied"),
+    ] {
+        let response = server
+            .request(Method::GET, &format!("/v1/sandboxes/{id}/watch"))
+            .query(&[("path", path)])
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        assert_ne!(status, 200, "{host:?}: {path} is watched");
+        let refused: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(
+            (status, &refused["error"]["code"]),
+            (if code == "not_found" { 404 } else { 403 }, &json!(code)),
+            "{host:?}: {path}: {refused}"
+        );
+    }
+}
+
 async fn a_runtime_path_starts_the_runtime_and_never_outlives_its_sandbox(host: Host) {
     let server = host.start_with(&["--idle-timeout", "1", "--reap-interval", "1"]);
     let id = server.sandbox("alice", "t", "projects/a").await;
     let (status, _) = put(&server, &id, "/tmp/scratch", "gone with the runtime").await;
     assert_eq!(status, 201, "{host:?}");
+    // A watch of the runtime's files lists them all along, yet neither keeps the runtime
+    // up nor brings it back: it ends when the runtime is reaped.
+    let mut events = watch(&server, &id, "/tmp").await;
     assert!(
         server
             .reaches_state(&id, "stopped", Duration::from_secs(20))
             .await,
         "{host:?}: an idle runtime was not reaped"
     );
+    let ended = watch_until(&mut events, |e| e["type"] == "error").await;
+    assert_eq!(
+        ended.last().unwrap()["error"]["code"],
+        "runtime_stopped",
+        "{host:?}: {ended:?}"
+    );
+    assert_eq!(server.sandbox_state(&id).await, "stopped", "{host:?}");
     // A reaped runtime comes back for a runtime path (I12); its /tmp did not survive.
     let (status, body) = get(&server, &id, "/tmp/scratch").await;
     assert_eq!(status, 404, "{host:?}: {body}");
@@ -459,6 +541,7 @@ async fn a_runtime_path_starts_the_runtime_and_never_outlives_its_sandbox(host: 
 
 on_every_host!(
     files_under_tmp_are_written_read_listed_moved_and_removed_as_uid_1000,
+    a_watch_of_tmp_sees_commands_and_the_api_and_ends_with_its_directory,
     the_image_tree_is_readable_and_refuses_what_uid_1000_may_not_do,
     a_runtime_path_starts_the_runtime_and_never_outlives_its_sandbox,
 );
@@ -517,4 +600,18 @@ async fn the_mcp_file_tools_read_and_write_the_runtime_s_tmp() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains("note.txt"), "{listed}");
+    // watch_files waits for changes in the runtime's /tmp as well.
+    let writer = super::WriteEvery::start(&server, &id, "/tmp/mcp");
+    let watched = mcp
+        .call_tool("watch_files", json!({"path": "/tmp/mcp", "timeout_s": 20}))
+        .await;
+    writer.stop().await;
+    assert_eq!(watched["result"]["isError"], false, "{watched}");
+    let text = watched["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("new-") && text.contains("/tmp/mcp"),
+        "{watched}"
+    );
 }
