@@ -288,7 +288,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let checked = workspace_dir.as_deref().unwrap_or(&data_dir);
     warren_provisioner::check_workspace_dir(checked).with_context(|| {
         format!(
-            "{} cannot hold the UserWorkspaces (see \"Running several replicas\" in README.md \
+            "{} cannot hold the UserWorkspaces (see \"Running several replicas\" in docs/cluster.md \
              for what the filesystem must support)",
             checked.display()
         )
