@@ -1,5 +1,5 @@
 //! The execution guard on SQLite: the same lease row as on PostgreSQL, judged by the
-//! process clock (one process owns the file's guards; see ARCHITECTURE.md).
+//! process clock (one process owns the file's guards; see docs/design.md).
 
 use std::time::Duration;
 

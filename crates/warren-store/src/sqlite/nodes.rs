@@ -1,5 +1,5 @@
 //! Cluster membership on SQLite: the same rows as on PostgreSQL, judged by the process
-//! clock (one process owns the file; see ARCHITECTURE.md).
+//! clock (one process owns the file; see docs/design.md).
 
 use std::time::Duration;
 
