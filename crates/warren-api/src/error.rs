@@ -28,7 +28,15 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with an explicit status, code and message.
+    ///
+    /// `code` must be in the table of codes with `status` (`warren_protocol::codes`): write
+    /// a literal one as `warren_protocol::code!(status, "…")`, checked at compile time; one
+    /// known only at run time is checked here in debug builds (the tests).
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        debug_assert!(
+            warren_protocol::codes::allows(code, status.as_u16()),
+            "error code {code:?} with status {status} is not in warren_protocol::codes::CODES"
+        );
         Self {
             status,
             code: std::borrow::Cow::Borrowed(code),
@@ -43,7 +51,11 @@ impl ApiError {
     }
 
     pub(crate) fn unauthorized(message: &str) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            warren_protocol::code!(StatusCode::UNAUTHORIZED.as_u16(), "unauthorized"),
+            message,
+        )
     }
 
     /// The HTTP status.
@@ -65,7 +77,7 @@ impl ApiError {
         tracing::error!(error = %warren_provisioner::error_chain(error), "{what}");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
+            warren_protocol::code!(StatusCode::INTERNAL_SERVER_ERROR.as_u16(), "internal"),
             format!("{what}; the server log has the details"),
         )
     }
@@ -193,7 +205,7 @@ fn file_message(path: &str, error: &FsError) -> String {
 pub(crate) async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
-        "route_not_found",
+        warren_protocol::code!(StatusCode::NOT_FOUND.as_u16(), "route_not_found"),
         "no such endpoint; GET /v1/openapi.json lists them",
     )
 }
@@ -201,7 +213,10 @@ pub(crate) async fn not_found() -> ApiError {
 pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        warren_protocol::code!(
+            StatusCode::METHOD_NOT_ALLOWED.as_u16(),
+            "method_not_allowed"
+        ),
         "this endpoint does not accept that method; GET /v1/openapi.json lists them",
     )
 }

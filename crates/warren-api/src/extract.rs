@@ -62,7 +62,10 @@ async fn read_body<S: Send + Sync>(
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
+                    warren_protocol::code!(
+                        StatusCode::PAYLOAD_TOO_LARGE.as_u16(),
+                        "body_too_large"
+                    ),
                     "the request body is larger than this server accepts (the read cap plus \
                      64 KiB); send large files in appended parts",
                 )
@@ -73,7 +76,9 @@ async fn read_body<S: Send + Sync>(
 }
 
 fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let invalid = |message: String| ApiError::bad_request("invalid_json", message);
+    let invalid = |message: String| {
+        ApiError::bad_request(warren_protocol::code!(400, "invalid_json"), message)
+    };
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(
             match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
@@ -95,7 +100,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(value)) => Ok(Self(value)),
             Err(rejection) => Err(ApiError::bad_request(
-                "invalid_query",
+                warren_protocol::code!(400, "invalid_query"),
                 rejection.body_text(),
             )),
         }
@@ -113,7 +118,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(value)) => Ok(Self(value)),
             Err(rejection) => Err(ApiError::bad_request(
-                "invalid_path_parameter",
+                warren_protocol::code!(400, "invalid_path_parameter"),
                 rejection.body_text(),
             )),
         }

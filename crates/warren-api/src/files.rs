@@ -89,7 +89,7 @@ fn etag_header(etag: &Etag) -> HeaderValue {
 fn parse_etag(value: &str) -> Result<Etag, ApiError> {
     let invalid = || {
         ApiError::bad_request(
-            "invalid_etag",
+            warren_protocol::code!(400, "invalid_etag"),
             format!("{value:?} is not an entity tag (a quoted ETag, as warren issues them)"),
         )
     };
@@ -105,7 +105,7 @@ fn parse_etag(value: &str) -> Result<Etag, ApiError> {
         0 => Ok(Etag::unmatchable()),
         1 => Ok(issued.remove(0)),
         _ => Err(ApiError::bad_request(
-            "invalid_precondition",
+            warren_protocol::code!(400, "invalid_precondition"),
             "name one ETag: a write or an edit checks against exactly one version",
         )),
     }
@@ -149,7 +149,12 @@ fn preconditions(headers: &HeaderMap) -> Result<(Option<Etag>, bool), ApiError> 
         .get(header::IF_MATCH)
         .map(|v| {
             v.to_str()
-                .map_err(|_| ApiError::bad_request("invalid_etag", "If-Match is not ASCII"))
+                .map_err(|_| {
+                    ApiError::bad_request(
+                        warren_protocol::code!(400, "invalid_etag"),
+                        "If-Match is not ASCII",
+                    )
+                })
                 .and_then(parse_etag)
         })
         .transpose()?;
@@ -158,7 +163,7 @@ fn preconditions(headers: &HeaderMap) -> Result<(Option<Etag>, bool), ApiError> 
         Some(v) if v.as_bytes() == b"*" => true,
         Some(_) => {
             return Err(ApiError::bad_request(
-                "invalid_precondition",
+                warren_protocol::code!(400, "invalid_precondition"),
                 "only `If-None-Match: *` (create only) is supported on writes",
             ))
         }
@@ -174,7 +179,7 @@ pub(crate) fn byte_range(headers: &HeaderMap) -> Result<Option<ByteRange>, ApiEr
     let invalid = || {
         ApiError::new(
             StatusCode::RANGE_NOT_SATISFIABLE,
-            "invalid_range",
+            warren_protocol::code!(StatusCode::RANGE_NOT_SATISFIABLE.as_u16(), "invalid_range"),
             "Range must be one `bytes=start-end`, `bytes=start-` or `bytes=-suffix`",
         )
     };
@@ -372,7 +377,7 @@ pub(crate) async fn list(
     let limit = query.limit.unwrap_or(1000);
     if !(1..=MAX_DEPTH).contains(&depth) || !(1..=MAX_LIST_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(
-            "invalid_query",
+            warren_protocol::code!(400, "invalid_query"),
             format!("depth is 1 to {MAX_DEPTH} and limit 1 to {MAX_LIST_LIMIT}"),
         ));
     }
@@ -421,7 +426,7 @@ pub(crate) async fn edit(
             let body = parse_etag(body)?;
             if header != body {
                 return Err(ApiError::bad_request(
-                    "invalid_precondition",
+                    warren_protocol::code!(400, "invalid_precondition"),
                     "If-Match and `if_match` disagree",
                 ));
             }

@@ -77,7 +77,7 @@ pub(crate) async fn get(
         Some(guard) => Ok(Json(info(&guard))),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "guard_not_found",
+            warren_protocol::code!(StatusCode::NOT_FOUND.as_u16(), "guard_not_found"),
             format!("nobody holds the execution guard of sandbox {id}; acquire it with POST /v1/sandboxes/{{id}}/guard"),
         )),
     }

@@ -78,7 +78,7 @@ fn speaks_json_or_sse(response: &Response) -> bool {
 fn session_not_found() -> Response {
     ApiError::new(
         StatusCode::NOT_FOUND,
-        "mcp_session_not_found",
+        warren_protocol::code!(StatusCode::NOT_FOUND.as_u16(), "mcp_session_not_found"),
         "no such MCP session (it was closed, or the server restarted): initialize a new one",
     )
     .into_response()
@@ -87,20 +87,24 @@ fn session_not_found() -> Response {
 /// rmcp's plain-text refusal as warren's error. Its texts name only HTTP headers and
 /// methods; a 5xx is logged and answered generically like every internal error.
 fn transport_error(status: StatusCode, text: String) -> ApiError {
-    let code = match status {
-        StatusCode::BAD_REQUEST => "invalid_mcp_request",
-        StatusCode::FORBIDDEN => "forbidden",
-        StatusCode::NOT_FOUND => "mcp_session_not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::NOT_ACCEPTABLE => "not_acceptable",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-        _ if status.is_client_error() => "invalid_mcp_request",
+    use warren_protocol::code;
+    let (status, code) = match status {
+        StatusCode::BAD_REQUEST => (status, code!(400, "invalid_mcp_request")),
+        StatusCode::FORBIDDEN => (status, code!(403, "forbidden")),
+        StatusCode::NOT_FOUND => (status, code!(404, "mcp_session_not_found")),
+        StatusCode::METHOD_NOT_ALLOWED => (status, code!(405, "method_not_allowed")),
+        StatusCode::NOT_ACCEPTABLE => (status, code!(406, "not_acceptable")),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (status, code!(415, "unsupported_media_type")),
+        StatusCode::PAYLOAD_TOO_LARGE => (status, code!(413, "body_too_large")),
+        // Any other refusal of rmcp's is the request's fault: one status for it.
+        _ if status.is_client_error() => {
+            (StatusCode::BAD_REQUEST, code!(400, "invalid_mcp_request"))
+        }
         _ => {
             tracing::error!(%status, answer = %text, "the MCP transport failed");
             return ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
+                warren_protocol::code!(StatusCode::INTERNAL_SERVER_ERROR.as_u16(), "internal"),
                 "the MCP transport failed; the server log has the details",
             );
         }

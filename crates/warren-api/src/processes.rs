@@ -262,7 +262,7 @@ pub(crate) async fn signal(
     let (id, pid) = path.parse()?;
     let number = request.signal.number().ok_or_else(|| {
         ApiError::bad_request(
-            "invalid_signal",
+            warren_protocol::code!(400, "invalid_signal"),
             "signal must be a number from 1 to 64 or a name such as SIGINT, INT or SIGTERM",
         )
     })?;
@@ -358,7 +358,7 @@ pub(crate) async fn attach(
     drop(state.provisioner.fence(&id, fence).await?);
     let upgrade = upgrade.map_err(|rejection| {
         ApiError::bad_request(
-            "websocket_required",
+            warren_protocol::code!(400, "websocket_required"),
             format!("attach speaks WebSocket: {}", rejection.body_text()),
         )
     })?;
@@ -428,7 +428,7 @@ async fn terminal(
                     }
                     Some(Ok(Message::Text(body))) => match serde_json::from_str::<Control>(&body) {
                         Ok(control) => control_process(&state, &id, pid, control).await,
-                        Err(error) => Err(ApiError::bad_request("invalid_json", format!("not a control message: {error}"))),
+                        Err(error) => Err(ApiError::bad_request(warren_protocol::code!(400, "invalid_json"), format!("not a control message: {error}"))),
                     },
                     Some(Ok(_)) => Ok(()),
                     // Detached: the process runs on.
@@ -462,7 +462,7 @@ async fn control_process(
         Control::Signal { signal, group } => {
             let number = signal.number().ok_or_else(|| {
                 ApiError::bad_request(
-                    "invalid_signal",
+                    warren_protocol::code!(400, "invalid_signal"),
                     "signal must be 1 to 64 or a name such as SIGINT",
                 )
             })?;

@@ -83,7 +83,7 @@ async fn page(
     // Refused rather than clamped, as the document says.
     if !(1..=RunQuery::MAX_LIMIT).contains(&limit) {
         return Err(ApiError::bad_request(
-            "invalid_query",
+            warren_protocol::code!(400, "invalid_query"),
             format!("limit is 1 to {}", RunQuery::MAX_LIMIT),
         ));
     }
@@ -95,7 +95,7 @@ async fn page(
                 .map(|since| since.with_timezone(&Utc))
                 .map_err(|error| {
                     ApiError::bad_request(
-                        "invalid_query",
+                        warren_protocol::code!(400, "invalid_query"),
                         format!("since is not an RFC 3339 time: {error}"),
                     )
                 })
@@ -178,7 +178,7 @@ fn write_token(cursor: &RunCursor) -> String {
 fn read_token(token: &str) -> Result<RunCursor, ApiError> {
     let invalid = || {
         ApiError::bad_request(
-            "invalid_page_token",
+            warren_protocol::code!(400, "invalid_page_token"),
             "page_token is not a next_page_token this server issued; start again without it",
         )
     };

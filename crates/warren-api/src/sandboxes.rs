@@ -80,7 +80,7 @@ fn network_policy(spec: NetworkSpec) -> Result<NetworkPolicy, ApiError> {
     let policy = match spec.mode.as_str() {
         "none" | "open" if !spec.allow.is_empty() => {
             return Err(ApiError::bad_request(
-                "invalid_network",
+                warren_protocol::code!(400, "invalid_network"),
                 "`allow` is only meaningful with mode `allowlist`",
             ))
         }
@@ -89,7 +89,7 @@ fn network_policy(spec: NetworkSpec) -> Result<NetworkPolicy, ApiError> {
         "allowlist" => NetworkPolicy::Allowlist { allow: spec.allow },
         other => {
             return Err(ApiError::bad_request(
-                "invalid_network",
+                warren_protocol::code!(400, "invalid_network"),
                 format!("unknown network mode {other:?}; use none, open or allowlist"),
             ))
         }
@@ -107,7 +107,7 @@ fn identity(request: &CreateSandbox) -> Result<(Uid, RuntimeScope), ApiError> {
     let refuse = |message: &str| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            warren_protocol::code!(StatusCode::BAD_REQUEST.as_u16(), "invalid_request"),
             message.to_owned(),
         )
     };
@@ -251,7 +251,9 @@ pub(crate) async fn list(
     State(state): State<ApiState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<SandboxList>, ApiError> {
-    let invalid = |message: String| ApiError::bad_request("invalid_query", message);
+    let invalid = |message: String| {
+        ApiError::bad_request(warren_protocol::code!(400, "invalid_query"), message)
+    };
     let mut uid = None;
     let mut wanted_state = None;
     let mut labels = Vec::new();
@@ -540,13 +542,13 @@ pub(crate) fn program_spec(
             None | Some("sh") => Ok(ProgramSpec::Shell(command)),
             Some("bash") => Ok(ProgramSpec::Bash(command)),
             Some(other) => Err(ApiError::bad_request(
-                "invalid_request",
+                warren_protocol::code!(400, "invalid_request"),
                 format!("unknown shell {other:?}: use \"sh\" or \"bash\""),
             )),
         },
         (None, Some(argv)) => Ok(ProgramSpec::Argv(argv)),
         _ => Err(ApiError::bad_request(
-            "invalid_request",
+            warren_protocol::code!(400, "invalid_request"),
             "give exactly one of `command` (a shell line) and `argv` (a program and its arguments)",
         )),
     }

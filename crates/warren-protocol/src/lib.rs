@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod codes;
 mod process;
 pub mod strict;
 

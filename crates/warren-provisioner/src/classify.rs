@@ -13,6 +13,17 @@ use warren_snapshot::SnapshotError;
 
 use crate::{is_disk_full, ProvisionerError};
 
+/// The class of a failure: its kind and its stable code, which must be in the table of
+/// codes with the kind's status (`warren_protocol::codes`, checked at compile time).
+macro_rules! class {
+    ($kind:ident, $code:expr) => {
+        Class {
+            kind: ErrorKind::$kind,
+            code: Cow::Borrowed(warren_protocol::code!(ErrorKind::$kind.status(), $code)),
+        }
+    };
+}
+
 /// What a caller can do about a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
@@ -50,7 +61,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// The status warren's own API answers with.
-    pub fn status(self) -> u16 {
+    pub const fn status(self) -> u16 {
         match self {
             Self::Invalid => 400,
             Self::Unprocessable => 422,
@@ -109,13 +120,6 @@ pub struct Class {
     pub code: Cow<'static, str>,
 }
 
-fn class(kind: ErrorKind, code: &'static str) -> Class {
-    Class {
-        kind,
-        code: Cow::Borrowed(code),
-    }
-}
-
 impl ProvisionerError {
     /// The failure's kind: the status every wire answers with.
     pub fn kind(&self) -> ErrorKind {
@@ -129,110 +133,113 @@ impl ProvisionerError {
 
     /// The failure's kind and code, every variant named.
     pub fn classify(&self) -> Class {
-        use ErrorKind as K;
         use ProvisionerError as P;
         match self {
-            P::Invalid(core) => class(K::Invalid, core_code(core)),
-            P::BadRequest(_) => class(K::Invalid, "invalid_request"),
-            P::TokenInEnv { .. } => class(K::Invalid, "token_in_env"),
-            P::TokenInCommand { .. } => class(K::Invalid, "token_in_command"),
-            P::WorkdirNotFound { .. } => class(K::NotFound, "workdir_not_found"),
-            P::WorkdirNotADirectory { .. } => class(K::Invalid, "workdir_not_a_directory"),
-            P::SandboxNotFound(_) => class(K::NotFound, "sandbox_not_found"),
-            P::WorkdirConflict { .. } => class(K::Conflict, "workdir_conflict"),
-            P::NetworkConflict { .. } => class(K::Conflict, "network_conflict"),
-            P::EnvPolicyConflict { .. } => class(K::Conflict, "env_policy_conflict"),
-            P::BackendConflict { .. } => class(K::Conflict, "backend_conflict"),
-            P::LayoutConflict { .. } => class(K::Conflict, "layout_conflict"),
-            P::ExtraMountsConflict { .. } => class(K::Conflict, "extra_mounts_conflict"),
-            P::IsolationConflict { .. } => class(K::Conflict, "isolation_conflict"),
+            // `core_code` checks each of its codes against the table with 400.
+            P::Invalid(core) => Class {
+                kind: ErrorKind::Invalid,
+                code: Cow::Borrowed(core_code(core)),
+            },
+            P::BadRequest(_) => class!(Invalid, "invalid_request"),
+            P::TokenInEnv { .. } => class!(Invalid, "token_in_env"),
+            P::TokenInCommand { .. } => class!(Invalid, "token_in_command"),
+            P::WorkdirNotFound { .. } => class!(NotFound, "workdir_not_found"),
+            P::WorkdirNotADirectory { .. } => class!(Invalid, "workdir_not_a_directory"),
+            P::SandboxNotFound(_) => class!(NotFound, "sandbox_not_found"),
+            P::WorkdirConflict { .. } => class!(Conflict, "workdir_conflict"),
+            P::NetworkConflict { .. } => class!(Conflict, "network_conflict"),
+            P::EnvPolicyConflict { .. } => class!(Conflict, "env_policy_conflict"),
+            P::BackendConflict { .. } => class!(Conflict, "backend_conflict"),
+            P::LayoutConflict { .. } => class!(Conflict, "layout_conflict"),
+            P::ExtraMountsConflict { .. } => class!(Conflict, "extra_mounts_conflict"),
+            P::IsolationConflict { .. } => class!(Conflict, "isolation_conflict"),
             // Well-formed, but this server cannot honour it now (issue 19): like an image
             // missing from the Docker host, not the caller's syntax error.
-            P::IsolationUnavailable { .. } => class(K::Unprocessable, "isolation_unavailable"),
-            P::HostMountsUnsupported { .. } => class(K::Unprocessable, "host_mounts_unsupported"),
-            P::ExtraMountSource { .. } => class(K::Invalid, "extra_mount_unusable"),
-            P::InvalidNode(_) => class(K::Invalid, "invalid_node"),
-            P::BackendUnavailable { .. } => class(K::Invalid, "backend_unavailable"),
-            P::InvalidImage { .. } => class(K::Invalid, "invalid_image"),
-            P::NotInOutputs { .. } => class(K::Invalid, "not_in_outputs"),
-            P::ArtifactTooLarge { .. } => class(K::Unprocessable, "too_large"),
-            P::ArtifactNotFound { .. } => class(K::NotFound, "artifact_not_found"),
-            P::SnapshotNotFound { .. } => class(K::NotFound, "snapshot_not_found"),
-            P::SandboxAlreadyLive { .. } => class(K::Conflict, "sandbox_already_live"),
-            P::RuntimeNotRunning { .. } => class(K::Conflict, "runtime_not_running"),
-            P::SnapshotUnsupported { .. } => class(K::Unsupported, "snapshot_not_supported"),
-            P::SkillNotGranted { .. } => class(K::NotFound, "skill_not_granted"),
-            P::WorkdirNotEmpty { .. } => class(K::Conflict, "workdir_not_empty"),
-            P::UnknownHostDir { .. } => class(K::Invalid, "unknown_host_dir"),
-            P::GitSourceRefused { .. } => class(K::Invalid, "git_source_refused"),
-            P::GitFailed { .. } => class(K::Unprocessable, "git_failed"),
-            P::CheckpointNotFound { .. } => class(K::NotFound, "checkpoint_not_found"),
-            P::SandboxBusy { .. } => class(K::Conflict, "sandbox_busy"),
-            P::ShellSessionNotFound { .. } => class(K::NotFound, "shell_session_not_found"),
-            P::ShellSessionBusy { .. } => class(K::Conflict, "shell_session_busy"),
-            P::TooManyShellSessions { .. } => class(K::Conflict, "too_many_shell_sessions"),
-            P::ShellStartFailed { .. } => class(K::BadGateway, "shell_start_failed"),
+            P::IsolationUnavailable { .. } => class!(Unprocessable, "isolation_unavailable"),
+            P::HostMountsUnsupported { .. } => class!(Unprocessable, "host_mounts_unsupported"),
+            P::ExtraMountSource { .. } => class!(Invalid, "extra_mount_unusable"),
+            P::InvalidNode(_) => class!(Invalid, "invalid_node"),
+            P::BackendUnavailable { .. } => class!(Invalid, "backend_unavailable"),
+            P::InvalidImage { .. } => class!(Invalid, "invalid_image"),
+            P::NotInOutputs { .. } => class!(Invalid, "not_in_outputs"),
+            P::ArtifactTooLarge { .. } => class!(Unprocessable, "too_large"),
+            P::ArtifactNotFound { .. } => class!(NotFound, "artifact_not_found"),
+            P::SnapshotNotFound { .. } => class!(NotFound, "snapshot_not_found"),
+            P::SandboxAlreadyLive { .. } => class!(Conflict, "sandbox_already_live"),
+            P::RuntimeNotRunning { .. } => class!(Conflict, "runtime_not_running"),
+            P::SnapshotUnsupported { .. } => class!(Unsupported, "snapshot_not_supported"),
+            P::SkillNotGranted { .. } => class!(NotFound, "skill_not_granted"),
+            P::WorkdirNotEmpty { .. } => class!(Conflict, "workdir_not_empty"),
+            P::UnknownHostDir { .. } => class!(Invalid, "unknown_host_dir"),
+            P::GitSourceRefused { .. } => class!(Invalid, "git_source_refused"),
+            P::GitFailed { .. } => class!(Unprocessable, "git_failed"),
+            P::CheckpointNotFound { .. } => class!(NotFound, "checkpoint_not_found"),
+            P::SandboxBusy { .. } => class!(Conflict, "sandbox_busy"),
+            P::ShellSessionNotFound { .. } => class!(NotFound, "shell_session_not_found"),
+            P::ShellSessionBusy { .. } => class!(Conflict, "shell_session_busy"),
+            P::TooManyShellSessions { .. } => class!(Conflict, "too_many_shell_sessions"),
+            P::ShellStartFailed { .. } => class!(BadGateway, "shell_start_failed"),
             P::ProcessNotFound { .. } | P::ProcessTagNotFound { .. } => {
-                class(K::NotFound, "process_not_found")
+                class!(NotFound, "process_not_found")
             }
-            P::ProcessStdinClosed { .. } => class(K::Conflict, "stdin_closed"),
-            P::ProcessEnded { .. } => class(K::Conflict, "process_ended"),
-            P::StdinInterrupted { .. } => class(K::Invalid, "stdin_interrupted"),
-            P::NotATerminal { .. } => class(K::Conflict, "not_a_terminal"),
-            P::WatchedDirGone { .. } => class(K::NotFound, "watched_dir_gone"),
-            P::RuntimeStopped { .. } => class(K::Conflict, "runtime_stopped"),
-            P::WatchTooLarge { .. } => class(K::TooLarge, "watch_too_large"),
-            P::WatchFailed => class(K::Internal, "watch_failed"),
-            P::TooManyProcesses { .. } => class(K::Conflict, "too_many_processes"),
-            P::ProcessNotStarted { .. } => class(K::Unprocessable, "process_not_started"),
+            P::ProcessStdinClosed { .. } => class!(Conflict, "stdin_closed"),
+            P::ProcessEnded { .. } => class!(Conflict, "process_ended"),
+            P::StdinInterrupted { .. } => class!(Invalid, "stdin_interrupted"),
+            P::NotATerminal { .. } => class!(Conflict, "not_a_terminal"),
+            P::WatchedDirGone { .. } => class!(NotFound, "watched_dir_gone"),
+            P::RuntimeStopped { .. } => class!(Conflict, "runtime_stopped"),
+            P::WatchTooLarge { .. } => class!(TooLarge, "watch_too_large"),
+            P::WatchFailed => class!(Internal, "watch_failed"),
+            P::TooManyProcesses { .. } => class!(Conflict, "too_many_processes"),
+            P::ProcessNotStarted { .. } => class!(Unprocessable, "process_not_started"),
             P::Snapshot(error) => snapshot_class(error),
-            P::EnvVarNotFound { .. } => class(K::NotFound, "env_var_not_found"),
-            P::TooManyWatches { .. } => class(K::TooMany, "too_many_watches"),
-            P::WatcherNotFound { .. } => class(K::NotFound, "watcher_not_found"),
-            P::SandboxPaused { .. } => class(K::Conflict, "sandbox_paused"),
-            P::IllegalTransition { .. } => class(K::Conflict, "sandbox_state_conflict"),
+            P::EnvVarNotFound { .. } => class!(NotFound, "env_var_not_found"),
+            P::TooManyWatches { .. } => class!(TooMany, "too_many_watches"),
+            P::WatcherNotFound { .. } => class!(NotFound, "watcher_not_found"),
+            P::SandboxPaused { .. } => class!(Conflict, "sandbox_paused"),
+            P::IllegalTransition { .. } => class!(Conflict, "sandbox_state_conflict"),
             P::SandboxTerminated { state, .. } if *state == "terminating" => {
-                class(K::Conflict, "sandbox_terminating")
+                class!(Conflict, "sandbox_terminating")
             }
             P::SandboxTerminated { .. } | P::TerminatedWhileRunning { .. } => {
-                class(K::Conflict, "sandbox_terminated")
+                class!(Conflict, "sandbox_terminated")
             }
-            P::LeaseNotFound { .. } => class(K::NotFound, "lease_not_found"),
-            P::GuardHeld { .. } => class(K::Conflict, "guard_held"),
-            P::FenceStale { .. } => class(K::Conflict, "fence_stale"),
-            P::FenceInvalid { .. } => class(K::Invalid, "fence_invalid"),
-            P::GuardNotFound { .. } => class(K::NotFound, "guard_not_found"),
-            P::ExecUnsupported { .. } => class(K::Unsupported, "exec_not_supported"),
+            P::LeaseNotFound { .. } => class!(NotFound, "lease_not_found"),
+            P::GuardHeld { .. } => class!(Conflict, "guard_held"),
+            P::FenceStale { .. } => class!(Conflict, "fence_stale"),
+            P::FenceInvalid { .. } => class!(Invalid, "fence_invalid"),
+            P::GuardNotFound { .. } => class!(NotFound, "guard_not_found"),
+            P::ExecUnsupported { .. } => class!(Unsupported, "exec_not_supported"),
             // Cluster mode (issue 14): each is retryable, and another replica may serve.
-            P::NodeFenced { .. } => class(K::Unavailable, "node_fenced"),
-            P::RuntimeElsewhere { .. } => class(K::Unavailable, "runtime_elsewhere"),
-            P::PeerUnreachable { .. } => class(K::Unavailable, "node_unreachable"),
-            P::NotOwnerHere { .. } => class(K::Conflict, crate::NOT_OWNER_CODE),
-            P::NoPeerLink => class(K::Internal, "internal"),
+            P::NodeFenced { .. } => class!(Unavailable, "node_fenced"),
+            P::RuntimeElsewhere { .. } => class!(Unavailable, "runtime_elsewhere"),
+            P::PeerUnreachable { .. } => class!(Unavailable, "node_unreachable"),
+            P::NotOwnerHere { .. } => class!(Conflict, crate::NOT_OWNER_CODE),
+            P::NoPeerLink => class!(Internal, "internal"),
             P::Forwarded { status, code, .. } => Class {
                 kind: ErrorKind::of_status(*status),
                 code: Cow::Owned(code.clone()),
             },
-            P::ReadOnlyPath { .. } => class(K::Forbidden, "read_only"),
-            P::InvalidCwd { .. } => class(K::Invalid, "invalid_cwd"),
+            P::ReadOnlyPath { .. } => class!(Forbidden, "read_only"),
+            P::InvalidCwd { .. } => class!(Invalid, "invalid_cwd"),
             // The uid's own volume is full (I23); other uids and the server are unaffected.
-            P::QuotaExceeded { .. } => class(K::InsufficientStorage, "quota_exceeded"),
+            P::QuotaExceeded { .. } => class!(InsufficientStorage, "quota_exceeded"),
             // The server's disk, not the uid's quota: its own code.
-            P::NoRoomForVolume { .. } => class(K::InsufficientStorage, "insufficient_storage"),
-            P::Volume { .. } | P::WorkspacesWithoutVolumes { .. } => class(K::Internal, "internal"),
+            P::NoRoomForVolume { .. } => class!(InsufficientStorage, "insufficient_storage"),
+            P::Volume { .. } | P::WorkspacesWithoutVolumes { .. } => class!(Internal, "internal"),
             P::File { source, .. } => file_class(source),
             P::Store(warren_store::StoreError::NotOwner { .. }) => {
-                class(K::Unavailable, "runtime_moved")
+                class!(Unavailable, "runtime_moved")
             }
             P::Store(warren_store::StoreError::AgentEnvFull { .. }) => {
-                class(K::Conflict, "agent_env_full")
+                class!(Conflict, "agent_env_full")
             }
             // The database is out of reach (restarting, network): nothing was half-done,
             // and the same request may succeed shortly.
             P::Store(error) if error.is_unavailable() => {
-                class(K::Unavailable, "state_store_unavailable")
+                class!(Unavailable, "state_store_unavailable")
             }
-            P::Store(_) | P::Interrupted(_) => class(K::Internal, "internal"),
+            P::Store(_) | P::Interrupted(_) => class!(Internal, "internal"),
             P::Backend(error) => backend_class(error),
         }
     }
@@ -315,99 +322,98 @@ pub fn one_of_every_kind() -> Vec<ProvisionerError> {
 /// The code of an invalid identifier, path or policy.
 fn core_code(error: &CoreError) -> &'static str {
     match error {
-        CoreError::InvalidUid { .. } => "invalid_uid",
-        CoreError::ReservedUid { .. } => "reserved_uid",
-        CoreError::InvalidRuntimeScope { .. } => "invalid_runtime_scope",
-        CoreError::InvalidSandboxId { .. } => "invalid_sandbox_id",
-        CoreError::InvalidWorkdir { .. } => "invalid_workdir",
-        CoreError::InvalidVirtualPath { .. } => "invalid_path",
-        CoreError::InvalidNetworkPolicy { .. } => "invalid_network",
-        CoreError::InvalidIsolationScope { .. } => "invalid_scope",
-        CoreError::InvalidEnv { .. } => "invalid_env",
-        CoreError::UnknownLayout { .. } => "invalid_layout",
-        CoreError::InvalidExtraMount { .. } => "invalid_extra_mount",
+        CoreError::InvalidUid { .. } => warren_protocol::code!(400, "invalid_uid"),
+        CoreError::ReservedUid { .. } => warren_protocol::code!(400, "reserved_uid"),
+        CoreError::InvalidRuntimeScope { .. } => {
+            warren_protocol::code!(400, "invalid_runtime_scope")
+        }
+        CoreError::InvalidSandboxId { .. } => warren_protocol::code!(400, "invalid_sandbox_id"),
+        CoreError::InvalidWorkdir { .. } => warren_protocol::code!(400, "invalid_workdir"),
+        CoreError::InvalidVirtualPath { .. } => warren_protocol::code!(400, "invalid_path"),
+        CoreError::InvalidNetworkPolicy { .. } => warren_protocol::code!(400, "invalid_network"),
+        CoreError::InvalidIsolationScope { .. } => warren_protocol::code!(400, "invalid_scope"),
+        CoreError::InvalidEnv { .. } => warren_protocol::code!(400, "invalid_env"),
+        CoreError::UnknownLayout { .. } => warren_protocol::code!(400, "invalid_layout"),
+        CoreError::InvalidExtraMount { .. } => warren_protocol::code!(400, "invalid_extra_mount"),
     }
 }
 
 fn snapshot_class(error: &SnapshotError) -> Class {
-    use ErrorKind as K;
     match error {
         SnapshotError::File(source) => file_class(source),
         SnapshotError::ManifestNotFound(_)
         | SnapshotError::MissingChunk { .. }
-        | SnapshotError::Corrupt { .. } => class(K::Unprocessable, "checkpoint_unusable"),
+        | SnapshotError::Corrupt { .. } => class!(Unprocessable, "checkpoint_unusable"),
         // The data limit is the operator's ([snapshots] max_bytes): the tree must shrink.
-        SnapshotError::TooLarge { .. } => class(K::Unprocessable, "snapshot_too_large"),
-        SnapshotError::Cancelled { .. } => class(K::Unavailable, "snapshot_cancelled"),
+        SnapshotError::TooLarge { .. } => class!(Unprocessable, "snapshot_too_large"),
+        SnapshotError::Cancelled { .. } => class!(Unavailable, "snapshot_cancelled"),
         SnapshotError::Store { .. } | SnapshotError::Io { .. } | SnapshotError::InvalidKey(_) => {
-            class(K::Internal, "internal")
+            class!(Internal, "internal")
         }
     }
 }
 
 fn backend_class(error: &BackendError) -> Class {
-    use ErrorKind as K;
     match error {
-        BackendError::ExecUnsupported { .. } => class(K::Unsupported, "exec_not_supported"),
+        BackendError::ExecUnsupported { .. } => class!(Unsupported, "exec_not_supported"),
         BackendError::ProcessesUnsupported { .. } => {
-            class(K::Unsupported, "processes_not_supported")
+            class!(Unsupported, "processes_not_supported")
         }
-        BackendError::RuntimeNotFound { .. } => class(K::Unavailable, "runtime_not_found"),
-        BackendError::ImageNotFound { .. } => class(K::Unprocessable, "image_not_found"),
+        BackendError::RuntimeNotFound { .. } => class!(Unavailable, "runtime_not_found"),
+        BackendError::ImageNotFound { .. } => class!(Unprocessable, "image_not_found"),
         // The cluster's own answers (issue 15): a refusal of warren's service account is
         // the operator's to fix; overload or an outage, after the retries Kubernetes
         // allows, is worth trying again; anything else is the cluster rejecting warren.
-        BackendError::Cluster { code: 403, .. } => class(K::BadGateway, "cluster_forbidden"),
+        BackendError::Cluster { code: 403, .. } => class!(BadGateway, "cluster_forbidden"),
         BackendError::Cluster { code, .. } if *code == 0 || *code == 429 || *code >= 500 => {
-            class(K::Unavailable, "cluster_unavailable")
+            class!(Unavailable, "cluster_unavailable")
         }
-        BackendError::Cluster { .. } => class(K::BadGateway, "cluster_refused"),
-        BackendError::NotReady { .. } => class(K::Unavailable, "runtime_not_ready"),
+        BackendError::Cluster { .. } => class!(BadGateway, "cluster_refused"),
+        BackendError::NotReady { .. } => class!(Unavailable, "runtime_not_ready"),
         BackendError::Create { .. }
         | BackendError::HostDir { .. }
         | BackendError::MountRefused { .. }
         | BackendError::Exec { .. }
         | BackendError::Discover { .. }
         | BackendError::Kill { .. }
-        | BackendError::Destroy { .. } => class(K::Internal, "internal"),
+        | BackendError::Destroy { .. } => class!(Internal, "internal"),
     }
 }
 
 /// A file-layer failure: the caller's to fix, or warren's own.
 pub(crate) fn file_class(error: &FsError) -> Class {
-    use ErrorKind as K;
     use FsError as F;
     match error {
-        F::InvalidPath { .. } => class(K::Invalid, "invalid_path"),
-        F::SymlinkRefused { .. } => class(K::Forbidden, "symlink_refused"),
-        F::LinkLoop { .. } => class(K::Unprocessable, "link_loop"),
-        F::MountCrossingRefused { .. } => class(K::Forbidden, "mount_crossing_refused"),
-        F::RootRefused { .. } => class(K::Forbidden, "root_refused"),
-        F::ReadOnly { .. } => class(K::Forbidden, "read_only"),
-        F::PermissionDenied { .. } => class(K::Forbidden, "permission_denied"),
-        F::NotFound { .. } => class(K::NotFound, "not_found"),
-        F::NotADirectory { .. } => class(K::Invalid, "not_a_directory"),
-        F::IsADirectory { .. } => class(K::Invalid, "is_a_directory"),
-        F::NotAFile { .. } => class(K::Invalid, "not_a_file"),
-        F::AlreadyExists { .. } => class(K::Conflict, "already_exists"),
-        F::DirectoryNotEmpty { .. } => class(K::Conflict, "directory_not_empty"),
+        F::InvalidPath { .. } => class!(Invalid, "invalid_path"),
+        F::SymlinkRefused { .. } => class!(Forbidden, "symlink_refused"),
+        F::LinkLoop { .. } => class!(Unprocessable, "link_loop"),
+        F::MountCrossingRefused { .. } => class!(Forbidden, "mount_crossing_refused"),
+        F::RootRefused { .. } => class!(Forbidden, "root_refused"),
+        F::ReadOnly { .. } => class!(Forbidden, "read_only"),
+        F::PermissionDenied { .. } => class!(Forbidden, "permission_denied"),
+        F::NotFound { .. } => class!(NotFound, "not_found"),
+        F::NotADirectory { .. } => class!(Invalid, "not_a_directory"),
+        F::IsADirectory { .. } => class!(Invalid, "is_a_directory"),
+        F::NotAFile { .. } => class!(Invalid, "not_a_file"),
+        F::AlreadyExists { .. } => class!(Conflict, "already_exists"),
+        F::DirectoryNotEmpty { .. } => class!(Conflict, "directory_not_empty"),
         // The file, not the request, is too large: read it in byte ranges.
-        F::TooLarge { .. } => class(K::Unprocessable, "too_large"),
-        F::RangeNotSatisfiable { .. } => class(K::RangeNotSatisfiable, "range_not_satisfiable"),
-        F::PreconditionFailed { .. } => class(K::PreconditionFailed, "precondition_failed"),
-        F::EditNoMatch { .. } => class(K::Unprocessable, "edit_no_match"),
-        F::EditAmbiguous { .. } => class(K::Unprocessable, "edit_ambiguous"),
-        F::EditEmptyOld { .. } => class(K::Invalid, "invalid_edit"),
-        F::NotUtf8 { .. } => class(K::Unprocessable, "not_utf8"),
-        F::InvalidMode { .. } => class(K::Invalid, "invalid_mode"),
-        F::InvalidEtag { .. } => class(K::Invalid, "invalid_etag"),
-        F::InvalidGlob { .. } => class(K::Invalid, "invalid_glob"),
-        F::InvalidRegex { .. } => class(K::Invalid, "invalid_regex"),
-        F::TooDeep { .. } => class(K::Unprocessable, "too_deep"),
-        F::TooManyEntries { .. } => class(K::Unprocessable, "too_many_entries"),
-        F::Busy { .. } => class(K::Unavailable, "file_busy"),
+        F::TooLarge { .. } => class!(Unprocessable, "too_large"),
+        F::RangeNotSatisfiable { .. } => class!(RangeNotSatisfiable, "range_not_satisfiable"),
+        F::PreconditionFailed { .. } => class!(PreconditionFailed, "precondition_failed"),
+        F::EditNoMatch { .. } => class!(Unprocessable, "edit_no_match"),
+        F::EditAmbiguous { .. } => class!(Unprocessable, "edit_ambiguous"),
+        F::EditEmptyOld { .. } => class!(Invalid, "invalid_edit"),
+        F::NotUtf8 { .. } => class!(Unprocessable, "not_utf8"),
+        F::InvalidMode { .. } => class!(Invalid, "invalid_mode"),
+        F::InvalidEtag { .. } => class!(Invalid, "invalid_etag"),
+        F::InvalidGlob { .. } => class!(Invalid, "invalid_glob"),
+        F::InvalidRegex { .. } => class!(Invalid, "invalid_regex"),
+        F::TooDeep { .. } => class!(Unprocessable, "too_deep"),
+        F::TooManyEntries { .. } => class!(Unprocessable, "too_many_entries"),
+        F::Busy { .. } => class!(Unavailable, "file_busy"),
         F::Write { .. } | F::Create { .. } if is_disk_full(error) => {
-            class(K::InsufficientStorage, "insufficient_storage")
+            class!(InsufficientStorage, "insufficient_storage")
         }
         F::RootUnavailable { .. }
         | F::SharedDirUnsupported { .. }
@@ -421,7 +427,7 @@ pub(crate) fn file_class(error: &FsError) -> Class {
         | F::Rename { .. }
         | F::Remove { .. }
         | F::List { .. }
-        | F::Io { .. } => class(K::Internal, "internal"),
+        | F::Io { .. } => class!(Internal, "internal"),
     }
 }
 

@@ -96,9 +96,9 @@ async fn exec(
         .fence
         .map(warren_provisioner::FenceToken::new)
         .transpose()?;
-    let input = forwarded
-        .into_input()
-        .map_err(|message| ApiError::bad_request("invalid_request", message))?;
+    let input = forwarded.into_input().map_err(|message| {
+        ApiError::bad_request(warren_protocol::code!(400, "invalid_request"), message)
+    })?;
     // Checked here, at the owner, before the answer starts: a stale token is the caller's
     // 409 `fence_stale`, as on the owner's own API.
     let permit = state.provisioner.fence(&id, fence).await?;
@@ -166,9 +166,12 @@ async fn file(
     SandboxPath(id): SandboxPath,
     ApiJson(body): ApiJson<ForwardedFile>,
 ) -> Result<Json<FileAnswered>, ApiError> {
-    let (op, data) = body
-        .into_parts()
-        .ok_or_else(|| ApiError::bad_request("invalid_body", "the file bytes are not base64"))?;
+    let (op, data) = body.into_parts().ok_or_else(|| {
+        ApiError::bad_request(
+            warren_protocol::code!(400, "invalid_body"),
+            "the file bytes are not base64",
+        )
+    })?;
     let reply = state
         .provisioner
         .runtime_file_as_owner(&id, op, data)

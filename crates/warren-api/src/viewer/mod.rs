@@ -134,7 +134,7 @@ pub(crate) async fn create_link(
     let ttl = request.ttl_s.map_or(DEFAULT_LINK_TTL, Duration::from_secs);
     if ttl.is_zero() || ttl > MAX_LINK_TTL {
         return Err(ApiError::bad_request(
-            "invalid_request",
+            warren_protocol::code!(400, "invalid_request"),
             "ttl_s must be between 1 second and 7 days",
         ));
     }
@@ -285,7 +285,7 @@ impl axum::extract::FromRequestParts<ApiState> for ViewerSession {
         };
         let Some(token) = token else {
             return Err(unauthorized(
-                "viewer_session_required",
+                warren_protocol::code!(401, "viewer_session_required"),
                 "no Viewer session; open the Viewer through a link",
             ));
         };
@@ -293,13 +293,13 @@ impl axum::extract::FromRequestParts<ApiState> for ViewerSession {
             Ok(grant) => grant,
             Err(GrantError::Expired) => {
                 return Err(unauthorized(
-                    "viewer_session_expired",
+                    warren_protocol::code!(401, "viewer_session_expired"),
                     "the Viewer session has expired; ask for a new link",
                 ))
             }
             Err(GrantError::Invalid) => {
                 return Err(unauthorized(
-                    "viewer_session_invalid",
+                    warren_protocol::code!(401, "viewer_session_invalid"),
                     "the Viewer session is not valid; ask for a new link",
                 ))
             }
@@ -532,7 +532,7 @@ async fn raw(
     if read.total_size > read.bytes.len() as u64 {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "too_large",
+            warren_protocol::code!(StatusCode::UNPROCESSABLE_ENTITY.as_u16(), "too_large"),
             format!(
                 "{shown} has {} bytes; the Viewer serves files up to {cap} bytes",
                 read.total_size
@@ -581,7 +581,7 @@ struct Uploaded {
 fn upload_name(name: &str) -> Result<&str, ApiError> {
     let refuse = |reason: &str| {
         ApiError::bad_request(
-            "invalid_name",
+            warren_protocol::code!(400, "invalid_name"),
             format!("invalid file name {name:?}: {reason}"),
         )
     };
@@ -610,7 +610,7 @@ async fn upload(
     if headers.get("x-warren-viewer").and_then(|v| v.to_str().ok()) != Some("1") {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "viewer_header_missing",
+            warren_protocol::code!(StatusCode::FORBIDDEN.as_u16(), "viewer_header_missing"),
             "uploads come from the Viewer page (X-Warren-Viewer: 1)".to_owned(),
         ));
     }
@@ -618,7 +618,7 @@ async fn upload(
     if body.len() > MAX_UPLOAD_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
+            warren_protocol::code!(StatusCode::PAYLOAD_TOO_LARGE.as_u16(), "too_large"),
             format!(
                 "{name} has {} bytes; uploads are at most {MAX_UPLOAD_BYTES} bytes",
                 body.len()
@@ -649,7 +649,7 @@ async fn upload(
         }
         Err(error) if error.code() == "precondition_failed" => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "already_exists",
+            warren_protocol::code!(StatusCode::CONFLICT.as_u16(), "already_exists"),
             format!("{shown} already exists; upload with overwrite=1 to replace it"),
         )),
         Err(error) => Err(error),
