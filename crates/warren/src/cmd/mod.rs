@@ -12,6 +12,8 @@ mod migrate;
 pub mod output;
 mod processes;
 mod serve;
+#[cfg(test)]
+mod settings_reference;
 
 use std::process::ExitCode;
 
