@@ -509,96 +509,48 @@ pub fn unmount_workspace_volumes(data_dir: &Path) {
     }
 }
 
-/// A minimal MCP client session over streamable HTTP, speaking raw JSON-RPC, for tests that
-/// call many tools (the end-to-end tests use the official Python SDK instead).
-pub struct McpSession<'a> {
-    server: &'a TestServer,
-    path: String,
-    session: Option<String>,
-    next_id: u64,
+/// An MCP client session with the MCP endpoint of a sandbox, on the official Rust SDK's
+/// client (`rmcp`, its streamable HTTP transport), for tests that call many tools (the
+/// end-to-end tests use the official Python SDK too).
+pub struct McpSession {
+    client: rmcp::service::RunningService<rmcp::RoleClient, ()>,
 }
 
-impl<'a> McpSession<'a> {
+impl McpSession {
     /// Initializes a session with the MCP endpoint of `sandbox`.
-    pub async fn open(server: &'a TestServer, sandbox: &str) -> Self {
-        let mut session = Self {
-            server,
-            path: format!("/v1/sandboxes/{sandbox}/mcp"),
-            session: None,
-            next_id: 1,
-        };
-        let result = session
-            .rpc(
-                "initialize",
-                serde_json::json!({
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "warren-test-support", "version": "1"},
-                }),
-            )
-            .await;
-        assert!(
-            result.get("result").is_some(),
-            "initialize failed: {result}"
-        );
-        session
-            .post(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        session
+    pub async fn open(server: &TestServer, sandbox: &str) -> Self {
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::ServiceExt;
+        let config = StreamableHttpClientTransportConfig::with_uri(format!(
+            "{}/v1/sandboxes/{sandbox}/mcp",
+            server.url
+        ))
+        .auth_header(server.token.clone());
+        let client = ()
+            .serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .unwrap_or_else(|error| panic!("MCP initialize failed: {error}"));
+        Self { client }
     }
 
-    /// The `Mcp-Session-Id` the server gave at `initialize`.
-    pub fn session_id(&self) -> Option<&str> {
-        self.session.as_deref()
-    }
-
-    /// Calls a tool and returns the JSON-RPC answer (`result` or `error`).
+    /// Calls a tool and returns its answer as JSON-RPC would carry it: `{"result": …}`, or
+    /// `{"error": …}` for a protocol error.
     pub async fn call_tool(
         &mut self,
         name: &str,
         arguments: serde_json::Value,
     ) -> serde_json::Value {
-        self.rpc(
-            "tools/call",
-            serde_json::json!({"name": name, "arguments": arguments}),
-        )
-        .await
-    }
-
-    async fn rpc(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.post(
-            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )
-        .await
-        .into_iter()
-        .find(|message| message["id"] == id)
-        .unwrap_or_else(|| panic!("no answer to {method}"))
-    }
-
-    /// POSTs one message; returns every JSON-RPC message of the answer.
-    async fn post(&mut self, message: serde_json::Value) -> Vec<serde_json::Value> {
-        let mut request = self
-            .server
-            .request(Method::POST, &self.path)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&message);
-        if let Some(session) = &self.session {
-            request = request.header("mcp-session-id", session);
+        let serde_json::Value::Object(arguments) = arguments else {
+            panic!("tool arguments are an object: {arguments}")
+        };
+        let params =
+            rmcp::model::CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+        match self.client.call_tool(params).await {
+            Ok(result) => serde_json::json!({ "result": result }),
+            Err(rmcp::ServiceError::McpError(error)) => serde_json::json!({ "error": error }),
+            Err(error) => panic!("the MCP call of {name} failed: {error}"),
         }
-        let response = request.send().await.expect("the server answers");
-        assert!(
-            response.status().is_success(),
-            "MCP POST answered {}",
-            response.status()
-        );
-        if let Some(session) = response.headers().get("mcp-session-id") {
-            self.session = Some(session.to_str().expect("ascii").to_owned());
-        }
-        let text = response.text().await.expect("a readable body");
-        mcp_messages(&text)
     }
 }
 

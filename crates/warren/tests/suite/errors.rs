@@ -5,7 +5,7 @@
 use reqwest::Method;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use warren_test_support::{McpSession, TestServer};
+use warren_test_support::TestServer;
 
 use super::server;
 
@@ -305,8 +305,28 @@ async fn mcp_delete(server: &TestServer, sandbox: &str, session: &str) -> reqwes
 async fn closing_an_mcp_session_is_204_and_an_unknown_one_is_a_json_404() {
     let server = server();
     let id = server.sandbox("alice", "t", "projects/a").await;
-    let session = McpSession::open(&server, &id).await;
-    let session_id = session.session_id().expect("a session id").to_owned();
+    // The raw wire, as the refusals below are: an initialize, and the session it opened.
+    let initialized = server
+        .request(Method::POST, &format!("/v1/sandboxes/{id}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "1"}},
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        initialized.status().is_success(),
+        "{}",
+        initialized.status()
+    );
+    let session_id = initialized.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let response = mcp_delete(&server, &id, &session_id).await;
     assert_eq!(response.status(), 204);
     assert!(response.bytes().await.unwrap().is_empty());
