@@ -338,8 +338,8 @@ pub enum ProvisionerError {
         /// Its virtual path.
         path: String,
     },
-    /// A watch of the runtime's own tree found the runtime stopped (reaped, paused, lost):
-    /// it is over. Watching again starts the runtime.
+    /// A watch of the runtime's own tree found the runtime stopped (reaped, lost): it is
+    /// over. Watching again starts the runtime.
     #[error("{path}: the runtime of sandbox {sandbox} stopped, and with it this watch of its own files; watch again to start it")]
     RuntimeStopped {
         /// The sandbox.

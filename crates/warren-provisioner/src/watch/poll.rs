@@ -9,8 +9,9 @@
 //!
 //! A runtime watch never keeps its runtime up: its first listing starts the runtime like
 //! any runtime file operation (I12), but no later one starts it again or counts as
-//! activity. Once the runtime stops (reaped, paused, lost) the watch ends with
-//! `runtime_stopped`; watching again starts it.
+//! activity. Once the runtime stops (reaped, lost) the watch ends with `runtime_stopped`;
+//! watching again starts it. A paused or ended sandbox ends it with the reason a command
+//! would get (`sandbox_paused`, `sandbox_terminated`), as every watch ends.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
