@@ -60,14 +60,7 @@ impl Lister {
                 provisioner,
                 sandbox,
                 path,
-            } => {
-                let if_stopped = if first {
-                    IfStopped::Start
-                } else {
-                    IfStopped::Refuse
-                };
-                list_runtime(provisioner, sandbox, path, depth, if_stopped, first).await
-            }
+            } => list_runtime(provisioner, sandbox, path, base, depth, first).await,
         }
     }
 }
@@ -205,20 +198,26 @@ fn list_host(view: &WorkspaceRoot, base: &str, depth: u32) -> Result<Snapshot, P
     Ok(Snapshot::of_listing("", listing.entries))
 }
 
-/// Lists a directory of the runtime's tree to `depth` through its agent. Once the
-/// directory is no longer there (or no longer a directory), the watch is over.
+/// Lists a directory of the runtime's tree (`base` is its virtual path) to `depth`
+/// through its agent; only the first listing may start the runtime. Once the directory is
+/// no longer there (or no longer a directory), the watch is over.
 async fn list_runtime(
     provisioner: &Provisioner,
     sandbox: &SandboxId,
     path: &VirtualPath,
+    base: &str,
     depth: u32,
-    if_stopped: IfStopped,
     first: bool,
 ) -> Result<Snapshot, ProvisionerError> {
     let op = FileOp::List {
-        path: path.to_string(),
+        path: base.to_owned(),
         depth,
         limit: MAX_WATCHED_ENTRIES,
+    };
+    let if_stopped = if first {
+        IfStopped::Start
+    } else {
+        IfStopped::Refuse
     };
     let listing = match provisioner
         .listed_in_runtime(sandbox, path.clone(), op, if_stopped)
@@ -228,13 +227,13 @@ async fn list_runtime(
         Err(ProvisionerError::File {
             source: FsError::NotFound { .. } | FsError::NotADirectory { .. },
             ..
-        }) if !first => return Err(directory_gone(&path.to_string())),
+        }) if !first => return Err(directory_gone(base)),
         Err(error) => return Err(error),
     };
     if listing.truncated {
         // Cut at the limit, or where the answer filled the agent's frame.
         return Err(too_large(
-            &path.to_string(),
+            base,
             depth,
             &format!(
                 "more entries to watch than one listing holds (at most {MAX_WATCHED_ENTRIES})"
