@@ -5,6 +5,7 @@
 //! server, found through `WARREN_URL` and `WARREN_TOKEN`.
 
 mod cmd;
+mod settings;
 
 use std::process::ExitCode;
 

@@ -1,7 +1,8 @@
-//! `warren.toml`: the file form of `warren serve`'s settings. A setting comes from the
-//! command line first, then its `WARREN_*` environment variable, then the file, then the
-//! built-in default; the file is checked whole at start-up and any mistake stops warren,
-//! naming the line (syntax, unknown keys, wrong types) or the key (bad values) at fault.
+//! `warren.toml`: the file form of `warren serve`'s settings, as structs serde checks
+//! whole at start-up (syntax, unknown keys and wrong types stop warren, naming the line).
+//! The single-valued settings are read by key through `crate::settings`, which holds their
+//! defaults, checks and documentation; the structured ones (tables of names, network
+//! policies, `[kubernetes]`) are read from these structs.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,13 +11,20 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
-use warren_isolation::config::RuntimeLimits;
 use warren_provisioner::{QuotaEnforcement, QuotaSettings};
 
 /// The whole file. Unknown keys are errors: a typo must not silently fall back to a default.
+/// Fields read only through `crate::settings` (by key) are the schema serde checks.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct ConfigFile {
+    /// The file as parsed, for `crate::settings` to read keys from.
+    #[serde(skip)]
+    raw: toml::Table,
     pub data_dir: Option<PathBuf>,
     /// The directory every replica shares (UserWorkspaces, projections, artifacts, local
     /// snapshots); default: the data directory.
@@ -69,6 +77,10 @@ pub struct ConfigFile {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct LifecycleSection {
     pub idle_timeout_s: Option<u64>,
     pub max_lifetime_s: Option<u64>,
@@ -84,6 +96,10 @@ pub struct LifecycleSection {
 /// `[cluster]`: this node's identity among the replicas sharing a state store (issue 14).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct ClusterSection {
     /// Unique among the replicas [default: the host name].
     pub node_id: Option<String>,
@@ -98,6 +114,10 @@ pub struct ClusterSection {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct ExecSection {
     pub default_timeout_s: Option<u64>,
     pub max_timeout_s: Option<u64>,
@@ -108,6 +128,10 @@ pub struct ExecSection {
 /// an API key is set here or in `WARREN_DEERFLOW_API_KEY` (which wins).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct DeerflowSection {
     /// The key DeerFlow sends as `X-API-Key` (its `provisioner_api_key`): at least 32
     /// characters, never the provisioner token.
@@ -129,17 +153,15 @@ pub struct DeerflowSection {
 impl DeerflowSection {
     /// The validated configuration, or `None` when no key enables DeerFlow's APIs. The key
     /// must not be the provisioner token (I13) nor appear in a value bound for sandboxes.
+    /// `api_key` is the resolved `deerflow.api_key` and where it came from.
     pub fn config(
         &self,
+        api_key: Option<&(String, String)>,
         token: &warren_api::ProvisionerToken,
         sandbox_values: &[&String],
     ) -> anyhow::Result<Option<warren_deerflow::DeerflowConfig>> {
-        let (key, origin) = match std::env::var("WARREN_DEERFLOW_API_KEY") {
-            Ok(key) => (key, "WARREN_DEERFLOW_API_KEY"),
-            Err(_) => match &self.api_key {
-                Some(key) => (key.clone(), "deerflow.api_key"),
-                None => return Ok(None),
-            },
+        let Some((key, origin)) = api_key else {
+            return Ok(None);
         };
         let key = key.trim();
         let api_key =
@@ -169,6 +191,10 @@ impl DeerflowSection {
 /// is set.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct E2bSection {
     /// Where the E2B control plane and every sandbox's envd listen.
     pub listen: Option<std::net::SocketAddr>,
@@ -211,9 +237,11 @@ impl E2bSection {
     }
 
     /// The validated configuration. No key may be the provisioner token (I13).
+    /// `timeouts`: the resolved default and longest sandbox timeouts.
     pub fn config(
         &self,
         token: &warren_api::ProvisionerToken,
+        (default, max): (Duration, Duration),
     ) -> anyhow::Result<warren_e2b::E2bConfig> {
         let mut keys = Vec::new();
         for (key, uid) in &self.keys {
@@ -235,14 +263,6 @@ impl E2bSection {
         if let Some(internet) = &self.internet {
             config = config.with_internet(internet.clone())?;
         }
-        let default = self
-            .default_timeout_s
-            .map(std::time::Duration::from_secs)
-            .unwrap_or(warren_e2b::E2bConfig::DEFAULT_TIMEOUT);
-        let max = self
-            .max_timeout_s
-            .map(std::time::Duration::from_secs)
-            .unwrap_or(warren_e2b::E2bConfig::MAX_TIMEOUT);
         Ok(config.with_timeouts(default, max)?)
     }
 }
@@ -251,6 +271,10 @@ impl E2bSection {
 /// offers it next to the local backend, for sandboxes that ask for `"backend":"docker"`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct DockerSection {
     pub enabled: Option<bool>,
     /// The image of sandboxes that name none.
@@ -283,6 +307,10 @@ pub struct InitSection {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct SnapshotsSection {
     pub keep_checkpoints: Option<usize>,
     pub gc_grace_s: Option<u64>,
@@ -301,6 +329,10 @@ pub struct SnapshotsSection {
 /// A Redis snapshot store; `WARREN_REDIS_URL` wins over the file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct RedisSection {
     pub url: Option<String>,
 }
@@ -309,6 +341,10 @@ pub struct RedisSection {
 /// and `WARREN_S3_SECRET_ACCESS_KEY`, which win over the file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct S3Section {
     pub endpoint: Option<String>,
     pub bucket: Option<String>,
@@ -317,70 +353,13 @@ pub struct S3Section {
     pub secret_access_key: Option<String>,
 }
 
-impl SnapshotsSection {
-    /// The snapshot store the section describes, with credentials from the environment
-    /// winning over the file.
-    pub fn store(&self) -> anyhow::Result<warren_provisioner::SnapshotStoreConfig> {
-        use warren_provisioner::SnapshotStoreConfig;
-        match self.store.as_deref().unwrap_or("local") {
-            "local" => Ok(SnapshotStoreConfig::Local),
-            "sql" => Ok(SnapshotStoreConfig::Sql),
-            "redis" => {
-                let url = std::env::var("WARREN_REDIS_URL")
-                    .ok()
-                    .or_else(|| self.redis.as_ref().and_then(|r| r.url.clone()))
-                    .filter(|url| !url.is_empty())
-                    .ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "snapshots.redis.url is required with store = \"redis\" (or set WARREN_REDIS_URL)"
-                        )
-                    })?;
-                Ok(SnapshotStoreConfig::Redis { url })
-            }
-            "s3" => {
-                let section = self.s3.as_ref();
-                let field = |name: &str,
-                             value: Option<&String>,
-                             env: Option<&str>|
-                 -> anyhow::Result<String> {
-                    env.and_then(|var| std::env::var(var).ok())
-                        .or_else(|| value.cloned())
-                        .filter(|v| !v.is_empty())
-                        .ok_or_else(|| {
-                            anyhow::anyhow!(
-                                "snapshots.s3.{name} is required with store = \"s3\"{}",
-                                env.map(|v| format!(" (or set {v})")).unwrap_or_default()
-                            )
-                        })
-                };
-                Ok(SnapshotStoreConfig::S3(warren_provisioner::S3Config {
-                    endpoint: field("endpoint", section.and_then(|s| s.endpoint.as_ref()), None)?,
-                    bucket: field("bucket", section.and_then(|s| s.bucket.as_ref()), None)?,
-                    region: section
-                        .and_then(|s| s.region.clone())
-                        .unwrap_or_else(|| "us-east-1".to_owned()),
-                    access_key_id: field(
-                        "access_key_id",
-                        section.and_then(|s| s.access_key_id.as_ref()),
-                        Some("WARREN_S3_ACCESS_KEY_ID"),
-                    )?,
-                    secret_access_key: field(
-                        "secret_access_key",
-                        section.and_then(|s| s.secret_access_key.as_ref()),
-                        Some("WARREN_S3_SECRET_ACCESS_KEY"),
-                    )?,
-                }))
-            }
-            other => {
-                bail!("snapshots.store = {other:?}: use \"local\", \"s3\", \"sql\" or \"redis\"")
-            }
-        }
-    }
-}
-
 /// Where the state store lives: SQLite in the data directory unless a URL says otherwise.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct StateSection {
     /// `postgres://user:password@host:port/database`, or `sqlite:<path>`.
     pub url: Option<String>,
@@ -527,9 +506,13 @@ impl QuotasSection {
     }
 }
 
-/// Per-runtime limits; absent keys keep the defaults of [`RuntimeLimits`].
+/// Per-runtime limits; absent keys keep the defaults of `RuntimeLimits`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
 pub struct LimitsSection {
     pub memory_bytes: Option<u64>,
     pub pids_max: Option<u64>,
@@ -555,7 +538,8 @@ impl ConfigFile {
     }
 
     fn parse(text: &str) -> anyhow::Result<Self> {
-        let file: Self = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
+        let mut file: Self = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
+        file.raw = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
         for (section, vars, secret) in [
             ("sandbox_env", &file.sandbox_env, false),
             ("sandbox_secrets", &file.sandbox_secrets, true),
@@ -575,36 +559,10 @@ impl ConfigFile {
         Ok(file)
     }
 
-    /// The limits with the file's values over the defaults; zero is refused, as it would
-    /// make every runtime unusable.
-    pub fn limits(&self) -> anyhow::Result<RuntimeLimits> {
-        let file = &self.limits;
-        let defaults = RuntimeLimits::default();
-        let positive = |name: &str, value: Option<u64>| -> anyhow::Result<Option<u64>> {
-            match value {
-                Some(0) => bail!("limits.{name} must be at least 1"),
-                other => Ok(other),
-            }
-        };
-        Ok(RuntimeLimits {
-            memory_bytes: positive("memory_bytes", file.memory_bytes)?.or(defaults.memory_bytes),
-            pids_max: positive("pids_max", file.pids_max)?.or(defaults.pids_max),
-            cpu_millis: positive("cpu_millis", file.cpu_millis)?.or(defaults.cpu_millis),
-            cow_bytes: positive("cow_bytes", file.cow_bytes)?.unwrap_or(defaults.cow_bytes),
-            home_bytes: positive("home_bytes", file.home_bytes)?.unwrap_or(defaults.home_bytes),
-            tmp_bytes: positive("tmp_bytes", file.tmp_bytes)?.unwrap_or(defaults.tmp_bytes),
-            shm_bytes: positive("shm_bytes", file.shm_bytes)?.unwrap_or(defaults.shm_bytes),
-            nofile: positive("nofile", file.nofile)?.unwrap_or(defaults.nofile),
-        })
+    /// The file as parsed, every key by name.
+    pub fn table(&self) -> &toml::Table {
+        &self.raw
     }
-}
-
-/// A duration setting in seconds that must be at least one.
-pub fn seconds(name: &str, value: u64) -> anyhow::Result<Duration> {
-    if value == 0 {
-        bail!("{name} must be at least 1 second");
-    }
-    Ok(Duration::from_secs(value))
 }
 
 #[cfg(test)]
@@ -670,10 +628,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(file.lifecycle.idle_timeout_s, Some(60));
-        assert_eq!(file.limits().unwrap().memory_bytes, Some(1 << 30));
         assert_eq!(
-            file.limits().unwrap().pids_max,
-            RuntimeLimits::default().pids_max
+            file.table()["limits"]["memory_bytes"].as_integer(),
+            Some(1 << 30)
         );
         assert_eq!(
             file.sandbox_env["PIP_INDEX_URL"],
@@ -682,34 +639,8 @@ mod tests {
     }
 
     #[test]
-    fn the_example_in_the_repository_parses_and_states_the_defaults() {
-        let file = ConfigFile::parse(include_str!("../../../../warren.example.toml")).unwrap();
-        assert_eq!(file.limits().unwrap(), RuntimeLimits::default());
-        let defaults = warren_provisioner::ProvisionerConfig::new("/x");
-        assert_eq!(
-            file.exec.default_timeout_s,
-            Some(defaults.default_exec_timeout.as_secs())
-        );
-        assert_eq!(
-            file.exec.max_timeout_s,
-            Some(defaults.max_exec_timeout.as_secs())
-        );
-        assert_eq!(file.exec.output_cap_bytes, Some(defaults.output_cap));
-        assert_eq!(
-            file.snapshots.keep_checkpoints,
-            Some(defaults.keep_checkpoints)
-        );
-        assert_eq!(file.snapshots.gc_grace_s, Some(defaults.gc_grace.as_secs()));
-        assert_eq!(file.snapshots.max_bytes, Some(defaults.snapshot_max_bytes));
-        assert_eq!(
-            file.lifecycle.reap_concurrency,
-            Some(defaults.reap_concurrency)
-        );
-        assert_eq!(
-            file.lifecycle.reap_deadline_s,
-            Some(defaults.reap_deadline.as_secs())
-        );
-        assert_eq!(file.isolation, Some(defaults.default_isolation));
+    fn the_example_in_the_repository_parses() {
+        ConfigFile::parse(include_str!("../../../../warren.example.toml")).unwrap();
     }
 
     #[test]
@@ -793,12 +724,9 @@ mod tests {
     }
 
     #[test]
-    fn wrong_types_zero_limits_and_bad_env_names_are_refused() {
+    fn wrong_types_and_bad_env_names_are_refused() {
         assert!(ConfigFile::parse("listen = 7878\n").is_err());
-        let zero = ConfigFile::parse("[limits]\npids_max = 0\n").unwrap();
-        assert!(format!("{:#}", zero.limits().unwrap_err()).contains("limits.pids_max"));
         assert!(ConfigFile::parse("[sandbox_env]\n\"A=B\" = \"x\"\n").is_err());
-        assert!(seconds("lifecycle.idle_timeout_s", 0).is_err());
     }
 
     #[test]

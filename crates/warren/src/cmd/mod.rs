@@ -1,7 +1,7 @@
 //! Subcommands: one short file each.
 
 mod client;
-mod config;
+pub(crate) mod config;
 mod data_dir_lock;
 mod doctor;
 mod drain;
@@ -12,8 +12,9 @@ mod migrate;
 pub mod output;
 mod processes;
 mod serve;
+mod serve_backends;
 #[cfg(test)]
-mod settings_reference;
+pub(crate) mod settings_reference;
 
 use std::process::ExitCode;
 

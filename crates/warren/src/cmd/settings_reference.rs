@@ -14,7 +14,7 @@ const SOURCES: [&str; 3] = [
 ];
 
 /// The reference.
-const EXAMPLE: &str = include_str!("../../../../warren.example.toml");
+pub(crate) const EXAMPLE: &str = include_str!("../../../../warren.example.toml");
 
 /// The struct the whole file is.
 const ROOT: &str = "ConfigFile";
@@ -217,6 +217,16 @@ fn undocumented(sources: &[&str], example: &str) -> Vec<String> {
         .into_iter()
         .filter(|key| !documented.contains(key))
         .collect()
+}
+
+/// Every key `warren.toml` takes, from its structs.
+pub(crate) fn accepted_keys() -> BTreeSet<String> {
+    accepted(&structs(&SOURCES))
+}
+
+/// Every key `warren.example.toml` documents.
+pub(crate) fn example_keys() -> BTreeSet<String> {
+    documented(&structs(&SOURCES), EXAMPLE)
 }
 
 #[test]
