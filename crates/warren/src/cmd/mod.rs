@@ -15,6 +15,8 @@ mod serve;
 mod serve_backends;
 #[cfg(test)]
 pub(crate) mod settings_reference;
+#[cfg(test)]
+mod specification;
 
 use std::process::ExitCode;
 
