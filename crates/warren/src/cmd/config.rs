@@ -34,8 +34,10 @@ pub struct ConfigFile {
     pub rootfs: Option<PathBuf>,
     pub image: Option<String>,
     /// The isolation tier of sandboxes that name none, `kernel` or `gvisor` (issue 19);
-    /// an unknown name is refused with its line like any other bad value.
-    pub isolation: Option<warren_core::IsolationTier>,
+    /// an unknown name is refused with its line like any other bad value. Its old name
+    /// `isolation` still works (both at once is refused as a duplicate).
+    #[serde(alias = "isolation")]
+    pub tier: Option<warren_core::IsolationTier>,
     pub token_file: Option<PathBuf>,
     #[serde(default)]
     pub lifecycle: LifecycleSection,
@@ -210,10 +212,12 @@ pub struct E2bSection {
     /// Where sandboxes allowed internet access may connect [default: `{ mode = "open" }`,
     /// public destinations through warren's filtering proxy].
     pub internet: Option<warren_core::NetworkPolicy>,
-    /// The timeout of a sandbox created without one [default: 300].
-    pub default_timeout_s: Option<u64>,
-    /// The longest timeout a sandbox may ask for [default: 86400].
-    pub max_timeout_s: Option<u64>,
+    /// The timeout of a sandbox created without one; old name `default_timeout_s`.
+    #[serde(alias = "default_timeout_s")]
+    pub sandbox_timeout_s: Option<u64>,
+    /// The longest timeout a sandbox may ask for; old name `max_timeout_s`.
+    #[serde(alias = "max_timeout_s")]
+    pub max_sandbox_timeout_s: Option<u64>,
     /// The PEM certificate chain the E2B listener serves TLS with (the server's certificate
     /// first; for `api.<domain>` and `*.<domain>`). With `tls_key`; without both, plain HTTP.
     pub tls_cert: Option<std::path::PathBuf>,
@@ -538,8 +542,10 @@ impl ConfigFile {
     }
 
     fn parse(text: &str) -> anyhow::Result<Self> {
+        let raw: toml::Table = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
+        crate::settings::check_renames(&raw)?;
         let mut file: Self = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
-        file.raw = toml::from_str(text).map_err(|error| anyhow::anyhow!("{error}"))?;
+        file.raw = raw;
         for (section, vars, secret) in [
             ("sandbox_env", &file.sandbox_env, false),
             ("sandbox_secrets", &file.sandbox_secrets, true),
@@ -645,14 +651,22 @@ mod tests {
 
     #[test]
     fn the_default_isolation_tier_is_kernel_or_gvisor_and_nothing_else() {
-        assert_eq!(ConfigFile::parse("").unwrap().isolation, None);
-        assert_eq!(
-            ConfigFile::parse("isolation = \"gvisor\"\n")
-                .unwrap()
-                .isolation,
-            Some(warren_core::IsolationTier::Gvisor)
+        assert_eq!(ConfigFile::parse("").unwrap().tier, None);
+        for key in ["tier", "isolation"] {
+            assert_eq!(
+                ConfigFile::parse(&format!("{key} = \"gvisor\"\n"))
+                    .unwrap()
+                    .tier,
+                Some(warren_core::IsolationTier::Gvisor)
+            );
+        }
+        let both = ConfigFile::parse("tier = \"gvisor\"\nisolation = \"kernel\"\n").unwrap_err();
+        assert!(
+            format!("{both:#}")
+                .contains("tier and isolation in the configuration are the same setting"),
+            "{both:#}"
         );
-        let error = ConfigFile::parse("isolation = \"runsc\"\n")
+        let error = ConfigFile::parse("tier = \"runsc\"\n")
             .unwrap_err()
             .to_string();
         assert!(

@@ -134,15 +134,15 @@ async fn docker(settings: &ServeSettings, data_dir: &Path) -> anyhow::Result<Arc
 /// A default tier the default backend cannot run would refuse every sandbox that names
 /// none: the server refuses to start instead, saying why (issue 19).
 fn check_default_tier(settings: &ServeSettings, backend: &dyn Backend) -> anyhow::Result<()> {
-    let tier = settings.isolation;
+    let tier = settings.tier;
     match warren_provisioner::check_isolation(backend, backend.kind(), tier) {
         Ok(()) => Ok(()),
         Err(warren_provisioner::ProvisionerError::IsolationUnavailable { backend, reason }) => {
             bail!(
-                "the default isolation tier is {tier} (--isolation, \
-                 WARREN_ISOLATION or isolation in the configuration), but the {backend} \
-                 backend cannot run it on this host: {reason}; set gVisor up for it, or \
-                 start with --isolation kernel"
+                "the default isolation tier is {tier} (--tier, WARREN_TIER or tier in the \
+                 configuration; formerly --isolation, WARREN_ISOLATION, isolation), but the \
+                 {backend} backend cannot run it on this host: {reason}; set gVisor up for \
+                 it, or start with --tier kernel (formerly --isolation kernel)"
             )
         }
         Err(error) => Err(error.into()),

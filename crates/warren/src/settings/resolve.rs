@@ -200,6 +200,24 @@ fn find(
     Ok(found)
 }
 
+/// Refuses a file that sets a setting under its old key and its new one, naming both
+/// (checked before the file's schema, which would only say "duplicate field").
+pub fn check_renames(file: &toml::Table) -> anyhow::Result<()> {
+    for setting in SETTINGS.iter().filter(|setting| setting.file) {
+        for old in setting.old.keys {
+            if lookup(file, setting.key).is_some() && lookup(file, old).is_some() {
+                bail!(
+                    "{} and {old} in the configuration are the same setting ({old} is its \
+                     old name); keep {}",
+                    setting.key,
+                    setting.key
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The value at a dotted key of the file.
 fn lookup<'t>(file: &'t toml::Table, key: &str) -> Option<&'t toml::Value> {
     let mut parts = key.split('.');
@@ -356,6 +374,71 @@ pub(crate) mod tests {
             let resolved = resolve(&[], &[("WARREN_DOCKER", word)], "").unwrap();
             assert_eq!(resolved.boolean("docker.enabled"), Some(expected), "{word}");
         }
+    }
+
+    #[test]
+    fn old_names_of_the_tier_and_of_e2bs_timeouts_still_work_and_say_the_new_name() {
+        for (flags, env, file) in [
+            (&[("tier", "gvisor")][..], &[][..], ""),
+            (&[], &[("WARREN_ISOLATION", "gvisor")][..], ""),
+            (&[], &[], "isolation = \"gvisor\""),
+        ] {
+            let resolved = resolve(flags, env, file).unwrap();
+            assert_eq!(
+                resolved.text("tier").as_deref(),
+                Some("gvisor"),
+                "{env:?} {file}"
+            );
+            if flags.is_empty() {
+                assert!(
+                    resolved
+                        .notices
+                        .iter()
+                        .any(|notice| notice.to_lowercase().contains("tier")),
+                    "{:?}",
+                    resolved.notices
+                );
+            }
+        }
+        // The new variable wins over the old one.
+        let both = resolve(
+            &[],
+            &[("WARREN_TIER", "kernel"), ("WARREN_ISOLATION", "gvisor")],
+            "",
+        )
+        .unwrap();
+        assert_eq!(both.text("tier").as_deref(), Some("kernel"));
+        let old = resolve(
+            &[],
+            &[],
+            "[e2b]\ndefault_timeout_s = 60\nmax_timeout_s = 600",
+        )
+        .unwrap();
+        assert_eq!(old.integer("e2b.sandbox_timeout_s"), Some(60));
+        assert_eq!(old.integer("e2b.max_sandbox_timeout_s"), Some(600));
+        assert!(old.notices[0].contains(
+            "e2b.default_timeout_s in the configuration is now called e2b.sandbox_timeout_s"
+        ));
+        assert_eq!(
+            old.origin("e2b.sandbox_timeout_s"),
+            &Origin::File("e2b.default_timeout_s")
+        );
+    }
+
+    #[test]
+    fn a_file_naming_a_setting_by_its_old_and_new_key_is_refused_naming_both() {
+        let error = resolve(
+            &[],
+            &[],
+            "[e2b]\nsandbox_timeout_s = 60\ndefault_timeout_s = 60",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("e2b.sandbox_timeout_s and e2b.default_timeout_s")
+                && error.contains("keep e2b.sandbox_timeout_s"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -34,6 +34,10 @@ impl Setting {
         self.file = false;
         self
     }
+    const fn old(mut self, old: Old) -> Self {
+        self.old = old;
+        self
+    }
     const fn seconds(mut self) -> Self {
         self.unit = "seconds";
         self.check = Check::Seconds;
@@ -96,9 +100,11 @@ pub static SETTINGS: &[Setting] = &[
     setting("backend", Kind::Choice(&["local", "docker", "kubernetes", "memory"]), Default::Value(|| Value::Text("local".into())),
         "Which backend hosts runtimes: local (namespaces, cgroups, seccomp, Landlock), docker (one container per sandbox), kubernetes (one pod per sandbox, [kubernetes]) or memory (isolates nothing; builds for warren's own tests only).")
         .flag("backend").env("WARREN_BACKEND"),
-    setting("isolation", Kind::Choice(&["kernel", "gvisor"]), Default::Value(|| Value::Text(provisioner().default_isolation.as_str().into())),
+    setting("tier", Kind::Choice(&["kernel", "gvisor"]), Default::Value(|| Value::Text(provisioner().default_isolation.as_str().into())),
         "The isolation tier of sandboxes that name none: kernel (the host kernel), or gvisor (runsc's user-space kernel; the default backend must be able to run it on this host, or warren does not start).")
-        .flag("isolation").env("WARREN_ISOLATION"),
+        .flag("tier").env("WARREN_TIER")
+        // `isolation` is also the CLI's word for who shares a sandbox (`sandbox create`).
+        .old(Old { flags: &["isolation"], envs: &["WARREN_ISOLATION"], keys: &["isolation"] }),
     setting("rootfs", Kind::Path, Default::Unset("the host profile"),
         "A root filesystem directory for runtimes of the local backend (not with image).")
         .flag("rootfs").env("WARREN_ROOTFS"),
@@ -249,12 +255,15 @@ pub static SETTINGS: &[Setting] = &[
         "The PEM private key of tls_cert."),
     setting("e2b.internet", NETWORK_POLICY, Default::Unset("{ mode = \"open\" }, public destinations through warren's proxy"),
         "Where sandboxes allowed internet access may connect."),
-    setting("e2b.default_timeout_s", Kind::Integer, Default::Value(|| secs(warren_e2b::E2bConfig::DEFAULT_TIMEOUT)),
+    setting("e2b.sandbox_timeout_s", Kind::Integer, Default::Value(|| secs(warren_e2b::E2bConfig::DEFAULT_TIMEOUT)),
         "How long a sandbox created without a timeout lives.")
-        .seconds(),
-    setting("e2b.max_timeout_s", Kind::Integer, Default::Value(|| secs(warren_e2b::E2bConfig::MAX_TIMEOUT)),
+        .seconds()
+        // `default_timeout_s` is a command's timeout in [exec].
+        .old(Old { flags: &[], envs: &[], keys: &["e2b.default_timeout_s"] }),
+    setting("e2b.max_sandbox_timeout_s", Kind::Integer, Default::Value(|| secs(warren_e2b::E2bConfig::MAX_TIMEOUT)),
         "The longest timeout a sandbox may ask for (create, set_timeout).")
-        .seconds(),
+        .seconds()
+        .old(Old { flags: &[], envs: &[], keys: &["e2b.max_timeout_s"] }),
     setting("e2b.keys", Kind::Structured("table of API keys to uids"), Default::Unset("none"),
         "API keys (e2b_ and at least 32 hex digits) and the uid each acts for; more come from `warren e2b key create`."),
     setting("e2b.templates", Kind::Structured("table of names to `{ backend, image, home }`"), Default::Unset("base only"),

@@ -48,7 +48,7 @@ pub struct ServeSettings {
     pub log_filter: String,
     pub backend: BackendChoice,
     /// The isolation tier of sandboxes that name none.
-    pub isolation: IsolationTier,
+    pub tier: IsolationTier,
     pub rootfs: Option<PathBuf>,
     /// The local backend's imported image (not the Docker or Kubernetes one).
     pub local_image: Option<String>,
@@ -123,7 +123,7 @@ impl ServeSettings {
                  (the `memory-backend` feature, I20); choose --backend local, docker or kubernetes"
             );
         }
-        let isolation = IsolationTier::parse(&text("isolation")).expect("a choice of the table");
+        let tier = IsolationTier::parse(&text("tier")).expect("a choice of the table");
         let rootfs = r.path("rootfs");
         let mut local_image = r.text("image");
         if rootfs.is_some() && local_image.is_some() {
@@ -197,7 +197,7 @@ impl ServeSettings {
             log_format,
             log_filter: text("log"),
             backend,
-            isolation,
+            tier,
             rootfs,
             local_image,
             sandbox_image,
@@ -218,7 +218,10 @@ impl ServeSettings {
             reap_interval: secs("lifecycle.reap_interval_s"),
             shutdown_grace: secs("lifecycle.shutdown_grace_s"),
             limits,
-            e2b_timeouts: (secs("e2b.default_timeout_s"), secs("e2b.max_timeout_s")),
+            e2b_timeouts: (
+                secs("e2b.sandbox_timeout_s"),
+                secs("e2b.max_sandbox_timeout_s"),
+            ),
             deerflow_api_key,
             snapshot_store: snapshot_store(r)?,
             provisioner,
@@ -240,7 +243,7 @@ impl ServeSettings {
         config.resume_from_snapshots = p.resume;
         config.reap_concurrency = p.reap_concurrency;
         config.reap_deadline = p.reap_deadline;
-        config.default_isolation = self.isolation;
+        config.default_isolation = self.tier;
         config.default_image = self.sandbox_image.clone();
         config.snapshot_store = self.snapshot_store.clone();
     }
