@@ -101,18 +101,6 @@ impl Controllers {
     pub(super) fn limit_controllers(self) -> impl Iterator<Item = Controller> {
         Controller::ALL.into_iter().filter(move |c| self.has(*c))
     }
-
-    /// Keeps only the controllers named in a `cgroup.controllers` file.
-    pub(super) fn intersect_listed(self, listed: &str) -> Self {
-        let listed: Vec<&str> = listed.split_whitespace().collect();
-        let mut out = Self::default();
-        for controller in self.limit_controllers() {
-            if listed.contains(&controller.name()) {
-                out.insert(controller);
-            }
-        }
-        out
-    }
 }
 
 /// Where a controller comes from on this host.
@@ -124,7 +112,8 @@ pub(super) enum Backing<'a> {
 
 /// One hierarchy a sandbox gets a directory in, before anything is created.
 pub(super) struct Plan<'a> {
-    pub(super) unified: bool,
+    /// How the hierarchy's cgroup version is handled: [`v2::Driver`] or [`v1::Driver`].
+    pub(super) driver: &'static dyn CgroupDriver,
     pub(super) mount: &'a Path,
     pub(super) hierarchy: String,
     /// For v2: the controllers to enable (what the root offers); for v1: what this mount
@@ -304,7 +293,7 @@ impl CgroupSupport {
                 }
             }
             plans.push(Plan {
-                unified: true,
+                driver: &v2::Driver,
                 mount: &u.path,
                 hierarchy: "unified".to_owned(),
                 controllers,
@@ -326,7 +315,7 @@ impl CgroupSupport {
                 continue;
             }
             plans.push(Plan {
-                unified: false,
+                driver: &v1::Driver,
                 mount: &mount.path,
                 hierarchy: mount.label(),
                 controllers,

@@ -19,7 +19,8 @@ pub struct ExecCgroup {
 
 #[derive(Debug)]
 pub(super) struct Leaf {
-    pub(super) unified: bool,
+    /// How this hierarchy's cgroup version is handled.
+    pub(super) driver: &'static dyn CgroupDriver,
     pub(super) controllers: Controllers,
     pub(super) path: String,
     /// `warren/<name>`, to remove the leaf from.
@@ -90,7 +91,7 @@ impl ExecCgroup {
     /// it is the command's only placement; then no `add_self` migration is needed.
     pub fn spawn_target(&self) -> Option<BorrowedFd<'_>> {
         match self.leaves.as_slice() {
-            [leaf] if leaf.unified => Some(leaf.dir.as_fd()),
+            [leaf] if leaf.driver.spawns_into_leaf() => Some(leaf.dir.as_fd()),
             _ => None,
         }
     }
@@ -139,7 +140,7 @@ impl ExecCgroup {
                 cpuacct: leaf.controllers.cpuacct,
                 ..Controllers::default()
             };
-            read_stats(leaf.dir.as_fd(), leaf.unified, controllers, &mut stats);
+            read_stats(leaf.dir.as_fd(), leaf.driver, controllers, &mut stats);
         }
         stats.cpu_usage_usec
     }
@@ -149,8 +150,8 @@ impl Leaf {
     pub(super) fn target(&self) -> Target<'_> {
         Target {
             dir: self.dir.as_fd(),
-            unified: self.unified,
-            freezer: self.controllers.freezer,
+            driver: self.driver,
+            controllers: self.controllers,
             path: self.path.clone(),
         }
     }

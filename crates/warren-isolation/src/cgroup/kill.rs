@@ -6,9 +6,10 @@ use super::*;
 /// A cgroup directory whose processes (and those of its descendants) are to be killed.
 pub(super) struct Target<'a> {
     pub(super) dir: BorrowedFd<'a>,
-    pub(super) unified: bool,
-    /// A v1 freezer hierarchy (`freezer.state`).
-    pub(super) freezer: bool,
+    /// How its hierarchy's cgroup version freezes and kills.
+    pub(super) driver: &'static dyn CgroupDriver,
+    /// Controllers whose files exist in `dir` (the v1 freezer's `freezer.state` among them).
+    pub(super) controllers: Controllers,
     /// `hierarchy:warren/...`, for messages.
     pub(super) path: String,
 }
@@ -35,38 +36,20 @@ pub(super) fn kill_tree(targets: &[Target<'_>], use_cgroup_kill: bool) -> Result
 /// thaw.
 pub(super) fn thaw(frozen: &[&Target<'_>]) {
     for target in frozen {
-        let _ = if target.unified {
-            write_file(target.dir, "cgroup.freeze", b"0")
-        } else {
-            write_file(target.dir, "freezer.state", b"THAWED")
-        };
+        target.driver.thaw(target.dir);
     }
 }
 
-/// Freezes every v2 target that offers `cgroup.freeze` and waits (bounded) until the
-/// kernel reports it frozen; returns the targets it froze, to thaw.
+/// Freezes every target its driver can freeze (v2 `cgroup.freeze`, the v1 freezer) and
+/// waits (bounded) until the kernel reports it frozen; returns the targets it froze, to thaw.
 pub(super) fn freeze<'t, 'a>(targets: &'t [Target<'a>]) -> Vec<&'t Target<'a>> {
     let frozen: Vec<&Target<'_>> = targets
         .iter()
-        .filter(|t| {
-            if t.unified {
-                write_file(t.dir, "cgroup.freeze", b"1").is_ok()
-            } else {
-                t.freezer && write_file(t.dir, "freezer.state", b"FROZEN").is_ok()
-            }
-        })
+        .filter(|t| t.driver.freeze(t.dir, t.controllers))
         .collect();
     let deadline = Instant::now() + FREEZE_TIMEOUT;
     while Instant::now() < deadline {
-        let settled = frozen.iter().all(|t| {
-            if !t.unified {
-                return read_file(t.dir, "freezer.state").map_or(true, |s| s.trim() == "FROZEN");
-            }
-            read_file(t.dir, "cgroup.events").map_or(true, |events| {
-                stat_field(&events, "frozen") == Some(1)
-                    || stat_field(&events, "populated") == Some(0)
-            })
-        });
+        let settled = frozen.iter().all(|t| t.driver.frozen(t.dir));
         if settled {
             break;
         }
@@ -80,17 +63,21 @@ pub(super) fn kill_frozen(
     use_cgroup_kill: bool,
     frozen: &[&Target<'_>],
 ) -> Result<u64, CgroupError> {
-    let frozen_v1: Vec<&Target<'_>> = frozen.iter().copied().filter(|t| !t.unified).collect();
+    let frozen_v1: Vec<&Target<'_>> = frozen
+        .iter()
+        .copied()
+        .filter(|t| !t.driver.frozen_die())
+        .collect();
     let mut thawed_v1 = frozen_v1.is_empty();
     let mut seen = BTreeSet::new();
     seen.extend(list_pids(targets)?);
     let mut killed_by_kernel = false;
     if use_cgroup_kill {
-        for target in targets.iter().filter(|t| t.unified) {
-            match write_file(target.dir, "cgroup.kill", b"1") {
-                Ok(()) => killed_by_kernel = true,
-                // Before Linux 5.14: fall back to signalling pid by pid.
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        for target in targets {
+            match target.driver.kill(target.dir) {
+                Ok(true) => killed_by_kernel = true,
+                // v1, or v2 before Linux 5.14: fall back to signalling pid by pid.
+                Ok(false) => {}
                 Err(source) => {
                     return Err(CgroupError::Kill {
                         path: target.path.clone(),

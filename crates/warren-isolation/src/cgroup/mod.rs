@@ -40,9 +40,13 @@
 //! `detect.rs` what the host offers; `sandbox.rs` a sandbox's groups and limits;
 //! `exec.rs` a command's leaf; `kill.rs` killing every process of a set of groups;
 //! `cleanup.rs` removing them; `stats.rs` what they report; `fd.rs` cgroupfs by descriptor.
+//! What differs between the versions sits behind one trait, `driver.rs`'s `CgroupDriver`,
+//! implemented in `v2/` and `v1/` (a module per controller); `pids.rs` holds the pids
+//! controller, whose files both versions share.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
@@ -264,16 +268,20 @@ pub struct CgroupStats {
 
 mod cleanup;
 mod detect;
+mod driver;
 mod exec;
 mod fd;
 mod kill;
+mod pids;
 mod sandbox;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod v1;
+mod v2;
 
 pub use cleanup::remove_stale;
 pub use detect::CgroupSupport;
 pub use exec::ExecCgroup;
 pub use sandbox::SandboxCgroup;
-use {cleanup::*, detect::*, exec::*, fd::*, kill::*, sandbox::*, stats::*};
+use {cleanup::*, detect::*, driver::*, exec::*, fd::*, kill::*, sandbox::*, stats::*};

@@ -14,7 +14,8 @@ pub struct SandboxCgroup {
 /// A sandbox's directory in one hierarchy.
 #[derive(Debug)]
 pub(super) struct Place {
-    pub(super) unified: bool,
+    /// How this hierarchy's cgroup version is handled.
+    pub(super) driver: &'static dyn CgroupDriver,
     pub(super) hierarchy: String,
     /// Controllers whose interface files exist in `dir` (for v2: enabled by `warren/`).
     pub(super) controllers: Controllers,
@@ -36,87 +37,29 @@ impl Place {
         }
     }
 
+    /// Writes `controller`'s limit from `limits`: pids the same way in every version, memory
+    /// and cpu through this hierarchy's driver.
     pub(super) fn write_limit(
         &self,
         name: &str,
         controller: Controller,
         limits: &Limits,
     ) -> Result<(), CgroupError> {
-        let set = |file: &'static str, value: &str| {
-            write_file(self.dir.as_fd(), file, value.as_bytes()).map_err(|source| {
-                CgroupError::SetLimit {
-                    path: self.path(name, None),
-                    file,
-                    source,
-                }
-            })
-        };
+        let (dir, path) = (self.dir.as_fd(), self.path(name, None));
         // Limits that are not requested are reset to unlimited, so a cgroup reused after a
         // crash doesn't keep the previous run's values.
-        match (controller, self.unified) {
-            (Controller::Memory, true) => {
-                set(
-                    "memory.max",
-                    &limits
-                        .memory_bytes
-                        .map_or("max".to_owned(), |b| b.to_string()),
-                )?;
-                if file_exists(self.dir.as_fd(), "memory.swap.max") {
-                    set(
-                        "memory.swap.max",
-                        if limits.memory_bytes.is_some() {
-                            "0"
-                        } else {
-                            "max"
-                        },
-                    )?;
-                }
-            }
-            (Controller::Memory, false) => {
-                let value = limits
-                    .memory_bytes
-                    .map_or("-1".to_owned(), |b| b.to_string());
-                let memsw = "memory.memsw.limit_in_bytes";
-                let has_memsw = file_exists(self.dir.as_fd(), memsw);
-                // The kernel insists memory+swap >= memory at every moment; lifting it first
-                // makes any new memory limit valid, and then it's lowered to match (so swap
-                // can't be used to go past the limit).
-                if has_memsw {
-                    set(memsw, "-1")?;
-                }
-                set("memory.limit_in_bytes", &value)?;
-                if has_memsw && limits.memory_bytes.is_some() {
-                    set(memsw, &value)?;
-                }
-            }
-            (Controller::Pids, _) => {
-                set(
-                    "pids.max",
-                    &limits.pids_max.map_or("max".to_owned(), |n| n.to_string()),
-                )?;
-            }
-            (Controller::Cpu, true) => {
-                let quota = limits
-                    .cpu_millis
-                    .map_or("max".to_owned(), |m| cpu_quota_usec(m).to_string());
-                set("cpu.max", &format!("{quota} {CPU_PERIOD_USEC}"))?;
-            }
-            (Controller::Cpu, false) => {
-                set("cpu.cfs_period_us", &CPU_PERIOD_USEC.to_string())?;
-                let quota = limits
-                    .cpu_millis
-                    .map_or("-1".to_owned(), |m| cpu_quota_usec(m).to_string());
-                set("cpu.cfs_quota_us", &quota)?;
-            }
+        match controller {
+            Controller::Memory => self.driver.set_memory(dir, &path, limits.memory_bytes),
+            Controller::Pids => pids::set_limit(dir, &path, limits.pids_max),
+            Controller::Cpu => self.driver.set_cpu(dir, &path, limits.cpu_millis),
         }
-        Ok(())
     }
 
     pub(super) fn target(&self, name: &str) -> Target<'_> {
         Target {
             dir: self.dir.as_fd(),
-            unified: self.unified,
-            freezer: self.controllers.freezer,
+            driver: self.driver,
+            controllers: self.controllers,
             path: self.path(name, None),
         }
     }
@@ -174,35 +117,20 @@ impl SandboxCgroup {
                     source,
                 })?;
             let rel = format!("{ROOT_DIR}/{}", self.name);
-            let mut controllers = plan.controllers;
-            if plan.unified && controllers != Controllers::default() {
-                // v2 hands a controller to a cgroup only when every ancestor enabled it for
-                // its children, so enable it from the root down to `warren/`.
-                enable_controllers(root.as_fd(), &at("/"), controllers);
-                enable_controllers(parent.as_fd(), &at(ROOT_DIR), controllers);
-            }
+            plan.driver.prepare(
+                &plan.hierarchy,
+                root.as_fd(),
+                parent.as_fd(),
+                plan.controllers,
+            );
             let dir =
                 make_dir(parent.as_fd(), &self.name).map_err(|source| CgroupError::Create {
                     path: at(&rel),
                     source,
                 })?;
-            if plan.unified {
-                // What actually got through: an ancestor may have refused (e.g. a
-                // non-root cgroup namespace root that holds processes).
-                controllers = match read_file(dir.as_fd(), "cgroup.controllers") {
-                    Ok(listed) => controllers.intersect_listed(&listed),
-                    Err(err) => {
-                        tracing::debug!(
-                            cgroup = %at(&rel),
-                            error = %err,
-                            "cannot read cgroup.controllers"
-                        );
-                        Controllers::default()
-                    }
-                };
-                // Lets the leafs report their own memory and pids usage.
-                enable_controllers(dir.as_fd(), &at(&rel), controllers);
-            }
+            let controllers = plan
+                .driver
+                .created(dir.as_fd(), &at(&rel), plan.controllers);
             let init = if plan.leafy {
                 Some(
                     make_dir(dir.as_fd(), INIT_LEAF).map_err(|source| CgroupError::Create {
@@ -214,7 +142,7 @@ impl SandboxCgroup {
                 None
             };
             self.places.push(Place {
-                unified: plan.unified,
+                driver: plan.driver,
                 hierarchy: plan.hierarchy,
                 controllers,
                 leafy: plan.leafy,
@@ -262,15 +190,9 @@ impl SandboxCgroup {
             } else {
                 None
             };
-            let controllers = if plan.unified {
-                read_file(dir.as_fd(), "cgroup.controllers")
-                    .map(|listed| plan.controllers.intersect_listed(&listed))
-                    .unwrap_or_default()
-            } else {
-                plan.controllers
-            };
+            let controllers = plan.driver.opened(dir.as_fd(), plan.controllers);
             places.push(Place {
-                unified: plan.unified,
+                driver: plan.driver,
                 hierarchy: plan.hierarchy,
                 controllers,
                 leafy: plan.leafy,
@@ -344,7 +266,7 @@ impl SandboxCgroup {
                     path: path.clone(),
                 });
                 leaves.push(Leaf {
-                    unified: place.unified,
+                    driver: place.driver,
                     controllers: place.controllers,
                     path,
                     parent,
@@ -405,7 +327,7 @@ impl SandboxCgroup {
         for place in &self.places {
             read_stats(
                 place.dir.as_fd(),
-                place.unified,
+                place.driver,
                 place.controllers,
                 &mut stats,
             );
@@ -435,23 +357,7 @@ impl warren_agent::server::CommandGroups for SandboxCgroup {
     }
 }
 
-/// Enables each of `controllers` in `dir`'s `cgroup.subtree_control`, one at a time so one
-/// refusal doesn't block the others. Failures only mean a limit can't be enforced, which the
-/// caller learns from `cgroup.controllers` below, so they are logged, not returned.
-pub(super) fn enable_controllers(dir: BorrowedFd<'_>, path: &str, controllers: Controllers) {
-    for controller in controllers.limit_controllers() {
-        let request = format!("+{}", controller.name());
-        if let Err(err) = write_file(dir, "cgroup.subtree_control", request.as_bytes()) {
-            tracing::debug!(
-                cgroup = %path,
-                controller = controller.name(),
-                error = %err,
-                "cannot enable cgroup controller"
-            );
-        }
-    }
-}
-
+/// `cpu_millis` as a quota per [`CPU_PERIOD_USEC`], at least [`MIN_CPU_QUOTA_USEC`].
 pub(super) fn cpu_quota_usec(cpu_millis: u64) -> u64 {
     cpu_millis
         .saturating_mul(CPU_PERIOD_USEC / 1000)

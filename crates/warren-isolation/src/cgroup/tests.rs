@@ -1,3 +1,5 @@
+//! Tests of detection (the layouts hosts mount) and of what every cgroup version shares.
+
 use super::*;
 
 /// This machine: v1 controllers mounted one per hierarchy, a named systemd hierarchy,
@@ -306,25 +308,6 @@ fn sandbox_names_must_be_plain_directory_names() {
 }
 
 #[test]
-fn cpu_limits_are_read_as_thousandths_of_a_cpu() {
-    assert_eq!(cpu_max_millis("100000 100000\n"), Some(1000));
-    assert_eq!(cpu_max_millis("50000 100000"), Some(500));
-    assert_eq!(cpu_max_millis("250000 100000\n"), Some(2500));
-    assert_eq!(cpu_max_millis("max 100000\n"), None);
-    assert_eq!(cpu_max_millis(""), None);
-    assert_eq!(cpu_max_millis("100000 0"), None);
-    // v1: `cpu.cfs_quota_us` is -1 without a limit.
-    assert_eq!(cpu_millis(-1, 100_000), None);
-    assert_eq!(cpu_millis(200_000, 100_000), Some(2000));
-}
-
-#[test]
-fn a_v1_memory_limit_of_the_page_counters_maximum_is_no_limit() {
-    assert_eq!(v1_memory_limit(9_223_372_036_854_771_712), None);
-    assert_eq!(v1_memory_limit(2 << 30), Some(2 << 30));
-}
-
-#[test]
 fn page_cache_is_read_from_memory_stat() {
     let v2 = "anon 104857600\nfile 52428800\nkernel 1024\nfile_mapped 0\n";
     assert_eq!(stat_field(v2, "file"), Some(52_428_800));
@@ -340,17 +323,4 @@ fn cpu_stat_fields_are_found_by_key() {
     assert_eq!(stat_field(text, "usage_usec"), Some(1234));
     assert_eq!(stat_field(text, "system_usec"), Some(234));
     assert_eq!(stat_field(text, "nr_periods"), None);
-}
-
-#[test]
-fn controllers_are_intersected_with_what_the_parent_enabled() {
-    let wanted = Controllers {
-        memory: true,
-        pids: true,
-        cpu: true,
-        cpuacct: false,
-        freezer: false,
-    };
-    let got = wanted.intersect_listed("cpuset memory pids\n");
-    assert!(got.memory && got.pids && !got.cpu);
 }
