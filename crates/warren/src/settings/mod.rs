@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use flags::ServeArgs;
-pub use resolve::{check_renames, Origin, Resolved, Sources};
+pub use resolve::{check_renames, Resolved, Sources};
 pub use table::SETTINGS;
 pub use typed::{BackendChoice, LogFormat, ServeSettings};
 

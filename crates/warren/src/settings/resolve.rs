@@ -162,7 +162,10 @@ fn find(
         .map(|var| (*var, false))
         .chain(setting.old.envs.iter().map(|var| (*var, true)))
     {
-        if let Some(value) = (sources.env)(var).filter(|value| !value.is_empty()) {
+        // An empty variable is unset, except a secret's: an empty token or key is a
+        // mistake to report, not a reason to fall back to another source.
+        let set = |value: &String| !value.is_empty() || setting.kind == Kind::Secret;
+        if let Some(value) = (sources.env)(var).filter(set) {
             if old {
                 notices.push(format!(
                     "{var} is an old name of {}: it still works; rename it",
@@ -367,9 +370,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn an_empty_variable_is_unset_and_booleans_take_the_usual_words() {
+    fn an_empty_variable_is_unset_unless_a_secret_and_booleans_take_the_usual_words() {
         let resolved = resolve(&[], &[("WARREN_LISTEN", "")], "").unwrap();
         assert_eq!(resolved.origin("listen"), &Origin::Default);
+        let token = resolve(&[], &[("WARREN_TOKEN", "")], "").unwrap();
+        assert_eq!(
+            token.text("token").as_deref(),
+            Some(""),
+            "an empty secret is refused later"
+        );
         for (word, expected) in [("1", true), ("yes", true), ("off", false), ("FALSE", false)] {
             let resolved = resolve(&[], &[("WARREN_DOCKER", word)], "").unwrap();
             assert_eq!(resolved.boolean("docker.enabled"), Some(expected), "{word}");

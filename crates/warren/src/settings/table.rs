@@ -115,7 +115,7 @@ pub static SETTINGS: &[Setting] = &[
         "Also offer the Docker backend next to the default one, for sandboxes created with \"backend\":\"docker\".")
         .flag("docker").env("WARREN_DOCKER"),
     setting("docker.image", Kind::Text, Default::Unset("none"),
-        "The Docker image of sandboxes that name none, when the default backend is another (implies docker.enabled; never pulled).")
+        "The Docker image of sandboxes that name none, when the default backend is another (never pulled). Given as the flag or variable it also offers Docker; in the file, set enabled too.")
         .flag("docker-image").env("WARREN_DOCKER_IMAGE"),
     setting("docker.socket", Kind::Text, Default::Unset("/var/run/docker.sock"),
         "The Docker engine's Unix socket.")

@@ -10,7 +10,7 @@ use warren_core::IsolationTier;
 use warren_isolation::config::RuntimeLimits;
 use warren_provisioner::{ProvisionerConfig, SnapshotStoreConfig};
 
-use super::resolve::Resolved;
+use super::resolve::{Origin, Resolved};
 use crate::cmd::config::StateChoice;
 
 /// `log_format`.
@@ -137,9 +137,13 @@ impl ServeSettings {
             }
             _ => docker_image.clone(),
         };
+        // As before the table: the image given as a flag or variable offers Docker; in the
+        // file it does not (`enabled = true` does), so an existing file keeps its meaning.
+        let image_offers_docker = docker_image.is_some()
+            && matches!(r.origin("docker.image"), Origin::Flag(_) | Origin::Env(_));
         let docker_enabled = backend == BackendChoice::Docker
             || r.required("docker.enabled", Resolved::boolean)
-            || docker_image.is_some();
+            || image_offers_docker;
         if rootfs.is_some() && backend == BackendChoice::Docker {
             bail!("--rootfs is for the local backend; the Docker backend runs images (--image)");
         }
@@ -188,7 +192,7 @@ impl ServeSettings {
             (
                 key,
                 match r.origin("deerflow.api_key") {
-                    super::Origin::Env(var) => (*var).to_owned(),
+                    Origin::Env(var) => (*var).to_owned(),
                     _ => "deerflow.api_key".to_owned(),
                 },
             )
@@ -322,6 +326,12 @@ mod tests {
         assert!(docker.docker_enabled);
         let beside = settings(&[], &[("WARREN_DOCKER_IMAGE", "py")], "").unwrap();
         assert!(beside.docker_enabled && beside.sandbox_image.as_deref() == Some("py"));
+        let in_file = settings(&[], &[], "[docker]\nimage = \"py\"").unwrap();
+        assert!(
+            !in_file.docker_enabled,
+            "the file's image alone offers no Docker"
+        );
+        assert_eq!(in_file.sandbox_image.as_deref(), Some("py"));
     }
 
     #[test]
