@@ -248,6 +248,11 @@ struct SandboxCreateArgs {
     /// For the docker backend: the image (on the Docker host); default: the server's.
     #[arg(long)]
     image: Option<String>,
+    /// The isolation tier: kernel, or gvisor (the API's `isolation`); default: the
+    /// server's (`warren serve --tier`). Not --isolation, which here names who shares the
+    /// sandbox.
+    #[arg(long, value_parser = ["kernel", "gvisor"])]
+    tier: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -572,6 +577,7 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                 ephemeral,
                 backend,
                 image,
+                tier,
             } = *create;
             client
                 .create_sandbox(&CreateSandbox {
@@ -590,6 +596,10 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                     ephemeral,
                     backend,
                     image,
+                    isolation: tier.map(|tier| match tier.as_str() {
+                        "gvisor" => warren_protocol::SandboxIsolation::Gvisor,
+                        _ => warren_protocol::SandboxIsolation::Kernel,
+                    }),
                     ..CreateSandbox::default()
                 })
                 .await
