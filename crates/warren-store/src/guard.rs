@@ -15,6 +15,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use warren_core::SandboxId;
 
+use crate::rows::Columns;
+use crate::sql::{Dialect, Query, Record};
+use crate::StoreError;
+
 /// One issued guard.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Guard {
@@ -118,6 +122,148 @@ impl std::fmt::Debug for FenceHold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("FenceHold")
     }
+}
+
+const COLUMNS: &str = "sandbox_id, token, holder, acquired_at, expires_at";
+
+fn guard_from_row(row: &impl Record) -> Result<Guard, StoreError> {
+    let columns = Columns {
+        row,
+        table: "guards",
+    };
+    Ok(Guard {
+        sandbox_id: columns.parse("sandbox_id", |id| SandboxId::parse(&id))?,
+        token: columns.get("token")?,
+        holder: columns.get("holder")?,
+        acquired_at: columns.time("acquired_at")?,
+        expires_at: columns.time("expires_at")?,
+    })
+}
+
+pub(crate) async fn acquire<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    holder: &str,
+    ttl: Duration,
+) -> Result<GuardAcquire, StoreError> {
+    const OPERATION: &str = "acquire a guard";
+    // The upsert takes a free or lapsed row with token + 1 and leaves a live holder's row
+    // alone; PostgreSQL locks the conflicting row and judges the WHERE on its newest
+    // version, so two acquirers can never both take it.
+    let take = format!(
+        "INSERT INTO guards ({COLUMNS}, ttl_ms) SELECT $1, 1, $2, now_ms, now_ms + $3, $3 \
+         FROM (SELECT :now AS now_ms) AS clock WHERE true \
+         ON CONFLICT (sandbox_id) DO UPDATE SET token = guards.token + 1, \
+         holder = excluded.holder, acquired_at = excluded.acquired_at, \
+         expires_at = excluded.expires_at, ttl_ms = excluded.ttl_ms \
+         WHERE guards.expires_at <= excluded.acquired_at RETURNING {COLUMNS}"
+    );
+    let live = format!("SELECT {COLUMNS} FROM guards WHERE sandbox_id = $1 AND expires_at > :now");
+    // A holder that was live at the upsert may lapse or release before the read that
+    // reports it; then the guard is free and the upsert is tried again.
+    for _ in 0..8 {
+        let taken = Query::new(take.as_str())
+            .bind(sandbox.as_str())
+            .bind(holder)
+            .bind(ttl_millis(ttl))
+            .clock(db)
+            .fetch_optional(db)
+            .await
+            .map_err(StoreError::on_sandbox(OPERATION, sandbox))?;
+        if let Some(row) = taken {
+            return Ok(GuardAcquire::Acquired(guard_from_row(&row)?));
+        }
+        let held = Query::new(live.as_str())
+            .bind(sandbox.as_str())
+            .clock(db)
+            .fetch_optional(db)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+        if let Some(row) = held {
+            return Ok(GuardAcquire::Held(guard_from_row(&row)?));
+        }
+    }
+    Err(StoreError::Corrupt {
+        table: "guards",
+        column: "expires_at",
+        detail: format!("the guard of {sandbox} is neither free nor held"),
+    })
+}
+
+pub(crate) async fn renew<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    token: i64,
+    ttl: Option<Duration>,
+) -> Result<Option<Guard>, StoreError> {
+    let row = Query::new(format!(
+        "UPDATE guards SET ttl_ms = COALESCE($3, ttl_ms), \
+         expires_at = :now + COALESCE($3, ttl_ms) \
+         WHERE sandbox_id = $1 AND token = $2 AND expires_at > :now RETURNING {COLUMNS}"
+    ))
+    .bind(sandbox.as_str())
+    .bind(token)
+    .bind(ttl.map(ttl_millis))
+    .clock(db)
+    .fetch_optional(db)
+    .await
+    .map_err(StoreError::query("renew a guard"))?;
+    row.as_ref().map(guard_from_row).transpose()
+}
+
+pub(crate) async fn release<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    token: i64,
+) -> Result<bool, StoreError> {
+    let released = Query::new(
+        "UPDATE guards SET expires_at = :now WHERE sandbox_id = $1 AND token = $2 \
+         AND expires_at > :now",
+    )
+    .bind(sandbox.as_str())
+    .bind(token)
+    .clock(db)
+    .execute(db)
+    .await
+    .map_err(StoreError::query("release a guard"))?;
+    Ok(released == 1)
+}
+
+pub(crate) async fn current<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+) -> Result<Option<Guard>, StoreError> {
+    let row = Query::new(format!(
+        "SELECT {COLUMNS} FROM guards WHERE sandbox_id = $1 AND expires_at > :now"
+    ))
+    .bind(sandbox.as_str())
+    .clock(db)
+    .fetch_optional(db)
+    .await
+    .map_err(StoreError::query("read a guard"))?;
+    row.as_ref().map(guard_from_row).transpose()
+}
+
+pub(crate) async fn check_fence<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    token: i64,
+) -> Result<FenceCheck, StoreError> {
+    let row = Query::new("SELECT token FROM guards WHERE sandbox_id = $1")
+        .bind(sandbox.as_str())
+        .fetch_optional(db)
+        .await
+        .map_err(StoreError::query("check a fencing token"))?;
+    let newest: Option<i64> = row
+        .map(|row| {
+            Columns {
+                row: &row,
+                table: "guards",
+            }
+            .get("token")
+        })
+        .transpose()?;
+    Ok(FenceCheck::of(token, newest))
 }
 
 #[cfg(test)]

@@ -2,22 +2,34 @@
 //!
 //! Every command's result, exit status and resource use is recorded here (I22), and the
 //! sandbox table is the single arbiter of which runtime belongs to which (uid, runtime scope)
-//! (I5). Callers talk to the object-safe [`StateStore`] trait, implemented by
-//! [`SqliteStore`] (the embedded default, one file) and [`PostgresStore`] (one database
-//! shared by many warren processes); one behaviour suite holds both to the same rules.
+//! (I5). Callers talk to the object-safe [`StateStore`] trait, implemented once by
+//! [`SqlStore`] over a dialect: [`SqliteStore`] (the embedded default, one file) and
+//! [`PostgresStore`] (one database shared by many warren processes). Each aggregate's
+//! statements are written once, in its module; a dialect holds only what the engines do
+//! differently. One behaviour suite holds both to the same rules.
 
+mod agent_env;
 mod aliases;
+mod artifacts;
+mod checkpoints;
 mod error;
 mod guard;
+mod leases;
 pub mod migrations;
 mod model;
 mod nodes;
+mod objects;
 mod owners;
 mod postgres;
 mod records;
 mod rows;
 mod runs;
+mod sandboxes;
+mod skills;
+mod sql;
 mod sqlite;
+mod store;
+mod workdirs;
 
 pub use aliases::SandboxAlias;
 pub use error::StoreError;
@@ -32,10 +44,11 @@ pub use model::{
 };
 pub use nodes::{NodeRecord, NodeState};
 pub use owners::{OwnerFence, RuntimeClaim, RuntimeOwner, TakenOver, NODE_LOST};
-pub use postgres::{PostgresOptions, PostgresStore, ServerLock};
+pub use postgres::{PostgresDialect, PostgresOptions, PostgresStore, ServerLock};
 pub use records::{RecordWrite, TransportRecord, MAX_RECORD_KEY, MAX_RECORD_VALUE};
 pub use runs::{RunCursor, RunPage, RunQuery, RunScope};
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteDialect, SqliteStore};
+pub use store::SqlStore;
 
 /// A lease on one sandbox generation (I25).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -125,6 +138,24 @@ pub struct AgentEnvRecord {
 }
 
 use warren_core::{AgentEnvVar, SandboxId, Uid, Workdir};
+
+/// The current time as stored: unix milliseconds, UTC.
+pub(crate) fn now_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A count or size as its column stores it.
+pub(crate) fn to_i64(
+    value: u64,
+    table: &'static str,
+    column: &'static str,
+) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Corrupt {
+        table,
+        column,
+        detail: format!("{value} is out of range"),
+    })
+}
 
 /// The operations warren needs from its state store.
 ///

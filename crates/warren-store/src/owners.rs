@@ -13,6 +13,9 @@
 //! [`StoreError::NotOwner`](crate::StoreError::NotOwner), so a paused node's late writes
 //! never land.
 
+use crate::rows::Columns;
+use crate::sql::{Dialect, Query, Record, Tx};
+use crate::StoreError;
 use warren_core::SandboxId;
 
 /// The failure reason of a run whose node lost its runtime to a takeover.
@@ -103,6 +106,291 @@ pub(crate) fn claim_step(
         Some(owner) if owner == node_id && current.epoch == epoch => ClaimStep::Keep,
         Some(_) if owner_live => ClaimStep::Elsewhere,
         Some(_) => ClaimStep::TakeOver,
+    }
+}
+
+fn owner_from_row(row: &impl Record) -> Result<RuntimeOwner, StoreError> {
+    let columns = crate::rows::Columns {
+        row,
+        table: "runtime_owners",
+    };
+    Ok(RuntimeOwner {
+        sandbox_id: columns.parse("sandbox_id", |id| SandboxId::parse(&id))?,
+        node_id: columns.get("node_id")?,
+        epoch: columns.get("epoch")?,
+        token: columns.get("token")?,
+    })
+}
+
+/// The owner row of `sandbox`, made (nobody's, token 0) when missing.
+async fn owner_row<D: Dialect>(
+    tx: &mut Tx<'_, D>,
+    now: i64,
+    sandbox: &SandboxId,
+    operation: &'static str,
+) -> Result<RuntimeOwner, StoreError> {
+    Query::new(
+        "INSERT INTO runtime_owners (sandbox_id, node_id, epoch, token, since) \
+         VALUES ($1, NULL, 0, 0, $2) ON CONFLICT (sandbox_id) DO NOTHING",
+    )
+    .bind(sandbox.as_str())
+    .bind(now)
+    .execute_in(tx)
+    .await
+    .map_err(StoreError::query(operation))?;
+    let row = Query::new(format!(
+        "SELECT sandbox_id, node_id, epoch, token FROM runtime_owners WHERE sandbox_id = $1\
+         {}",
+        D::FOR_UPDATE
+    ))
+    .bind(sandbox.as_str())
+    .fetch_one_in(tx)
+    .await
+    .map_err(StoreError::query(operation))?;
+    owner_from_row(&row)
+}
+
+/// Whether `node_id` is live at `epoch` by `now`, and where it is reached.
+async fn node_live<D: Dialect>(
+    tx: &mut Tx<'_, D>,
+    now: i64,
+    node_id: &str,
+    epoch: i64,
+    operation: &'static str,
+) -> Result<Option<String>, StoreError> {
+    let row = Query::new(
+        "SELECT advertise FROM nodes WHERE node_id = $1 AND epoch = $2 \
+         AND left_at IS NULL AND expires_at > $3",
+    )
+    .bind(node_id)
+    .bind(epoch)
+    .bind(now)
+    .fetch_optional_in(tx)
+    .await
+    .map_err(StoreError::query(operation))?;
+    row.map(|row| {
+        Columns {
+            row: &row,
+            table: "nodes",
+        }
+        .get("advertise")
+    })
+    .transpose()
+}
+
+async fn set_owner<D: Dialect>(
+    tx: &mut Tx<'_, D>,
+    now: i64,
+    sandbox: &SandboxId,
+    node_id: Option<&str>,
+    epoch: i64,
+    token: i64,
+    operation: &'static str,
+) -> Result<(), StoreError> {
+    Query::new(
+        "UPDATE runtime_owners SET node_id = $2, epoch = $3, token = $4, since = $5 \
+         WHERE sandbox_id = $1",
+    )
+    .bind(sandbox.as_str())
+    .bind(node_id)
+    .bind(epoch)
+    .bind(token)
+    .bind(now)
+    .execute_in(tx)
+    .await
+    .map_err(StoreError::query(operation))?;
+    Ok(())
+}
+
+pub(crate) async fn claim<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    node_id: &str,
+    epoch: i64,
+    sole: bool,
+) -> Result<RuntimeClaim, StoreError> {
+    const OPERATION: &str = "claim a runtime";
+    let mut tx = Tx::begin(db).await.map_err(StoreError::query(OPERATION))?;
+    let now = tx.now().await.map_err(StoreError::query(OPERATION))?;
+    if node_live(&mut tx, now, node_id, epoch, OPERATION)
+        .await?
+        .is_none()
+    {
+        return Ok(RuntimeClaim::NotMember);
+    }
+    let current = owner_row(&mut tx, now, sandbox, OPERATION).await?;
+    let owner_at = match &current.node_id {
+        Some(_) if sole => None,
+        Some(owner) => node_live(&mut tx, now, owner, current.epoch, OPERATION).await?,
+        None => None,
+    };
+    let claim = match claim_step(&current, node_id, epoch, owner_at.is_some()) {
+        ClaimStep::Keep => RuntimeClaim::Owned {
+            token: current.token,
+            took_over: None,
+        },
+        ClaimStep::Elsewhere => RuntimeClaim::Elsewhere {
+            // claim_step says Elsewhere only for an owner whose address was read.
+            node_id: current.node_id.clone().unwrap_or_default(),
+            advertise: owner_at.unwrap_or_default(),
+            token: current.token,
+        },
+        ClaimStep::Take => {
+            let token = current.token + 1;
+            set_owner(
+                &mut tx,
+                now,
+                sandbox,
+                Some(node_id),
+                epoch,
+                token,
+                OPERATION,
+            )
+            .await?;
+            RuntimeClaim::Owned {
+                token,
+                took_over: None,
+            }
+        }
+        ClaimStep::TakeOver => {
+            let token = current.token + 1;
+            set_owner(
+                &mut tx,
+                now,
+                sandbox,
+                Some(node_id),
+                epoch,
+                token,
+                OPERATION,
+            )
+            .await?;
+            let lost_runs = Query::new(
+                "UPDATE runs SET status = 'failed', finished_at = $2, failure_reason = $3 \
+                 WHERE sandbox_id = $1 AND status = 'running'",
+            )
+            .bind(sandbox.as_str())
+            .bind(now)
+            .bind(NODE_LOST)
+            .execute_in(&mut tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+            // The lost node's runtime is gone for this store: the new owner starts one.
+            Query::new(
+                "UPDATE sandboxes SET state = 'stopped', updated_at = $2 \
+                 WHERE id = $1 AND state = 'running'",
+            )
+            .bind(sandbox.as_str())
+            .bind(now)
+            .execute_in(&mut tx)
+            .await
+            .map_err(StoreError::query(OPERATION))?;
+            RuntimeClaim::Owned {
+                token,
+                took_over: Some(TakenOver {
+                    node_id: current.node_id.clone().unwrap_or_default(),
+                    epoch: current.epoch,
+                    lost_runs,
+                }),
+            }
+        }
+    };
+    tx.commit().await.map_err(StoreError::query(OPERATION))?;
+    Ok(claim)
+}
+
+pub(crate) async fn adopt<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    node_id: &str,
+    epoch: i64,
+) -> Result<Option<i64>, StoreError> {
+    const OPERATION: &str = "adopt a runtime";
+    let mut tx = Tx::begin(db).await.map_err(StoreError::query(OPERATION))?;
+    let now = tx.now().await.map_err(StoreError::query(OPERATION))?;
+    let current = owner_row(&mut tx, now, sandbox, OPERATION).await?;
+    let token = match current.node_id.as_deref() {
+        // Never claimed: a runtime from before ownership was recorded (one node).
+        None if current.token == 0 => 1,
+        Some(owner) if owner == node_id => current.token,
+        _ => return Ok(None),
+    };
+    set_owner(
+        &mut tx,
+        now,
+        sandbox,
+        Some(node_id),
+        epoch,
+        token,
+        OPERATION,
+    )
+    .await?;
+    tx.commit().await.map_err(StoreError::query(OPERATION))?;
+    Ok(Some(token))
+}
+
+pub(crate) async fn release<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    node_id: &str,
+    token: i64,
+) -> Result<bool, StoreError> {
+    let done = Query::new(
+        "UPDATE runtime_owners SET node_id = NULL, since = :now \
+         WHERE sandbox_id = $1 AND node_id = $2 AND token = $3",
+    )
+    .bind(sandbox.as_str())
+    .bind(node_id)
+    .bind(token)
+    .clock(db)
+    .execute(db)
+    .await
+    .map_err(StoreError::query("release a runtime"))?;
+    Ok(done == 1)
+}
+
+pub(crate) async fn get<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+) -> Result<Option<RuntimeOwner>, StoreError> {
+    let row = Query::new(
+        "SELECT sandbox_id, node_id, epoch, token FROM runtime_owners WHERE sandbox_id = $1",
+    )
+    .bind(sandbox.as_str())
+    .fetch_optional(db)
+    .await
+    .map_err(StoreError::query("read a runtime's owner"))?;
+    row.as_ref().map(owner_from_row).transpose()
+}
+
+pub(crate) async fn list<D: Dialect>(db: &D) -> Result<Vec<RuntimeOwner>, StoreError> {
+    let rows = Query::new(
+        "SELECT sandbox_id, node_id, epoch, token FROM runtime_owners \
+         WHERE node_id IS NOT NULL ORDER BY sandbox_id",
+    )
+    .fetch_all(db)
+    .await
+    .map_err(StoreError::query("list runtime owners"))?;
+    rows.iter().map(owner_from_row).collect()
+}
+
+/// `Ok` when `fence` still holds the runtime (the write it guarded failed for another
+/// reason), [`StoreError::NotOwner`] otherwise.
+pub(crate) async fn refuse_unless_owner<D: Dialect>(
+    db: &D,
+    sandbox: &SandboxId,
+    fence: &crate::OwnerFence,
+) -> Result<(), StoreError> {
+    match get(db, sandbox).await? {
+        Some(owner)
+            if owner.node_id.as_deref() == Some(fence.node_id.as_str())
+                && owner.token == fence.token =>
+        {
+            Ok(())
+        }
+        _ => Err(StoreError::NotOwner {
+            sandbox: sandbox.clone(),
+            token: fence.token,
+        }),
     }
 }
 

@@ -3,7 +3,11 @@
 //!
 //! Every write names the version it read ([`RecordWrite`]), so of two requests or replicas
 //! changing one record only one wins; the other gets [`StoreError::RecordConflict`] and
-//! reads again. Both stores share the SQL: only the placeholder syntax differs.
+//! reads again.
+
+use crate::rows::Columns;
+use crate::sql::{Dialect, Query, Record};
+use crate::StoreError;
 
 /// One transport record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,36 +54,31 @@ pub(crate) fn check_record(
     Ok(())
 }
 
-/// The SQL of both stores, with `?N` placeholders; PostgreSQL's text swaps them for `$N`.
+/// The statements.
 pub(crate) mod sql {
     /// Reads one record.
     pub(crate) const GET: &str =
-        "SELECT key, value, version FROM transport_records WHERE namespace = ?1 AND key = ?2";
+        "SELECT key, value, version FROM transport_records WHERE namespace = $1 AND key = $2";
     /// Creates a record unless one exists.
     pub(crate) const CREATE: &str = "INSERT INTO transport_records \
-         (namespace, key, value, version, updated_at) VALUES (?1, ?2, ?3, 1, ?4) \
+         (namespace, key, value, version, updated_at) VALUES ($1, $2, $3, 1, $4) \
          ON CONFLICT (namespace, key) DO NOTHING";
     /// Replaces a record at the version read.
     pub(crate) const REPLACE: &str = "UPDATE transport_records \
-         SET value = ?3, version = version + 1, updated_at = ?4 \
-         WHERE namespace = ?1 AND key = ?2 AND version = ?5";
+         SET value = $3, version = version + 1, updated_at = $4 \
+         WHERE namespace = $1 AND key = $2 AND version = $5";
     /// Deletes a record at the version read.
     pub(crate) const DELETE_AT: &str =
-        "DELETE FROM transport_records WHERE namespace = ?1 AND key = ?2 AND version = ?3";
+        "DELETE FROM transport_records WHERE namespace = $1 AND key = $2 AND version = $3";
     /// Deletes a record whatever its version.
     pub(crate) const DELETE: &str =
-        "DELETE FROM transport_records WHERE namespace = ?1 AND key = ?2";
+        "DELETE FROM transport_records WHERE namespace = $1 AND key = $2";
     /// Lists the records whose key starts with a prefix (a range, so no LIKE escaping).
     pub(crate) const LIST: &str = "SELECT key, value, version FROM transport_records \
-         WHERE namespace = ?1 AND key >= ?2 AND key < ?3 ORDER BY key";
+         WHERE namespace = $1 AND key >= $2 AND key < $3 ORDER BY key";
     /// Lists every record of a namespace.
     pub(crate) const LIST_ALL: &str = "SELECT key, value, version FROM transport_records \
-         WHERE namespace = ?1 ORDER BY key";
-
-    /// The text for PostgreSQL: `$N` placeholders.
-    pub(crate) fn postgres(text: &str) -> String {
-        text.replace('?', "$")
-    }
+         WHERE namespace = $1 ORDER BY key";
 }
 
 /// The first key after every key starting with `prefix`, for range scans: the prefix with
@@ -101,6 +100,102 @@ pub(crate) fn prefix_end(prefix: &str) -> Result<Option<String>, crate::StoreErr
     }
 }
 
+fn record_from_row(row: &impl Record) -> Result<TransportRecord, StoreError> {
+    let columns = Columns {
+        row,
+        table: "transport_records",
+    };
+    Ok(TransportRecord {
+        key: columns.get("key")?,
+        value: columns.get("value")?,
+        version: columns.get("version")?,
+    })
+}
+
+pub(crate) async fn get<D: Dialect>(
+    db: &D,
+    namespace: &str,
+    key: &str,
+) -> Result<Option<TransportRecord>, StoreError> {
+    let row = Query::new(sql::GET)
+        .bind(namespace)
+        .bind(key)
+        .fetch_optional(db)
+        .await
+        .map_err(StoreError::query("read a transport record"))?;
+    row.as_ref().map(record_from_row).transpose()
+}
+
+pub(crate) async fn put<D: Dialect>(
+    db: &D,
+    namespace: &str,
+    key: &str,
+    value: &[u8],
+    expected: RecordWrite,
+) -> Result<i64, StoreError> {
+    check_record(namespace, key, value)?;
+    let (text, version) = match expected {
+        RecordWrite::Create => (sql::CREATE, 1),
+        RecordWrite::Replace(version) => (sql::REPLACE, version + 1),
+    };
+    let mut query = Query::new(text)
+        .bind(namespace)
+        .bind(key)
+        .bind(value)
+        .bind(crate::now_millis());
+    if let RecordWrite::Replace(read) = expected {
+        query = query.bind(read);
+    }
+    let done = query
+        .execute(db)
+        .await
+        .map_err(StoreError::query("write a transport record"))?;
+    if done == 1 {
+        Ok(version)
+    } else {
+        Err(StoreError::RecordConflict {
+            namespace: namespace.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+}
+
+pub(crate) async fn delete<D: Dialect>(
+    db: &D,
+    namespace: &str,
+    key: &str,
+    expected: Option<i64>,
+) -> Result<bool, StoreError> {
+    let query = match expected {
+        Some(version) => Query::new(sql::DELETE_AT)
+            .bind(namespace)
+            .bind(key)
+            .bind(version),
+        None => Query::new(sql::DELETE).bind(namespace).bind(key),
+    };
+    let done = query
+        .execute(db)
+        .await
+        .map_err(StoreError::query("delete a transport record"))?;
+    Ok(done == 1)
+}
+
+pub(crate) async fn list<D: Dialect>(
+    db: &D,
+    namespace: &str,
+    prefix: &str,
+) -> Result<Vec<TransportRecord>, StoreError> {
+    let query = match prefix_end(prefix)? {
+        Some(end) => Query::new(sql::LIST).bind(namespace).bind(prefix).bind(end),
+        None => Query::new(sql::LIST_ALL).bind(namespace),
+    };
+    let rows = query
+        .fetch_all(db)
+        .await
+        .map_err(StoreError::query("list transport records"))?;
+    rows.iter().map(record_from_row).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,10 +209,5 @@ mod tests {
         assert_eq!(prefix_end("a").unwrap().as_deref(), Some("b"));
         assert_eq!(prefix_end("").unwrap(), None);
         assert!(prefix_end("é").is_err());
-    }
-
-    #[test]
-    fn postgres_text_uses_dollar_placeholders() {
-        assert!(sql::postgres(sql::REPLACE).contains("version = $5"));
     }
 }

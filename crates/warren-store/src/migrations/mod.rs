@@ -14,6 +14,10 @@
 //! [`begin_migration`]: crate::StateStore::begin_migration
 //! [`advance_migration_item`]: crate::StateStore::advance_migration_item
 
+mod journal;
+
+pub(crate) use journal::{advance_item, begin, get, items, list, set_state};
+
 use std::fmt;
 use std::str::FromStr;
 
@@ -299,7 +303,7 @@ pub(crate) mod sql {
     pub(crate) const GET: &str = concat!(
         "SELECT ",
         migration_columns!(),
-        " FROM migrations WHERE id = ?1"
+        " FROM migrations WHERE id = $1"
     );
     /// Every migration, oldest first.
     pub(crate) const LIST: &str = concat!(
@@ -310,89 +314,33 @@ pub(crate) mod sql {
     /// Records a new migration, planned, unless one with its id exists.
     pub(crate) const CREATE: &str = concat!(
         "INSERT INTO migrations (id, kind, source, plan_digest, plan, state, created_at, \
-         updated_at) VALUES (?1, ?2, ?3, ?4, ?5, 'planned', ?6, ?6) \
+         updated_at) VALUES ($1, $2, $3, $4, $5, 'planned', $6, $6) \
          ON CONFLICT (id) DO NOTHING RETURNING ",
         migration_columns!()
     );
     /// Records one planned item.
     pub(crate) const CREATE_ITEM: &str = "INSERT INTO migration_items \
          (migration_id, key, kind, source, uid, target, state, manifest, files, bytes, \
-         updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'planned', NULL, 0, 0, ?7)";
+         updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'planned', NULL, 0, 0, $7)";
     /// The items of a migration, by key.
     pub(crate) const ITEMS: &str = concat!(
         "SELECT ",
         item_columns!(),
-        " FROM migration_items WHERE migration_id = ?1 ORDER BY key"
+        " FROM migration_items WHERE migration_id = $1 ORDER BY key"
     );
     /// Moves an item from one state to another, writing what the step gives (a NULL keeps
     /// the value held).
     pub(crate) const ADVANCE_ITEM: &str = "UPDATE migration_items \
-         SET state = ?4, manifest = COALESCE(?5, manifest), files = COALESCE(?6, files), \
-         bytes = COALESCE(?7, bytes), updated_at = ?8 \
-         WHERE migration_id = ?1 AND key = ?2 AND state = ?3";
+         SET state = $4, manifest = COALESCE($5, manifest), files = COALESCE($6, files), \
+         bytes = COALESCE($7, bytes), updated_at = $8 \
+         WHERE migration_id = $1 AND key = $2 AND state = $3";
     /// Records a workdir, as `record_workdir` does.
     pub(crate) const RECORD_WORKDIR: &str = "INSERT INTO workdirs (uid, workdir, created_at) \
-         VALUES (?1, ?2, ?3) ON CONFLICT (uid, workdir) DO NOTHING";
+         VALUES ($1, $2, $3) ON CONFLICT (uid, workdir) DO NOTHING";
     /// Moves a migration from one state to another.
-    pub(crate) const SET_STATE: &str = "UPDATE migrations SET state = ?3, updated_at = ?4 \
-         WHERE id = ?1 AND state = ?2";
-
-    /// The text for PostgreSQL: `$N` placeholders.
-    pub(crate) fn postgres(text: &str) -> String {
-        text.replace('?', "$")
-    }
+    pub(crate) const SET_STATE: &str = "UPDATE migrations SET state = $3, updated_at = $4 \
+         WHERE id = $1 AND state = $2";
 }
-
-/// Defines `migration_from_row` and `item_from_row` for the row type `$row`.
-macro_rules! migration_decoders {
-    ($row:ty) => {
-        fn migration_from_row(row: &$row) -> Result<crate::MigrationRecord, StoreError> {
-            let columns = crate::rows::Columns {
-                row,
-                table: "migrations",
-            };
-            Ok(crate::MigrationRecord {
-                id: columns.get("id")?,
-                kind: columns.get("kind")?,
-                source: columns.get("source")?,
-                plan_digest: columns.get("plan_digest")?,
-                plan: columns.get("plan")?,
-                state: columns.parse("state", |state| state.parse::<crate::MigrationState>())?,
-                created_at: columns.time("created_at")?,
-                updated_at: columns.time("updated_at")?,
-            })
-        }
-
-        fn item_from_row(row: &$row) -> Result<crate::MigrationItem, StoreError> {
-            let columns = crate::rows::Columns {
-                row,
-                table: "migration_items",
-            };
-            let count = |column: &'static str| -> Result<u64, StoreError> {
-                let value: i64 = columns.get(column)?;
-                u64::try_from(value).map_err(|e| columns.corrupt(column, e))
-            };
-            let uid: Option<String> = columns.get("uid")?;
-            Ok(crate::MigrationItem {
-                migration_id: columns.get("migration_id")?,
-                key: columns.get("key")?,
-                kind: columns.get("kind")?,
-                source: columns.get("source")?,
-                uid: uid
-                    .map(warren_core::Uid::new)
-                    .transpose()
-                    .map_err(|e| columns.corrupt("uid", e))?,
-                target: columns.get("target")?,
-                state: columns.parse("state", |state| state.parse::<crate::ItemState>())?,
-                manifest: columns.get("manifest")?,
-                files: count("files")?,
-                bytes: count("bytes")?,
-                updated_at: columns.time("updated_at")?,
-            })
-        }
-    };
-}
-pub(crate) use migration_decoders;
 
 #[cfg(test)]
 mod tests {
@@ -446,11 +394,5 @@ mod tests {
         let err = check_migration(&planned("m", "{}"), &[item("a"), item("a")]).unwrap_err();
         assert!(err.to_string().contains("planned twice"), "{err}");
         assert!(check_migration(&planned("", "{}"), &[]).is_err());
-    }
-
-    #[test]
-    fn postgres_text_uses_dollar_placeholders() {
-        assert!(sql::postgres(sql::ADVANCE_ITEM).contains("state = $3"));
-        assert!(!sql::postgres(sql::CREATE).contains('?'));
     }
 }
