@@ -310,30 +310,13 @@ fn snapshot_error(workdir: &str, error: SnapshotError) -> ProvisionerError {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use warren_backend::MemoryBackend;
-    use warren_core::RuntimeScope;
     use warren_fs::{ByteRange, WriteOptions};
-    use warren_store::SqliteStore;
 
     use super::*;
-    use crate::{ProvisionerConfig, SandboxRequest};
+    use crate::testing::Fixture;
 
-    async fn sandbox_of(provisioner: &Provisioner, uid: &str, workdir: &str) -> SandboxId {
-        let uid = Uid::plain(uid).unwrap();
-        provisioner
-            .create_workdir(&uid, Some(workdir))
-            .await
-            .unwrap();
-        let (record, _) = provisioner
-            .create_sandbox(SandboxRequest {
-                workdir: Some(workdir.into()),
-                ..SandboxRequest::new(uid, RuntimeScope::new(workdir.replace('/', "-")).unwrap())
-            })
-            .await
-            .unwrap();
-        record.id
+    async fn sandbox_of(f: &Fixture, uid: &str, workdir: &str) -> SandboxId {
+        f.sandbox(uid, &workdir.replace('/', "-"), workdir).await.id
     }
 
     async fn write(provisioner: &Provisioner, id: &SandboxId, path: &str, text: &str) {
@@ -356,32 +339,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_checkpoint_fills_a_new_empty_workdir_of_the_same_uid_only() {
-        let data_dir =
-            std::env::temp_dir().join(format!("warren-ckpt-into-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&data_dir).unwrap();
-        let provisioner = Provisioner::new(
-            ProvisionerConfig::new(&data_dir),
-            Arc::new(SqliteStore::open_in_memory().await.unwrap()),
-            Arc::new(MemoryBackend::new()),
-        );
-        let source = sandbox_of(&provisioner, "alice", "e2b/source").await;
-        write(&provisioner, &source, "a.txt", "from the source").await;
+        let f = Fixture::new().await;
+        let provisioner = &*f.provisioner;
+        let source = sandbox_of(&f, "alice", "e2b/source").await;
+        write(provisioner, &source, "a.txt", "from the source").await;
         let (checkpoint, _) = provisioner.create_checkpoint(&source).await.unwrap();
 
-        let target = sandbox_of(&provisioner, "alice", "e2b/target").await;
+        let target = sandbox_of(&f, "alice", "e2b/target").await;
         let restored = provisioner
             .restore_checkpoint_into(&target, &source, &checkpoint.id)
             .await
             .unwrap();
         assert_eq!(restored.id, checkpoint.id);
         assert_eq!(
-            read(&provisioner, &target, "a.txt").await.as_deref(),
+            read(provisioner, &target, "a.txt").await.as_deref(),
             Some("from the source")
         );
         // The source is untouched, and the target's workdir is its own from now on.
-        write(&provisioner, &target, "a.txt", "changed in the target").await;
+        write(provisioner, &target, "a.txt", "changed in the target").await;
         assert_eq!(
-            read(&provisioner, &source, "a.txt").await.as_deref(),
+            read(provisioner, &source, "a.txt").await.as_deref(),
             Some("from the source")
         );
 
@@ -395,7 +372,7 @@ mod tests {
         );
 
         // Another uid's checkpoint is not found, like one that does not exist.
-        let bob = sandbox_of(&provisioner, "bob", "e2b/bob").await;
+        let bob = sandbox_of(&f, "bob", "e2b/bob").await;
         let refused = provisioner
             .restore_checkpoint_into(&bob, &source, &checkpoint.id)
             .await;
@@ -403,7 +380,7 @@ mod tests {
             matches!(refused, Err(ProvisionerError::CheckpointNotFound { .. })),
             "{refused:?}"
         );
-        assert_eq!(read(&provisioner, &bob, "a.txt").await, None);
+        assert_eq!(read(provisioner, &bob, "a.txt").await, None);
         let unknown = provisioner
             .restore_checkpoint_into(&target, &source, "ckpt-nope")
             .await;
@@ -411,6 +388,5 @@ mod tests {
             matches!(unknown, Err(ProvisionerError::CheckpointNotFound { .. })),
             "{unknown:?}"
         );
-        let _ = std::fs::remove_dir_all(&data_dir);
     }
 }

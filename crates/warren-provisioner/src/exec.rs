@@ -693,3 +693,6 @@ pub(crate) async fn record_failure(store: &dyn StateStore, run_id: &str, reason:
 fn duration_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod start_tests;

@@ -39,6 +39,8 @@ mod sandboxes;
 mod shell;
 mod skills;
 mod snapshots;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod transitions;
 mod usage;
 mod watch;

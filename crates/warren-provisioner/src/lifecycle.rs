@@ -478,3 +478,6 @@ mod tests {
         assert!(!pinned(&[unlimited], Some(0)));
     }
 }
+
+#[cfg(test)]
+mod reaper_tests;

@@ -356,35 +356,24 @@ impl Drop for DeadlineClaim {
 mod tests {
     use super::*;
 
-    async fn provisioner() -> (Arc<Provisioner>, SandboxRecord, tempfile::TempDir) {
-        let data_dir = tempfile::tempdir().unwrap();
-        let mut config = crate::ProvisionerConfig::new(data_dir.path());
-        // A pause is stale at once: see the test of a pause left behind.
-        config.stale_pause_after = Duration::ZERO;
-        config.reap_deadline = Duration::ZERO;
-        let provisioner = Arc::new(Provisioner::new(
-            config,
-            Arc::new(warren_store::SqliteStore::open_in_memory().await.unwrap()),
-            Arc::new(warren_backend::MemoryBackend::new()),
-        ));
-        let uid = warren_core::Uid::plain("alice").unwrap();
-        provisioner
-            .create_workdir(&uid, Some("projects/a"))
-            .await
-            .unwrap();
-        let (record, _) = provisioner
-            .create_sandbox(crate::SandboxRequest {
-                workdir: Some("projects/a".into()),
-                ..crate::SandboxRequest::new(uid, warren_core::RuntimeScope::new("t").unwrap())
+    async fn provisioner() -> (Arc<Provisioner>, SandboxRecord, crate::testing::Fixture) {
+        let fixture = crate::testing::Fixture::builder()
+            // A resumed sandbox stays stopped: there is no runtime to start.
+            .backend(crate::testing::ScriptedBackend::new().without_exec())
+            .configure(|config| {
+                // A pause is stale at once: see the test of a pause left behind.
+                config.stale_pause_after = Duration::ZERO;
+                config.reap_deadline = Duration::ZERO;
             })
-            .await
-            .unwrap();
-        (provisioner, record, data_dir)
+            .build()
+            .await;
+        let record = fixture.sandbox("alice", "t", "projects/a").await;
+        (fixture.provisioner.clone(), record, fixture)
     }
 
     #[tokio::test]
     async fn a_pause_cut_short_by_a_restart_is_finished_by_recovery() {
-        let (provisioner, record, _dir) = provisioner().await;
+        let (provisioner, record, _fixture) = provisioner().await;
         provisioner
             .store
             .set_sandbox_state(&record.id, 1, SandboxState::Created, SandboxState::Pausing)
@@ -405,7 +394,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_reaper_finishes_a_pause_its_pauser_left_behind() {
-        let (provisioner, record, _dir) = provisioner().await;
+        let (provisioner, record, _fixture) = provisioner().await;
         // A node ends runtimes only once it joined the cluster (a lone one too).
         provisioner.join_cluster().await.unwrap();
         provisioner
@@ -424,7 +413,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_deadline_fires_once_for_every_caller_that_sees_it_due() {
-        let (provisioner, record, _dir) = provisioner().await;
+        let (provisioner, record, _fixture) = provisioner().await;
         let change = SettingsChange {
             timeout: Some(Some(Duration::from_millis(1))),
             on_deadline: Some(DeadlineAction::Pause),

@@ -227,31 +227,8 @@ mod tests {
     /// The figures come from the backend hosting the runtime, only while one runs.
     #[tokio::test]
     async fn usage_is_the_running_runtimes_and_none_before_it_starts() {
-        use std::sync::Arc;
-
-        use warren_backend::{Backend, MemoryBackend};
-        use warren_core::{RuntimeScope, Uid};
-
-        let data_dir = std::env::temp_dir().join(format!("warren-usage-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&data_dir).unwrap();
-        let backend = Arc::new(MemoryBackend::new());
-        let provisioner = Provisioner::new(
-            crate::ProvisionerConfig::new(&data_dir),
-            Arc::new(warren_store::SqliteStore::open_in_memory().await.unwrap()),
-            backend.clone(),
-        );
-        let uid = Uid::plain("alice").unwrap();
-        provisioner
-            .create_workdir(&uid, Some("projects/a"))
-            .await
-            .unwrap();
-        let (record, _) = provisioner
-            .create_sandbox(crate::SandboxRequest {
-                workdir: Some("projects/a".into()),
-                ..crate::SandboxRequest::new(uid.clone(), RuntimeScope::new("t").unwrap())
-            })
-            .await
-            .unwrap();
+        let f = crate::testing::Fixture::new().await;
+        let record = f.sandbox("alice", "t", "projects/a").await;
         let figures = RuntimeUsage {
             cpu_usage_usec: 5_000,
             memory_current: 64 << 20,
@@ -259,47 +236,27 @@ mod tests {
             memory_file: Some(1 << 20),
             cpu_limit_millis: Some(1000),
         };
-        backend.set_usage(&record.id, figures);
+        f.backend.set_usage(&record.id, figures);
         // Created, not started (I12): nothing runs to measure.
-        assert_eq!(provisioner.runtime_usage(&record.id).await.unwrap(), None);
-        // The memory backend runs nothing, so the provisioner starts no runtime on it: one
-        // is made as a backend would on the first exec.
-        backend
-            .create(&warren_backend::RuntimeSpec {
-                sandbox: record.id.clone(),
-                generation: record.generation,
-                uid: uid.clone(),
-                runtime_scope: record.runtime_scope.clone(),
-                user_workspace: data_dir.join("ws"),
-                skill_projection: data_dir.join("skills"),
-                env: Default::default(),
-                seed: None,
-                binding: warren_core::Binding {
-                    workdir: record.binding.workdir.clone(),
-                    network: warren_core::NetworkPolicy::None,
-                    backend: warren_backend::BackendKind::Memory,
-                    image: None,
-                    inherit_env: true,
-                    ephemeral: false,
-                    layout: record.binding.layout,
-                    extra_mounts: Vec::new(),
-                    isolation: record.binding.isolation,
-                },
-            })
-            .await
-            .unwrap();
+        assert_eq!(f.provisioner.runtime_usage(&record.id).await.unwrap(), None);
+        f.provisioner.join_cluster().await.unwrap();
+        f.provisioner.start_runtime(&record.id).await.unwrap();
         assert_eq!(
-            provisioner.runtime_usage(&record.id).await.unwrap(),
+            f.provisioner.runtime_usage(&record.id).await.unwrap(),
             Some(figures)
         );
-        let disk = provisioner.sandbox_disk(&record.id).await.unwrap().unwrap();
+        let disk = f
+            .provisioner
+            .sandbox_disk(&record.id)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(disk.total_bytes > 0 && disk.used_bytes <= disk.total_bytes);
-        let unknown = SandboxId::derive(&uid, &RuntimeScope::new("nobody").unwrap());
+        let unknown = SandboxId::derive(&record.uid, &RuntimeScope::new("nobody").unwrap());
         assert!(matches!(
-            provisioner.runtime_usage(&unknown).await,
+            f.provisioner.runtime_usage(&unknown).await,
             Err(ProvisionerError::SandboxNotFound(_))
         ));
-        let _ = std::fs::remove_dir_all(&data_dir);
     }
 
     fn sandbox(scope: &str) -> SandboxId {

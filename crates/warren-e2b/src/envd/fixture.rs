@@ -1,13 +1,11 @@
-//! A sandbox of E2B's over a real provisioner for the envd tests: SQLite in memory, the
-//! memory backend, a workspace in a temporary directory removed afterwards.
+//! A sandbox of E2B's over a real provisioner for the envd tests: the provisioner's test
+//! fixture (SQLite in memory, a backend double that runs no commands, as the memory backend,
+//! a workspace in a temporary directory removed afterwards).
 
-use std::sync::Arc;
-
-use warren_backend::MemoryBackend;
 use warren_core::{LayoutName, RuntimeScope, Uid, Workdir};
 use warren_fs::WorkspaceRoot;
-use warren_provisioner::{Provisioner, ProvisionerConfig, SandboxRequest};
-use warren_store::SqliteStore;
+use warren_provisioner::testing::{self, ScriptedBackend};
+use warren_provisioner::SandboxRequest;
 
 use crate::envd::EnvdContext;
 use crate::state::E2bSandbox;
@@ -18,26 +16,19 @@ pub(crate) struct Fixture {
     /// The sandbox's workdir (`/home/user`), written as a runtime would.
     pub(crate) files: WorkspaceRoot,
     pub(crate) data_dir: std::path::PathBuf,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
+    /// The provisioner's fixture: removes the data directory when dropped.
+    _provisioner: testing::Fixture,
 }
 
 /// The running E2B sandbox `sandbox_id` (20 letters and digits, as E2B's ids) of uid
 /// `alice`, on a server of its own.
 pub(crate) async fn fixture(sandbox_id: &str) -> Fixture {
-    let data_dir =
-        std::env::temp_dir().join(format!("warren-e2b-envd-{:032x}", rand::random::<u128>()));
-    std::fs::create_dir_all(&data_dir).unwrap();
-    let store = SqliteStore::open_in_memory().await.unwrap();
-    let provisioner = Arc::new(Provisioner::new(
-        ProvisionerConfig::new(&data_dir),
-        Arc::new(store),
-        Arc::new(MemoryBackend::new()),
-    ));
+    let fixture = testing::Fixture::builder()
+        .backend(ScriptedBackend::new().without_exec())
+        .build()
+        .await;
+    let provisioner = fixture.provisioner.clone();
+    let data_dir = fixture.data_dir().to_owned();
     let e2b = E2b::new(provisioner.clone(), E2bConfig::new(vec![]), b"digest");
     let uid = Uid::plain("alice").unwrap();
     let workdir = format!("e2b/{sandbox_id}");
@@ -80,5 +71,6 @@ pub(crate) async fn fixture(sandbox_id: &str) -> Fixture {
         },
         files,
         data_dir,
+        _provisioner: fixture,
     }
 }

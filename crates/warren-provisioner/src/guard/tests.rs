@@ -2,18 +2,16 @@
 //! renewals, releases, fenced writes and clock steps from several simulated holders, on a
 //! SQLite store whose clock the test moves, plus the races the fence gate exists for.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use warren_backend::MemoryBackend;
-use warren_core::{RuntimeScope, SandboxId, Uid};
+use warren_core::SandboxId;
 use warren_fs::{ByteRange, WriteOptions};
 use warren_store::{ManualClock, SqliteStore};
 
 use super::FenceToken;
-use crate::{Provisioner, ProvisionerConfig, ProvisionerError, SandboxRequest};
+use crate::{testing, Provisioner, ProvisionerError};
 
 const FILE: &str = "guarded.txt";
 
@@ -22,40 +20,20 @@ const FILE: &str = "guarded.txt";
 struct Fixture {
     provisioner: Arc<Provisioner>,
     sandbox: SandboxId,
-    data_dir: PathBuf,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
+    _fixture: testing::Fixture,
 }
 
 async fn fixture(clock: ManualClock) -> Fixture {
-    let data_dir = std::env::temp_dir().join(format!("warren-guard-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&data_dir).unwrap();
     let store = SqliteStore::open_in_memory_with_clock(clock).await.unwrap();
-    let provisioner = Arc::new(Provisioner::new(
-        ProvisionerConfig::new(&data_dir),
-        Arc::new(store),
-        Arc::new(MemoryBackend::new()),
-    ));
-    let uid = Uid::plain("alice").unwrap();
-    provisioner
-        .create_workdir(&uid, Some("projects/a"))
-        .await
-        .unwrap();
-    let (record, _) = provisioner
-        .create_sandbox(SandboxRequest {
-            workdir: Some("projects/a".into()),
-            ..SandboxRequest::new(uid, RuntimeScope::new("t").unwrap())
-        })
-        .await
-        .unwrap();
+    let fixture = testing::Fixture::builder()
+        .store(Arc::new(store))
+        .build()
+        .await;
+    let record = fixture.sandbox("alice", "t", "projects/a").await;
     Fixture {
-        provisioner,
+        provisioner: fixture.provisioner.clone(),
         sandbox: record.id,
-        data_dir,
+        _fixture: fixture,
     }
 }
 

@@ -2,92 +2,22 @@
 //! live sandbox's tier kept, a tier the backend cannot run refused before anything is
 //! written, the tier carried into the runtime, and never a runtime of another tier adopted.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use async_trait::async_trait;
-use warren_backend::{
-    Backend, BackendError, BackendKind, Capabilities, DiscoveredRuntime, ExecOutcome, ExecRequest,
-    MemoryBackend, OutputSink, RuntimeSpec,
-};
+use warren_backend::{Backend, BackendKind, DiscoveredRuntime, MemoryBackend};
 use warren_core::{IsolationTier, RuntimeScope, SandboxId, Uid};
-use warren_store::{SqliteStore, StateStore};
 
-use crate::{Provisioner, ProvisionerConfig, ProvisionerError, SandboxRequest};
+use crate::testing::{Fixture, ScriptedBackend};
+use crate::{ProvisionerError, SandboxRequest};
 
-/// The memory backend, said to run commands and the gVisor tier: the seam for the paths
-/// where the backend *can*, since no backend of a unit test runs gVisor. It still runs
-/// nothing; runtimes are only recorded, so the spec a runtime got can be read back.
-struct GvisorCapable(Arc<MemoryBackend>);
-
-#[async_trait]
-impl Backend for GvisorCapable {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Memory
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            exec: true,
-            gvisor: true,
-            ..self.0.capabilities()
-        }
-    }
-
-    fn gvisor_unavailable(&self, _kind: BackendKind) -> Option<String> {
-        None
-    }
-
-    async fn create(&self, spec: &RuntimeSpec) -> Result<DiscoveredRuntime, BackendError> {
-        self.0.create(spec).await
-    }
-
-    async fn discover(&self) -> Result<Vec<DiscoveredRuntime>, BackendError> {
-        self.0.discover().await
-    }
-
-    async fn exec(
-        &self,
-        sandbox: &SandboxId,
-        request: &ExecRequest,
-        sink: Option<OutputSink>,
-    ) -> Result<ExecOutcome, BackendError> {
-        self.0.exec(sandbox, request, sink).await
-    }
-
-    async fn kill_processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
-        self.0.kill_processes(sandbox).await
-    }
-
-    async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
-        self.0.destroy(sandbox).await
-    }
-}
-
-/// A provisioner on a private data directory and an in-memory store.
-struct Fixture {
-    provisioner: Provisioner,
-    store: Arc<dyn StateStore>,
-    data_dir: PathBuf,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-async fn fixture(backend: Arc<dyn Backend>, default_isolation: IsolationTier) -> Fixture {
-    let data_dir = std::env::temp_dir().join(format!("warren-isolation-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&data_dir).unwrap();
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open_in_memory().await.unwrap());
-    let mut config = ProvisionerConfig::new(&data_dir);
-    config.default_isolation = default_isolation;
-    Fixture {
-        provisioner: Provisioner::new(config, store.clone(), backend),
-        store,
-        data_dir,
-    }
+/// A provisioner over `backend` whose sandboxes default to `default_isolation`. The double
+/// said to run the gVisor tier ([`ScriptedBackend::with_gvisor`]) is the seam for the paths
+/// where the backend *can*, since no backend of a unit test runs gVisor; it still runs
+/// nothing, and records its runtimes, so the spec a runtime got can be read back.
+async fn fixture(backend: ScriptedBackend, default_isolation: IsolationTier) -> Fixture {
+    Fixture::builder()
+        .backend(backend)
+        .configure(move |config| config.default_isolation = default_isolation)
+        .build()
+        .await
 }
 
 fn alice() -> Uid {
@@ -103,7 +33,7 @@ fn request(isolation: Option<IsolationTier>) -> SandboxRequest {
 
 #[tokio::test]
 async fn a_sandbox_that_names_no_tier_gets_the_servers_default() {
-    let kernel = fixture(Arc::new(MemoryBackend::new()), IsolationTier::Kernel).await;
+    let kernel = fixture(ScriptedBackend::new(), IsolationTier::Kernel).await;
     let (record, _) = kernel
         .provisioner
         .create_sandbox(request(None))
@@ -111,8 +41,7 @@ async fn a_sandbox_that_names_no_tier_gets_the_servers_default() {
         .unwrap();
     assert_eq!(record.binding.isolation, IsolationTier::Kernel);
 
-    let memory = Arc::new(MemoryBackend::new());
-    let gvisor = fixture(Arc::new(GvisorCapable(memory)), IsolationTier::Gvisor).await;
+    let gvisor = fixture(ScriptedBackend::new().with_gvisor(), IsolationTier::Gvisor).await;
     let (record, _) = gvisor
         .provisioner
         .create_sandbox(request(None))
@@ -133,8 +62,7 @@ async fn a_sandbox_that_names_no_tier_gets_the_servers_default() {
 
 #[tokio::test]
 async fn a_live_sandbox_keeps_its_tier_and_another_is_a_conflict_that_changes_nothing() {
-    let backend = Arc::new(GvisorCapable(Arc::new(MemoryBackend::new())));
-    let fixture = fixture(backend, IsolationTier::Kernel).await;
+    let fixture = fixture(ScriptedBackend::new().with_gvisor(), IsolationTier::Kernel).await;
     let (created, _) = fixture
         .provisioner
         .create_sandbox(request(Some(IsolationTier::Gvisor)))
@@ -179,7 +107,7 @@ async fn a_live_sandbox_keeps_its_tier_and_another_is_a_conflict_that_changes_no
 #[tokio::test]
 async fn gvisor_on_a_backend_that_cannot_run_it_is_refused_before_anything_is_written() {
     // The memory backend has no gVisor tier.
-    let fixture = fixture(Arc::new(MemoryBackend::new()), IsolationTier::Kernel).await;
+    let fixture = fixture(ScriptedBackend::new(), IsolationTier::Kernel).await;
     let refused = fixture
         .provisioner
         .create_sandbox(request(Some(IsolationTier::Gvisor)))
@@ -240,7 +168,7 @@ fn the_kernel_tier_is_every_backends_and_gvisor_needs_a_backend_that_runs_it() {
             ..
         })
     ));
-    let capable = GvisorCapable(Arc::new(MemoryBackend::new()));
+    let capable = ScriptedBackend::new().with_gvisor();
     assert!(crate::check_isolation(&capable, BackendKind::Memory, IsolationTier::Gvisor).is_ok());
 }
 
@@ -248,9 +176,7 @@ fn the_kernel_tier_is_every_backends_and_gvisor_needs_a_backend_that_runs_it() {
 /// runtime only on that tier: one of another tier is destroyed (issue 19, I16).
 #[tokio::test]
 async fn the_runtime_gets_the_sandboxs_tier_and_one_of_another_tier_is_never_adopted() {
-    let memory = Arc::new(MemoryBackend::new());
-    let backend: Arc<dyn Backend> = Arc::new(GvisorCapable(memory.clone()));
-    let first = fixture(backend.clone(), IsolationTier::Kernel).await;
+    let first = fixture(ScriptedBackend::new().with_gvisor(), IsolationTier::Kernel).await;
     first.provisioner.join_cluster().await.unwrap();
     let (gvisor, _) = first
         .provisioner
@@ -274,7 +200,7 @@ async fn the_runtime_gets_the_sandboxs_tier_and_one_of_another_tier_is_never_ado
             .find(|runtime| &runtime.spec.sandbox == id)
             .map(|runtime| runtime.spec.binding.isolation)
     };
-    let runtimes = memory.discover().await.unwrap();
+    let runtimes = first.backend.discover().await.unwrap();
     assert_eq!(tier_of(&runtimes, &gvisor.id), Some(IsolationTier::Gvisor));
     assert_eq!(tier_of(&runtimes, &kernel.id), Some(IsolationTier::Kernel));
 
@@ -286,15 +212,11 @@ async fn the_runtime_gets_the_sandboxs_tier_and_one_of_another_tier_is_never_ado
         .unwrap()
         .spec;
     swapped.binding.isolation = IsolationTier::Kernel;
-    memory.destroy(&gvisor.id).await.unwrap();
-    memory.create(&swapped).await.unwrap();
+    first.backend.destroy(&gvisor.id).await.unwrap();
+    first.backend.create(&swapped).await.unwrap();
 
     // A restart: a new provisioner on the same store and backend reconciles.
-    let restarted = Provisioner::new(
-        first.provisioner.config().clone(),
-        first.store.clone(),
-        backend,
-    );
+    let restarted = first.restarted();
     restarted.join_cluster().await.unwrap();
     let report = restarted.recover().await.unwrap();
     assert_eq!(
@@ -302,7 +224,7 @@ async fn the_runtime_gets_the_sandboxs_tier_and_one_of_another_tier_is_never_ado
         (1, 1),
         "{report:?}"
     );
-    let runtimes = memory.discover().await.unwrap();
+    let runtimes = first.backend.discover().await.unwrap();
     assert_eq!(
         tier_of(&runtimes, &gvisor.id),
         None,

@@ -224,13 +224,10 @@ mod tests {
     use std::os::fd::AsFd;
     use std::sync::Arc;
 
-    use warren_backend::MemoryBackend;
-    use warren_core::{RuntimeScope, Uid};
-
     use warren_fs::{FsError, WorkspaceRoot};
 
     use super::*;
-    use crate::{ProvisionerConfig, SandboxRequest};
+    use crate::testing;
 
     struct Fixture {
         provisioner: Arc<Provisioner>,
@@ -238,34 +235,14 @@ mod tests {
         /// The host directory of the sandbox's workdir.
         workdir: std::path::PathBuf,
         data_dir: std::path::PathBuf,
-    }
-
-    impl Drop for Fixture {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.data_dir);
-        }
+        _fixture: testing::Fixture,
     }
 
     async fn fixture() -> Fixture {
-        let data_dir = std::env::temp_dir().join(format!("warren-watch-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&data_dir).unwrap();
-        let provisioner = Arc::new(Provisioner::new(
-            ProvisionerConfig::new(&data_dir),
-            Arc::new(warren_store::SqliteStore::open_in_memory().await.unwrap()),
-            Arc::new(MemoryBackend::new()),
-        ));
-        let uid = Uid::plain("alice").unwrap();
-        provisioner
-            .create_workdir(&uid, Some("projects/a"))
-            .await
-            .unwrap();
-        let (record, _) = provisioner
-            .create_sandbox(SandboxRequest {
-                workdir: Some("projects/a".into()),
-                ..SandboxRequest::new(uid, RuntimeScope::new("t").unwrap())
-            })
-            .await
-            .unwrap();
+        let fixture = testing::Fixture::new().await;
+        let provisioner = fixture.provisioner.clone();
+        let data_dir = fixture.data_dir().to_owned();
+        let record = fixture.sandbox("alice", "t", "projects/a").await;
         let workdir = provisioner.mounts(&record).0.join("projects/a");
         std::fs::create_dir_all(workdir.join("sub/deeper")).unwrap();
         std::fs::create_dir_all(data_dir.join("elsewhere")).unwrap();
@@ -277,6 +254,7 @@ mod tests {
             id: record.id,
             workdir,
             data_dir,
+            _fixture: fixture,
         }
     }
 
