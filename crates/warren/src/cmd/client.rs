@@ -120,8 +120,8 @@ pub struct SandboxArgs {
 
 #[derive(Debug, Subcommand)]
 enum SandboxCommand {
-    /// Find or create a sandbox: named by --uid and --runtime-scope, or derived from an
-    /// isolation scope (--isolation with the ids it needs).
+    /// Find or create a sandbox: named by --uid and --runtime-scope, or derived from who
+    /// shares it (--scope with the ids it needs).
     Create(Box<SandboxCreateArgs>),
     /// List sandboxes.
     List {
@@ -200,38 +200,39 @@ enum SandboxCommand {
 #[command(group(
     clap::ArgGroup::new("identity")
         .required(true)
-        .args(["runtime_scope", "isolation"])
+        .args(["runtime_scope", "scope"])
 ))]
 struct SandboxCreateArgs {
     /// The workspace owner (with --runtime-scope).
-    #[arg(long, requires = "runtime_scope", conflicts_with = "isolation")]
+    #[arg(long, requires = "runtime_scope", conflicts_with = "scope")]
     uid: Option<String>,
-    /// The runtime scope, e.g. the root conversation's thread id (with --uid). The old
-    /// spelling `--scope` still works.
-    #[arg(long, alias = "scope", requires = "uid", conflicts_with = "isolation")]
+    /// The runtime scope, e.g. the root conversation's thread id (with --uid).
+    #[arg(long, requires = "uid", conflicts_with = "scope")]
     runtime_scope: Option<String>,
-    /// Instead of --uid and --runtime-scope: who shares the sandbox. user (the
-    /// default scope of the API: every session of --user-id; without one, as session),
-    /// session (--session-id), agent (--agent-id) or global.
-    #[arg(long, value_parser = ["user", "session", "agent", "global"])]
-    isolation: Option<String>,
-    /// The end user's id, for --isolation user.
-    #[arg(long, requires = "isolation")]
+    /// Instead of --uid and --runtime-scope: who shares the sandbox (the API's `scope`).
+    /// user (every session of --user-id; without one, as session), session
+    /// (--session-id), agent (--agent-id) or global. The old spelling `--isolation`
+    /// still works; the isolation tier is --tier.
+    #[arg(long, alias = "isolation", value_parser = ["user", "session", "agent", "global"])]
+    scope: Option<String>,
+    /// The end user's id, for --scope user.
+    #[arg(long, requires = "scope")]
     user_id: Option<String>,
-    /// The conversation's id, for --isolation session (or user without --user-id).
-    #[arg(long, requires = "isolation")]
+    /// The conversation's id, for --scope session (or user without --user-id).
+    #[arg(long, requires = "scope")]
     session_id: Option<String>,
-    /// The agent's id, for --isolation agent.
-    #[arg(long, requires = "isolation")]
+    /// The agent's id, for --scope agent.
+    #[arg(long, requires = "scope")]
     agent_id: Option<String>,
     /// Relative workdir; default: a fresh projects/<uuid>.
     #[arg(long)]
     workdir: Option<String>,
-    /// Network: none (loopback only), open, or allowlist (with --allow).
-    #[arg(long, default_value = "none")]
-    network: String,
+    /// Network: none (loopback only), open, or allowlist (with --allow); default: the
+    /// server's (`[network] default`).
+    #[arg(long)]
+    network: Option<String>,
     /// An allowed destination for `--network allowlist` (repeatable).
-    #[arg(long = "allow")]
+    #[arg(long = "allow", requires = "network")]
     allow: Vec<String>,
     /// Give commands neither the global sandbox environment nor the uid's agent
     /// environment.
@@ -249,8 +250,7 @@ struct SandboxCreateArgs {
     #[arg(long)]
     image: Option<String>,
     /// The isolation tier: kernel, or gvisor (the API's `isolation`); default: the
-    /// server's (`warren serve --tier`). Not --isolation, which here names who shares the
-    /// sandbox.
+    /// server's (`warren serve --tier`).
     #[arg(long, value_parser = ["kernel", "gvisor"])]
     tier: Option<String>,
 }
@@ -566,7 +566,7 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             let SandboxCreateArgs {
                 uid,
                 runtime_scope,
-                isolation,
+                scope,
                 user_id,
                 session_id,
                 agent_id,
@@ -583,15 +583,12 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                 .create_sandbox(&CreateSandbox {
                     uid,
                     runtime_scope_id: runtime_scope,
-                    scope: isolation,
+                    scope,
                     user_id,
                     session_id,
                     agent_id,
                     workdir,
-                    network: Some(NetworkSpec {
-                        mode: network,
-                        allow,
-                    }),
+                    network: network.map(|mode| NetworkSpec { mode, allow }),
                     inherit_env: no_inherit_env.then_some(false),
                     ephemeral,
                     backend,

@@ -36,7 +36,7 @@ async fn the_cli_creates_a_sandbox_writes_reads_and_lists_files() {
             "create",
             "--uid",
             "alice",
-            "--scope",
+            "--runtime-scope",
             "t",
             "--workdir",
             "projects/cli",
@@ -272,7 +272,7 @@ async fn output_piped_into_a_reader_that_stopped_ends_quietly_with_the_sigpipe_s
 }
 
 #[tokio::test]
-async fn sandbox_create_takes_a_runtime_scope_or_an_isolation_scope() {
+async fn sandbox_create_takes_a_runtime_scope_or_who_shares_the_sandbox() {
     let server = server();
     let env = [
         ("WARREN_URL", server.url.as_str()),
@@ -296,18 +296,18 @@ async fn sandbox_create_takes_a_runtime_scope_or_an_isolation_scope() {
         (&explicit["uid"], &explicit["runtime_scope_id"]),
         (&"alice".into(), &"t".into())
     );
-    // The old spelling still names the runtime scope.
-    let old = info(&create(&["--uid", "alice", "--scope", "t"]));
-    assert_eq!(old["sandbox_id"], explicit["sandbox_id"]);
+    // `--isolation` is the old spelling of `--scope`.
+    let old = info(&create(&["--isolation", "session", "--session-id", "s-1"]));
+    assert_eq!(old["uid"], "session:s-1");
     for (args, uid, runtime_scope) in [
         (
-            &["--isolation", "session", "--session-id", "s-1"][..],
+            &["--scope", "session", "--session-id", "s-1"][..],
             "session:s-1",
             "session",
         ),
         (
             &[
-                "--isolation",
+                "--scope",
                 "user",
                 "--user-id",
                 "alice",
@@ -318,11 +318,11 @@ async fn sandbox_create_takes_a_runtime_scope_or_an_isolation_scope() {
             "user",
         ),
         (
-            &["--isolation", "agent", "--agent-id", "coder"],
+            &["--scope", "agent", "--agent-id", "coder"],
             "agent:coder",
             "agent",
         ),
-        (&["--isolation", "global"], "global:shared", "global"),
+        (&["--scope", "global"], "global:shared", "global"),
     ] {
         let derived = info(&create(args));
         assert_eq!(
@@ -343,7 +343,7 @@ async fn sandbox_create_takes_a_runtime_scope_or_an_isolation_scope() {
             "alice",
             "--runtime-scope",
             "t",
-            "--isolation",
+            "--scope",
             "global",
         ],
         &[
@@ -354,8 +354,9 @@ async fn sandbox_create_takes_a_runtime_scope_or_an_isolation_scope() {
             "--session-id",
             "s",
         ],
-        &["--isolation", "team"],
-        &["--isolation", "session"],
+        &["--scope", "team"],
+        &["--scope", "session"],
+        &["--scope", "global", "--allow", "example.com"],
     ] {
         let out = create(args);
         assert_eq!(
@@ -368,11 +369,11 @@ async fn sandbox_create_takes_a_runtime_scope_or_an_isolation_scope() {
     let help = run_to_exit(bin(), &["sandbox", "create", "--help"], &[]);
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(
-        help.contains("--runtime-scope") && help.contains("--isolation"),
+        help.contains("--runtime-scope") && help.contains("--scope") && help.contains("--tier"),
         "{help}"
     );
     assert!(
-        !help.contains("--scope "),
+        !help.contains("--isolation "),
         "the old spelling is not advertised: {help}"
     );
 }
