@@ -175,10 +175,8 @@ pub(crate) async fn create(
         "sandbox",
         tracing::field::display(warren_core::SandboxId::derive(&uid, &scope)),
     );
-    let network = match request.network {
-        None => NetworkPolicy::None,
-        Some(spec) => network_policy(spec)?,
-    };
+    // Absent: the server's default policy, which the provisioner applies.
+    let network = request.network.map(network_policy).transpose()?;
     let (record, created) = state
         .provisioner
         .create_sandbox(SandboxRequest {

@@ -60,7 +60,7 @@ pub struct DeerflowConfig {
     pub(crate) extra_mount_roots: Vec<PathBuf>,
     /// Where the runtimes of DeerFlow's sandboxes may connect (I23); DeerFlow's requests
     /// carry no policy, so the operator sets one for all of them.
-    pub(crate) network: warren_core::NetworkPolicy,
+    pub(crate) network: Option<warren_core::NetworkPolicy>,
 }
 
 impl DeerflowConfig {
@@ -71,18 +71,18 @@ impl DeerflowConfig {
             sandbox_base_url: None,
             extra_mount_paths: Vec::new(),
             extra_mount_roots: Vec::new(),
-            network: warren_core::NetworkPolicy::None,
+            network: None,
         }
     }
 
-    /// The network policy of every sandbox DeerFlow creates (default: loopback only). It
+    /// The network policy of every sandbox DeerFlow creates (default: the server's). It
     /// is part of each sandbox's binding: a live sandbox keeps the policy it was made with
     /// until it is deleted.
     pub fn with_network(
         mut self,
         network: warren_core::NetworkPolicy,
     ) -> Result<Self, DeerflowError> {
-        self.network = network.validate().map_err(DeerflowError::InvalidNetwork)?;
+        self.network = Some(network.validate().map_err(DeerflowError::InvalidNetwork)?);
         Ok(self)
     }
 

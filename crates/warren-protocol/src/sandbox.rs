@@ -38,8 +38,9 @@ pub struct CreateSandbox {
     /// `projects/<uuid>` is created (I8).
     #[serde(default)]
     pub workdir: Option<String>,
-    /// Network policy; default `{"mode":"none"}` (loopback only). Part of the binding: a
-    /// live sandbox cannot change it (409 `network_conflict`).
+    /// Network policy; default: the server's (`[network] default`, loopback only unless
+    /// configured). Part of the binding: a live sandbox cannot change it (409
+    /// `network_conflict`).
     #[serde(default, deserialize_with = "strict::object")]
     pub network: Option<NetworkSpec>,
     /// Whether commands get the global sandbox environment and the uid's agent environment

@@ -53,6 +53,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use warren_core::NetworkPolicy;
 
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
 pub use classify::{one_of_every_kind, Class, ErrorKind};
@@ -158,6 +159,9 @@ pub struct ProvisionerConfig {
     /// The isolation tier of sandboxes that name none (issue 19): `kernel` unless the
     /// operator chose gVisor for the server.
     pub default_isolation: warren_core::IsolationTier,
+    /// The network policy of a sandbox whose request names none (I23): the one default
+    /// every transport shares; a transport whose protocol says otherwise passes its own.
+    pub default_network: NetworkPolicy,
     /// Storage quotas on UserWorkspaces (I23).
     pub quotas: QuotaSettings,
     /// Finds the provisioner token in every value bound for a sandbox, which is then
@@ -213,6 +217,7 @@ impl ProvisionerConfig {
             stale_pause_after: Duration::from_secs(600),
             default_image: None,
             default_isolation: warren_core::IsolationTier::Kernel,
+            default_network: NetworkPolicy::None,
             quotas: QuotaSettings::default(),
             token_finder: None,
             node: NodeIdentity {

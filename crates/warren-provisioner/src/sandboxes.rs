@@ -31,8 +31,10 @@ pub struct SandboxRequest {
     pub scope: RuntimeScope,
     /// The workdir; `None` keeps a live sandbox's or makes a new `projects/<uuid>`.
     pub workdir: Option<String>,
-    /// Where the runtime's processes may connect (I23).
-    pub network: NetworkPolicy,
+    /// Where the runtime's processes may connect (I23); `None` takes the server's default
+    /// ([`crate::ProvisionerConfig::default_network`]), which a live sandbox is then
+    /// compared with like any policy named.
+    pub network: Option<NetworkPolicy>,
     /// Whether commands get the global and the uid's agent environment (I14).
     pub inherit_env: bool,
     /// A temporary scope with no persistent uid mount (I14).
@@ -63,13 +65,14 @@ pub struct SandboxRequest {
 }
 
 impl SandboxRequest {
-    /// A request with the defaults: no workdir, no network, inheriting, persistent.
+    /// A request with the defaults: no workdir, the server's network policy, inheriting,
+    /// persistent.
     pub fn new(uid: Uid, scope: RuntimeScope) -> Self {
         Self {
             uid,
             scope,
             workdir: None,
-            network: NetworkPolicy::None,
+            network: None,
             inherit_env: true,
             ephemeral: false,
             from_snapshot: None,
@@ -214,7 +217,9 @@ impl Provisioner {
             isolation,
             settings,
         } = request;
-        let network = network.validate()?;
+        let network = network
+            .unwrap_or_else(|| self.config.default_network.clone())
+            .validate()?;
         // Checked before anything is made; a new generation starts with them.
         let new_settings = settings.apply_to(warren_store::SandboxSettings::default())?;
         if let Some(snapshot) = &from_snapshot {
@@ -830,6 +835,9 @@ fn check_image_reference(image: &str) -> Result<(), ProvisionerError> {
 
 #[cfg(test)]
 mod isolation_tests;
+
+#[cfg(test)]
+mod network_tests;
 
 #[cfg(test)]
 mod image_tests {

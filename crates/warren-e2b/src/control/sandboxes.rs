@@ -93,11 +93,12 @@ pub(crate) async fn create(
         .await?;
     let mut sandbox_request = SandboxRequest::new(uid.clone(), scope);
     sandbox_request.workdir = Some(workdir);
-    sandbox_request.network = if allow_internet_access {
+    // E2B's protocol names the policy on every create: its own, not the server's default.
+    sandbox_request.network = Some(if allow_internet_access {
         shared.config.internet.clone()
     } else {
         NetworkPolicy::None
-    };
+    });
     sandbox_request.backend = template.backend.clone();
     sandbox_request.image = template.image.clone();
     sandbox_request.layout = Some(LayoutName::E2b);

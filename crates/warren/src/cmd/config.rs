@@ -58,6 +58,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub state: StateSection,
     #[serde(default)]
+    pub network: NetworkSection,
+    #[serde(default)]
     pub deerflow: DeerflowSection,
     #[serde(default)]
     pub e2b: E2bSection,
@@ -148,7 +150,7 @@ pub struct DeerflowSection {
     #[serde(default)]
     pub extra_mount_roots: Vec<PathBuf>,
     /// Where DeerFlow's sandboxes may connect: `{ mode = "open" }` or `{ mode =
-    /// "allowlist", allow = [...] }` [default: `{ mode = "none" }`, loopback only].
+    /// "allowlist", allow = [...] }` [default: `[network] default`].
     pub network: Option<warren_core::NetworkPolicy>,
 }
 
@@ -186,6 +188,26 @@ impl DeerflowSection {
             self.extra_mount_paths.clone(),
             self.extra_mount_roots.clone(),
         )?))
+    }
+}
+
+/// The network policy sandboxes get when their request names none (I23).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSection {
+    /// `{ mode = "none" }` (loopback only), `{ mode = "open" }` or `{ mode = "allowlist",
+    /// allow = [...] }` [default: `{ mode = "none" }`].
+    pub default: Option<warren_core::NetworkPolicy>,
+}
+
+impl NetworkSection {
+    /// The validated default policy.
+    pub fn default_policy(&self) -> anyhow::Result<warren_core::NetworkPolicy> {
+        self.default
+            .clone()
+            .unwrap_or(warren_core::NetworkPolicy::None)
+            .validate()
+            .map_err(|error| anyhow::anyhow!("network.default: {error}"))
     }
 }
 

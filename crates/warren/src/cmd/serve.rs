@@ -350,6 +350,7 @@ fn provisioner_config(
             );
         }
     }
+    config.default_network = file.network.default_policy()?;
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     config.quotas = file

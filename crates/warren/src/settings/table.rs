@@ -226,6 +226,9 @@ pub static SETTINGS: &[Setting] = &[
         "Skills a uid gets when granted (PUT /v1/users/{uid}/skills/{name})."),
     setting("init.host_dirs", Kind::Structured("table of names to paths"), Default::Unset("none"),
         "Named host directories a new workdir may be filled from ({\"init\":{\"host_dir\":\"<name>\"}})."),
+    // The network.
+    setting("network.default", NETWORK_POLICY, Default::Unset("{ mode = \"none\" }, loopback only"),
+        "The network policy of a sandbox whose request names none (I23), on /v1, MCP, the CLI and DeerFlow (unless deerflow.network); E2B names its own (allowInternetAccess, e2b.internet)."),
     // The sandbox environment.
     setting("sandbox_env", Kind::Structured("table of variable names to values"), Default::Unset("none"),
         "Environment every command of a sandbox that inherits it gets; the uid's agent environment and the call's own env go over it."),
@@ -241,7 +244,7 @@ pub static SETTINGS: &[Setting] = &[
         "Container paths DeerFlow's extra_mounts may target, under /mnt."),
     setting("deerflow.extra_mount_roots", Kind::Structured("list of host paths"), Default::Unset("none"),
         "Host directories the sources of extra_mounts must lie under."),
-    setting("deerflow.network", NETWORK_POLICY, Default::Unset("{ mode = \"none\" }, loopback only"),
+    setting("deerflow.network", NETWORK_POLICY, Default::Unset("network.default"),
         "Where DeerFlow's sandboxes may connect."),
     // E2B.
     setting("e2b.listen", Kind::Address, Default::Unset("none: E2B's API is off"),

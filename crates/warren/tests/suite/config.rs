@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use warren_test_support::{run_to_exit, TestServer};
 
 use super::{bin, write_config};
@@ -29,6 +30,10 @@ fn a_mistake_in_the_configuration_stops_warren_with_the_line_it_is_on() {
             "above exec.max_timeout_s",
         ),
         ("rootfs = \"/x\"\nimage = \"y\"\n", "keep one"),
+        (
+            "[network]\ndefault = { mode = \"allowlist\", allow = [] }\n",
+            "network.default",
+        ),
     ] {
         let config = write_config(text);
         let out = run_to_exit(
@@ -69,6 +74,45 @@ async fn the_configuration_sets_the_lifecycle_limits_and_sandbox_environment() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[tokio::test]
+async fn the_configuration_sets_the_default_network_of_sandboxes_that_name_none() {
+    let config = write_config("[network]\ndefault = { mode = \"open\" }\n");
+    let server = TestServer::start_with(bin(), &["--config", config.path().to_str().unwrap()]);
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let (status, info) = server
+        .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}")))
+        .await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["network"]["mode"], "open", "{info}");
+    // A request naming a policy keeps it, and naming none again joins the default.
+    server.workdir("alice", "projects/b").await;
+    let (status, named) = server
+        .send_json(
+            server
+                .request(Method::POST, "/v1/sandboxes")
+                .json(&serde_json::json!({
+                    "uid": "alice", "runtime_scope_id": "u", "workdir": "projects/b",
+                    "network": {"mode": "none"},
+                })),
+        )
+        .await;
+    assert_eq!(
+        (status, &named["network"]["mode"]),
+        (201, &"none".into()),
+        "{named}"
+    );
+    let (status, again) = server
+        .send_json(
+            server
+                .request(Method::POST, "/v1/sandboxes")
+                .json(&serde_json::json!({
+                    "uid": "alice", "runtime_scope_id": "t", "workdir": "projects/a",
+                })),
+        )
+        .await;
+    assert_eq!(status, 200, "{again}");
 }
 
 #[tokio::test]
