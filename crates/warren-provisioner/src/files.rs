@@ -372,8 +372,37 @@ impl Provisioner {
                     tracing::warn!(sandbox = %id, "runtime lost; starting a new one for a file operation");
                     self.mark_runtime_lost(&record).await?;
                 }
+                Err(error) if if_stopped == IfStopped::Refuse => {
+                    return Err(self.stopped_under(&record, &op, error).await);
+                }
                 Err(error) => return Err(ProvisionerError::Backend(error)),
             }
+        }
+    }
+
+    /// Why an operation that must not start the runtime failed: a stop (the reaper, a
+    /// pause, a delete) that ended the runtime under it holds the lifecycle lock until the
+    /// sandbox is no longer `running`, so once that lock is free, a sandbox that left
+    /// `running` (or this generation) is the answer, `runtime_stopped`; otherwise the
+    /// backend's error is.
+    async fn stopped_under(
+        &self,
+        record: &SandboxRecord,
+        op: &FileOp,
+        error: BackendError,
+    ) -> ProvisionerError {
+        let settled = {
+            let lock = self.lifecycle_lock(&record.id);
+            let _settled = lock.lock().await;
+            self.sandbox(&record.id).await
+        };
+        match settled {
+            Ok(now)
+                if now.state != SandboxState::Running || now.generation != record.generation =>
+            {
+                runtime_stopped(&record.id, op)
+            }
+            _ => ProvisionerError::Backend(error),
         }
     }
 

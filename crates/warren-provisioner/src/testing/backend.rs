@@ -23,6 +23,9 @@ pub enum Op {
     Destroy,
     /// Running a command ([`Backend::exec`]).
     Exec,
+    /// A file operation in the runtime ([`Backend::runtime_file`]); unscripted, it is
+    /// unsupported, as on the memory backend.
+    File,
 }
 
 /// One call the double received.
@@ -34,6 +37,8 @@ pub enum Call {
     Destroy(SandboxId),
     /// A command was asked to run: its argv.
     Exec(SandboxId, Vec<String>),
+    /// A file operation was asked of the runtime: its path.
+    File(SandboxId, String),
 }
 
 impl Call {
@@ -42,6 +47,7 @@ impl Call {
             Call::Create(_) => Op::Create,
             Call::Destroy(_) => Op::Destroy,
             Call::Exec(..) => Op::Exec,
+            Call::File(..) => Op::File,
         }
     }
 }
@@ -282,5 +288,16 @@ impl Backend for ScriptedBackend {
     async fn destroy(&self, sandbox: &SandboxId) -> Result<(), BackendError> {
         self.called(Call::Destroy(sandbox.clone())).await?;
         self.runtimes.destroy(sandbox).await
+    }
+
+    async fn runtime_file(
+        &self,
+        sandbox: &SandboxId,
+        op: &warren_backend::FileOp,
+        data: Vec<u8>,
+    ) -> Result<warren_backend::FileReply, BackendError> {
+        self.called(Call::File(sandbox.clone(), op.path().to_owned()))
+            .await?;
+        self.runtimes.runtime_file(sandbox, op, data).await
     }
 }
