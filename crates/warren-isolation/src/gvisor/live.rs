@@ -80,9 +80,29 @@ pub(super) fn live_probe(
 
 /// Leaves nothing of a live probe in `dir` running or recorded: kills every process that
 /// names `dir` (a killed `runsc do` leaves its gofer and, on some hosts, its sandbox, which
-/// runs in a session of its own), then deletes every container runsc still lists under it.
+/// runs in a session of its own), then deletes every container runsc still lists under it,
+/// and again until a listing of every root finishes and finds none, or [`CLEANUP_LIMIT`]
+/// passes: a listing that did not finish in time, or a delete that failed or did not take,
+/// is tried again rather than taken for "nothing left".
 pub(super) fn clean_up(runsc: &Path, dir: &Path) {
-    kill_processes_naming(dir);
+    let deadline = Instant::now() + CLEANUP_LIMIT;
+    loop {
+        kill_processes_naming(dir);
+        let found = delete_listed(runsc, dir);
+        if found.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(dir = %dir.display(), ?found, "cannot delete containers the gVisor probe left");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Deletes every container runsc lists under the probe's roots; what was found (or could
+/// not be listed), by root and id, with how its delete went.
+fn delete_listed(runsc: &Path, dir: &Path) -> Vec<String> {
     let mut roots = vec![dir.join("state")];
     if let Ok(entries) = std::fs::read_dir(dir) {
         roots.extend(
@@ -92,10 +112,12 @@ pub(super) fn clean_up(runsc: &Path, dir: &Path) {
                 .map(|entry| entry.path()),
         );
     }
+    let mut found = Vec::new();
     for root in roots {
         let mut list = Command::new(runsc);
         list.arg("--root").arg(&root).args(["list", "-quiet"]);
         let Ran::Finished(listed) = run_bounded(&mut list, COMMAND_LIMIT, dir, "list") else {
+            found.push(format!("{}: not listed in time", root.display()));
             continue;
         };
         for id in listed.stdout.split_whitespace() {
@@ -104,13 +126,20 @@ pub(super) fn clean_up(runsc: &Path, dir: &Path) {
                 .arg("--root")
                 .arg(&root)
                 .args(["delete", "-force", id]);
-            if !matches!(run_bounded(&mut delete, COMMAND_LIMIT, dir, "delete"), Ran::Finished(done) if done.status.success())
-            {
-                tracing::warn!(root = %root.display(), id, "cannot delete a container the gVisor probe left");
+            match run_bounded(&mut delete, COMMAND_LIMIT, dir, "delete") {
+                Ran::Finished(done) if done.status.success() => {
+                    found.push(format!("{}/{id}: deleted", root.display()));
+                }
+                Ran::Finished(done) => found.push(format!(
+                    "{}/{id}: {}",
+                    root.display(),
+                    failure_detail(done.status, &done.stderr)
+                )),
+                _ => found.push(format!("{}/{id}: not deleted in time", root.display())),
             }
         }
     }
-    kill_processes_naming(dir);
+    found
 }
 
 /// SIGKILLs every process whose command line contains `dir`, until none is left or
