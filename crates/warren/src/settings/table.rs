@@ -228,7 +228,7 @@ pub static SETTINGS: &[Setting] = &[
         "Named host directories a new workdir may be filled from ({\"init\":{\"host_dir\":\"<name>\"}})."),
     // The network.
     setting("network.default", NETWORK_POLICY, Default::Unset("{ mode = \"none\" }, loopback only"),
-        "The network policy of a sandbox whose request names none (I23), on /v1, MCP, the CLI and DeerFlow (unless deerflow.network); E2B names its own (allowInternetAccess, e2b.internet)."),
+        "The network policy of a sandbox whose request names none (I23), on /v1 (so the CLI and every client) and DeerFlow (unless deerflow.network); E2B names its own (allowInternetAccess, e2b.internet)."),
     // The sandbox environment.
     setting("sandbox_env", Kind::Structured("table of variable names to values"), Default::Unset("none"),
         "Environment every command of a sandbox that inherits it gets; the uid's agent environment and the call's own env go over it."),
