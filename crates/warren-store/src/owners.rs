@@ -235,7 +235,7 @@ pub(crate) async fn claim<D: Dialect>(
             advertise: owner_at.unwrap_or_default(),
             token: current.token,
         },
-        ClaimStep::Take => {
+        step @ (ClaimStep::Take | ClaimStep::TakeOver) => {
             let token = current.token + 1;
             set_owner(
                 &mut tx,
@@ -247,51 +247,36 @@ pub(crate) async fn claim<D: Dialect>(
                 OPERATION,
             )
             .await?;
-            RuntimeClaim::Owned {
-                token,
-                took_over: None,
-            }
-        }
-        ClaimStep::TakeOver => {
-            let token = current.token + 1;
-            set_owner(
-                &mut tx,
-                now,
-                sandbox,
-                Some(node_id),
-                epoch,
-                token,
-                OPERATION,
-            )
-            .await?;
-            let lost_runs = Query::new(
-                "UPDATE runs SET status = 'failed', finished_at = $2, failure_reason = $3 \
-                 WHERE sandbox_id = $1 AND status = 'running'",
-            )
-            .bind(sandbox.as_str())
-            .bind(now)
-            .bind(NODE_LOST)
-            .execute_in(&mut tx)
-            .await
-            .map_err(StoreError::query(OPERATION))?;
-            // The lost node's runtime is gone for this store: the new owner starts one.
-            Query::new(
-                "UPDATE sandboxes SET state = 'stopped', updated_at = $2 \
-                 WHERE id = $1 AND state = 'running'",
-            )
-            .bind(sandbox.as_str())
-            .bind(now)
-            .execute_in(&mut tx)
-            .await
-            .map_err(StoreError::query(OPERATION))?;
-            RuntimeClaim::Owned {
-                token,
-                took_over: Some(TakenOver {
+            let took_over = if step == ClaimStep::TakeOver {
+                let lost_runs = Query::new(
+                    "UPDATE runs SET status = 'failed', finished_at = $2, failure_reason = $3 \
+                     WHERE sandbox_id = $1 AND status = 'running'",
+                )
+                .bind(sandbox.as_str())
+                .bind(now)
+                .bind(NODE_LOST)
+                .execute_in(&mut tx)
+                .await
+                .map_err(StoreError::query(OPERATION))?;
+                // The lost node's runtime is gone for this store: the new owner starts one.
+                Query::new(
+                    "UPDATE sandboxes SET state = 'stopped', updated_at = $2 \
+                     WHERE id = $1 AND state = 'running'",
+                )
+                .bind(sandbox.as_str())
+                .bind(now)
+                .execute_in(&mut tx)
+                .await
+                .map_err(StoreError::query(OPERATION))?;
+                Some(TakenOver {
                     node_id: current.node_id.clone().unwrap_or_default(),
                     epoch: current.epoch,
                     lost_runs,
-                }),
-            }
+                })
+            } else {
+                None
+            };
+            RuntimeClaim::Owned { token, took_over }
         }
     };
     tx.commit().await.map_err(StoreError::query(OPERATION))?;
