@@ -184,6 +184,7 @@ impl DeployOptions {
         KubernetesSettings {
             namespace: self.namespace.clone(),
             warren_image: self.image.clone(),
+            image: self.sandbox_image.clone(),
             user_data_claim: self.named("user-data"),
             skills_claim: self.named("skills"),
             service_type: self.sandbox_service_type,
@@ -302,6 +303,10 @@ pub struct KubernetesSettings {
     pub namespace: String,
     /// warren's image, which the sandbox pods' init containers run.
     pub warren_image: String,
+    /// The image of sandbox pods that name none (`kubernetes.image`; warren's settings
+    /// read it, with `image` as its shorthand when Kubernetes is the default backend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// The USER_DATA claim.
     pub user_data_claim: String,
     /// The SKILLS claim.
@@ -551,13 +556,13 @@ pub fn warren_toml(options: &DeployOptions) -> String {
     line(&mut toml, "listen", &format!("0.0.0.0:{}", options.port));
     line(&mut toml, "data_dir", DATA_DIR);
     line(&mut toml, "workspace_dir", WORKSPACE_DIR);
-    if let Some(image) = &options.sandbox_image {
-        line(&mut toml, "image", image);
-    }
     let settings = options.settings();
     toml.push_str("\n[kubernetes]\n");
     line(&mut toml, "namespace", &settings.namespace);
     line(&mut toml, "warren_image", &settings.warren_image);
+    if let Some(image) = &settings.image {
+        line(&mut toml, "image", image);
+    }
     line(&mut toml, "user_data_claim", &settings.user_data_claim);
     line(&mut toml, "skills_claim", &settings.skills_claim);
     line(&mut toml, "service_type", settings.service_type.as_str());

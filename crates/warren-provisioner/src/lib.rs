@@ -154,8 +154,9 @@ pub struct ProvisionerConfig {
     /// How long a sandbox may stay `pausing` before the reaper takes it for a pause whose
     /// pauser died and finishes it (never sooner than twice `reap_deadline`).
     pub stale_pause_after: Duration,
-    /// The image of Docker sandboxes that name none (I18).
-    pub default_image: Option<String>,
+    /// Per backend that takes images (Docker, Kubernetes), the image of its sandboxes
+    /// that name none (I18); a backend missing here needs the sandbox to name one.
+    pub default_images: std::collections::HashMap<BackendKind, String>,
     /// The isolation tier of sandboxes that name none (issue 19): `kernel` unless the
     /// operator chose gVisor for the server.
     pub default_isolation: warren_core::IsolationTier,
@@ -215,7 +216,7 @@ impl ProvisionerConfig {
             reap_concurrency: 4,
             reap_deadline: Duration::from_secs(60),
             stale_pause_after: Duration::from_secs(600),
-            default_image: None,
+            default_images: std::collections::HashMap::new(),
             default_isolation: warren_core::IsolationTier::Kernel,
             default_network: NetworkPolicy::None,
             quotas: QuotaSettings::default(),

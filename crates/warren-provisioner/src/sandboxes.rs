@@ -479,12 +479,14 @@ impl Provisioner {
 
     fn default_image_for(&self, kind: BackendKind) -> Result<String, ProvisionerError> {
         self.config
-            .default_image
-            .clone()
+            .default_images
+            .get(&kind)
+            .cloned()
             .ok_or_else(|| ProvisionerError::InvalidImage {
                 reason: format!(
-                    "the {} backend needs an image: pass \"image\" or start warren with --image",
-                    kind.as_str()
+                    "the {kind} backend has no default image: pass \"image\", or start warren \
+                     with {kind}.image set (--image when it is the default backend)",
+                    kind = kind.as_str()
                 ),
             })
     }

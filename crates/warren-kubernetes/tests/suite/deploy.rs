@@ -287,7 +287,12 @@ fn warren_toml_uses_warrens_keys_and_holds_no_secret() {
     assert_eq!(parsed["listen"].as_str(), Some("0.0.0.0:7878"));
     assert_eq!(parsed["data_dir"].as_str(), Some(DATA_DIR));
     assert_eq!(parsed["workspace_dir"].as_str(), Some(WORKSPACE_DIR));
-    assert_eq!(parsed["image"].as_str(), Some("python:3.12-slim"));
+    assert_eq!(
+        parsed["kubernetes"]["image"].as_str(),
+        Some("python:3.12-slim"),
+        "the sandbox image is the Kubernetes backend's key"
+    );
+    assert!(!parsed.contains_key("image"));
     assert_eq!(parsed["snapshots"]["store"].as_str(), Some("s3"));
     let s3 = parsed["snapshots"]["s3"].as_table().unwrap();
     assert_eq!(s3["endpoint"].as_str(), Some("https://s3.example.com"));
@@ -307,7 +312,13 @@ fn warren_toml_uses_warrens_keys_and_holds_no_secret() {
 
     let plain: toml::Table =
         toml::from_str(&warren_toml(&DeployOptions::new("warren", "w:1"))).unwrap();
-    assert!(!plain.contains_key("snapshots") && !plain.contains_key("image"));
+    assert!(
+        !plain.contains_key("snapshots")
+            && !plain["kubernetes"]
+                .as_table()
+                .unwrap()
+                .contains_key("image")
+    );
 
     // The same text is what the ConfigMap holds.
     let documents = documents(&options);

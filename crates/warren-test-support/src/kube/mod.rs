@@ -108,10 +108,10 @@ impl TestCluster {
     pub fn config(&self, instance: &str, extra: &str) -> String {
         format!(
             r#"backend = "kubernetes"
-image = "{SANDBOX_IMAGE}"
 workspace_dir = "{workspace}"
 
 [kubernetes]
+image = "{SANDBOX_IMAGE}"
 namespace = "{NAMESPACE}"
 warren_image = "warren-image:test"
 user_data_claim = "{USER_DATA_CLAIM}"

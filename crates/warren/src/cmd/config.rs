@@ -31,8 +31,12 @@ pub struct ConfigFile {
     pub workspace_dir: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
     pub backend: Option<String>,
+    /// The old name of `local.rootfs`.
     pub rootfs: Option<PathBuf>,
+    /// The default backend's image (`local.image`, `docker.image` or `kubernetes.image`).
     pub image: Option<String>,
+    #[serde(default)]
+    pub local: LocalSection,
     /// The isolation tier of sandboxes that name none, `kernel` or `gvisor` (issue 19);
     /// an unknown name is refused with its line like any other bad value. Its old name
     /// `isolation` still works (both at once is refused as a duplicate).
@@ -291,6 +295,20 @@ impl E2bSection {
         }
         Ok(config.with_timeouts(default, max)?)
     }
+}
+
+/// The local backend: its runtimes' root filesystem.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(
+    dead_code,
+    reason = "single-valued settings are read by key through crate::settings"
+)]
+pub struct LocalSection {
+    /// A root filesystem directory.
+    pub rootfs: Option<PathBuf>,
+    /// An image imported with `warren image import`.
+    pub image: Option<String>,
 }
 
 /// The Docker backend (I18): `backend = "docker"` makes it the default; `enabled = true`

@@ -11,7 +11,7 @@ use warren_docker::{DockerBackend, DockerBackendConfig};
 use warren_isolation::{GvisorHost, LocalBackend, LocalBackendConfig};
 
 use super::config::ConfigFile;
-use crate::settings::{BackendChoice, ServeSettings};
+use crate::settings::{BackendChoice, LocalRoot, ServeSettings};
 
 /// The backends, and what the gVisor probe found.
 pub(super) async fn build(
@@ -34,9 +34,10 @@ pub(super) async fn build(
                 "--backend kubernetes needs the [kubernetes] section of warren.toml (`warren k8s \
                  manifests` writes one)",
             )?;
-            let image = settings.sandbox_image.clone().context(
-                "--backend kubernetes needs the image of sandboxes that name none (--image)",
-            )?;
+            let image = settings
+                .kubernetes_image
+                .clone()
+                .expect("required with backend kubernetes by the settings");
             super::kubernetes::backend(
                 kubernetes,
                 image,
@@ -52,10 +53,10 @@ pub(super) async fn build(
                 data_dir: data_dir.to_path_buf(),
                 init_program: std::env::current_exe().context("cannot find warren's own executable")?,
                 limits: settings.limits.clone(),
-                rootfs: match (&settings.rootfs, &settings.local_image) {
-                    (Some(dir), _) => Some(dir.clone()),
-                    (None, Some(name)) => Some(super::image::rootfs_of(data_dir, name)?),
-                    (None, None) => None,
+                rootfs: match &settings.local_root {
+                    LocalRoot::Directory(dir) => Some(dir.clone()),
+                    LocalRoot::Image(name) => Some(super::image::rootfs_of(data_dir, name)?),
+                    LocalRoot::Host => None,
                 },
             })
             .context("cannot start the local isolation backend (`warren doctor` shows what this host supports)")?
@@ -114,7 +115,7 @@ async fn docker(settings: &ServeSettings, data_dir: &Path) -> anyhow::Result<Arc
     tracing::info!(engine = backend.engine_version(), "Docker backend ready");
     // Sandboxes that name no image get this one: say now if the host lacks it, rather
     // than let every such sandbox be refused later with no hint at start-up.
-    if let Some(image) = &settings.sandbox_image {
+    if let Some(image) = &settings.docker_image {
         match backend.has_image(image).await {
             Ok(true) => {}
             Ok(false) => tracing::warn!(

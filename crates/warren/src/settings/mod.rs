@@ -19,7 +19,7 @@ use std::path::PathBuf;
 pub use flags::ServeArgs;
 pub use resolve::{check_renames, Resolved, Sources};
 pub use table::SETTINGS;
-pub use typed::{BackendChoice, LogFormat, ServeSettings};
+pub use typed::{BackendChoice, LocalRoot, LogFormat, ServeSettings};
 
 /// One setting of `warren serve`.
 #[derive(Debug)]

@@ -105,23 +105,29 @@ pub static SETTINGS: &[Setting] = &[
         .flag("tier").env("WARREN_TIER")
         // `isolation` is also the CLI's word for who shares a sandbox (`sandbox create`).
         .old(Old { flags: &["isolation"], envs: &["WARREN_ISOLATION"], keys: &["isolation"] }),
-    setting("rootfs", Kind::Path, Default::Unset("the host profile"),
-        "A root filesystem directory for runtimes of the local backend (not with image).")
-        .flag("rootfs").env("WARREN_ROOTFS"),
     setting("image", Kind::Text, Default::Unset("none"),
-        "The runtimes' image: for the local backend, one imported with `warren image import` as their root filesystem; with backend docker or kubernetes, the image of sandboxes that name none (warren never pulls).")
+        "The default backend's image, the one sandboxes that name none start from: a shorthand for local.image, docker.image or kubernetes.image, whichever backend `backend` names (setting both to different values is refused).")
         .flag("image").env("WARREN_IMAGE"),
+    setting("local.rootfs", Kind::Path, Default::Unset("the host profile"),
+        "A root filesystem directory for the local backend's runtimes (not with local.image).")
+        .flag("rootfs").env("WARREN_ROOTFS")
+        .old(Old { flags: &[], envs: &[], keys: &["rootfs"] }),
+    setting("local.image", Kind::Text, Default::Unset("none: the host profile"),
+        "An image imported with `warren image import`: the root filesystem of the local backend's runtimes (not with local.rootfs).")
+        .flag("local-image").env("WARREN_LOCAL_IMAGE"),
     setting("docker.enabled", Kind::Bool, Default::Value(|| Value::Bool(false)),
         "Also offer the Docker backend next to the default one, for sandboxes created with \"backend\":\"docker\".")
         .flag("docker").env("WARREN_DOCKER"),
     setting("docker.image", Kind::Text, Default::Unset("none"),
-        "The Docker image of sandboxes that name none, when the default backend is another (never pulled). Given as the flag or variable it also offers Docker; in the file, set enabled too.")
+        "The Docker image of Docker sandboxes that name none (never pulled). Given as the flag or variable it also offers Docker; in the file, set enabled too.")
         .flag("docker-image").env("WARREN_DOCKER_IMAGE"),
     setting("docker.socket", Kind::Text, Default::Unset("/var/run/docker.sock"),
         "The Docker engine's Unix socket.")
         .flag("docker-socket").env("WARREN_DOCKER_SOCKET"),
     setting("kubernetes", Kind::Structured("table (`warren k8s manifests` writes it; docs/backends.md)"), Default::Unset("none"),
         "The Kubernetes backend's cluster: namespace, claims, images and ports of sandbox pods."),
+    setting("kubernetes.image", Kind::Text, Default::Unset("none"),
+        "The image of Kubernetes sandboxes that name none (the cluster pulls it by its own policy); required with backend kubernetes."),
     // The state store.
     setting("state.url", Kind::Text, Default::Unset("SQLite at <data_dir>/state.db"),
         "The state store: postgres://user:password@host:port/database, or sqlite:<path>.")

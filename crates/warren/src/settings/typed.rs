@@ -1,12 +1,13 @@
 //! The resolved settings as the types `warren serve` uses, and the rules between settings
-//! (a rootfs or an image, not both; a cluster needs a shared state store; ...).
+//! (a rootfs or an image, not both; `image` is the default backend's; a cluster needs a
+//! shared state store; ...).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
-use warren_core::IsolationTier;
+use warren_core::{BackendKind, IsolationTier};
 use warren_isolation::config::RuntimeLimits;
 use warren_provisioner::{ProvisionerConfig, SnapshotStoreConfig};
 
@@ -40,6 +41,17 @@ impl BackendChoice {
     }
 }
 
+/// Where the local backend's runtimes get their root filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalRoot {
+    /// The host's own system directories, read-only.
+    Host,
+    /// A directory (`local.rootfs`).
+    Directory(PathBuf),
+    /// An image imported with `warren image import` (`local.image`).
+    Image(String),
+}
+
 /// What `warren serve` runs with: every single-valued setting, typed and checked together.
 #[derive(Debug)]
 pub struct ServeSettings {
@@ -49,11 +61,12 @@ pub struct ServeSettings {
     pub backend: BackendChoice,
     /// The isolation tier of sandboxes that name none.
     pub tier: IsolationTier,
-    pub rootfs: Option<PathBuf>,
-    /// The local backend's imported image (not the Docker or Kubernetes one).
-    pub local_image: Option<String>,
-    /// The image of Docker or Kubernetes sandboxes that name none.
-    pub sandbox_image: Option<String>,
+    /// The local backend's root filesystem: a directory, or an imported image.
+    pub local_root: LocalRoot,
+    /// The image of Docker sandboxes that name none.
+    pub docker_image: Option<String>,
+    /// The image of Kubernetes sandboxes that name none.
+    pub kubernetes_image: Option<String>,
     pub docker_enabled: bool,
     pub docker_socket: Option<String>,
     pub listen: SocketAddr,
@@ -124,31 +137,28 @@ impl ServeSettings {
             );
         }
         let tier = IsolationTier::parse(&text("tier")).expect("a choice of the table");
-        let rootfs = r.path("rootfs");
-        let mut local_image = r.text("image");
-        if rootfs.is_some() && local_image.is_some() {
-            bail!("both a rootfs and an image are set (flags, environment or configuration); keep one");
-        }
-        let docker_image = r.text("docker.image");
-        let sandbox_image = match backend {
-            // With Docker or Kubernetes the default backend, `image` names the sandbox image.
-            BackendChoice::Docker | BackendChoice::Kubernetes => {
-                local_image.take().or(docker_image.clone())
-            }
-            _ => docker_image.clone(),
-        };
+        let images = BackendImages::new(r, backend)?;
         // As before the table: the image given as a flag or variable offers Docker; in the
         // file it does not (`enabled = true` does), so an existing file keeps its meaning.
-        let image_offers_docker = docker_image.is_some()
+        let image_offers_docker = images.docker.is_some()
             && matches!(r.origin("docker.image"), Origin::Flag(_) | Origin::Env(_));
         let docker_enabled = backend == BackendChoice::Docker
             || r.required("docker.enabled", Resolved::boolean)
             || image_offers_docker;
-        if rootfs.is_some() && backend == BackendChoice::Docker {
-            bail!("--rootfs is for the local backend; the Docker backend runs images (--image)");
+        if images.local != LocalRoot::Host && backend != BackendChoice::Local {
+            bail!(
+                "{} is for the local backend, and the default backend is {} (its image is {}.image, \
+                 or --image)",
+                images.local_origin,
+                backend.as_str(),
+                backend.as_str()
+            );
         }
-        if backend == BackendChoice::Kubernetes && sandbox_image.is_none() {
-            bail!("--backend kubernetes needs the image of sandboxes that name none (--image)");
+        if backend == BackendChoice::Kubernetes && images.kubernetes.is_none() {
+            bail!(
+                "--backend kubernetes needs the image of sandboxes that name none: kubernetes.image \
+                 in the configuration, or --image"
+            );
         }
         let state = match r.text("state.url") {
             Some(url) => StateChoice::parse(&url)?,
@@ -202,9 +212,9 @@ impl ServeSettings {
             log_filter: text("log"),
             backend,
             tier,
-            rootfs,
-            local_image,
-            sandbox_image,
+            local_root: images.local,
+            docker_image: images.docker,
+            kubernetes_image: images.kubernetes,
             docker_enabled,
             docker_socket: r.text("docker.socket"),
             listen: r.required("listen", Resolved::address),
@@ -248,8 +258,77 @@ impl ServeSettings {
         config.reap_concurrency = p.reap_concurrency;
         config.reap_deadline = p.reap_deadline;
         config.default_isolation = self.tier;
-        config.default_image = self.sandbox_image.clone();
+        config.default_images = [
+            (BackendKind::Docker, &self.docker_image),
+            (BackendKind::Kubernetes, &self.kubernetes_image),
+        ]
+        .into_iter()
+        .filter_map(|(kind, image)| Some((kind, image.clone()?)))
+        .collect();
         config.snapshot_store = self.snapshot_store.clone();
+    }
+}
+
+/// Each backend's image, `image` read as the default backend's.
+struct BackendImages {
+    local: LocalRoot,
+    /// How an error names where `local` came from.
+    local_origin: String,
+    docker: Option<String>,
+    kubernetes: Option<String>,
+}
+
+impl BackendImages {
+    fn new(r: &Resolved, backend: BackendChoice) -> anyhow::Result<Self> {
+        let mut local_image = r.text("local.image");
+        let mut docker = r.text("docker.image");
+        let mut kubernetes = r.text("kubernetes.image");
+        if let Some(image) = r.text("image") {
+            let (slot, key) = match backend {
+                BackendChoice::Local => (&mut local_image, "local.image"),
+                BackendChoice::Docker => (&mut docker, "docker.image"),
+                BackendChoice::Kubernetes => (&mut kubernetes, "kubernetes.image"),
+                BackendChoice::Memory => bail!(
+                    "{} names an image, and the memory backend runs none",
+                    r.origin("image").describe()
+                ),
+            };
+            match slot {
+                Some(other) if *other != image => bail!(
+                    "{} ({image:?}) is the default backend's image, and {} names another \
+                     ({other:?}) for the same {} backend; keep one",
+                    r.origin("image").describe(),
+                    r.origin(key).describe(),
+                    backend.as_str()
+                ),
+                _ => *slot = Some(image),
+            }
+        }
+        let (local, local_origin) = match (r.path("local.rootfs"), local_image) {
+            (Some(_), Some(_)) => bail!(
+                "both a root filesystem directory ({}) and an image for the local backend are \
+                 set (local.image, or image with the local backend); keep one",
+                r.origin("local.rootfs").describe()
+            ),
+            (Some(dir), None) => (
+                LocalRoot::Directory(dir),
+                r.origin("local.rootfs").describe(),
+            ),
+            (None, Some(name)) => {
+                let origin = match r.origin("local.image") {
+                    Origin::Default => r.origin("image"),
+                    origin => origin,
+                };
+                (LocalRoot::Image(name), origin.describe())
+            }
+            (None, None) => (LocalRoot::Host, String::new()),
+        };
+        Ok(Self {
+            local,
+            local_origin,
+            docker,
+            kubernetes,
+        })
     }
 }
 
@@ -311,39 +390,97 @@ mod tests {
     }
 
     #[test]
-    fn the_image_is_the_sandbox_image_when_docker_or_kubernetes_is_the_default_backend() {
+    fn image_is_the_default_backends_image_whichever_backend_that_is() {
         let local = settings(&[("image", "py")], &[], "").unwrap();
-        assert_eq!(
-            (local.local_image.as_deref(), local.sandbox_image.as_deref()),
-            (Some("py"), None)
-        );
+        assert_eq!(local.local_root, LocalRoot::Image("py".into()));
+        assert_eq!((local.docker_image, local.kubernetes_image), (None, None));
         assert!(!local.docker_enabled);
         let docker = settings(&[("image", "py"), ("backend", "docker")], &[], "").unwrap();
-        assert_eq!(
-            (docker.local_image, docker.sandbox_image.as_deref()),
-            (None, Some("py"))
-        );
+        assert_eq!(docker.local_root, LocalRoot::Host);
+        assert_eq!(docker.docker_image.as_deref(), Some("py"));
         assert!(docker.docker_enabled);
-        let beside = settings(&[], &[("WARREN_DOCKER_IMAGE", "py")], "").unwrap();
-        assert!(beside.docker_enabled && beside.sandbox_image.as_deref() == Some("py"));
+        let kubernetes = settings(&[], &[], "backend = \"kubernetes\"\nimage = \"py\"").unwrap();
+        assert_eq!(
+            (
+                kubernetes.kubernetes_image.as_deref(),
+                kubernetes.docker_image.as_deref()
+            ),
+            (Some("py"), None)
+        );
+        let mut config = ProvisionerConfig::new("/x");
+        kubernetes.apply(&mut config);
+        assert_eq!(
+            config
+                .default_images
+                .get(&BackendKind::Kubernetes)
+                .map(String::as_str),
+            Some("py")
+        );
+        assert!(!config.default_images.contains_key(&BackendKind::Docker));
+    }
+
+    #[test]
+    fn each_backend_has_its_own_image_key() {
+        let file = "local.image = \"mini\"\n[docker]\nenabled = true\nimage = \"d\"\n\
+                    [kubernetes]\nimage = \"k\"\n";
+        let both = settings(&[], &[], file).unwrap();
+        assert_eq!(both.local_root, LocalRoot::Image("mini".into()));
+        assert_eq!(both.docker_image.as_deref(), Some("d"));
+        assert!(both.docker_enabled);
+        let flags = settings(&[("local.image", "mini"), ("docker.image", "d")], &[], "").unwrap();
+        assert_eq!(flags.local_root, LocalRoot::Image("mini".into()));
+        assert!(flags.docker_enabled, "--docker-image offers Docker");
         let in_file = settings(&[], &[], "[docker]\nimage = \"py\"").unwrap();
         assert!(
             !in_file.docker_enabled,
             "the file's image alone offers no Docker"
         );
-        assert_eq!(in_file.sandbox_image.as_deref(), Some("py"));
+        assert_eq!(in_file.docker_image.as_deref(), Some("py"));
+        // The old top-level rootfs is local.rootfs; the same value twice is no conflict.
+        let old = settings(&[], &[], "rootfs = \"/r\"").unwrap();
+        assert_eq!(old.local_root, LocalRoot::Directory("/r".into()));
+        let same = settings(
+            &[("image", "d"), ("backend", "docker"), ("docker.image", "d")],
+            &[],
+            "",
+        );
+        assert_eq!(same.unwrap().docker_image.as_deref(), Some("d"));
     }
 
     #[test]
     fn settings_that_contradict_each_other_stop_the_start() {
         for (flags, file, expected) in [
-            (&[("rootfs", "/x"), ("image", "y")][..], "", "keep one"),
             (
-                &[("rootfs", "/x"), ("backend", "docker")],
+                &[("local.rootfs", "/x"), ("image", "y")][..],
                 "",
-                "--rootfs is for the local backend",
+                "keep one",
+            ),
+            (
+                &[("local.rootfs", "/x"), ("local.image", "y")],
+                "",
+                "keep one",
+            ),
+            (
+                &[("local.rootfs", "/x"), ("backend", "docker")],
+                "",
+                "--rootfs is for the local backend, and the default backend is docker",
+            ),
+            (
+                &[("backend", "docker")],
+                "local.image = \"mini\"",
+                "local.image in the configuration is for the local backend",
             ),
             (&[("backend", "kubernetes")], "", "needs the image"),
+            (
+                &[("backend", "docker"), ("image", "a"), ("docker.image", "b")],
+                "",
+                "--image (\"a\") is the default backend's image, and --docker-image names another",
+            ),
+            (
+                &[("image", "a"), ("backend", "kubernetes")],
+                "[kubernetes]\nimage = \"b\"",
+                "names another (\"b\") for the same kubernetes backend",
+            ),
             (
                 &[("cluster.key_file", "/k")],
                 "",
