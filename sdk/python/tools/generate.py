@@ -129,8 +129,8 @@ def schema_types(schemas: dict[str, Any]) -> list[str]:
                 out.append(f"class {name}(TypedDict, total=False):")
                 out += docstring(schema.get("description"), "    ")
                 for prop, annotation, description in fields:
-                    out.append(f"    {prop}: {annotation}")
                     out += [f"    # {line}" for line in description]
+                    out.append(f"    {prop}: {annotation}")
             else:
                 # A key that is no Python name (`from`): the functional form.
                 out += [f"# {line}" for line in (schema.get("description") or "").strip().splitlines()[:1]]

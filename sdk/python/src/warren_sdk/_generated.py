@@ -84,24 +84,24 @@ HAND_WRITTEN: dict[tuple[str, str], str] = {
 
 class AgentEnv(TypedDict, total=False):
     """`GET /v1/users/{uid}/env`."""
-    uid: Required[str]
     # The uid.
-    variables: Required[list[AgentEnvEntry]]
+    uid: Required[str]
     # Its variables, by name.
+    variables: Required[list[AgentEnvEntry]]
 
 
 class AgentEnvEntry(TypedDict, total=False):
     """One variable as read back: never its value (I13)."""
-    hint: str | None
     # The last four characters, for values of 16 characters or more; nothing otherwise.
-    length: Required[int]
+    hint: str | None
     # The value's length in bytes.
-    name: Required[str]
+    length: Required[int]
     # The name.
-    secret: Required[bool]
+    name: Required[str]
     # Whether the value is masked in command output.
-    updated_at: Required[str]
+    secret: Required[bool]
     # RFC 3339: when it was last set.
+    updated_at: Required[str]
 
 
 AgentEnvValue: TypeAlias = "str | SetAgentEnvVar"
@@ -112,118 +112,118 @@ class ArtifactInfo(TypedDict, total=False):
     """A presented file (I26): its bytes were copied when it was presented and stay readable
     after the runtime is reclaimed.
     """
-    artifact_id: Required[str]
     # `art-…`.
-    created_at: Required[str]
+    artifact_id: Required[str]
     # RFC 3339.
-    download_url: Required[str]
+    created_at: Required[str]
     # Where to download it (same Bearer token).
-    media_type: Required[str]
+    download_url: Required[str]
     # Media type, from the file name.
-    path: Required[str]
+    media_type: Required[str]
     # The virtual path it was presented from.
-    sha256: Required[str]
+    path: Required[str]
     # SHA-256 of the bytes, lowercase hex.
-    size: Required[int]
+    sha256: Required[str]
     # Size in bytes.
+    size: Required[int]
 
 
 class ArtifactList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/artifacts`."""
-    artifacts: Required[list[ArtifactInfo]]
     # Oldest first.
+    artifacts: Required[list[ArtifactInfo]]
 
 
 class CheckpointCreated(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/checkpoints`."""
-    checkpoint: Required[CheckpointInfo]
     # The checkpoint.
-    summary: Required[CheckpointSummary]
+    checkpoint: Required[CheckpointInfo]
     # What it took.
+    summary: Required[CheckpointSummary]
 
 
 class CheckpointDiff(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/checkpoints/{cid}/diff`: paths relative to the workdir."""
-    added: Required[list[str]]
     # There now, not in the checkpoint.
-    changed: Required[list[str]]
+    added: Required[list[str]]
     # In both, with other content, type, mode or link target.
-    removed: Required[list[str]]
+    changed: Required[list[str]]
     # In the checkpoint, not there now.
+    removed: Required[list[str]]
 
 
 class CheckpointInfo(TypedDict, total=False):
     """A workdir checkpoint (I28)."""
-    bytes: Required[int]
     # Bytes read.
-    checkpoint_id: Required[str]
+    bytes: Required[int]
     # `ckpt-…`.
-    created_at: Required[str]
+    checkpoint_id: Required[str]
     # RFC 3339.
-    files: Required[int]
+    created_at: Required[str]
     # Regular files recorded.
-    workdir: Required[str]
+    files: Required[int]
     # The workdir it records.
+    workdir: Required[str]
 
 
 class CheckpointList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/checkpoints`."""
-    checkpoints: Required[list[CheckpointInfo]]
     # Oldest first.
+    checkpoints: Required[list[CheckpointInfo]]
 
 
 class CheckpointSummary(TypedDict, total=False):
     """What taking a checkpoint did."""
-    bytes_read: Required[int]
     # Bytes read from the workdir.
-    bytes_stored: Required[int]
+    bytes_read: Required[int]
     # Compressed bytes newly stored; chunks already stored for this uid cost nothing.
-    chunks: Required[int]
+    bytes_stored: Required[int]
     # Chunks the files were cut into, and how many were new.
-    chunks_new: Required[int]
+    chunks: Required[int]
     # See `chunks`.
-    dedup_ratio: Required[float]
+    chunks_new: Required[int]
     # `bytes_read / bytes_stored` (how much deduplication and compression saved).
-    dirs: Required[int]
+    dedup_ratio: Required[float]
     # Directories.
-    elapsed_ms: Required[int]
+    dirs: Required[int]
     # Wall-clock time.
-    files: Required[int]
+    elapsed_ms: Required[int]
     # Regular files (hard links counted once).
-    skipped: Required[int]
+    files: Required[int]
     # Sockets, fifos and devices, which are not kept.
-    symlinks: Required[int]
+    skipped: Required[int]
     # Symbolic links.
+    symlinks: Required[int]
 
 
 class ClusterInfo(TypedDict, total=False):
     """The cluster as the state store records it (issue 14): every node that registered."""
-    node_id: Required[str]
     # The node that answered.
-    nodes: Required[list[ClusterNode]]
+    node_id: Required[str]
     # Every node that ever registered, by id.
+    nodes: Required[list[ClusterNode]]
 
 
 class ClusterNode(TypedDict, total=False):
     """One node of the cluster."""
-    advertise: Required[str]
     # The internal URL other replicas reach it at.
-    epoch: Required[int]
+    advertise: Required[str]
     # Grows at every registration of this id; an older epoch can no longer act.
-    expires_at: Required[str]
+    epoch: Required[int]
     # When the lease lapses unless renewed (RFC 3339).
-    left_at: str | None
+    expires_at: Required[str]
     # When it left cleanly (RFC 3339), if it did.
-    node_id: Required[str]
+    left_at: str | None
     # Its `--node-id`.
-    registered_at: Required[str]
+    node_id: Required[str]
     # When this epoch registered (RFC 3339).
-    renewed_at: Required[str]
+    registered_at: Required[str]
     # When the lease was last renewed (RFC 3339).
-    runtimes: Required[int]
+    renewed_at: Required[str]
     # Runtimes the state store records this node as owning at this epoch.
-    state: Required[ClusterNodeState]
+    runtimes: Required[int]
     # Its lease, by the state store's clock.
+    state: Required[ClusterNodeState]
 
 
 ClusterNodeState: TypeAlias = "Literal[\"live\", \"lapsed\", \"left\"]"
@@ -232,241 +232,241 @@ ClusterNodeState: TypeAlias = "Literal[\"live\", \"lapsed\", \"left\"]"
 
 class CreateGuard(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/guard`: the sandbox's execution guard for one executor (I33)."""
-    holder: Required[str]
     # Who holds it: a run, worker or replica id, 1 to 256 bytes of printable text. Other
-    ttl_s: Required[int]
+    holder: Required[str]
     # Seconds until it lapses unless renewed (1 to 3600). Renew at a third of it.
+    ttl_s: Required[int]
 
 
 class CreateLease(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/leases`: a run's hold on the sandbox's runtime (I25)."""
-    holder: Required[str]
     # Who holds it: the run id of a root run or one of its child runs.
-    ttl_s: Required[int]
+    holder: Required[str]
     # Seconds until it lapses unless renewed (1 to 3600).
+    ttl_s: Required[int]
 
 
 class CreateSandbox(TypedDict, total=False):
     """`POST /v1/sandboxes`: either the explicit identity (`uid` and `runtime_scope_id`, the
     primary form) or an isolation scope with the ids it needs (I29), never both.
     """
-    agent_id: str | None
     # With `scope`: the agent's id.
-    backend: str | None
+    agent_id: str | None
     # The backend hosting the runtime: `local` or `docker` (when the server enables it).
-    ephemeral: bool
+    backend: str | None
     # A temporary scope with no persistent uid mount (default false): the runtime gets a
-    from_snapshot: str | None
+    ephemeral: bool
     # A runtime snapshot (`snap-…`) of one of the uid's sandboxes: the first runtime of
-    image: str | None
+    from_snapshot: str | None
     # For `docker`: the image the container runs (`name[:tag]` or `name@sha256:…`,
-    inherit_env: bool | None
+    image: str | None
     # Whether commands get the global sandbox environment and the uid's agent environment
+    inherit_env: bool | None
     isolation: SandboxIsolation | None
-    labels: dict[str, str] | None
     # The caller's labels (at most 64, 16 KiB in all), which `GET /v1/sandboxes?label=k=v`
+    labels: dict[str, str] | None
     layout: SandboxLayout | None
     network: NetworkSpec | None
     on_deadline: OnDeadline | None
-    runtime_scope_id: str | None
     # The runtime scope: the root conversation's thread id (I6).
-    scope: str | None
+    runtime_scope_id: str | None
     # Instead of `uid` and `runtime_scope_id`: `user` (every session of the user shares
-    session_id: str | None
+    scope: str | None
     # With `scope`: the session (conversation) id.
-    timeout_s: int | None
+    session_id: str | None
     # Seconds from now until the sandbox's deadline, when `on_deadline` happens to it (at
-    uid: str | None
+    timeout_s: int | None
     # The workspace owner.
-    user_id: str | None
+    uid: str | None
     # With `scope`: the end user's id.
-    workdir: str | None
+    user_id: str | None
     # Relative workdir; when absent, the live sandbox's workdir is kept or a fresh
+    workdir: str | None
 
 
 class CreateViewerLink(TypedDict, total=False):
     """`POST /v1/viewer-links`: a link that opens the Viewer on one workdir of one uid."""
-    ttl_s: int | None
     # Seconds the link (and the session it opens) lives: 1 to 604800, default 3600.
-    uid: Required[str]
+    ttl_s: int | None
     # The workspace owner.
-    workdir: Required[str]
+    uid: Required[str]
     # The workdir the link opens (it must exist); nothing outside it is reachable.
+    workdir: Required[str]
 
 
 class CreateWorkdir(TypedDict, total=False):
     """`POST /v1/users/{uid}/workdirs`."""
     init: InitSpec | None
-    path: str | None
     # Relative workdir, e.g. `projects/x`; default `projects/<uuid>` (I8).
+    path: str | None
 
 
 class EditFile(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/files/edit`: exact string replacement."""
-    if_match: str | None
     # Apply only if the file's ETag still is this one (also accepted as `If-Match`).
-    new: Required[str]
+    if_match: str | None
     # Replacement text.
-    old: Required[str]
+    new: Required[str]
     # Text to find; must match exactly once unless `replace_all`.
-    path: Required[str]
+    old: Required[str]
     # Virtual path of a UTF-8 text file.
-    replace_all: bool
+    path: Required[str]
     # Replace every match.
+    replace_all: bool
 
 
 class EditResult(TypedDict, total=False):
     """The answer of an edit."""
-    etag: Required[str]
     # The new ETag.
-    path: Required[str]
+    etag: Required[str]
     # Virtual path.
-    replacements: Required[int]
+    path: Required[str]
     # How many matches were replaced.
+    replacements: Required[int]
 
 
 class ErrorBody(TypedDict, total=False):
     """Every error answer: `{"error":{"code":"…","message":"…"}}`."""
-    error: Required[ErrorDetail]
     # The error.
+    error: Required[ErrorDetail]
 
 
 class ErrorDetail(TypedDict, total=False):
     """A stable machine-readable code and a sentence for people."""
-    code: Required[str]
     # Stable snake_case code, e.g. `workdir_conflict`.
-    expires_at: str | None
+    code: Required[str]
     # With `guard_held`: when the holder's guard lapses unless renewed (RFC 3339).
-    holder: str | None
+    expires_at: str | None
     # With `guard_held`: who holds the sandbox's execution guard.
-    message: Required[str]
+    holder: str | None
     # What went wrong and, where possible, what to do.
+    message: Required[str]
 
 
 class ExecCommand(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/exec`."""
-    argv: list[str] | None
     # A program and its arguments, run without a shell.
-    command: str | None
+    argv: list[str] | None
     # A shell command line, run with `/bin/sh -c`. Exactly one of `command` and `argv`.
-    cwd: str | None
+    command: str | None
     # Working directory as a virtual path; default: the workdir.
-    env: dict[str, str]
+    cwd: str | None
     # Extra environment for this call.
-    shell: str | None
+    env: dict[str, str]
     # The shell for `command`: `sh` (default, `/bin/sh -c`) or `bash`.
-    stdin: str | None
+    shell: str | None
     # Text written to the command's stdin.
-    timeout_s: int | None
+    stdin: str | None
     # Wall-clock limit in seconds (default 60, at most 3600).
+    timeout_s: int | None
 
 
 class ExecResult(TypedDict, total=False):
     """The result of one command."""
-    duration_ms: Required[int]
     # Wall-clock time in milliseconds.
-    exit_code: int | None
+    duration_ms: Required[int]
     # Exit status, when the command exited.
-    run_id: Required[str]
+    exit_code: int | None
     # The run record's id (I22).
-    signal: int | None
+    run_id: Required[str]
     # The signal that ended it, when one did.
-    stderr: Required[str]
+    signal: int | None
     # Standard error (invalid UTF-8 replaced).
-    stdout: Required[str]
+    stderr: Required[str]
     # Standard output (invalid UTF-8 replaced).
-    timed_out: Required[bool]
+    stdout: Required[str]
     # The timeout ended the command.
-    truncated: Required[bool]
+    timed_out: Required[bool]
     # Output was cut at the output cap.
+    truncated: Required[bool]
 
 
 class FileEntry(TypedDict, total=False):
     """One file system entry."""
-    kind: Required[str]
     # `file`, `dir`, `symlink` or `other`.
-    mode: Required[int]
+    kind: Required[str]
     # Permission bits, e.g. 420 for 0644.
-    modified: Required[str]
+    mode: Required[int]
     # Last modification (RFC 3339).
-    path: Required[str]
+    modified: Required[str]
     # Virtual path.
-    size: Required[int]
+    path: Required[str]
     # Size in bytes.
+    size: Required[int]
 
 
 class FileList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/files/list`, and the answer of `glob`."""
-    entries: Required[list[FileEntry]]
     # Entries sorted by path.
-    path: Required[str]
+    entries: Required[list[FileEntry]]
     # The directory listed or searched, as a virtual path.
-    truncated: Required[bool]
+    path: Required[str]
     # More entries exist than were returned.
+    truncated: Required[bool]
 
 
 class GitSpec(TypedDict, total=False):
     """A git repository and revision."""
-    rev: str | None
     # A branch, tag or commit; default: the remote's default branch.
-    url: Required[str]
+    rev: str | None
     # `https://`, `http://`, `ssh://` or `git://` (`file://` only inside an allowed host
+    url: Required[str]
 
 
 class GlobFiles(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/files/glob`."""
-    limit: int | None
     # Most entries returned (default 1000, at most 10000).
-    path: str | None
+    limit: int | None
     # Directory to search (virtual path); default: the workdir.
-    pattern: Required[str]
+    path: str | None
     # Glob pattern relative to `path`, e.g. `**/*.py`.
+    pattern: Required[str]
 
 
 class GrepFiles(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/files/grep`."""
-    case_insensitive: bool
     # Match without regard to case.
-    glob: str | None
+    case_insensitive: bool
     # Only search files whose path matches this glob.
-    max_matches: int | None
+    glob: str | None
     # Most matches returned (default 200, at most 10000).
-    path: str | None
+    max_matches: int | None
     # Directory or file to search (virtual path); default: the workdir.
-    pattern: Required[str]
+    path: str | None
     # Regular expression (Rust `regex` syntax).
+    pattern: Required[str]
 
 
 class GrepMatch(TypedDict, total=False):
     """One matching line."""
-    line: Required[str]
     # The line (long lines are shortened).
-    line_number: Required[int]
+    line: Required[str]
     # 1-based line number.
-    path: Required[str]
+    line_number: Required[int]
     # Virtual path of the file.
+    path: Required[str]
 
 
 class GrepResult(TypedDict, total=False):
     """The answer of a grep."""
-    files_scanned: Required[int]
     # How many files were searched.
-    matches: Required[list[GrepMatch]]
+    files_scanned: Required[int]
     # Matches in path and line order.
-    truncated: Required[bool]
+    matches: Required[list[GrepMatch]]
     # More matches exist than were returned.
+    truncated: Required[bool]
 
 
 class GuardInfo(TypedDict, total=False):
     """A sandbox's execution guard."""
-    acquired_at: Required[str]
     # When it was acquired (RFC 3339).
-    expires_at: Required[str]
+    acquired_at: Required[str]
     # When it lapses unless renewed (RFC 3339, the server's clock).
-    holder: Required[str]
+    expires_at: Required[str]
     # Who holds it.
-    token: Required[int]
+    holder: Required[str]
     # The fencing token: larger than every token issued before for this sandbox. Send it
+    token: Required[int]
 
 
 class GvisorHealth(TypedDict, total=False):
@@ -474,15 +474,15 @@ class GvisorHealth(TypedDict, total=False):
     Whether a given backend runs the tier is its own matter: a sandbox asking for it where
     its backend cannot is refused with the reason.
     """
-    available: Required[bool]
     # runsc is installed and a sandbox ran on one of its platforms here.
-    limitations: list[str]
+    available: Required[bool]
     # What a sandbox on the gVisor tier cannot do here, or does differently from the
+    limitations: list[str]
     platform: GvisorPlatform | None
-    reason: str | None
     # Why this platform, or why gVisor is unavailable.
-    runsc_version: str | None
+    reason: str | None
     # What `runsc --version` reports; null when runsc was not found or did not answer.
+    runsc_version: str | None
 
 
 GvisorPlatform: TypeAlias = "Literal[\"ptrace\", \"kvm\"]"
@@ -491,77 +491,77 @@ GvisorPlatform: TypeAlias = "Literal[\"ptrace\", \"kvm\"]"
 
 class Health(TypedDict, total=False):
     """`GET /health`: the process and its backend are initialised — nothing more (I17)."""
-    backend: Required[str]
     # The default backend's name.
-    backends: list[str]
+    backend: Required[str]
     # Every backend a sandbox may choose on this server (`"backend"` on create), the
-    exec: Required[bool]
+    backends: list[str]
     # Whether the default backend executes commands.
-    gvisor: GvisorHealth
+    exec: Required[bool]
     # Whether this host can run the gVisor tier, as probed once at start-up (issue 19).
-    isolation: Required[bool]
+    gvisor: GvisorHealth
     # Whether the default backend isolates runtimes; false for `memory` (I20).
-    quotas: str
+    isolation: Required[bool]
     # How workspace storage quotas are enforced (I23): `off` (none configured),
-    status: Required[str]
+    quotas: str
     # Always `ok` when the server answers.
-    version: Required[str]
+    status: Required[str]
     # warren's version.
-    warnings: Required[list[str]]
+    version: Required[str]
     # What the backend cannot enforce on this host (missing cgroup controllers, no
+    warnings: Required[list[str]]
 
 
 class InitSpec(TypedDict, total=False):
     """Where a workdir's first files come from; any combination, applied in the order
     host_dir, git, files.
     """
-    files: dict[str, str]
     # Files by workdir-relative path, with their text.
+    files: dict[str, str]
     git: GitSpec | None
-    host_dir: str | None
     # The name of a host directory the operator allowed (`[init] host_dirs`).
+    host_dir: str | None
 
 
 class InitSummary(TypedDict, total=False):
     """What a workdir initialisation put in."""
-    bytes: Required[int]
     # Bytes written.
-    files: Required[int]
+    bytes: Required[int]
     # Regular files written.
+    files: Required[int]
 
 
 class KilledProcesses(TypedDict, total=False):
     """Answer of `POST /v1/sandboxes/{id}/kill`."""
-    killed: Required[int]
     # How many processes were killed (0 when its runtime was not running).
-    sandbox_id: Required[str]
+    killed: Required[int]
     # The sandbox whose processes were killed; it keeps running.
+    sandbox_id: Required[str]
 
 
 class LeaseInfo(TypedDict, total=False):
     """A lease."""
-    expires_at: Required[str]
     # When it lapses unless renewed (RFC 3339).
-    generation: Required[int]
+    expires_at: Required[str]
     # The sandbox generation it holds.
-    holder: Required[str]
+    generation: Required[int]
     # Who holds it.
-    lease_id: Required[str]
+    holder: Required[str]
     # The lease's id.
+    lease_id: Required[str]
 
 
 class MakeDirectory(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/files/mkdir`."""
-    path: Required[str]
     # Virtual path; missing parents are created too.
+    path: Required[str]
 
 
 class MakeDirectoryResult(TypedDict, total=False):
     """The answer of a mkdir."""
-    created: Required[bool]
     # The directory did not exist before.
-    path: Required[str]
+    created: Required[bool]
     # Virtual path.
+    path: Required[str]
 
 
 # `POST /v1/sandboxes/{id}/files/move`.
@@ -594,10 +594,10 @@ MoveResult = TypedDict(
 
 class NetworkSpec(TypedDict, total=False):
     """Where a sandbox's processes may connect."""
-    allow: list[str]
     # For `allowlist`: host names, `*.suffix` wildcards, IP addresses or CIDR ranges.
-    mode: Required[Literal["none", "open", "allowlist"]]
+    allow: list[str]
     # `none` (loopback only), `open` (HTTP/HTTPS egress through warren's proxy to public
+    mode: Required[Literal["none", "open", "allowlist"]]
 
 
 OnDeadline: TypeAlias = "Literal[\"terminate\", \"pause\"]"
@@ -606,20 +606,20 @@ OnDeadline: TypeAlias = "Literal[\"terminate\", \"pause\"]"
 
 class PausedSandbox(TypedDict, total=False):
     """Answer of `POST /v1/sandboxes/{id}/pause`."""
-    processes_ended: Required[bool]
     # Whether a runtime ran and was ended: its running processes ended with it, and its
-    runtime_snapshot: str | None
+    processes_ended: Required[bool]
     # The runtime snapshot a resume starts from; absent when no runtime ran or the
-    sandbox: Required[SandboxInfo]
+    runtime_snapshot: str | None
     # The sandbox, `paused`.
-    snapshot_error: str | None
+    sandbox: Required[SandboxInfo]
     # Why a runtime that ran was not snapshotted: what changed in it since its latest
+    snapshot_error: str | None
 
 
 class PresentFiles(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/artifacts`: files under the workdir's `outputs/` to present."""
-    paths: Required[list[str]]
     # Virtual paths (or paths relative to the workdir), each under `<workdir>/outputs/`.
+    paths: Required[list[str]]
 
 
 ProcessEvent: TypeAlias = "dict[str, Any]"
@@ -628,125 +628,125 @@ ProcessEvent: TypeAlias = "dict[str, Any]"
 
 class ProcessInfo(TypedDict, total=False):
     """A process, running or ended."""
-    command: Required[str]
     # The command line (secrets masked), or its argv as JSON.
-    cwd: Required[str]
+    command: Required[str]
     # Working directory as a virtual path.
-    ended_at: str | None
+    cwd: Required[str]
     # When it ended (RFC 3339).
-    exit_code: int | None
+    ended_at: str | None
     # Exit status, when it exited.
-    output_end: Required[int]
+    exit_code: int | None
     # Offset after the newest output byte.
-    output_start: Required[int]
+    output_end: Required[int]
     # Offset of the oldest output byte still kept: reading from before it reports the
-    pid: Required[int]
+    output_start: Required[int]
     # Its pid inside the runtime.
+    pid: Required[int]
     pty: TerminalSize | None
-    requested_by: Required[str]
     # Who started it (`X-Warren-Requested-By`).
-    run_id: Required[str]
+    requested_by: Required[str]
     # Its run record (`GET /v1/sandboxes/{id}/runs`, I22).
-    sandbox_id: Required[str]
+    run_id: Required[str]
     # The sandbox it runs in.
-    signal: int | None
+    sandbox_id: Required[str]
     # The signal that ended it, when one did.
-    started_at: Required[str]
+    signal: int | None
     # When it started (RFC 3339).
-    status: Required[str]
+    started_at: Required[str]
     # `running`; `exited` (see `exit_code` and `signal`); `lost`: its runtime ended under
-    stdin_open: Required[bool]
+    status: Required[str]
     # Whether its stdin still takes input.
-    tag: str | None
+    stdin_open: Required[bool]
     # The name it was given.
-    timed_out: Required[bool]
+    tag: str | None
     # Its timeout ended it.
+    timed_out: Required[bool]
 
 
 class ProcessList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/processes`."""
-    processes: Required[list[ProcessInfo]]
     # Running processes and those that ended in the last ten minutes, by pid.
+    processes: Required[list[ProcessInfo]]
 
 
 class ProcessOutput(TypedDict, total=False):
     """`GET .../processes/{pid}/output` without a streaming `Accept`: what is there now."""
-    events: Required[list[ProcessEvent]]
     # Output from the offset asked for (`stdout`, `stderr`, `lost`), at most 256 KiB.
-    next: Required[int]
+    events: Required[list[ProcessEvent]]
     # The offset to ask for next.
-    process: Required[ProcessInfo]
+    next: Required[int]
     # The process now.
+    process: Required[ProcessInfo]
 
 
 class RenewGuard(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/guard/renew`."""
-    token: Required[int]
     # The token the acquisition returned.
-    ttl_s: int | None
+    token: Required[int]
     # New lifetime in seconds from now (1 to 3600); without it, the lifetime the guard
+    ttl_s: int | None
 
 
 class RenewLease(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/leases/{lease_id}/renew`."""
-    ttl_s: int | None
     # New lifetime in seconds from now (1 to 3600); default 60.
+    ttl_s: int | None
 
 
 class ReplaceAgentEnv(TypedDict, total=False):
     """`PUT /v1/users/{uid}/env`: the uid's whole agent environment, replacing the old one."""
-    env: Required[dict[str, AgentEnvValue]]
     # Variable name → value. Names are `[A-Za-z_][A-Za-z0-9_]*`; at most 256 variables.
+    env: Required[dict[str, AgentEnvValue]]
 
 
 class ResumeSandbox(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/resume`."""
-    timeout_s: int | None
     # Seconds from now until a new deadline; default: the deadline stays, or goes if it
+    timeout_s: int | None
 
 
 class RunInfo(TypedDict, total=False):
     """The record of one run (I22): what ran, where, for whom, and how it ended."""
-    command: Required[str]
     # The command line, or the argv as JSON, with injected secrets masked.
-    cpu_system_ms: int | None
+    command: Required[str]
     # System CPU time in milliseconds, when measured.
-    cpu_user_ms: int | None
+    cpu_system_ms: int | None
     # User CPU time in milliseconds, when measured.
-    cwd: Required[str]
+    cpu_user_ms: int | None
     # Its working directory, as a virtual path.
-    duration_ms: int | None
+    cwd: Required[str]
     # Wall-clock run time in milliseconds, once it ended.
-    exit_code: int | None
+    duration_ms: int | None
     # The exit code, when the process exited.
-    failure_reason: str | None
+    exit_code: int | None
     # Why warren could not run it to completion, when it failed.
-    finished_at: str | None
+    failure_reason: str | None
     # When it finished or failed (RFC 3339, milliseconds).
-    generation: Required[int]
+    finished_at: str | None
     # The sandbox generation it ran in.
-    id: Required[str]
+    generation: Required[int]
     # The run's id (an exec answers it as `run_id`).
-    kind: Required[RunKind]
+    id: Required[str]
     # What kind of run it is.
-    peak_memory_bytes: int | None
+    kind: Required[RunKind]
     # Peak resident memory in bytes, when measured.
-    pty: Required[bool]
+    peak_memory_bytes: int | None
     # Whether it ran on a terminal.
-    requested_by: Required[str]
+    pty: Required[bool]
     # Who asked for it.
-    sandbox_id: Required[str]
+    requested_by: Required[str]
     # The sandbox it ran in.
-    signal: int | None
+    sandbox_id: Required[str]
     # The signal that ended it, when one did.
-    started_at: Required[str]
+    signal: int | None
     # When it started (RFC 3339, milliseconds): a `since` that includes it.
-    status: Required[RunStatus]
+    started_at: Required[str]
     # Where it is in its life.
-    tag: str | None
+    status: Required[RunStatus]
     # The caller's own label for it, if it gave one.
-    timed_out: Required[bool]
+    tag: str | None
     # Whether warren ended it for running too long.
+    timed_out: Required[bool]
 
 
 RunKind: TypeAlias = "Literal[\"exec\", \"process\"]"
@@ -755,10 +755,10 @@ RunKind: TypeAlias = "Literal[\"exec\", \"process\"]"
 
 class RunList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/runs`, `GET /v1/users/{uid}/runs`: one page of run records."""
-    next_page_token: str | None
     # Pass as `page_token` for the next page; null on the last page.
-    runs: Required[list[RunInfo]]
+    next_page_token: str | None
     # Newest first (by start time, then id).
+    runs: Required[list[RunInfo]]
 
 
 RunStatus: TypeAlias = "Literal[\"running\", \"finished\", \"failed\"]"
@@ -767,46 +767,46 @@ RunStatus: TypeAlias = "Literal[\"running\", \"finished\", \"failed\"]"
 
 class SandboxInfo(TypedDict, total=False):
     """A sandbox: the identity of one (uid, runtime scope) and the state of its runtime."""
-    backend: Required[str]
     # The backend hosting the runtime.
+    backend: Required[str]
+    # RFC 3339.
     created_at: Required[str]
-    # RFC 3339.
-    deadline: str | None
     # When its deadline passes (RFC 3339), if it has one.
-    ephemeral: Required[bool]
+    deadline: str | None
     # Whether the runtime mounts scratch space instead of the uid's workspace.
-    generation: Required[int]
+    ephemeral: Required[bool]
     # Incremented each time the identity is reused after termination.
-    image: str | None
+    generation: Required[int]
     # The image of a Docker sandbox's container.
-    inherit_env: Required[bool]
+    image: str | None
     # Whether commands get the global and the uid's agent environment.
-    isolation: Required[SandboxIsolation]
+    inherit_env: Required[bool]
     # The isolation tier its runtimes run on.
-    labels: Required[dict[str, str]]
+    isolation: Required[SandboxIsolation]
     # The caller's labels.
-    last_active_at: Required[str]
+    labels: Required[dict[str, str]]
     # RFC 3339.
-    layout: Required[SandboxLayout]
+    last_active_at: Required[str]
     # What the runtime looks like from inside.
-    network: Required[NetworkSpec]
+    layout: Required[SandboxLayout]
     # The network policy.
-    on_deadline: Required[OnDeadline]
+    network: Required[NetworkSpec]
     # What the deadline does.
-    runtime_scope_id: Required[str]
+    on_deadline: Required[OnDeadline]
     # The runtime scope.
-    sandbox_id: Required[str]
+    runtime_scope_id: Required[str]
     # Stable id derived from uid and runtime scope only (I5).
-    state: Required[str]
+    sandbox_id: Required[str]
     # `created` (no runtime yet, I12), `running`, `stopped`, `pausing`, `paused` (no run
-    uid: Required[str]
+    state: Required[str]
     # The workspace owner.
-    warnings: Required[list[str]]
+    uid: Required[str]
     # What this sandbox's isolation tier cannot do on this server, or does differently:
-    workdir: Required[str]
+    warnings: Required[list[str]]
     # Relative workdir inside the UserWorkspace.
-    workdir_path: Required[str]
+    workdir: Required[str]
     # The workdir as a virtual path: the default cwd of commands.
+    workdir_path: Required[str]
 
 
 SandboxIsolation: TypeAlias = "Literal[\"kernel\", \"gvisor\"]"
@@ -819,92 +819,92 @@ SandboxLayout: TypeAlias = "Literal[\"ars\", \"deerflow\", \"e2b\"]"
 
 class SandboxList(TypedDict, total=False):
     """`GET /v1/sandboxes`."""
-    sandboxes: Required[list[SandboxInfo]]
     # The sandboxes, oldest first.
+    sandboxes: Required[list[SandboxInfo]]
 
 
 class SetAgentEnvVar(TypedDict, total=False):
     """`PUT /v1/users/{uid}/env/{name}`, and the object form of [`AgentEnvValue`]."""
-    secret: bool | None
     # Whether the value is masked in command output (default true). A secret is at least
-    value: Required[str]
+    secret: bool | None
     # The value (at most 32 KiB, no NUL byte).
+    value: Required[str]
 
 
 class SignalProcess(TypedDict, total=False):
     """`POST .../processes/{pid}/signal`."""
-    group: bool
     # The whole process group (what a terminal's Ctrl-C reaches; default) or the process
-    signal: Required[int | Literal["HUP", "SIGHUP", "INT", "SIGINT", "QUIT", "SIGQUIT", "ILL", "SIGILL", "TRAP", "SIGTRAP", "ABRT", "SIGABRT", "BUS", "SIGBUS", "FPE", "SIGFPE", "KILL", "SIGKILL", "USR1", "SIGUSR1", "SEGV", "SIGSEGV", "USR2", "SIGUSR2", "PIPE", "SIGPIPE", "ALRM", "SIGALRM", "TERM", "SIGTERM", "STKFLT", "SIGSTKFLT", "CHLD", "SIGCHLD", "CONT", "SIGCONT", "STOP", "SIGSTOP", "TSTP", "SIGTSTP", "TTIN", "SIGTTIN", "TTOU", "SIGTTOU", "URG", "SIGURG", "XCPU", "SIGXCPU", "XFSZ", "SIGXFSZ", "VTALRM", "SIGVTALRM", "PROF", "SIGPROF", "WINCH", "SIGWINCH", "IO", "SIGIO", "PWR", "SIGPWR", "SYS", "SIGSYS"]]
+    group: bool
     # A signal by number (1 to 64) or by name.
+    signal: Required[int | Literal["HUP", "SIGHUP", "INT", "SIGINT", "QUIT", "SIGQUIT", "ILL", "SIGILL", "TRAP", "SIGTRAP", "ABRT", "SIGABRT", "BUS", "SIGBUS", "FPE", "SIGFPE", "KILL", "SIGKILL", "USR1", "SIGUSR1", "SEGV", "SIGSEGV", "USR2", "SIGUSR2", "PIPE", "SIGPIPE", "ALRM", "SIGALRM", "TERM", "SIGTERM", "STKFLT", "SIGSTKFLT", "CHLD", "SIGCHLD", "CONT", "SIGCONT", "STOP", "SIGSTOP", "TSTP", "SIGTSTP", "TTIN", "SIGTTIN", "TTOU", "SIGTTOU", "URG", "SIGURG", "XCPU", "SIGXCPU", "XFSZ", "SIGXFSZ", "VTALRM", "SIGVTALRM", "PROF", "SIGPROF", "WINCH", "SIGWINCH", "IO", "SIGIO", "PWR", "SIGPWR", "SYS", "SIGSYS"]]
 
 
 class StartProcess(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/processes`: starts a process that keeps running after the
     answer, with its output kept for readers and its stdin open on request.
     """
-    argv: list[str] | None
     # A program and its arguments, run without a shell.
-    command: str | None
+    argv: list[str] | None
     # A shell command line, run with `/bin/sh -c` (or `shell`). Exactly one of `command`
-    cwd: str | None
+    command: str | None
     # Working directory as a virtual path; default: the workdir.
-    env: dict[str, str]
+    cwd: str | None
     # Extra environment for this process.
+    env: dict[str, str]
     pty: TerminalSize | None
-    shell: str | None
     # The shell for `command`: `sh` (default) or `bash`.
-    stdin: bool
+    shell: str | None
     # Keep its stdin open for `POST .../stdin`; otherwise it reads end-of-file at once.
-    tag: str | None
+    stdin: bool
     # A name to find it by (1 to 256 bytes).
-    timeout_s: int | None
+    tag: str | None
     # Kill its whole tree after this many seconds; default: no limit (it ends when it
+    timeout_s: int | None
 
 
 class StdinWritten(TypedDict, total=False):
     """Answer of `POST .../processes/{pid}/stdin`."""
-    written: Required[int]
     # Bytes written to the process's stdin.
+    written: Required[int]
 
 
 class TerminalSize(TypedDict, total=False):
     """A terminal's size in character cells."""
-    cols: Required[int]
     # Columns (1 to 4096).
-    rows: Required[int]
+    cols: Required[int]
     # Rows (1 to 4096).
+    rows: Required[int]
 
 
 class TerminateSandbox(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/terminate`."""
-    grace_s: int | None
     # Seconds commands already running get to finish before they are killed (0 to
+    grace_s: int | None
 
 
 class UpdateSandbox(TypedDict, total=False):
     """`PATCH /v1/sandboxes/{id}`: what is absent stays as it is."""
-    labels: dict[str, str] | None
     # Replace the labels, all of them.
+    labels: dict[str, str] | None
     on_deadline: OnDeadline | None
-    timeout_s: int | None
     # Seconds from now until the deadline (at most 31536000); `null` removes it.
+    timeout_s: int | None
 
 
 class UsageFigure(TypedDict, total=False):
     """One quantity of [`WorkspaceUsage`]."""
-    limit: int | None
     # The limit; `null` without a quota.
-    used: int | None
+    limit: int | None
     # In use; `null` where the kernel does not account for the workspace on its own.
+    used: int | None
 
 
 class ViewerLink(TypedDict, total=False):
     """A signed Viewer link."""
-    expires_at: Required[str]
     # RFC 3339.
-    url: Required[str]
+    expires_at: Required[str]
     # Path of the link on this server (`/viewer/open?t=…`); prefix the server's address.
+    url: Required[str]
 
 
 WatchEvent: TypeAlias = "dict[str, Any]"
@@ -913,45 +913,45 @@ WatchEvent: TypeAlias = "dict[str, Any]"
 
 class WorkdirInfo(TypedDict, total=False):
     """A workdir of a user."""
-    created_at: Required[str]
     # When warren recorded it (RFC 3339).
+    created_at: Required[str]
     initialized: InitSummary | None
-    path: Required[str]
     # The same directory as a virtual path.
-    workdir: Required[str]
+    path: Required[str]
     # Relative workdir inside the UserWorkspace.
+    workdir: Required[str]
 
 
 class WorkdirList(TypedDict, total=False):
     """`GET /v1/users/{uid}/workdirs`."""
-    workdirs: Required[list[WorkdirInfo]]
     # The workdirs, oldest first.
+    workdirs: Required[list[WorkdirInfo]]
 
 
 class WorkspaceUsage(TypedDict, total=False):
     """`GET /v1/users/{uid}/usage`: a uid's workspace storage against its quota (I23), from the
     kernel's accounting of the uid's own filesystem.
     """
-    bytes: Required[UsageFigure]
     # Bytes (the filesystem's metadata included).
-    enforcement: Required[str]
+    bytes: Required[UsageFigure]
     # `off`, `volumes` or `unenforced` (see [`Health::quotas`](crate::Health::quotas)).
-    inodes: Required[UsageFigure]
+    enforcement: Required[str]
     # Inodes: files, directories and links.
-    uid: Required[str]
+    inodes: Required[UsageFigure]
     # The uid.
+    uid: Required[str]
 
 
 class WriteResult(TypedDict, total=False):
     """The answer of a write, append or edit."""
-    created: Required[bool]
     # The file did not exist before.
-    etag: Required[str]
+    created: Required[bool]
     # The new ETag (also in the `ETag` header).
-    path: Required[str]
+    etag: Required[str]
     # Virtual path.
-    size: Required[int]
+    path: Required[str]
     # New size in bytes.
+    size: Required[int]
 
 
 class ArtifactsApi:
