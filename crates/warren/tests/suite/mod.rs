@@ -76,6 +76,7 @@ mod runs;
 mod runtime;
 mod runtime_files;
 mod sandboxes;
+mod sdk_python;
 mod skills;
 mod snapshots;
 mod state_postgres;
