@@ -8,11 +8,13 @@ tools make."""
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from agents import Model
 from agents.sandbox import LocalSnapshotSpec, Manifest
 from agents.sandbox.entries import File
 from agents.sandbox.errors import (
@@ -216,3 +218,53 @@ async def test_pty_processes_still_running_are_killed_when_the_session_closes(cl
 async def test_a_manifest_root_outside_the_uid_workspace_is_refused(client, uid):
     with pytest.raises(ValueError, match="/home/gem/user-data"):
         await client.create(manifest=Manifest(root="/workspace"), options=_options(uid))
+
+
+class _ScriptedModel(Model):
+    """A `Model` that needs no network: it asks for one `exec_command` call, then answers
+    with the tool's output it was given back. What a real model does, minus the guessing."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.calls = 0
+
+    async def get_response(self, system_instructions, input, model_settings, tools, *args, **kwargs):
+        from agents.items import ModelResponse
+        from agents.usage import Usage
+        from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+        self.calls += 1
+        if self.calls == 1:
+            assert "exec_command" in [tool.name for tool in tools]
+            call = ResponseFunctionToolCall(
+                id="fc_1", call_id="call_1", type="function_call", name="exec_command",
+                arguments=json.dumps({"cmd": self.command, "yield_time_ms": 5000}),
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        outputs = [item["output"] for item in input if isinstance(item, dict) and item.get("type") == "function_call_output"]
+        text = ResponseOutputText(type="output_text", text=f"tool said: {outputs[-1]}", annotations=[])
+        message = ResponseOutputMessage(id="msg_1", type="message", role="assistant", status="completed", content=[text])
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError("the scripted model answers get_response only")
+
+
+async def test_a_sandbox_agent_run_executes_its_tool_calls_in_the_warren_sandbox(client, uid, warren):
+    from agents import RunConfig, Runner
+    from agents.sandbox import SandboxAgent, SandboxRunConfig
+
+    model = _ScriptedModel("echo from-the-agent > agent.txt && cat agent.txt && pwd")
+    agent = SandboxAgent(name="worker", instructions="Use the shell.", model=model)
+    options = _options(uid, workdir="projects/run", on_exit="keep")
+    result = await Runner.run(
+        agent, "write agent.txt",
+        run_config=RunConfig(sandbox=SandboxRunConfig(client=client, options=options), tracing_disabled=True),
+    )
+    assert model.calls == 2
+    assert "from-the-agent" in result.final_output
+    assert "/home/gem/user-data/projects/run" in result.final_output
+    # The tool ran in warren: the file is in the uid's workdir.
+    [sandbox] = [s for s in warren.sandboxes.list(uid=uid)["sandboxes"] if s["runtime_scope_id"] == options.runtime_scope_id]
+    assert warren.files.read(sandbox["sandbox_id"], path="agent.txt") == b"from-the-agent\n"
+    warren.sandboxes.delete(sandbox["sandbox_id"])
