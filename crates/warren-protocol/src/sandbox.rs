@@ -59,14 +59,16 @@ pub struct CreateSandbox {
     /// when the sandbox is live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_snapshot: Option<String>,
-    /// The backend hosting the runtime: `local` or `docker` (when the server enables it).
+    /// The backend hosting the runtime: `local`, `docker` or `kubernetes` (those the
+    /// server enables).
     /// Default: the server's default backend, or the live sandbox's. Part of the binding
     /// (409 `backend_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
-    /// For `docker`: the image the container runs (`name[:tag]` or `name@sha256:…`,
-    /// already present on the Docker host; warren never pulls). Default: the server's
-    /// `--image`. Part of the binding (409 `backend_conflict`).
+    /// For `docker` or `kubernetes`: the image the runtime runs (`name[:tag]` or
+    /// `name@sha256:…`; on Docker already present, warren never pulls). Default: the
+    /// server's image for that backend (`docker.image`, `kubernetes.image`). Part of the
+    /// binding (409 `backend_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// What the runtime looks like from inside. `ars` (the default): the UserWorkspace at
@@ -82,8 +84,8 @@ pub struct CreateSandbox {
     /// namespaces, cgroups, seccomp and Landlock on the host kernel. `gvisor`: every
     /// system call is served by gVisor's user-space kernel, for untrusted code; 422
     /// `isolation_unavailable` when the sandbox's backend cannot run it on this server.
-    /// Default: the server's (`isolation` in warren.toml), or the live sandbox's. Part of
-    /// the binding (409 `isolation_conflict`).
+    /// Default: the server's (`tier` in warren.toml), or the live sandbox's. Part of the
+    /// binding (409 `isolation_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<SandboxIsolation>,
     /// Seconds from now until the sandbox's deadline, when `on_deadline` happens to it (at

@@ -252,13 +252,13 @@ class CreateSandbox(TypedDict, total=False):
     """
     # With `scope`: the agent's id.
     agent_id: str | None
-    # The backend hosting the runtime: `local` or `docker` (when the server enables it).
+    # The backend hosting the runtime: `local`, `docker` or `kubernetes` (those the
     backend: str | None
     # A temporary scope with no persistent uid mount (default false): the runtime gets a
     ephemeral: bool
     # A runtime snapshot (`snap-…`) of one of the uid's sandboxes: the first runtime of
     from_snapshot: str | None
-    # For `docker`: the image the container runs (`name[:tag]` or `name@sha256:…`,
+    # For `docker` or `kubernetes`: the image the runtime runs (`name[:tag]` or
     image: str | None
     # Whether commands get the global sandbox environment and the uid's agent environment
     inherit_env: bool | None
