@@ -115,3 +115,14 @@ fn the_sdk_covers_every_endpoint_family_and_agrees_with_the_openapi_document() {
     );
     assert_counts(&summary, 31, 0);
 }
+
+#[test]
+fn the_openai_agents_sdk_s_sandbox_session_runs_on_warren_through_its_own_api() {
+    let server = TestServer::start_local(bin());
+    let summary = pytest(
+        &server,
+        &["tests/test_openai_agents.py"],
+        Duration::from_secs(300),
+    );
+    assert_counts(&summary, 14, 0);
+}
