@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,6 +144,49 @@ async def test_main_and_sub_agent_share_a_runtime_a_second_thread_shares_only_th
         # One sandbox per thread, none for the sub-agent.
         scopes = sorted(s["runtime_scope_id"] for s in client.sandboxes.list(uid=uid)["sandboxes"])
         assert scopes == ["thread-a", "thread-b"]
+    finally:
+        for s in client.sandboxes.list(uid=uid)["sandboxes"]:
+            client.sandboxes.delete(s["sandbox_id"])
+
+
+def test_hold_releases_the_runs_lease_even_when_the_run_fails(client: Warren) -> None:
+    uid = f"sdk-da-{uuid.uuid4().hex[:12]}"
+    backend = WarrenBackend(client)
+    config = {"configurable": {"user_id": uid, "thread_id": "failing-run"}}
+    held: list[tuple[str, str]] = []
+    try:
+        with pytest.raises(RuntimeError, match="the run failed"), backend.hold(config) as sandbox:
+            held.append((sandbox.id, backend.lease_of(backend.identity(config)) or ""))
+            raise RuntimeError("the run failed")
+        ((sandbox_id, lease_id),) = held
+        assert lease_id.startswith("lease-")
+        assert backend.lease_of(backend.identity(config)) is None
+        with pytest.raises(WarrenError) as released:
+            client.leases.release(sandbox_id, lease_id)
+        assert released.value.code == "lease_not_found"
+    finally:
+        for s in client.sandboxes.list(uid=uid)["sandboxes"]:
+            client.sandboxes.delete(s["sandbox_id"])
+
+
+def test_concurrent_first_calls_of_one_identity_create_its_sandbox_once(client: Warren, monkeypatch: pytest.MonkeyPatch) -> None:
+    uid = f"sdk-da-{uuid.uuid4().hex[:12]}"
+    backend = WarrenBackend(client, workdir="projects/race")
+    creates: list[str] = []
+    real_create = client.sandboxes.create
+
+    def counting_create(**kwargs: Any) -> Any:
+        creates.append(kwargs["runtime_scope_id"])
+        time.sleep(0.2)  # widen the window in which a second caller could slip through
+        return real_create(**kwargs)
+
+    monkeypatch.setattr(client.sandboxes, "create", counting_create)
+    identity = RunIdentity(uid, "thread-1", "projects/race")
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            ids = set(pool.map(lambda _: backend.sandbox_for(identity).id, range(8)))
+        assert len(ids) == 1
+        assert creates == ["thread-1"]
     finally:
         for s in client.sandboxes.list(uid=uid)["sandboxes"]:
             client.sandboxes.delete(s["sandbox_id"])
