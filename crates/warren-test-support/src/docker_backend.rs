@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// The image the Docker backend's tests run (built by `scripts/docker-test-image`).
-pub const DOCKER_TEST_IMAGE: &str = "warren-test:bookworm-2";
+pub const DOCKER_TEST_IMAGE: &str = "warren-test:bookworm-3";
 
 /// Panics with what to do unless a Docker engine answers and has [`DOCKER_TEST_IMAGE`].
 pub fn require_docker() {

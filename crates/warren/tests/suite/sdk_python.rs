@@ -126,3 +126,43 @@ fn the_openai_agents_sdk_s_sandbox_session_runs_on_warren_through_its_own_api() 
     );
     assert_counts(&summary, 14, 0);
 }
+
+/// langchain-tests 1.1.9's standard sandbox suite, unchanged, on deepagents' backend on
+/// warren: 86 tests, of which 7 assert what deepagents 0.7 no longer does (`write`
+/// refusing an existing file, `glob` answering relative names and directories; fixed in
+/// the open langchain-ai/langchain#40283) and are marked `xfail(strict=True)`.
+const STANDARD_PASSED: usize = 79;
+const STANDARD_XFAILED: usize = 7;
+
+#[test]
+fn langchain_s_standard_sandbox_suite_passes_on_deepagents_backend_on_the_local_backend() {
+    let server = TestServer::start_local(bin());
+    let summary = pytest(
+        &server,
+        &["tests/test_deepagents_standard.py"],
+        Duration::from_secs(600),
+    );
+    assert_counts(&summary, STANDARD_PASSED, STANDARD_XFAILED);
+}
+
+#[test]
+fn langchain_s_standard_sandbox_suite_passes_on_deepagents_backend_on_the_docker_backend() {
+    let server = TestServer::start_docker(bin());
+    let summary = pytest(
+        &server,
+        &["tests/test_deepagents_standard.py"],
+        Duration::from_secs(600),
+    );
+    assert_counts(&summary, STANDARD_PASSED, STANDARD_XFAILED);
+}
+
+#[test]
+fn a_deepagents_graph_and_its_sub_agent_work_in_one_runtime_per_root_thread() {
+    let server = TestServer::start_local(bin());
+    let summary = pytest(
+        &server,
+        &["tests/test_deepagents_graph.py"],
+        Duration::from_secs(300),
+    );
+    assert_counts(&summary, 4, 0);
+}
