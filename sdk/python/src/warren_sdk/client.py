@@ -48,6 +48,13 @@ class Warren(Groups):
     def close(self) -> None:
         self.transport.close()
 
+    def to_async(self) -> "AsyncWarren":
+        """An `AsyncWarren` for the same server, token and settings (its own connections:
+        an asyncio client belongs to one event loop)."""
+        t = self.transport
+        return AsyncWarren(t.url, t._token, timeout=t.timeout, retries=t.retries,  # noqa: SLF001
+                           backoff=t.backoff, requested_by=t.requested_by)
+
     def exec_stream(self, sandbox_id: str, *, command: str | None = None, argv: list[str] | None = None,
                     cwd: str | None = None, env: dict[str, str] | None = None, stdin: str | None = None,
                     timeout_s: int | None = None, shell: str | None = None,

@@ -59,14 +59,6 @@ def regex_literal(text: str) -> str:
     return "|".join("".join("\\" + c if c in _REGEX_META else c for c in part) for part in text.split("\n"))
 
 
-def _async_twin(client: Warren) -> AsyncWarren:
-    """An `AsyncWarren` on the same server and token as `client`."""
-    transport = client.transport
-    return AsyncWarren(transport.url, transport._token, timeout=transport.timeout,  # noqa: SLF001
-                       retries=transport.retries, backoff=transport.backoff,
-                       requested_by=transport.requested_by)
-
-
 class WarrenSandbox(BaseSandbox):
     """One warren sandbox as a deepagents `SandboxBackendProtocol`.
 
@@ -107,7 +99,7 @@ class WarrenSandbox(BaseSandbox):
         loop = asyncio.get_running_loop()
         client = self._loop_clients.get(loop)
         if client is None:
-            client = self._loop_clients[loop] = _async_twin(self._w)
+            client = self._loop_clients[loop] = self._w.to_async()
         return client
 
     # ---- execute -------------------------------------------------------------------
