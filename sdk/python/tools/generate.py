@@ -214,7 +214,7 @@ class Operation:
         expect = expects[0] if len(set(expects)) == 1 else ("bytes" if "bytes" in expects else "any")
         return ("Any" if "Any" in types else " | ".join(types)), expect
 
-    def signature(self) -> str:
+    def signature(self) -> list[str]:
         args = ["self"] + [f"{python}: {annotation}" for _, python, annotation in self.path_params]
         if self.raw_body:
             args.append("content: bytes")
@@ -233,13 +233,13 @@ class Operation:
         if keyword_only:
             args.append("*")
             args += keyword_only
-        return ", ".join(args)
+        return args
 
-    def call(self) -> str:
+    def call(self) -> list[str]:
         path = self.path
         for wire, python, _ in self.path_params:
             path = path.replace("{" + wire + "}", "{_seg(" + python + ")}")
-        parts = [json.dumps(self.method.upper()), "f" + json.dumps(path)]
+        parts = [json.dumps(self.method.upper()), ("f" if "{" in path else "") + json.dumps(path)]
         if self.query:
             parts.append("params={" + ", ".join(f"{json.dumps(w)}: {p}" for w, p, _, _ in self.query) + "}")
         if self.body_fields:
@@ -251,7 +251,7 @@ class Operation:
         if self.headers:
             parts.append("headers={" + ", ".join(f"{json.dumps(w)}: {p}" for w, p in self.headers) + "}")
         parts.append(f"expect={json.dumps(self.expect)}")
-        return ", ".join(parts)
+        return parts
 
 
 def operations(document: dict[str, Any]) -> list[Operation]:
@@ -309,12 +309,27 @@ def render(document: dict[str, Any]) -> str:
             for op in sorted(members, key=lambda o: o.name):
                 out.append("")
                 prefix = "def" if flavour == "sync" else "async def"
-                out.append(f"    {prefix} {op.name}({op.signature()}) -> {op.returns}:")
+                line = f"    {prefix} {op.name}({', '.join(op.signature())}) -> {op.returns}:"
+                if len(line) <= 100:
+                    out.append(line)
+                else:
+                    out.append(f"    {prefix} {op.name}(")
+                    out += [f"        {arg}," for arg in op.signature()]
+                    out.append(f"    ) -> {op.returns}:")
                 summary = op.spec.get("summary") or op.spec.get("description")
-                doc = docstring(f"`{op.method.upper()} {op.path}`: {summary or ''}".strip(), "        ")
+                doc = docstring(f"`{op.method.upper()} {op.path}`\n\n{summary or ''}".strip(), "        ")
                 out += doc
                 awaiting = "" if flavour == "sync" else "await "
-                out.append(f"        return {awaiting}self._t.request({op.call()})  # type: ignore[no-any-return]")
+                out.append(f"        return {awaiting}self._t.request(  # type: ignore[no-any-return]")
+                for part in op.call():
+                    name, brace, rest = part.partition("={")
+                    if brace and len(part) > 80:
+                        out.append(f"            {name}={{")
+                        out += [f"                {item}," for item in rest[:-1].split(", ")]
+                        out.append("            },")
+                    else:
+                        out.append(f"            {part},")
+                out.append("        )")
             out.append("")
             out.append("")
     for flavour in ("sync", "async"):

@@ -961,16 +961,45 @@ class ArtifactsApi:
         self._t = transport
 
     def download(self, sandbox_id: str, artifact_id: str) -> Body:
-        """`GET /v1/sandboxes/{id}/artifacts/{artifact_id}`: Downloads an artifact (with `Range` support)."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts/{_seg(artifact_id)}", expect="bytes")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/artifacts/{artifact_id}`
+
+        Downloads an artifact (with `Range` support).
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts/{_seg(artifact_id)}",
+            expect="bytes",
+        )
 
     def list(self, sandbox_id: str) -> ArtifactList:
-        """`GET /v1/sandboxes/{id}/artifacts`: The sandbox's artifacts, oldest first."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/artifacts`
 
-    def present(self, sandbox_id: str, *, paths: list[str], fence: str | int | None = None) -> ArtifactList:
-        """`POST /v1/sandboxes/{id}/artifacts`: Presents files under the workdir's `outputs/` as artifacts."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts", json={"paths": paths}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        The sandbox's artifacts, oldest first.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
+            expect="json",
+        )
+
+    def present(
+        self,
+        sandbox_id: str,
+        *,
+        paths: list[str],
+        fence: str | int | None = None,
+    ) -> ArtifactList:
+        """`POST /v1/sandboxes/{id}/artifacts`
+
+        Presents files under the workdir's `outputs/` as artifacts.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
+            json={"paths": paths},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class CheckpointsApi:
@@ -980,23 +1009,58 @@ class CheckpointsApi:
         self._t = transport
 
     def create(self, sandbox_id: str, *, fence: str | int | None = None) -> CheckpointCreated:
-        """`POST /v1/sandboxes/{id}/checkpoints`: Records the sandbox's workdir: only chunks this uid has not stored yet are written."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/sandboxes/{id}/checkpoints`
+
+        Records the sandbox's workdir: only chunks this uid has not stored yet are written.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     def diff(self, sandbox_id: str, checkpoint_id: str) -> CheckpointDiff:
-        """`GET /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff`: Paths added, removed and changed in the workdir since the checkpoint."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/diff", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff`
+
+        Paths added, removed and changed in the workdir since the checkpoint.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/diff",
+            expect="json",
+        )
 
     def list(self, sandbox_id: str) -> CheckpointList:
-        """`GET /v1/sandboxes/{id}/checkpoints`: The sandbox's checkpoints, oldest first."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/checkpoints`
 
-    def restore(self, sandbox_id: str, checkpoint_id: str, *, fence: str | int | None = None) -> CheckpointInfo:
-        """`POST /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/restore`: Puts the workdir back as the checkpoint recorded it, in one atomic swap. Refused with
+        The sandbox's checkpoints, oldest first.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
+            expect="json",
+        )
+
+    def restore(
+        self,
+        sandbox_id: str,
+        checkpoint_id: str,
+        *,
+        fence: str | int | None = None,
+    ) -> CheckpointInfo:
+        """`POST /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/restore`
+
+        Puts the workdir back as the checkpoint recorded it, in one atomic swap. Refused with
         409 `sandbox_busy` while commands run in the sandbox. External side effects of commands
         (anything outside the workdir) are not undone.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/restore", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/restore",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class EnvApi:
@@ -1006,29 +1070,64 @@ class EnvApi:
         self._t = transport
 
     def clear(self, uid: str) -> None:
-        """`DELETE /v1/users/{uid}/env`: Removes the uid's whole agent environment."""
-        return self._t.request("DELETE", f"/v1/users/{_seg(uid)}/env", expect="none")  # type: ignore[no-any-return]
+        """`DELETE /v1/users/{uid}/env`
+
+        Removes the uid's whole agent environment.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/env",
+            expect="none",
+        )
 
     def get(self, uid: str) -> AgentEnv:
-        """`GET /v1/users/{uid}/env`: The uid's agent environment, without its values."""
-        return self._t.request("GET", f"/v1/users/{_seg(uid)}/env", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/users/{uid}/env`
+
+        The uid's agent environment, without its values.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/env",
+            expect="json",
+        )
 
     def remove(self, uid: str, name: str) -> None:
-        """`DELETE /v1/users/{uid}/env/{name}`: Removes one variable."""
-        return self._t.request("DELETE", f"/v1/users/{_seg(uid)}/env/{_seg(name)}", expect="none")  # type: ignore[no-any-return]
+        """`DELETE /v1/users/{uid}/env/{name}`
+
+        Removes one variable.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
+            expect="none",
+        )
 
     def replace(self, uid: str, *, env: dict[str, AgentEnvValue]) -> AgentEnv:
-        """`PUT /v1/users/{uid}/env`: Replaces the uid's whole agent environment. Commands of its sandboxes that inherit the
+        """`PUT /v1/users/{uid}/env`
+
+        Replaces the uid's whole agent environment. Commands of its sandboxes that inherit the
         environment (the default) get these variables from their next start on; a bare string
         value is a secret, masked as `[masked:NAME]` in command output.
         """
-        return self._t.request("PUT", f"/v1/users/{_seg(uid)}/env", json={"env": env}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/users/{_seg(uid)}/env",
+            json={"env": env},
+            expect="json",
+        )
 
     def set(self, uid: str, name: str, *, value: str, secret: bool | None = None) -> AgentEnvEntry:
-        """`PUT /v1/users/{uid}/env/{name}`: Sets one variable (201 when new, 200 when replaced), so a client can rotate one secret
+        """`PUT /v1/users/{uid}/env/{name}`
+
+        Sets one variable (201 when new, 200 when replaced), so a client can rotate one secret
         without knowing the others' values.
         """
-        return self._t.request("PUT", f"/v1/users/{_seg(uid)}/env/{_seg(name)}", json={"secret": secret, "value": value}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
+            json={"secret": secret, "value": value},
+            expect="json",
+        )
 
 
 class FilesApi:
@@ -1037,47 +1136,212 @@ class FilesApi:
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
 
-    def edit(self, sandbox_id: str, *, new: str, old: str, path: str, if_match: str | None = None, replace_all: bool | None = None, fence: str | int | None = None) -> EditResult:
-        """`POST /v1/sandboxes/{id}/files/edit`: Replaces exact text: fails when `old` matches zero times, or more than once unless
+    def edit(
+        self,
+        sandbox_id: str,
+        *,
+        new: str,
+        old: str,
+        path: str,
+        if_match: str | None = None,
+        replace_all: bool | None = None,
+        fence: str | int | None = None,
+    ) -> EditResult:
+        """`POST /v1/sandboxes/{id}/files/edit`
+
+        Replaces exact text: fails when `old` matches zero times, or more than once unless
         `replace_all`.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/edit", json={"if_match": if_match, "new": new, "old": old, "path": path, "replace_all": replace_all}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/edit",
+            json={
+                "if_match": if_match,
+                "new": new,
+                "old": old,
+                "path": path,
+                "replace_all": replace_all,
+            },
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    def glob(self, sandbox_id: str, *, pattern: str, limit: int | None = None, path: str | None = None) -> FileList:
-        """`POST /v1/sandboxes/{id}/files/glob`: Finds entries by glob pattern (`**` crosses directories); symlinks are never followed."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/glob", json={"limit": limit, "path": path, "pattern": pattern}, expect="json")  # type: ignore[no-any-return]
+    def glob(
+        self,
+        sandbox_id: str,
+        *,
+        pattern: str,
+        limit: int | None = None,
+        path: str | None = None,
+    ) -> FileList:
+        """`POST /v1/sandboxes/{id}/files/glob`
 
-    def grep(self, sandbox_id: str, *, pattern: str, case_insensitive: bool | None = None, glob: str | None = None, max_matches: int | None = None, path: str | None = None) -> GrepResult:
-        """`POST /v1/sandboxes/{id}/files/grep`: Searches file contents with a regular expression; binary and very large files are skipped."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/grep", json={"case_insensitive": case_insensitive, "glob": glob, "max_matches": max_matches, "path": path, "pattern": pattern}, expect="json")  # type: ignore[no-any-return]
+        Finds entries by glob pattern (`**` crosses directories); symlinks are never followed.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/glob",
+            json={"limit": limit, "path": path, "pattern": pattern},
+            expect="json",
+        )
 
-    def list(self, sandbox_id: str, *, path: str | None = None, depth: int | None = None, limit: int | None = None) -> FileList:
-        """`GET /v1/sandboxes/{id}/files/list`: Lists a directory to a depth; symlinks are listed, never descended."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/files/list", params={"path": path, "depth": depth, "limit": limit}, expect="json")  # type: ignore[no-any-return]
+    def grep(
+        self,
+        sandbox_id: str,
+        *,
+        pattern: str,
+        case_insensitive: bool | None = None,
+        glob: str | None = None,
+        max_matches: int | None = None,
+        path: str | None = None,
+    ) -> GrepResult:
+        """`POST /v1/sandboxes/{id}/files/grep`
 
-    def mkdir(self, sandbox_id: str, *, path: str, fence: str | int | None = None) -> MakeDirectoryResult:
-        """`POST /v1/sandboxes/{id}/files/mkdir`: Creates a directory and its missing parents."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/mkdir", json={"path": path}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        Searches file contents with a regular expression; binary and very large files are skipped.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/grep",
+            json={
+                "case_insensitive": case_insensitive,
+                "glob": glob,
+                "max_matches": max_matches,
+                "path": path,
+                "pattern": pattern,
+            },
+            expect="json",
+        )
+
+    def list(
+        self,
+        sandbox_id: str,
+        *,
+        path: str | None = None,
+        depth: int | None = None,
+        limit: int | None = None,
+    ) -> FileList:
+        """`GET /v1/sandboxes/{id}/files/list`
+
+        Lists a directory to a depth; symlinks are listed, never descended.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/list",
+            params={"path": path, "depth": depth, "limit": limit},
+            expect="json",
+        )
+
+    def mkdir(
+        self,
+        sandbox_id: str,
+        *,
+        path: str,
+        fence: str | int | None = None,
+    ) -> MakeDirectoryResult:
+        """`POST /v1/sandboxes/{id}/files/mkdir`
+
+        Creates a directory and its missing parents.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/mkdir",
+            json={"path": path},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     def read(self, sandbox_id: str, *, path: str) -> Body:
-        """`GET /v1/sandboxes/{id}/files`: Reads a file's bytes (with `Range` support); the `ETag` header identifies the content."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/files", params={"path": path}, expect="bytes")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/files`
 
-    def remove(self, sandbox_id: str, *, path: str, recursive: bool | None = None, fence: str | int | None = None) -> None:
-        """`DELETE /v1/sandboxes/{id}/files`: Deletes a file, an empty directory, or (with `recursive=true`) a directory tree."""
-        return self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}/files", params={"path": path, "recursive": recursive}, headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+        Reads a file's bytes (with `Range` support); the `ETag` header identifies the content.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files",
+            params={"path": path},
+            expect="bytes",
+        )
 
-    def rename(self, sandbox_id: str, *, from_: str, to: str, overwrite: bool | None = None, fence: str | int | None = None) -> MoveResult:
-        """`POST /v1/sandboxes/{id}/files/move`: Moves or renames an entry inside the UserWorkspace."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/move", json={"from": from_, "overwrite": overwrite, "to": to}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+    def remove(
+        self,
+        sandbox_id: str,
+        *,
+        path: str,
+        recursive: bool | None = None,
+        fence: str | int | None = None,
+    ) -> None:
+        """`DELETE /v1/sandboxes/{id}/files`
+
+        Deletes a file, an empty directory, or (with `recursive=true`) a directory tree.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files",
+            params={"path": path, "recursive": recursive},
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    def rename(
+        self,
+        sandbox_id: str,
+        *,
+        from_: str,
+        to: str,
+        overwrite: bool | None = None,
+        fence: str | int | None = None,
+    ) -> MoveResult:
+        """`POST /v1/sandboxes/{id}/files/move`
+
+        Moves or renames an entry inside the UserWorkspace.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/move",
+            json={"from": from_, "overwrite": overwrite, "to": to},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     def stat(self, sandbox_id: str, *, path: str) -> FileEntry:
-        """`GET /v1/sandboxes/{id}/files/stat`: Metadata of one entry (a symlink is reported as one, never followed)."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/files/stat", params={"path": path}, expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/files/stat`
 
-    def write(self, sandbox_id: str, content: bytes, *, path: str, append: bool | None = None, if_match: str | int | None = None, if_none_match: str | int | None = None, fence: str | int | None = None) -> WriteResult:
-        """`PUT /v1/sandboxes/{id}/files`: Writes a file atomically from the raw request body (creating parents), or appends to it."""
-        return self._t.request("PUT", f"/v1/sandboxes/{_seg(sandbox_id)}/files", params={"path": path, "append": append}, content=content, headers={"If-Match": if_match, "If-None-Match": if_none_match, "X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        Metadata of one entry (a symlink is reported as one, never followed).
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/stat",
+            params={"path": path},
+            expect="json",
+        )
+
+    def write(
+        self,
+        sandbox_id: str,
+        content: bytes,
+        *,
+        path: str,
+        append: bool | None = None,
+        if_match: str | int | None = None,
+        if_none_match: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> WriteResult:
+        """`PUT /v1/sandboxes/{id}/files`
+
+        Writes a file atomically from the raw request body (creating parents), or appends to it.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files",
+            params={"path": path, "append": append},
+            content=content,
+            headers={
+                "If-Match": if_match,
+                "If-None-Match": if_none_match,
+                "X-Warren-Fence": fence,
+            },
+            expect="json",
+        )
 
 
 class GuardApi:
@@ -1087,27 +1351,55 @@ class GuardApi:
         self._t = transport
 
     def acquire(self, sandbox_id: str, *, holder: str, ttl_s: int) -> GuardInfo:
-        """`POST /v1/sandboxes/{id}/guard`: Takes the sandbox's execution guard. The token only ever grows per sandbox (across
+        """`POST /v1/sandboxes/{id}/guard`
+
+        Takes the sandbox's execution guard. The token only ever grows per sandbox (across
         generations too); a guard nobody renews lapses after `ttl_s` by the server's clock, and
         the next holder then gets a larger token.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/guard", json={"holder": holder, "ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
+            json={"holder": holder, "ttl_s": ttl_s},
+            expect="json",
+        )
 
     def get(self, sandbox_id: str) -> GuardInfo:
-        """`GET /v1/sandboxes/{id}/guard`: The live guard: who holds it and until when. 404 `guard_not_found` when nobody does."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/guard", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/guard`
+
+        The live guard: who holds it and until when. 404 `guard_not_found` when nobody does.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
+            expect="json",
+        )
 
     def release(self, sandbox_id: str, *, token: int) -> None:
-        """`DELETE /v1/sandboxes/{id}/guard`: Releases the live guard at once, so the next holder need not wait out its TTL. Its token
+        """`DELETE /v1/sandboxes/{id}/guard`
+
+        Releases the live guard at once, so the next holder need not wait out its TTL. Its token
         stays the newest until someone acquires: only a newer holder makes it stale.
         """
-        return self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}/guard", params={"token": token}, expect="none")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
+            params={"token": token},
+            expect="none",
+        )
 
     def renew(self, sandbox_id: str, *, token: int, ttl_s: int | None = None) -> GuardInfo:
-        """`POST /v1/sandboxes/{id}/guard/renew`: Extends the live guard to `ttl_s` from now. A lapsed, released or superseded token is
+        """`POST /v1/sandboxes/{id}/guard/renew`
+
+        Extends the live guard to `ttl_s` from now. A lapsed, released or superseded token is
         404: its holder lost the guard and must acquire it again (with a new token).
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/guard/renew", json={"token": token, "ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard/renew",
+            json={"token": token, "ttl_s": ttl_s},
+            expect="json",
+        )
 
 
 class LeasesApi:
@@ -1117,18 +1409,40 @@ class LeasesApi:
         self._t = transport
 
     def create(self, sandbox_id: str, *, holder: str, ttl_s: int) -> LeaseInfo:
-        """`POST /v1/sandboxes/{id}/leases`: Takes a lease: while any lease is live, the runtime is never reaped."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/leases", json={"holder": holder, "ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/sandboxes/{id}/leases`
+
+        Takes a lease: while any lease is live, the runtime is never reaped.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/leases",
+            json={"holder": holder, "ttl_s": ttl_s},
+            expect="json",
+        )
 
     def release(self, sandbox_id: str, lease_id: str) -> None:
-        """`DELETE /v1/sandboxes/{id}/leases/{lease_id}`: Ends a lease. The runtime is reclaimed after the idle timeout once no lease, command
+        """`DELETE /v1/sandboxes/{id}/leases/{lease_id}`
+
+        Ends a lease. The runtime is reclaimed after the idle timeout once no lease, command
         or process keeps it.
         """
-        return self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}", expect="none")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}",
+            expect="none",
+        )
 
     def renew(self, sandbox_id: str, lease_id: str, *, ttl_s: int | None = None) -> LeaseInfo:
-        """`POST /v1/sandboxes/{id}/leases/{lease_id}/renew`: Extends a live lease; an expired one is 404 (its holder is presumed dead)."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}/renew", json={"ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/sandboxes/{id}/leases/{lease_id}/renew`
+
+        Extends a live lease; an expired one is 404 (its holder is presumed dead).
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}/renew",
+            json={"ttl_s": ttl_s},
+            expect="json",
+        )
 
 
 class ProcessesApi:
@@ -1138,57 +1452,173 @@ class ProcessesApi:
         self._t = transport
 
     def close_stdin(self, sandbox_id: str, pid: int, *, fence: str | int | None = None) -> None:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin/close`: Closes the process's stdin: it reads end-of-file (on a terminal, input just stops)."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin/close", headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin/close`
+
+        Closes the process's stdin: it reads end-of-file (on a terminal, input just stops).
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin/close",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
 
     def get(self, sandbox_id: str, pid: int) -> ProcessInfo:
-        """`GET /v1/sandboxes/{id}/processes/{pid}`: One process."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/processes/{pid}`
+
+        One process.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}",
+            expect="json",
+        )
 
     def kill(self, sandbox_id: str, pid: int, *, fence: str | int | None = None) -> ProcessInfo:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/kill`: Kills the process's whole tree, background processes included (I24), and answers once
+        """`POST /v1/sandboxes/{id}/processes/{pid}/kill`
+
+        Kills the process's whole tree, background processes included (I24), and answers once
         it ended.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/kill", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/kill",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     def list(self, sandbox_id: str) -> ProcessList:
-        """`GET /v1/sandboxes/{id}/processes`: The sandbox's processes on the replica that owns its runtime: running ones and those
+        """`GET /v1/sandboxes/{id}/processes`
+
+        The sandbox's processes on the replica that owns its runtime: running ones and those
         that ended in the last ten minutes.
         """
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/processes", expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
+            expect="json",
+        )
 
     def output(self, sandbox_id: str, pid: int, *, from_: int | None = None) -> ProcessOutput:
-        """`GET /v1/sandboxes/{id}/processes/{pid}/output`: The process's output from an offset. With `Accept: application/x-ndjson` or
+        """`GET /v1/sandboxes/{id}/processes/{pid}/output`
+
+        The process's output from an offset. With `Accept: application/x-ndjson` or
         `text/event-stream` the answer follows the process, event by event, until it ended and
         its output is complete (`end`); a reader that went away comes back with `from` set to
         the offset after the last byte it got and loses nothing still kept. Otherwise the
         answer is what is there now.
         """
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/output", params={"from": from_}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/output",
+            params={"from": from_},
+            expect="json",
+        )
 
-    def resize(self, sandbox_id: str, pid: int, *, cols: int, rows: int, fence: str | int | None = None) -> None:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/resize`: Sets the size of the process's terminal; its foreground process group gets `SIGWINCH`."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/resize", json={"cols": cols, "rows": rows}, headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+    def resize(
+        self,
+        sandbox_id: str,
+        pid: int,
+        *,
+        cols: int,
+        rows: int,
+        fence: str | int | None = None,
+    ) -> None:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/resize`
 
-    def signal(self, sandbox_id: str, pid: int, *, signal: int | Literal["HUP", "SIGHUP", "INT", "SIGINT", "QUIT", "SIGQUIT", "ILL", "SIGILL", "TRAP", "SIGTRAP", "ABRT", "SIGABRT", "BUS", "SIGBUS", "FPE", "SIGFPE", "KILL", "SIGKILL", "USR1", "SIGUSR1", "SEGV", "SIGSEGV", "USR2", "SIGUSR2", "PIPE", "SIGPIPE", "ALRM", "SIGALRM", "TERM", "SIGTERM", "STKFLT", "SIGSTKFLT", "CHLD", "SIGCHLD", "CONT", "SIGCONT", "STOP", "SIGSTOP", "TSTP", "SIGTSTP", "TTIN", "SIGTTIN", "TTOU", "SIGTTOU", "URG", "SIGURG", "XCPU", "SIGXCPU", "XFSZ", "SIGXFSZ", "VTALRM", "SIGVTALRM", "PROF", "SIGPROF", "WINCH", "SIGWINCH", "IO", "SIGIO", "PWR", "SIGPWR", "SYS", "SIGSYS"], group: bool | None = None, fence: str | int | None = None) -> None:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/signal`: Sends a signal to the process's group (default) or to the process alone. `SIGKILL` to
+        Sets the size of the process's terminal; its foreground process group gets `SIGWINCH`.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/resize",
+            json={"cols": cols, "rows": rows},
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    def signal(
+        self,
+        sandbox_id: str,
+        pid: int,
+        *,
+        signal: int | Literal["HUP", "SIGHUP", "INT", "SIGINT", "QUIT", "SIGQUIT", "ILL", "SIGILL", "TRAP", "SIGTRAP", "ABRT", "SIGABRT", "BUS", "SIGBUS", "FPE", "SIGFPE", "KILL", "SIGKILL", "USR1", "SIGUSR1", "SEGV", "SIGSEGV", "USR2", "SIGUSR2", "PIPE", "SIGPIPE", "ALRM", "SIGALRM", "TERM", "SIGTERM", "STKFLT", "SIGSTKFLT", "CHLD", "SIGCHLD", "CONT", "SIGCONT", "STOP", "SIGSTOP", "TSTP", "SIGTSTP", "TTIN", "SIGTTIN", "TTOU", "SIGTTOU", "URG", "SIGURG", "XCPU", "SIGXCPU", "XFSZ", "SIGXFSZ", "VTALRM", "SIGVTALRM", "PROF", "SIGPROF", "WINCH", "SIGWINCH", "IO", "SIGIO", "PWR", "SIGPWR", "SYS", "SIGSYS"],
+        group: bool | None = None,
+        fence: str | int | None = None,
+    ) -> None:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/signal`
+
+        Sends a signal to the process's group (default) or to the process alone. `SIGKILL` to
         the group ends its whole tree, background processes included.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/signal", json={"group": group, "signal": signal}, headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/signal",
+            json={"group": group, "signal": signal},
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
 
-    def start(self, sandbox_id: str, *, argv: list[str] | None = None, command: str | None = None, cwd: str | None = None, env: dict[str, str] | None = None, pty: TerminalSize | None = None, shell: str | None = None, stdin: bool | None = None, tag: str | None = None, timeout_s: int | None = None, requested_by: str | int | None = None, fence: str | int | None = None) -> ProcessInfo:
-        """`POST /v1/sandboxes/{id}/processes`: Starts a process that keeps running after the answer: a server, a build, a REPL on a
+    def start(
+        self,
+        sandbox_id: str,
+        *,
+        argv: list[str] | None = None,
+        command: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        pty: TerminalSize | None = None,
+        shell: str | None = None,
+        stdin: bool | None = None,
+        tag: str | None = None,
+        timeout_s: int | None = None,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> ProcessInfo:
+        """`POST /v1/sandboxes/{id}/processes`
+
+        Starts a process that keeps running after the answer: a server, a build, a REPL on a
         terminal. Its output is kept (the newest 1 MiB) for readers to follow from any offset,
         its stdin stays open with `"stdin": true`, and it can be signalled, resized and killed.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes", json={"argv": argv, "command": command, "cwd": cwd, "env": env, "pty": pty, "shell": shell, "stdin": stdin, "tag": tag, "timeout_s": timeout_s}, headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
+            json={
+                "argv": argv,
+                "command": command,
+                "cwd": cwd,
+                "env": env,
+                "pty": pty,
+                "shell": shell,
+                "stdin": stdin,
+                "tag": tag,
+                "timeout_s": timeout_s,
+            },
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    def stdin(self, sandbox_id: str, pid: int, content: bytes, *, fence: str | int | None = None) -> StdinWritten:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin`: Writes the request body to the process's stdin, as it arrives: a large body goes at
+    def stdin(
+        self,
+        sandbox_id: str,
+        pid: int,
+        content: bytes,
+        *,
+        fence: str | int | None = None,
+    ) -> StdinWritten:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin`
+
+        Writes the request body to the process's stdin, as it arrives: a large body goes at
         the pace the process reads it (backpressure), in order, with no other writer's bytes
         between its own.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin", content=content, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin",
+            content=content,
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class RunsApi:
@@ -1197,13 +1627,55 @@ class RunsApi:
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
 
-    def of_sandbox(self, sandbox_id: str, *, status: Literal["running", "finished", "failed"] | None = None, since: str | None = None, limit: int | None = None, page_token: str | None = None) -> RunList:
-        """`GET /v1/sandboxes/{id}/runs`: One page of the sandbox's runs, in all its generations."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/runs", params={"status": status, "since": since, "limit": limit, "page_token": page_token}, expect="json")  # type: ignore[no-any-return]
+    def of_sandbox(
+        self,
+        sandbox_id: str,
+        *,
+        status: Literal["running", "finished", "failed"] | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+        page_token: str | None = None,
+    ) -> RunList:
+        """`GET /v1/sandboxes/{id}/runs`
 
-    def of_user(self, uid: str, *, status: Literal["running", "finished", "failed"] | None = None, since: str | None = None, limit: int | None = None, page_token: str | None = None) -> RunList:
-        """`GET /v1/users/{uid}/runs`: One page of the runs of every sandbox of the user; none when it has no sandboxes."""
-        return self._t.request("GET", f"/v1/users/{_seg(uid)}/runs", params={"status": status, "since": since, "limit": limit, "page_token": page_token}, expect="json")  # type: ignore[no-any-return]
+        One page of the sandbox's runs, in all its generations.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/runs",
+            params={
+                "status": status,
+                "since": since,
+                "limit": limit,
+                "page_token": page_token,
+            },
+            expect="json",
+        )
+
+    def of_user(
+        self,
+        uid: str,
+        *,
+        status: Literal["running", "finished", "failed"] | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+        page_token: str | None = None,
+    ) -> RunList:
+        """`GET /v1/users/{uid}/runs`
+
+        One page of the runs of every sandbox of the user; none when it has no sandboxes.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/runs",
+            params={
+                "status": status,
+                "since": since,
+                "limit": limit,
+                "page_token": page_token,
+            },
+            expect="json",
+        )
 
 
 class SandboxesApi:
@@ -1212,62 +1684,226 @@ class SandboxesApi:
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
 
-    def create(self, *, agent_id: str | None = None, backend: str | None = None, ephemeral: bool | None = None, from_snapshot: str | None = None, image: str | None = None, inherit_env: bool | None = None, isolation: SandboxIsolation | None = None, labels: dict[str, str] | None = None, layout: SandboxLayout | None = None, network: NetworkSpec | None = None, on_deadline: OnDeadline | None = None, runtime_scope_id: str | None = None, scope: str | None = None, session_id: str | None = None, timeout_s: int | None = None, uid: str | None = None, user_id: str | None = None, workdir: str | None = None) -> SandboxInfo:
-        """`POST /v1/sandboxes`: Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12)."""
-        return self._t.request("POST", f"/v1/sandboxes", json={"agent_id": agent_id, "backend": backend, "ephemeral": ephemeral, "from_snapshot": from_snapshot, "image": image, "inherit_env": inherit_env, "isolation": isolation, "labels": labels, "layout": layout, "network": network, "on_deadline": on_deadline, "runtime_scope_id": runtime_scope_id, "scope": scope, "session_id": session_id, "timeout_s": timeout_s, "uid": uid, "user_id": user_id, "workdir": workdir}, expect="json")  # type: ignore[no-any-return]
+    def create(
+        self,
+        *,
+        agent_id: str | None = None,
+        backend: str | None = None,
+        ephemeral: bool | None = None,
+        from_snapshot: str | None = None,
+        image: str | None = None,
+        inherit_env: bool | None = None,
+        isolation: SandboxIsolation | None = None,
+        labels: dict[str, str] | None = None,
+        layout: SandboxLayout | None = None,
+        network: NetworkSpec | None = None,
+        on_deadline: OnDeadline | None = None,
+        runtime_scope_id: str | None = None,
+        scope: str | None = None,
+        session_id: str | None = None,
+        timeout_s: int | None = None,
+        uid: str | None = None,
+        user_id: str | None = None,
+        workdir: str | None = None,
+    ) -> SandboxInfo:
+        """`POST /v1/sandboxes`
+
+        Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12).
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            "/v1/sandboxes",
+            json={
+                "agent_id": agent_id,
+                "backend": backend,
+                "ephemeral": ephemeral,
+                "from_snapshot": from_snapshot,
+                "image": image,
+                "inherit_env": inherit_env,
+                "isolation": isolation,
+                "labels": labels,
+                "layout": layout,
+                "network": network,
+                "on_deadline": on_deadline,
+                "runtime_scope_id": runtime_scope_id,
+                "scope": scope,
+                "session_id": session_id,
+                "timeout_s": timeout_s,
+                "uid": uid,
+                "user_id": user_id,
+                "workdir": workdir,
+            },
+            expect="json",
+        )
 
     def delete(self, sandbox_id: str, *, fence: str | int | None = None) -> SandboxInfo:
-        """`DELETE /v1/sandboxes/{id}`: Terminates the sandbox at once: running commands are killed with its runtime;
+        """`DELETE /v1/sandboxes/{id}`
+
+        Terminates the sandbox at once: running commands are killed with its runtime;
         workspace files stay (I15). `POST .../terminate` is the same with a grace period.
         """
-        return self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    def exec(self, sandbox_id: str, *, argv: list[str] | None = None, command: str | None = None, cwd: str | None = None, env: dict[str, str] | None = None, shell: str | None = None, stdin: str | None = None, timeout_s: int | None = None, fence: str | int | None = None) -> ExecResult:
-        """`POST /v1/sandboxes/{id}/exec`: Runs a command in the sandbox's runtime, starting it on first use (I12), and records
+    def exec(
+        self,
+        sandbox_id: str,
+        *,
+        argv: list[str] | None = None,
+        command: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        shell: str | None = None,
+        stdin: str | None = None,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> ExecResult:
+        """`POST /v1/sandboxes/{id}/exec`
+
+        Runs a command in the sandbox's runtime, starting it on first use (I12), and records
         the run (I22). With `Accept: application/x-ndjson` or `text/event-stream` the answer
         streams [`warren_protocol::ExecEvent`]s as output arrives; a client that disconnects
         mid-stream has the command's process tree killed.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/exec", json={"argv": argv, "command": command, "cwd": cwd, "env": env, "shell": shell, "stdin": stdin, "timeout_s": timeout_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/exec",
+            json={
+                "argv": argv,
+                "command": command,
+                "cwd": cwd,
+                "env": env,
+                "shell": shell,
+                "stdin": stdin,
+                "timeout_s": timeout_s,
+            },
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     def get(self, sandbox_id: str) -> SandboxInfo:
-        """`GET /v1/sandboxes/{id}`: One sandbox."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}`
+
+        One sandbox.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}",
+            expect="json",
+        )
 
     def kill(self, sandbox_id: str, *, fence: str | int | None = None) -> KilledProcesses:
-        """`POST /v1/sandboxes/{id}/kill`: Kills every process of the sandbox but its runtime's own (init, or a container's
+        """`POST /v1/sandboxes/{id}/kill`
+
+        Kills every process of the sandbox but its runtime's own (init, or a container's
         agent): running commands, which end by SIGKILL, and whatever they left running in the
         background, such as a fork bomb holding the process limit. The sandbox, its runtime and
         its files stay; the next exec runs in the same runtime. No body is read.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/kill", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/kill",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    def list(self, *, uid: str | None = None, label: list[str] | None = None, state: Literal["created", "running", "stopped", "pausing", "paused", "terminating", "terminated"] | None = None) -> SandboxList:
-        """`GET /v1/sandboxes`: Lists sandboxes, optionally of one user, in one state, or carrying labels."""
-        return self._t.request("GET", f"/v1/sandboxes", params={"uid": uid, "label": label, "state": state}, expect="json")  # type: ignore[no-any-return]
+    def list(
+        self,
+        *,
+        uid: str | None = None,
+        label: list[str] | None = None,
+        state: Literal["created", "running", "stopped", "pausing", "paused", "terminating", "terminated"] | None = None,
+    ) -> SandboxList:
+        """`GET /v1/sandboxes`
+
+        Lists sandboxes, optionally of one user, in one state, or carrying labels.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/v1/sandboxes",
+            params={"uid": uid, "label": label, "state": state},
+            expect="json",
+        )
 
     def pause(self, sandbox_id: str, *, fence: str | int | None = None) -> PausedSandbox:
-        """`POST /v1/sandboxes/{id}/pause`: Pauses the sandbox: nothing runs in it until it is resumed. Its runtime, if one runs,
+        """`POST /v1/sandboxes/{id}/pause`
+
+        Pauses the sandbox: nothing runs in it until it is resumed. Its runtime, if one runs,
         is snapshotted and ended: running processes end and memory is not kept; files and
         installed packages are, and the runtime a resume starts comes back with them.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/pause", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/pause",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    def resume(self, sandbox_id: str, *, timeout_s: int | None = None, fence: str | int | None = None) -> SandboxInfo:
-        """`POST /v1/sandboxes/{id}/resume`: Resumes a paused sandbox and starts its runtime from the pause's snapshot."""
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/resume", json={"timeout_s": timeout_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+    def resume(
+        self,
+        sandbox_id: str,
+        *,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> SandboxInfo:
+        """`POST /v1/sandboxes/{id}/resume`
 
-    def terminate(self, sandbox_id: str, *, grace_s: int | None = None, fence: str | int | None = None) -> SandboxInfo:
-        """`POST /v1/sandboxes/{id}/terminate`: Terminates the sandbox when its root run has ended (I24): new execs and leases are
+        Resumes a paused sandbox and starts its runtime from the pause's snapshot.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/resume",
+            json={"timeout_s": timeout_s},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
+
+    def terminate(
+        self,
+        sandbox_id: str,
+        *,
+        grace_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> SandboxInfo:
+        """`POST /v1/sandboxes/{id}/terminate`
+
+        Terminates the sandbox when its root run has ended (I24): new execs and leases are
         refused with 409 `sandbox_terminating` at once, running commands get `grace_s` to
         finish, then the runtime is destroyed. Workspace files stay (I15); a later create of
         the same identity starts a new generation.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/terminate", json={"grace_s": grace_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/terminate",
+            json={"grace_s": grace_s},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    def update(self, sandbox_id: str, *, labels: dict[str, str] | None = None, on_deadline: OnDeadline | None = None, timeout_s: int | None = None, fence: str | int | None = None) -> SandboxInfo:
-        """`PATCH /v1/sandboxes/{id}`: Changes a sandbox's deadline or labels; what the body leaves out stays."""
-        return self._t.request("PATCH", f"/v1/sandboxes/{_seg(sandbox_id)}", json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+    def update(
+        self,
+        sandbox_id: str,
+        *,
+        labels: dict[str, str] | None = None,
+        on_deadline: OnDeadline | None = None,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> SandboxInfo:
+        """`PATCH /v1/sandboxes/{id}`
+
+        Changes a sandbox's deadline or labels; what the body leaves out stays.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "PATCH",
+            f"/v1/sandboxes/{_seg(sandbox_id)}",
+            json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class ServerApi:
@@ -1277,22 +1913,40 @@ class ServerApi:
         self._t = transport
 
     def cluster(self) -> ClusterInfo:
-        """`GET /v1/cluster`: Every node that registered in this server's state store, with its epoch and whether
+        """`GET /v1/cluster`
+
+        Every node that registered in this server's state store, with its epoch and whether
         its lease is live, lapsed or left, by the store's clock.
         """
-        return self._t.request("GET", f"/v1/cluster", expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/v1/cluster",
+            expect="json",
+        )
 
     def health(self) -> Health:
-        """`GET /health`: Liveness: the process and its backend are initialised. It proves nothing about any
+        """`GET /health`
+
+        Liveness: the process and its backend are initialised. It proves nothing about any
         runtime (I17), and needs no token.
         """
-        return self._t.request("GET", f"/health", expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/health",
+            expect="json",
+        )
 
     def metrics(self) -> Body:
-        """`GET /metrics`: Prometheus metrics in the OpenMetrics text format: sandboxes by state, runtime start and
+        """`GET /metrics`
+
+        Prometheus metrics in the OpenMetrics text format: sandboxes by state, runtime start and
         exec latency, reaps, fence waits, failures by cause.
         """
-        return self._t.request("GET", f"/metrics", expect="bytes")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/metrics",
+            expect="bytes",
+        )
 
 
 class SkillsApi:
@@ -1302,22 +1956,49 @@ class SkillsApi:
         self._t = transport
 
     def grant(self, uid: str, skill: str) -> Any:
-        """`PUT /v1/users/{uid}/skills/{skill}`: Grants a skill of the operator's catalog and rebuilds the projection. A runtime that is
+        """`PUT /v1/users/{uid}/skills/{skill}`
+
+        Grants a skill of the operator's catalog and rebuilds the projection. A runtime that is
         running keeps the projection it mounted; the next one sees the new skill.
         """
-        return self._t.request("PUT", f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}", expect="any")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
+            expect="any",
+        )
 
     def list(self, uid: str) -> Any:
-        """`GET /v1/users/{uid}/skills`: The skills granted to the uid."""
-        return self._t.request("GET", f"/v1/users/{_seg(uid)}/skills", expect="any")  # type: ignore[no-any-return]
+        """`GET /v1/users/{uid}/skills`
+
+        The skills granted to the uid.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/skills",
+            expect="any",
+        )
 
     def revoke(self, uid: str, skill: str) -> Any:
-        """`DELETE /v1/users/{uid}/skills/{skill}`: Revokes a granted skill and rebuilds the projection."""
-        return self._t.request("DELETE", f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}", expect="any")  # type: ignore[no-any-return]
+        """`DELETE /v1/users/{uid}/skills/{skill}`
+
+        Revokes a granted skill and rebuilds the projection.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
+            expect="any",
+        )
 
     def sync(self, uid: str) -> Any:
-        """`POST /v1/users/{uid}/skills/sync`: Rebuilds the projection from the operator's skill directories (after they changed)."""
-        return self._t.request("POST", f"/v1/users/{_seg(uid)}/skills/sync", expect="any")  # type: ignore[no-any-return]
+        """`POST /v1/users/{uid}/skills/sync`
+
+        Rebuilds the projection from the operator's skill directories (after they changed).
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/users/{_seg(uid)}/skills/sync",
+            expect="any",
+        )
 
 
 class SnapshotsApi:
@@ -1327,21 +2008,41 @@ class SnapshotsApi:
         self._t = transport
 
     def create(self, sandbox_id: str, *, fence: str | int | None = None) -> Any:
-        """`POST /v1/sandboxes/{id}/snapshots`: Records the running runtime's ephemeral state (I30): the copy-on-write layers over the
+        """`POST /v1/sandboxes/{id}/snapshots`
+
+        Records the running runtime's ephemeral state (I30): the copy-on-write layers over the
         root (installed packages) and `/home/gem` outside the persistent mounts. `/tmp` is not
         kept. A reaped runtime resumes from the latest snapshot of its generation.
         """
-        return self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots", headers={"X-Warren-Fence": fence}, expect="any")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
+            headers={"X-Warren-Fence": fence},
+            expect="any",
+        )
 
     def gc(self, uid: str) -> Any:
-        """`POST /v1/users/{uid}/snapshots/gc`: Collects garbage in the uid's snapshot store: chunks and manifests no checkpoint needs,
+        """`POST /v1/users/{uid}/snapshots/gc`
+
+        Collects garbage in the uid's snapshot store: chunks and manifests no checkpoint needs,
         older than the grace period.
         """
-        return self._t.request("POST", f"/v1/users/{_seg(uid)}/snapshots/gc", expect="any")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/users/{_seg(uid)}/snapshots/gc",
+            expect="any",
+        )
 
     def list(self, sandbox_id: str) -> Any:
-        """`GET /v1/sandboxes/{id}/snapshots`: The sandbox's runtime snapshots, oldest first."""
-        return self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots", expect="any")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/snapshots`
+
+        The sandbox's runtime snapshots, oldest first.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
+            expect="any",
+        )
 
 
 class UsersApi:
@@ -1351,10 +2052,16 @@ class UsersApi:
         self._t = transport
 
     def usage(self, uid: str) -> WorkspaceUsage:
-        """`GET /v1/users/{uid}/usage`: Bytes and inodes used by a uid's workspace and its limits, from the kernel's accounting
+        """`GET /v1/users/{uid}/usage`
+
+        Bytes and inodes used by a uid's workspace and its limits, from the kernel's accounting
         of the uid's own filesystem (`used` is `null` when quotas are not enforced).
         """
-        return self._t.request("GET", f"/v1/users/{_seg(uid)}/usage", expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/usage",
+            expect="json",
+        )
 
 
 class ViewerApi:
@@ -1364,8 +2071,16 @@ class ViewerApi:
         self._t = transport
 
     def create_link(self, *, uid: str, workdir: str, ttl_s: int | None = None) -> ViewerLink:
-        """`POST /v1/viewer-links`: Signs a link that opens the Viewer on one workdir of one uid."""
-        return self._t.request("POST", f"/v1/viewer-links", json={"ttl_s": ttl_s, "uid": uid, "workdir": workdir}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/viewer-links`
+
+        Signs a link that opens the Viewer on one workdir of one uid.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            "/v1/viewer-links",
+            json={"ttl_s": ttl_s, "uid": uid, "workdir": workdir},
+            expect="json",
+        )
 
 
 class WorkdirsApi:
@@ -1374,16 +2089,36 @@ class WorkdirsApi:
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
 
-    def create(self, uid: str, *, init: InitSpec | None = None, path: str | None = None) -> WorkdirInfo:
-        """`POST /v1/users/{uid}/workdirs`: Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed, with
+    def create(
+        self,
+        uid: str,
+        *,
+        init: InitSpec | None = None,
+        path: str | None = None,
+    ) -> WorkdirInfo:
+        """`POST /v1/users/{uid}/workdirs`
+
+        Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed, with
         the time it was first created either way. With `init`, a refused or failing source
         leaves no new workdir behind.
         """
-        return self._t.request("POST", f"/v1/users/{_seg(uid)}/workdirs", json={"init": init, "path": path}, expect="json")  # type: ignore[no-any-return]
+        return self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/users/{_seg(uid)}/workdirs",
+            json={"init": init, "path": path},
+            expect="json",
+        )
 
     def list(self, uid: str) -> WorkdirList:
-        """`GET /v1/users/{uid}/workdirs`: Lists the workdirs recorded for a user."""
-        return self._t.request("GET", f"/v1/users/{_seg(uid)}/workdirs", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/users/{uid}/workdirs`
+
+        Lists the workdirs recorded for a user.
+        """
+        return self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/workdirs",
+            expect="json",
+        )
 
 
 class AsyncArtifactsApi:
@@ -1393,16 +2128,45 @@ class AsyncArtifactsApi:
         self._t = transport
 
     async def download(self, sandbox_id: str, artifact_id: str) -> Body:
-        """`GET /v1/sandboxes/{id}/artifacts/{artifact_id}`: Downloads an artifact (with `Range` support)."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts/{_seg(artifact_id)}", expect="bytes")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/artifacts/{artifact_id}`
+
+        Downloads an artifact (with `Range` support).
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts/{_seg(artifact_id)}",
+            expect="bytes",
+        )
 
     async def list(self, sandbox_id: str) -> ArtifactList:
-        """`GET /v1/sandboxes/{id}/artifacts`: The sandbox's artifacts, oldest first."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/artifacts`
 
-    async def present(self, sandbox_id: str, *, paths: list[str], fence: str | int | None = None) -> ArtifactList:
-        """`POST /v1/sandboxes/{id}/artifacts`: Presents files under the workdir's `outputs/` as artifacts."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts", json={"paths": paths}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        The sandbox's artifacts, oldest first.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
+            expect="json",
+        )
+
+    async def present(
+        self,
+        sandbox_id: str,
+        *,
+        paths: list[str],
+        fence: str | int | None = None,
+    ) -> ArtifactList:
+        """`POST /v1/sandboxes/{id}/artifacts`
+
+        Presents files under the workdir's `outputs/` as artifacts.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
+            json={"paths": paths},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class AsyncCheckpointsApi:
@@ -1412,23 +2176,58 @@ class AsyncCheckpointsApi:
         self._t = transport
 
     async def create(self, sandbox_id: str, *, fence: str | int | None = None) -> CheckpointCreated:
-        """`POST /v1/sandboxes/{id}/checkpoints`: Records the sandbox's workdir: only chunks this uid has not stored yet are written."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/sandboxes/{id}/checkpoints`
+
+        Records the sandbox's workdir: only chunks this uid has not stored yet are written.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     async def diff(self, sandbox_id: str, checkpoint_id: str) -> CheckpointDiff:
-        """`GET /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff`: Paths added, removed and changed in the workdir since the checkpoint."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/diff", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff`
+
+        Paths added, removed and changed in the workdir since the checkpoint.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/diff",
+            expect="json",
+        )
 
     async def list(self, sandbox_id: str) -> CheckpointList:
-        """`GET /v1/sandboxes/{id}/checkpoints`: The sandbox's checkpoints, oldest first."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/checkpoints`
 
-    async def restore(self, sandbox_id: str, checkpoint_id: str, *, fence: str | int | None = None) -> CheckpointInfo:
-        """`POST /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/restore`: Puts the workdir back as the checkpoint recorded it, in one atomic swap. Refused with
+        The sandbox's checkpoints, oldest first.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
+            expect="json",
+        )
+
+    async def restore(
+        self,
+        sandbox_id: str,
+        checkpoint_id: str,
+        *,
+        fence: str | int | None = None,
+    ) -> CheckpointInfo:
+        """`POST /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/restore`
+
+        Puts the workdir back as the checkpoint recorded it, in one atomic swap. Refused with
         409 `sandbox_busy` while commands run in the sandbox. External side effects of commands
         (anything outside the workdir) are not undone.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/restore", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/restore",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class AsyncEnvApi:
@@ -1438,29 +2237,71 @@ class AsyncEnvApi:
         self._t = transport
 
     async def clear(self, uid: str) -> None:
-        """`DELETE /v1/users/{uid}/env`: Removes the uid's whole agent environment."""
-        return await self._t.request("DELETE", f"/v1/users/{_seg(uid)}/env", expect="none")  # type: ignore[no-any-return]
+        """`DELETE /v1/users/{uid}/env`
+
+        Removes the uid's whole agent environment.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/env",
+            expect="none",
+        )
 
     async def get(self, uid: str) -> AgentEnv:
-        """`GET /v1/users/{uid}/env`: The uid's agent environment, without its values."""
-        return await self._t.request("GET", f"/v1/users/{_seg(uid)}/env", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/users/{uid}/env`
+
+        The uid's agent environment, without its values.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/env",
+            expect="json",
+        )
 
     async def remove(self, uid: str, name: str) -> None:
-        """`DELETE /v1/users/{uid}/env/{name}`: Removes one variable."""
-        return await self._t.request("DELETE", f"/v1/users/{_seg(uid)}/env/{_seg(name)}", expect="none")  # type: ignore[no-any-return]
+        """`DELETE /v1/users/{uid}/env/{name}`
+
+        Removes one variable.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
+            expect="none",
+        )
 
     async def replace(self, uid: str, *, env: dict[str, AgentEnvValue]) -> AgentEnv:
-        """`PUT /v1/users/{uid}/env`: Replaces the uid's whole agent environment. Commands of its sandboxes that inherit the
+        """`PUT /v1/users/{uid}/env`
+
+        Replaces the uid's whole agent environment. Commands of its sandboxes that inherit the
         environment (the default) get these variables from their next start on; a bare string
         value is a secret, masked as `[masked:NAME]` in command output.
         """
-        return await self._t.request("PUT", f"/v1/users/{_seg(uid)}/env", json={"env": env}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/users/{_seg(uid)}/env",
+            json={"env": env},
+            expect="json",
+        )
 
-    async def set(self, uid: str, name: str, *, value: str, secret: bool | None = None) -> AgentEnvEntry:
-        """`PUT /v1/users/{uid}/env/{name}`: Sets one variable (201 when new, 200 when replaced), so a client can rotate one secret
+    async def set(
+        self,
+        uid: str,
+        name: str,
+        *,
+        value: str,
+        secret: bool | None = None,
+    ) -> AgentEnvEntry:
+        """`PUT /v1/users/{uid}/env/{name}`
+
+        Sets one variable (201 when new, 200 when replaced), so a client can rotate one secret
         without knowing the others' values.
         """
-        return await self._t.request("PUT", f"/v1/users/{_seg(uid)}/env/{_seg(name)}", json={"secret": secret, "value": value}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
+            json={"secret": secret, "value": value},
+            expect="json",
+        )
 
 
 class AsyncFilesApi:
@@ -1469,47 +2310,212 @@ class AsyncFilesApi:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def edit(self, sandbox_id: str, *, new: str, old: str, path: str, if_match: str | None = None, replace_all: bool | None = None, fence: str | int | None = None) -> EditResult:
-        """`POST /v1/sandboxes/{id}/files/edit`: Replaces exact text: fails when `old` matches zero times, or more than once unless
+    async def edit(
+        self,
+        sandbox_id: str,
+        *,
+        new: str,
+        old: str,
+        path: str,
+        if_match: str | None = None,
+        replace_all: bool | None = None,
+        fence: str | int | None = None,
+    ) -> EditResult:
+        """`POST /v1/sandboxes/{id}/files/edit`
+
+        Replaces exact text: fails when `old` matches zero times, or more than once unless
         `replace_all`.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/edit", json={"if_match": if_match, "new": new, "old": old, "path": path, "replace_all": replace_all}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/edit",
+            json={
+                "if_match": if_match,
+                "new": new,
+                "old": old,
+                "path": path,
+                "replace_all": replace_all,
+            },
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    async def glob(self, sandbox_id: str, *, pattern: str, limit: int | None = None, path: str | None = None) -> FileList:
-        """`POST /v1/sandboxes/{id}/files/glob`: Finds entries by glob pattern (`**` crosses directories); symlinks are never followed."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/glob", json={"limit": limit, "path": path, "pattern": pattern}, expect="json")  # type: ignore[no-any-return]
+    async def glob(
+        self,
+        sandbox_id: str,
+        *,
+        pattern: str,
+        limit: int | None = None,
+        path: str | None = None,
+    ) -> FileList:
+        """`POST /v1/sandboxes/{id}/files/glob`
 
-    async def grep(self, sandbox_id: str, *, pattern: str, case_insensitive: bool | None = None, glob: str | None = None, max_matches: int | None = None, path: str | None = None) -> GrepResult:
-        """`POST /v1/sandboxes/{id}/files/grep`: Searches file contents with a regular expression; binary and very large files are skipped."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/grep", json={"case_insensitive": case_insensitive, "glob": glob, "max_matches": max_matches, "path": path, "pattern": pattern}, expect="json")  # type: ignore[no-any-return]
+        Finds entries by glob pattern (`**` crosses directories); symlinks are never followed.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/glob",
+            json={"limit": limit, "path": path, "pattern": pattern},
+            expect="json",
+        )
 
-    async def list(self, sandbox_id: str, *, path: str | None = None, depth: int | None = None, limit: int | None = None) -> FileList:
-        """`GET /v1/sandboxes/{id}/files/list`: Lists a directory to a depth; symlinks are listed, never descended."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/files/list", params={"path": path, "depth": depth, "limit": limit}, expect="json")  # type: ignore[no-any-return]
+    async def grep(
+        self,
+        sandbox_id: str,
+        *,
+        pattern: str,
+        case_insensitive: bool | None = None,
+        glob: str | None = None,
+        max_matches: int | None = None,
+        path: str | None = None,
+    ) -> GrepResult:
+        """`POST /v1/sandboxes/{id}/files/grep`
 
-    async def mkdir(self, sandbox_id: str, *, path: str, fence: str | int | None = None) -> MakeDirectoryResult:
-        """`POST /v1/sandboxes/{id}/files/mkdir`: Creates a directory and its missing parents."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/mkdir", json={"path": path}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        Searches file contents with a regular expression; binary and very large files are skipped.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/grep",
+            json={
+                "case_insensitive": case_insensitive,
+                "glob": glob,
+                "max_matches": max_matches,
+                "path": path,
+                "pattern": pattern,
+            },
+            expect="json",
+        )
+
+    async def list(
+        self,
+        sandbox_id: str,
+        *,
+        path: str | None = None,
+        depth: int | None = None,
+        limit: int | None = None,
+    ) -> FileList:
+        """`GET /v1/sandboxes/{id}/files/list`
+
+        Lists a directory to a depth; symlinks are listed, never descended.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/list",
+            params={"path": path, "depth": depth, "limit": limit},
+            expect="json",
+        )
+
+    async def mkdir(
+        self,
+        sandbox_id: str,
+        *,
+        path: str,
+        fence: str | int | None = None,
+    ) -> MakeDirectoryResult:
+        """`POST /v1/sandboxes/{id}/files/mkdir`
+
+        Creates a directory and its missing parents.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/mkdir",
+            json={"path": path},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     async def read(self, sandbox_id: str, *, path: str) -> Body:
-        """`GET /v1/sandboxes/{id}/files`: Reads a file's bytes (with `Range` support); the `ETag` header identifies the content."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/files", params={"path": path}, expect="bytes")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/files`
 
-    async def remove(self, sandbox_id: str, *, path: str, recursive: bool | None = None, fence: str | int | None = None) -> None:
-        """`DELETE /v1/sandboxes/{id}/files`: Deletes a file, an empty directory, or (with `recursive=true`) a directory tree."""
-        return await self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}/files", params={"path": path, "recursive": recursive}, headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+        Reads a file's bytes (with `Range` support); the `ETag` header identifies the content.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files",
+            params={"path": path},
+            expect="bytes",
+        )
 
-    async def rename(self, sandbox_id: str, *, from_: str, to: str, overwrite: bool | None = None, fence: str | int | None = None) -> MoveResult:
-        """`POST /v1/sandboxes/{id}/files/move`: Moves or renames an entry inside the UserWorkspace."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/files/move", json={"from": from_, "overwrite": overwrite, "to": to}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+    async def remove(
+        self,
+        sandbox_id: str,
+        *,
+        path: str,
+        recursive: bool | None = None,
+        fence: str | int | None = None,
+    ) -> None:
+        """`DELETE /v1/sandboxes/{id}/files`
+
+        Deletes a file, an empty directory, or (with `recursive=true`) a directory tree.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files",
+            params={"path": path, "recursive": recursive},
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    async def rename(
+        self,
+        sandbox_id: str,
+        *,
+        from_: str,
+        to: str,
+        overwrite: bool | None = None,
+        fence: str | int | None = None,
+    ) -> MoveResult:
+        """`POST /v1/sandboxes/{id}/files/move`
+
+        Moves or renames an entry inside the UserWorkspace.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/move",
+            json={"from": from_, "overwrite": overwrite, "to": to},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     async def stat(self, sandbox_id: str, *, path: str) -> FileEntry:
-        """`GET /v1/sandboxes/{id}/files/stat`: Metadata of one entry (a symlink is reported as one, never followed)."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/files/stat", params={"path": path}, expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/files/stat`
 
-    async def write(self, sandbox_id: str, content: bytes, *, path: str, append: bool | None = None, if_match: str | int | None = None, if_none_match: str | int | None = None, fence: str | int | None = None) -> WriteResult:
-        """`PUT /v1/sandboxes/{id}/files`: Writes a file atomically from the raw request body (creating parents), or appends to it."""
-        return await self._t.request("PUT", f"/v1/sandboxes/{_seg(sandbox_id)}/files", params={"path": path, "append": append}, content=content, headers={"If-Match": if_match, "If-None-Match": if_none_match, "X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        Metadata of one entry (a symlink is reported as one, never followed).
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files/stat",
+            params={"path": path},
+            expect="json",
+        )
+
+    async def write(
+        self,
+        sandbox_id: str,
+        content: bytes,
+        *,
+        path: str,
+        append: bool | None = None,
+        if_match: str | int | None = None,
+        if_none_match: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> WriteResult:
+        """`PUT /v1/sandboxes/{id}/files`
+
+        Writes a file atomically from the raw request body (creating parents), or appends to it.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/files",
+            params={"path": path, "append": append},
+            content=content,
+            headers={
+                "If-Match": if_match,
+                "If-None-Match": if_none_match,
+                "X-Warren-Fence": fence,
+            },
+            expect="json",
+        )
 
 
 class AsyncGuardApi:
@@ -1519,27 +2525,55 @@ class AsyncGuardApi:
         self._t = transport
 
     async def acquire(self, sandbox_id: str, *, holder: str, ttl_s: int) -> GuardInfo:
-        """`POST /v1/sandboxes/{id}/guard`: Takes the sandbox's execution guard. The token only ever grows per sandbox (across
+        """`POST /v1/sandboxes/{id}/guard`
+
+        Takes the sandbox's execution guard. The token only ever grows per sandbox (across
         generations too); a guard nobody renews lapses after `ttl_s` by the server's clock, and
         the next holder then gets a larger token.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/guard", json={"holder": holder, "ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
+            json={"holder": holder, "ttl_s": ttl_s},
+            expect="json",
+        )
 
     async def get(self, sandbox_id: str) -> GuardInfo:
-        """`GET /v1/sandboxes/{id}/guard`: The live guard: who holds it and until when. 404 `guard_not_found` when nobody does."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/guard", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/guard`
+
+        The live guard: who holds it and until when. 404 `guard_not_found` when nobody does.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
+            expect="json",
+        )
 
     async def release(self, sandbox_id: str, *, token: int) -> None:
-        """`DELETE /v1/sandboxes/{id}/guard`: Releases the live guard at once, so the next holder need not wait out its TTL. Its token
+        """`DELETE /v1/sandboxes/{id}/guard`
+
+        Releases the live guard at once, so the next holder need not wait out its TTL. Its token
         stays the newest until someone acquires: only a newer holder makes it stale.
         """
-        return await self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}/guard", params={"token": token}, expect="none")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
+            params={"token": token},
+            expect="none",
+        )
 
     async def renew(self, sandbox_id: str, *, token: int, ttl_s: int | None = None) -> GuardInfo:
-        """`POST /v1/sandboxes/{id}/guard/renew`: Extends the live guard to `ttl_s` from now. A lapsed, released or superseded token is
+        """`POST /v1/sandboxes/{id}/guard/renew`
+
+        Extends the live guard to `ttl_s` from now. A lapsed, released or superseded token is
         404: its holder lost the guard and must acquire it again (with a new token).
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/guard/renew", json={"token": token, "ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/guard/renew",
+            json={"token": token, "ttl_s": ttl_s},
+            expect="json",
+        )
 
 
 class AsyncLeasesApi:
@@ -1549,18 +2583,40 @@ class AsyncLeasesApi:
         self._t = transport
 
     async def create(self, sandbox_id: str, *, holder: str, ttl_s: int) -> LeaseInfo:
-        """`POST /v1/sandboxes/{id}/leases`: Takes a lease: while any lease is live, the runtime is never reaped."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/leases", json={"holder": holder, "ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/sandboxes/{id}/leases`
+
+        Takes a lease: while any lease is live, the runtime is never reaped.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/leases",
+            json={"holder": holder, "ttl_s": ttl_s},
+            expect="json",
+        )
 
     async def release(self, sandbox_id: str, lease_id: str) -> None:
-        """`DELETE /v1/sandboxes/{id}/leases/{lease_id}`: Ends a lease. The runtime is reclaimed after the idle timeout once no lease, command
+        """`DELETE /v1/sandboxes/{id}/leases/{lease_id}`
+
+        Ends a lease. The runtime is reclaimed after the idle timeout once no lease, command
         or process keeps it.
         """
-        return await self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}", expect="none")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}",
+            expect="none",
+        )
 
     async def renew(self, sandbox_id: str, lease_id: str, *, ttl_s: int | None = None) -> LeaseInfo:
-        """`POST /v1/sandboxes/{id}/leases/{lease_id}/renew`: Extends a live lease; an expired one is 404 (its holder is presumed dead)."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}/renew", json={"ttl_s": ttl_s}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/sandboxes/{id}/leases/{lease_id}/renew`
+
+        Extends a live lease; an expired one is 404 (its holder is presumed dead).
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}/renew",
+            json={"ttl_s": ttl_s},
+            expect="json",
+        )
 
 
 class AsyncProcessesApi:
@@ -1569,58 +2625,186 @@ class AsyncProcessesApi:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def close_stdin(self, sandbox_id: str, pid: int, *, fence: str | int | None = None) -> None:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin/close`: Closes the process's stdin: it reads end-of-file (on a terminal, input just stops)."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin/close", headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+    async def close_stdin(
+        self,
+        sandbox_id: str,
+        pid: int,
+        *,
+        fence: str | int | None = None,
+    ) -> None:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin/close`
+
+        Closes the process's stdin: it reads end-of-file (on a terminal, input just stops).
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin/close",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
 
     async def get(self, sandbox_id: str, pid: int) -> ProcessInfo:
-        """`GET /v1/sandboxes/{id}/processes/{pid}`: One process."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/processes/{pid}`
 
-    async def kill(self, sandbox_id: str, pid: int, *, fence: str | int | None = None) -> ProcessInfo:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/kill`: Kills the process's whole tree, background processes included (I24), and answers once
+        One process.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}",
+            expect="json",
+        )
+
+    async def kill(
+        self,
+        sandbox_id: str,
+        pid: int,
+        *,
+        fence: str | int | None = None,
+    ) -> ProcessInfo:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/kill`
+
+        Kills the process's whole tree, background processes included (I24), and answers once
         it ended.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/kill", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/kill",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     async def list(self, sandbox_id: str) -> ProcessList:
-        """`GET /v1/sandboxes/{id}/processes`: The sandbox's processes on the replica that owns its runtime: running ones and those
+        """`GET /v1/sandboxes/{id}/processes`
+
+        The sandbox's processes on the replica that owns its runtime: running ones and those
         that ended in the last ten minutes.
         """
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/processes", expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
+            expect="json",
+        )
 
     async def output(self, sandbox_id: str, pid: int, *, from_: int | None = None) -> ProcessOutput:
-        """`GET /v1/sandboxes/{id}/processes/{pid}/output`: The process's output from an offset. With `Accept: application/x-ndjson` or
+        """`GET /v1/sandboxes/{id}/processes/{pid}/output`
+
+        The process's output from an offset. With `Accept: application/x-ndjson` or
         `text/event-stream` the answer follows the process, event by event, until it ended and
         its output is complete (`end`); a reader that went away comes back with `from` set to
         the offset after the last byte it got and loses nothing still kept. Otherwise the
         answer is what is there now.
         """
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/output", params={"from": from_}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/output",
+            params={"from": from_},
+            expect="json",
+        )
 
-    async def resize(self, sandbox_id: str, pid: int, *, cols: int, rows: int, fence: str | int | None = None) -> None:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/resize`: Sets the size of the process's terminal; its foreground process group gets `SIGWINCH`."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/resize", json={"cols": cols, "rows": rows}, headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+    async def resize(
+        self,
+        sandbox_id: str,
+        pid: int,
+        *,
+        cols: int,
+        rows: int,
+        fence: str | int | None = None,
+    ) -> None:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/resize`
 
-    async def signal(self, sandbox_id: str, pid: int, *, signal: int | Literal["HUP", "SIGHUP", "INT", "SIGINT", "QUIT", "SIGQUIT", "ILL", "SIGILL", "TRAP", "SIGTRAP", "ABRT", "SIGABRT", "BUS", "SIGBUS", "FPE", "SIGFPE", "KILL", "SIGKILL", "USR1", "SIGUSR1", "SEGV", "SIGSEGV", "USR2", "SIGUSR2", "PIPE", "SIGPIPE", "ALRM", "SIGALRM", "TERM", "SIGTERM", "STKFLT", "SIGSTKFLT", "CHLD", "SIGCHLD", "CONT", "SIGCONT", "STOP", "SIGSTOP", "TSTP", "SIGTSTP", "TTIN", "SIGTTIN", "TTOU", "SIGTTOU", "URG", "SIGURG", "XCPU", "SIGXCPU", "XFSZ", "SIGXFSZ", "VTALRM", "SIGVTALRM", "PROF", "SIGPROF", "WINCH", "SIGWINCH", "IO", "SIGIO", "PWR", "SIGPWR", "SYS", "SIGSYS"], group: bool | None = None, fence: str | int | None = None) -> None:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/signal`: Sends a signal to the process's group (default) or to the process alone. `SIGKILL` to
+        Sets the size of the process's terminal; its foreground process group gets `SIGWINCH`.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/resize",
+            json={"cols": cols, "rows": rows},
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    async def signal(
+        self,
+        sandbox_id: str,
+        pid: int,
+        *,
+        signal: int | Literal["HUP", "SIGHUP", "INT", "SIGINT", "QUIT", "SIGQUIT", "ILL", "SIGILL", "TRAP", "SIGTRAP", "ABRT", "SIGABRT", "BUS", "SIGBUS", "FPE", "SIGFPE", "KILL", "SIGKILL", "USR1", "SIGUSR1", "SEGV", "SIGSEGV", "USR2", "SIGUSR2", "PIPE", "SIGPIPE", "ALRM", "SIGALRM", "TERM", "SIGTERM", "STKFLT", "SIGSTKFLT", "CHLD", "SIGCHLD", "CONT", "SIGCONT", "STOP", "SIGSTOP", "TSTP", "SIGTSTP", "TTIN", "SIGTTIN", "TTOU", "SIGTTOU", "URG", "SIGURG", "XCPU", "SIGXCPU", "XFSZ", "SIGXFSZ", "VTALRM", "SIGVTALRM", "PROF", "SIGPROF", "WINCH", "SIGWINCH", "IO", "SIGIO", "PWR", "SIGPWR", "SYS", "SIGSYS"],
+        group: bool | None = None,
+        fence: str | int | None = None,
+    ) -> None:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/signal`
+
+        Sends a signal to the process's group (default) or to the process alone. `SIGKILL` to
         the group ends its whole tree, background processes included.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/signal", json={"group": group, "signal": signal}, headers={"X-Warren-Fence": fence}, expect="none")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/signal",
+            json={"group": group, "signal": signal},
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
 
-    async def start(self, sandbox_id: str, *, argv: list[str] | None = None, command: str | None = None, cwd: str | None = None, env: dict[str, str] | None = None, pty: TerminalSize | None = None, shell: str | None = None, stdin: bool | None = None, tag: str | None = None, timeout_s: int | None = None, requested_by: str | int | None = None, fence: str | int | None = None) -> ProcessInfo:
-        """`POST /v1/sandboxes/{id}/processes`: Starts a process that keeps running after the answer: a server, a build, a REPL on a
+    async def start(
+        self,
+        sandbox_id: str,
+        *,
+        argv: list[str] | None = None,
+        command: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        pty: TerminalSize | None = None,
+        shell: str | None = None,
+        stdin: bool | None = None,
+        tag: str | None = None,
+        timeout_s: int | None = None,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> ProcessInfo:
+        """`POST /v1/sandboxes/{id}/processes`
+
+        Starts a process that keeps running after the answer: a server, a build, a REPL on a
         terminal. Its output is kept (the newest 1 MiB) for readers to follow from any offset,
         its stdin stays open with `"stdin": true`, and it can be signalled, resized and killed.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes", json={"argv": argv, "command": command, "cwd": cwd, "env": env, "pty": pty, "shell": shell, "stdin": stdin, "tag": tag, "timeout_s": timeout_s}, headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
+            json={
+                "argv": argv,
+                "command": command,
+                "cwd": cwd,
+                "env": env,
+                "pty": pty,
+                "shell": shell,
+                "stdin": stdin,
+                "tag": tag,
+                "timeout_s": timeout_s,
+            },
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    async def stdin(self, sandbox_id: str, pid: int, content: bytes, *, fence: str | int | None = None) -> StdinWritten:
-        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin`: Writes the request body to the process's stdin, as it arrives: a large body goes at
+    async def stdin(
+        self,
+        sandbox_id: str,
+        pid: int,
+        content: bytes,
+        *,
+        fence: str | int | None = None,
+    ) -> StdinWritten:
+        """`POST /v1/sandboxes/{id}/processes/{pid}/stdin`
+
+        Writes the request body to the process's stdin, as it arrives: a large body goes at
         the pace the process reads it (backpressure), in order, with no other writer's bytes
         between its own.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin", content=content, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin",
+            content=content,
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class AsyncRunsApi:
@@ -1629,13 +2813,55 @@ class AsyncRunsApi:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def of_sandbox(self, sandbox_id: str, *, status: Literal["running", "finished", "failed"] | None = None, since: str | None = None, limit: int | None = None, page_token: str | None = None) -> RunList:
-        """`GET /v1/sandboxes/{id}/runs`: One page of the sandbox's runs, in all its generations."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/runs", params={"status": status, "since": since, "limit": limit, "page_token": page_token}, expect="json")  # type: ignore[no-any-return]
+    async def of_sandbox(
+        self,
+        sandbox_id: str,
+        *,
+        status: Literal["running", "finished", "failed"] | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+        page_token: str | None = None,
+    ) -> RunList:
+        """`GET /v1/sandboxes/{id}/runs`
 
-    async def of_user(self, uid: str, *, status: Literal["running", "finished", "failed"] | None = None, since: str | None = None, limit: int | None = None, page_token: str | None = None) -> RunList:
-        """`GET /v1/users/{uid}/runs`: One page of the runs of every sandbox of the user; none when it has no sandboxes."""
-        return await self._t.request("GET", f"/v1/users/{_seg(uid)}/runs", params={"status": status, "since": since, "limit": limit, "page_token": page_token}, expect="json")  # type: ignore[no-any-return]
+        One page of the sandbox's runs, in all its generations.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/runs",
+            params={
+                "status": status,
+                "since": since,
+                "limit": limit,
+                "page_token": page_token,
+            },
+            expect="json",
+        )
+
+    async def of_user(
+        self,
+        uid: str,
+        *,
+        status: Literal["running", "finished", "failed"] | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+        page_token: str | None = None,
+    ) -> RunList:
+        """`GET /v1/users/{uid}/runs`
+
+        One page of the runs of every sandbox of the user; none when it has no sandboxes.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/runs",
+            params={
+                "status": status,
+                "since": since,
+                "limit": limit,
+                "page_token": page_token,
+            },
+            expect="json",
+        )
 
 
 class AsyncSandboxesApi:
@@ -1644,62 +2870,226 @@ class AsyncSandboxesApi:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def create(self, *, agent_id: str | None = None, backend: str | None = None, ephemeral: bool | None = None, from_snapshot: str | None = None, image: str | None = None, inherit_env: bool | None = None, isolation: SandboxIsolation | None = None, labels: dict[str, str] | None = None, layout: SandboxLayout | None = None, network: NetworkSpec | None = None, on_deadline: OnDeadline | None = None, runtime_scope_id: str | None = None, scope: str | None = None, session_id: str | None = None, timeout_s: int | None = None, uid: str | None = None, user_id: str | None = None, workdir: str | None = None) -> SandboxInfo:
-        """`POST /v1/sandboxes`: Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12)."""
-        return await self._t.request("POST", f"/v1/sandboxes", json={"agent_id": agent_id, "backend": backend, "ephemeral": ephemeral, "from_snapshot": from_snapshot, "image": image, "inherit_env": inherit_env, "isolation": isolation, "labels": labels, "layout": layout, "network": network, "on_deadline": on_deadline, "runtime_scope_id": runtime_scope_id, "scope": scope, "session_id": session_id, "timeout_s": timeout_s, "uid": uid, "user_id": user_id, "workdir": workdir}, expect="json")  # type: ignore[no-any-return]
+    async def create(
+        self,
+        *,
+        agent_id: str | None = None,
+        backend: str | None = None,
+        ephemeral: bool | None = None,
+        from_snapshot: str | None = None,
+        image: str | None = None,
+        inherit_env: bool | None = None,
+        isolation: SandboxIsolation | None = None,
+        labels: dict[str, str] | None = None,
+        layout: SandboxLayout | None = None,
+        network: NetworkSpec | None = None,
+        on_deadline: OnDeadline | None = None,
+        runtime_scope_id: str | None = None,
+        scope: str | None = None,
+        session_id: str | None = None,
+        timeout_s: int | None = None,
+        uid: str | None = None,
+        user_id: str | None = None,
+        workdir: str | None = None,
+    ) -> SandboxInfo:
+        """`POST /v1/sandboxes`
+
+        Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12).
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            "/v1/sandboxes",
+            json={
+                "agent_id": agent_id,
+                "backend": backend,
+                "ephemeral": ephemeral,
+                "from_snapshot": from_snapshot,
+                "image": image,
+                "inherit_env": inherit_env,
+                "isolation": isolation,
+                "labels": labels,
+                "layout": layout,
+                "network": network,
+                "on_deadline": on_deadline,
+                "runtime_scope_id": runtime_scope_id,
+                "scope": scope,
+                "session_id": session_id,
+                "timeout_s": timeout_s,
+                "uid": uid,
+                "user_id": user_id,
+                "workdir": workdir,
+            },
+            expect="json",
+        )
 
     async def delete(self, sandbox_id: str, *, fence: str | int | None = None) -> SandboxInfo:
-        """`DELETE /v1/sandboxes/{id}`: Terminates the sandbox at once: running commands are killed with its runtime;
+        """`DELETE /v1/sandboxes/{id}`
+
+        Terminates the sandbox at once: running commands are killed with its runtime;
         workspace files stay (I15). `POST .../terminate` is the same with a grace period.
         """
-        return await self._t.request("DELETE", f"/v1/sandboxes/{_seg(sandbox_id)}", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    async def exec(self, sandbox_id: str, *, argv: list[str] | None = None, command: str | None = None, cwd: str | None = None, env: dict[str, str] | None = None, shell: str | None = None, stdin: str | None = None, timeout_s: int | None = None, fence: str | int | None = None) -> ExecResult:
-        """`POST /v1/sandboxes/{id}/exec`: Runs a command in the sandbox's runtime, starting it on first use (I12), and records
+    async def exec(
+        self,
+        sandbox_id: str,
+        *,
+        argv: list[str] | None = None,
+        command: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        shell: str | None = None,
+        stdin: str | None = None,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> ExecResult:
+        """`POST /v1/sandboxes/{id}/exec`
+
+        Runs a command in the sandbox's runtime, starting it on first use (I12), and records
         the run (I22). With `Accept: application/x-ndjson` or `text/event-stream` the answer
         streams [`warren_protocol::ExecEvent`]s as output arrives; a client that disconnects
         mid-stream has the command's process tree killed.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/exec", json={"argv": argv, "command": command, "cwd": cwd, "env": env, "shell": shell, "stdin": stdin, "timeout_s": timeout_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/exec",
+            json={
+                "argv": argv,
+                "command": command,
+                "cwd": cwd,
+                "env": env,
+                "shell": shell,
+                "stdin": stdin,
+                "timeout_s": timeout_s,
+            },
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
     async def get(self, sandbox_id: str) -> SandboxInfo:
-        """`GET /v1/sandboxes/{id}`: One sandbox."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}`
+
+        One sandbox.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}",
+            expect="json",
+        )
 
     async def kill(self, sandbox_id: str, *, fence: str | int | None = None) -> KilledProcesses:
-        """`POST /v1/sandboxes/{id}/kill`: Kills every process of the sandbox but its runtime's own (init, or a container's
+        """`POST /v1/sandboxes/{id}/kill`
+
+        Kills every process of the sandbox but its runtime's own (init, or a container's
         agent): running commands, which end by SIGKILL, and whatever they left running in the
         background, such as a fork bomb holding the process limit. The sandbox, its runtime and
         its files stay; the next exec runs in the same runtime. No body is read.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/kill", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/kill",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    async def list(self, *, uid: str | None = None, label: list[str] | None = None, state: Literal["created", "running", "stopped", "pausing", "paused", "terminating", "terminated"] | None = None) -> SandboxList:
-        """`GET /v1/sandboxes`: Lists sandboxes, optionally of one user, in one state, or carrying labels."""
-        return await self._t.request("GET", f"/v1/sandboxes", params={"uid": uid, "label": label, "state": state}, expect="json")  # type: ignore[no-any-return]
+    async def list(
+        self,
+        *,
+        uid: str | None = None,
+        label: list[str] | None = None,
+        state: Literal["created", "running", "stopped", "pausing", "paused", "terminating", "terminated"] | None = None,
+    ) -> SandboxList:
+        """`GET /v1/sandboxes`
+
+        Lists sandboxes, optionally of one user, in one state, or carrying labels.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/v1/sandboxes",
+            params={"uid": uid, "label": label, "state": state},
+            expect="json",
+        )
 
     async def pause(self, sandbox_id: str, *, fence: str | int | None = None) -> PausedSandbox:
-        """`POST /v1/sandboxes/{id}/pause`: Pauses the sandbox: nothing runs in it until it is resumed. Its runtime, if one runs,
+        """`POST /v1/sandboxes/{id}/pause`
+
+        Pauses the sandbox: nothing runs in it until it is resumed. Its runtime, if one runs,
         is snapshotted and ended: running processes end and memory is not kept; files and
         installed packages are, and the runtime a resume starts comes back with them.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/pause", headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/pause",
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    async def resume(self, sandbox_id: str, *, timeout_s: int | None = None, fence: str | int | None = None) -> SandboxInfo:
-        """`POST /v1/sandboxes/{id}/resume`: Resumes a paused sandbox and starts its runtime from the pause's snapshot."""
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/resume", json={"timeout_s": timeout_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+    async def resume(
+        self,
+        sandbox_id: str,
+        *,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> SandboxInfo:
+        """`POST /v1/sandboxes/{id}/resume`
 
-    async def terminate(self, sandbox_id: str, *, grace_s: int | None = None, fence: str | int | None = None) -> SandboxInfo:
-        """`POST /v1/sandboxes/{id}/terminate`: Terminates the sandbox when its root run has ended (I24): new execs and leases are
+        Resumes a paused sandbox and starts its runtime from the pause's snapshot.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/resume",
+            json={"timeout_s": timeout_s},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
+
+    async def terminate(
+        self,
+        sandbox_id: str,
+        *,
+        grace_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> SandboxInfo:
+        """`POST /v1/sandboxes/{id}/terminate`
+
+        Terminates the sandbox when its root run has ended (I24): new execs and leases are
         refused with 409 `sandbox_terminating` at once, running commands get `grace_s` to
         finish, then the runtime is destroyed. Workspace files stay (I15); a later create of
         the same identity starts a new generation.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/terminate", json={"grace_s": grace_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/terminate",
+            json={"grace_s": grace_s},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
-    async def update(self, sandbox_id: str, *, labels: dict[str, str] | None = None, on_deadline: OnDeadline | None = None, timeout_s: int | None = None, fence: str | int | None = None) -> SandboxInfo:
-        """`PATCH /v1/sandboxes/{id}`: Changes a sandbox's deadline or labels; what the body leaves out stays."""
-        return await self._t.request("PATCH", f"/v1/sandboxes/{_seg(sandbox_id)}", json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s}, headers={"X-Warren-Fence": fence}, expect="json")  # type: ignore[no-any-return]
+    async def update(
+        self,
+        sandbox_id: str,
+        *,
+        labels: dict[str, str] | None = None,
+        on_deadline: OnDeadline | None = None,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> SandboxInfo:
+        """`PATCH /v1/sandboxes/{id}`
+
+        Changes a sandbox's deadline or labels; what the body leaves out stays.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "PATCH",
+            f"/v1/sandboxes/{_seg(sandbox_id)}",
+            json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        )
 
 
 class AsyncServerApi:
@@ -1709,22 +3099,40 @@ class AsyncServerApi:
         self._t = transport
 
     async def cluster(self) -> ClusterInfo:
-        """`GET /v1/cluster`: Every node that registered in this server's state store, with its epoch and whether
+        """`GET /v1/cluster`
+
+        Every node that registered in this server's state store, with its epoch and whether
         its lease is live, lapsed or left, by the store's clock.
         """
-        return await self._t.request("GET", f"/v1/cluster", expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/v1/cluster",
+            expect="json",
+        )
 
     async def health(self) -> Health:
-        """`GET /health`: Liveness: the process and its backend are initialised. It proves nothing about any
+        """`GET /health`
+
+        Liveness: the process and its backend are initialised. It proves nothing about any
         runtime (I17), and needs no token.
         """
-        return await self._t.request("GET", f"/health", expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/health",
+            expect="json",
+        )
 
     async def metrics(self) -> Body:
-        """`GET /metrics`: Prometheus metrics in the OpenMetrics text format: sandboxes by state, runtime start and
+        """`GET /metrics`
+
+        Prometheus metrics in the OpenMetrics text format: sandboxes by state, runtime start and
         exec latency, reaps, fence waits, failures by cause.
         """
-        return await self._t.request("GET", f"/metrics", expect="bytes")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            "/metrics",
+            expect="bytes",
+        )
 
 
 class AsyncSkillsApi:
@@ -1734,22 +3142,49 @@ class AsyncSkillsApi:
         self._t = transport
 
     async def grant(self, uid: str, skill: str) -> Any:
-        """`PUT /v1/users/{uid}/skills/{skill}`: Grants a skill of the operator's catalog and rebuilds the projection. A runtime that is
+        """`PUT /v1/users/{uid}/skills/{skill}`
+
+        Grants a skill of the operator's catalog and rebuilds the projection. A runtime that is
         running keeps the projection it mounted; the next one sees the new skill.
         """
-        return await self._t.request("PUT", f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}", expect="any")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "PUT",
+            f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
+            expect="any",
+        )
 
     async def list(self, uid: str) -> Any:
-        """`GET /v1/users/{uid}/skills`: The skills granted to the uid."""
-        return await self._t.request("GET", f"/v1/users/{_seg(uid)}/skills", expect="any")  # type: ignore[no-any-return]
+        """`GET /v1/users/{uid}/skills`
+
+        The skills granted to the uid.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/skills",
+            expect="any",
+        )
 
     async def revoke(self, uid: str, skill: str) -> Any:
-        """`DELETE /v1/users/{uid}/skills/{skill}`: Revokes a granted skill and rebuilds the projection."""
-        return await self._t.request("DELETE", f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}", expect="any")  # type: ignore[no-any-return]
+        """`DELETE /v1/users/{uid}/skills/{skill}`
+
+        Revokes a granted skill and rebuilds the projection.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
+            expect="any",
+        )
 
     async def sync(self, uid: str) -> Any:
-        """`POST /v1/users/{uid}/skills/sync`: Rebuilds the projection from the operator's skill directories (after they changed)."""
-        return await self._t.request("POST", f"/v1/users/{_seg(uid)}/skills/sync", expect="any")  # type: ignore[no-any-return]
+        """`POST /v1/users/{uid}/skills/sync`
+
+        Rebuilds the projection from the operator's skill directories (after they changed).
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/users/{_seg(uid)}/skills/sync",
+            expect="any",
+        )
 
 
 class AsyncSnapshotsApi:
@@ -1759,21 +3194,41 @@ class AsyncSnapshotsApi:
         self._t = transport
 
     async def create(self, sandbox_id: str, *, fence: str | int | None = None) -> Any:
-        """`POST /v1/sandboxes/{id}/snapshots`: Records the running runtime's ephemeral state (I30): the copy-on-write layers over the
+        """`POST /v1/sandboxes/{id}/snapshots`
+
+        Records the running runtime's ephemeral state (I30): the copy-on-write layers over the
         root (installed packages) and `/home/gem` outside the persistent mounts. `/tmp` is not
         kept. A reaped runtime resumes from the latest snapshot of its generation.
         """
-        return await self._t.request("POST", f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots", headers={"X-Warren-Fence": fence}, expect="any")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
+            headers={"X-Warren-Fence": fence},
+            expect="any",
+        )
 
     async def gc(self, uid: str) -> Any:
-        """`POST /v1/users/{uid}/snapshots/gc`: Collects garbage in the uid's snapshot store: chunks and manifests no checkpoint needs,
+        """`POST /v1/users/{uid}/snapshots/gc`
+
+        Collects garbage in the uid's snapshot store: chunks and manifests no checkpoint needs,
         older than the grace period.
         """
-        return await self._t.request("POST", f"/v1/users/{_seg(uid)}/snapshots/gc", expect="any")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/users/{_seg(uid)}/snapshots/gc",
+            expect="any",
+        )
 
     async def list(self, sandbox_id: str) -> Any:
-        """`GET /v1/sandboxes/{id}/snapshots`: The sandbox's runtime snapshots, oldest first."""
-        return await self._t.request("GET", f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots", expect="any")  # type: ignore[no-any-return]
+        """`GET /v1/sandboxes/{id}/snapshots`
+
+        The sandbox's runtime snapshots, oldest first.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
+            expect="any",
+        )
 
 
 class AsyncUsersApi:
@@ -1783,10 +3238,16 @@ class AsyncUsersApi:
         self._t = transport
 
     async def usage(self, uid: str) -> WorkspaceUsage:
-        """`GET /v1/users/{uid}/usage`: Bytes and inodes used by a uid's workspace and its limits, from the kernel's accounting
+        """`GET /v1/users/{uid}/usage`
+
+        Bytes and inodes used by a uid's workspace and its limits, from the kernel's accounting
         of the uid's own filesystem (`used` is `null` when quotas are not enforced).
         """
-        return await self._t.request("GET", f"/v1/users/{_seg(uid)}/usage", expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/usage",
+            expect="json",
+        )
 
 
 class AsyncViewerApi:
@@ -1796,8 +3257,16 @@ class AsyncViewerApi:
         self._t = transport
 
     async def create_link(self, *, uid: str, workdir: str, ttl_s: int | None = None) -> ViewerLink:
-        """`POST /v1/viewer-links`: Signs a link that opens the Viewer on one workdir of one uid."""
-        return await self._t.request("POST", f"/v1/viewer-links", json={"ttl_s": ttl_s, "uid": uid, "workdir": workdir}, expect="json")  # type: ignore[no-any-return]
+        """`POST /v1/viewer-links`
+
+        Signs a link that opens the Viewer on one workdir of one uid.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            "/v1/viewer-links",
+            json={"ttl_s": ttl_s, "uid": uid, "workdir": workdir},
+            expect="json",
+        )
 
 
 class AsyncWorkdirsApi:
@@ -1806,16 +3275,36 @@ class AsyncWorkdirsApi:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def create(self, uid: str, *, init: InitSpec | None = None, path: str | None = None) -> WorkdirInfo:
-        """`POST /v1/users/{uid}/workdirs`: Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed, with
+    async def create(
+        self,
+        uid: str,
+        *,
+        init: InitSpec | None = None,
+        path: str | None = None,
+    ) -> WorkdirInfo:
+        """`POST /v1/users/{uid}/workdirs`
+
+        Creates a workdir (default `projects/<uuid>`); 201 when new, 200 when it existed, with
         the time it was first created either way. With `init`, a refused or failing source
         leaves no new workdir behind.
         """
-        return await self._t.request("POST", f"/v1/users/{_seg(uid)}/workdirs", json={"init": init, "path": path}, expect="json")  # type: ignore[no-any-return]
+        return await self._t.request(  # type: ignore[no-any-return]
+            "POST",
+            f"/v1/users/{_seg(uid)}/workdirs",
+            json={"init": init, "path": path},
+            expect="json",
+        )
 
     async def list(self, uid: str) -> WorkdirList:
-        """`GET /v1/users/{uid}/workdirs`: Lists the workdirs recorded for a user."""
-        return await self._t.request("GET", f"/v1/users/{_seg(uid)}/workdirs", expect="json")  # type: ignore[no-any-return]
+        """`GET /v1/users/{uid}/workdirs`
+
+        Lists the workdirs recorded for a user.
+        """
+        return await self._t.request(  # type: ignore[no-any-return]
+            "GET",
+            f"/v1/users/{_seg(uid)}/workdirs",
+            expect="json",
+        )
 
 
 class Groups:
