@@ -11,6 +11,10 @@ happens inside it: every call reads the LangGraph config of the run that makes i
   shares its root's runtime, and two top-level threads get two runtimes;
 - the workdir is `configurable["workdir"]`, else the backend's `workdir`.
 
+The file tools' writes are kept inside the run's workdir (and deepagents' artifacts root in
+the home) unless `permissions=` says otherwise (I10, see `permissions.py`): a default for
+the model's tools, not a boundary; `execute` is not checked, warren is the boundary.
+
 The sandbox of an identity is made on its first call, once (a lock per identity; warren's
 create is idempotent per identity too), and kept. Making it starts no runtime (I12).
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +46,7 @@ from deepagents.backends.protocol import (
     WriteResult,
 )
 from deepagents.backends.sandbox import BaseSandbox
+from deepagents.middleware.filesystem import FilesystemPermission
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import SystemMessage
 from langchain_core.runnables import RunnableConfig
@@ -50,7 +55,12 @@ from langgraph.config import get_config
 
 from warren_sdk import Warren, WarrenError
 
+from .permissions import check_rules, workdir_permissions, write_denied
 from .sandbox import WarrenSandbox
+
+# What `WarrenBackend(permissions=...)` takes: rules for every run, or a function of the
+# run's sandbox giving its rules.
+Permissions = Sequence[FilesystemPermission] | Callable[[WarrenSandbox], Sequence[FilesystemPermission]]
 
 
 @dataclass(frozen=True)
@@ -87,14 +97,22 @@ class WarrenBackend(BaseSandbox):
     map your own configurable keys). `sandbox_options` go to `sandboxes.create` (image,
     network, labels...).
 
+    `permissions` rules where the file operations (write, edit, delete, upload) may write:
+    by default (`None`) `workdir_permissions` of each run's own workdir, so only under the
+    workdir and `HOME_ARTIFACTS_ROOT`; a list of write rules applies to every run (`[]`
+    allows writing anywhere warren lets the sandbox); a function of the run's
+    `WarrenSandbox` gives each run its rules. A denied write is deepagents' tool error
+    `Error: permission denied for write on <path>`, and nothing reaches warren.
+
     Outside a run (no LangGraph config), use `sandbox_for(RunIdentity(...))` directly.
     """
 
     def __init__(self, client: Warren | None = None, *, workdir: str | None = None,
                  identity: Callable[[RunnableConfig], RunIdentity] | None = None,
-                 sandbox_options: dict[str, Any] | None = None) -> None:
+                 sandbox_options: dict[str, Any] | None = None, permissions: Permissions | None = None) -> None:
         self.client = client or Warren()
         self.workdir = workdir
+        self.permissions: Permissions | None = permissions if callable(permissions) or permissions is None else check_rules(permissions)
         self._identity = identity or (lambda config: identity_from_config(config, workdir=self.workdir))
         self._options = dict(sandbox_options or {})
         self._sandboxes: dict[RunIdentity, WarrenSandbox] = {}
@@ -146,6 +164,35 @@ class WarrenBackend(BaseSandbox):
         """The current run's sandbox id."""
         return self.current().id
 
+    # ---- where the file tools may write (I10) --------------------------------------
+
+    def rules_for(self, sandbox: WarrenSandbox) -> list[FilesystemPermission]:
+        """The write rules of the run whose sandbox is `sandbox`."""
+        if self.permissions is None:
+            if not sandbox.workdir_path:
+                raise RuntimeError(f"sandbox {sandbox.id} has no workdir_path, so its writes cannot be kept in it; "
+                                   "pass WarrenBackend(permissions=...)")
+            return workdir_permissions(sandbox.workdir_path)
+        if callable(self.permissions):
+            return check_rules(self.permissions(sandbox))
+        return list(self.permissions)
+
+    def write_denied(self, sandbox: WarrenSandbox, path: str, *, recursive: bool = False) -> str | None:
+        """deepagents' permission-denied error for writing `path` in `sandbox`, or None."""
+        return write_denied(self.rules_for(sandbox), path, workdir_path=sandbox.workdir_path, recursive=recursive)
+
+    def _split_uploads(self, sandbox: WarrenSandbox,
+                       files: list[tuple[str, bytes]]) -> tuple[list[tuple[str, bytes]], set[int]]:
+        denied = {i for i, (path, _) in enumerate(files) if self.write_denied(sandbox, path)}
+        return [f for i, f in enumerate(files) if i not in denied], denied
+
+    @staticmethod
+    def _merge_uploads(files: list[tuple[str, bytes]], uploaded: list[FileUploadResponse],
+                       denied: set[int]) -> list[FileUploadResponse]:
+        done = iter(uploaded)
+        return [FileUploadResponse(path=path, error="permission_denied") if i in denied else next(done)
+                for i, (path, _) in enumerate(files)]
+
     # ---- the protocol, on the current run's sandbox --------------------------------
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
@@ -167,22 +214,40 @@ class WarrenBackend(BaseSandbox):
         return await (await self.acurrent()).aread(file_path, offset, limit)
 
     def write(self, file_path: str, content: str) -> WriteResult:
-        return self.current().write(file_path, content)
+        sandbox = self.current()
+        if denied := self.write_denied(sandbox, file_path):
+            return WriteResult(error=denied)
+        return sandbox.write(file_path, content)
 
     async def awrite(self, file_path: str, content: str) -> WriteResult:
-        return await (await self.acurrent()).awrite(file_path, content)
+        sandbox = await self.acurrent()
+        if denied := self.write_denied(sandbox, file_path):
+            return WriteResult(error=denied)
+        return await sandbox.awrite(file_path, content)
 
     def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
-        return self.current().edit(file_path, old_string, new_string, replace_all)
+        sandbox = self.current()
+        if denied := self.write_denied(sandbox, file_path):
+            return EditResult(error=denied)
+        return sandbox.edit(file_path, old_string, new_string, replace_all)
 
     async def aedit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
-        return await (await self.acurrent()).aedit(file_path, old_string, new_string, replace_all)
+        sandbox = await self.acurrent()
+        if denied := self.write_denied(sandbox, file_path):
+            return EditResult(error=denied)
+        return await sandbox.aedit(file_path, old_string, new_string, replace_all)
 
     def delete(self, file_path: str) -> DeleteResult:
-        return self.current().delete(file_path)
+        sandbox = self.current()
+        if denied := self.write_denied(sandbox, file_path, recursive=True):
+            return DeleteResult(error=denied)
+        return sandbox.delete(file_path)
 
     async def adelete(self, file_path: str) -> DeleteResult:
-        return await (await self.acurrent()).adelete(file_path)
+        sandbox = await self.acurrent()
+        if denied := self.write_denied(sandbox, file_path, recursive=True):
+            return DeleteResult(error=denied)
+        return await sandbox.adelete(file_path)
 
     def grep(self, pattern: str, path: str | None = None, glob: str | None = None, *,
              max_count: int | None = None) -> GrepResult:
@@ -199,10 +264,14 @@ class WarrenBackend(BaseSandbox):
         return await (await self.acurrent()).aglob(pattern, path)
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
-        return self.current().upload_files(files)
+        sandbox = self.current()
+        allowed, denied = self._split_uploads(sandbox, files)
+        return self._merge_uploads(files, sandbox.upload_files(allowed) if allowed else [], denied)
 
     async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
-        return await (await self.acurrent()).aupload_files(files)
+        sandbox = await self.acurrent()
+        allowed, denied = self._split_uploads(sandbox, files)
+        return self._merge_uploads(files, await sandbox.aupload_files(allowed) if allowed else [], denied)
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         return self.current().download_files(paths)
@@ -307,7 +376,8 @@ class WarrenRunMiddleware(AgentMiddleware):
       start and releases it at its end (a sub-agent runs under its root's lease); model
       calls renew it. A failed or interrupted run's lease lapses after `lease_ttl_s`, or
       use `WarrenBackend.hold` around the run to release it in every case.
-    - the system prompt gains the run's workdir (a virtual path) and where outputs go;
+    - the system prompt gains the run's workdir (a virtual path), where outputs go, and,
+      under the backend's default permissions, that the file tools write only there;
     - `present_files` is offered to the model.
     """
 
@@ -351,6 +421,8 @@ class WarrenRunMiddleware(AgentMiddleware):
         workdir = self.backend.sandbox_for(identity).workdir_path
         note = (f"\n\nYour working directory is {workdir}: commands run there, and files you make for the "
                 f"user belong in {workdir}/outputs/ (hand them over with present_files).")
+        if self.backend.permissions is None:
+            note += f" The file tools (write_file, edit_file, delete) may write only inside {workdir}."
         current = request.system_message.content if request.system_message else ""
         # deepagents may send the prompt as content blocks (cache control): keep them.
         content = current + note if isinstance(current, str) else [*current, {"type": "text", "text": note}]
