@@ -310,7 +310,7 @@ def test_the_main_agent_and_its_sub_agent_write_only_inside_the_workdir(client: 
             client.sandboxes.delete(s["sandbox_id"])
 
 
-def test_a_run_naming_its_own_workdir_writes_there_and_not_in_the_backends_workdir(client: Warren) -> None:
+async def test_a_run_naming_its_own_workdir_writes_there_and_not_in_the_backends_workdir(client: Warren) -> None:
     uid = f"sdk-da-{uuid.uuid4().hex[:12]}"
     backend = WarrenBackend(client, workdir="projects/default")
     own, default = "/home/gem/user-data/projects/own", "/home/gem/user-data/projects/default"
@@ -321,7 +321,9 @@ def test_a_run_naming_its_own_workdir_writes_there_and_not_in_the_backends_workd
     ]))
     config = {"configurable": {"user_id": uid, "thread_id": "own", "workdir": "projects/own"}}
     try:
-        seen = tool_results(create_warren_deep_agent(script, backend).invoke({"messages": [{"role": "user", "content": "go"}]}, config))
+        # Async this time: the backend's async write path applies the rules too.
+        agent = create_warren_deep_agent(script, backend)
+        seen = tool_results(await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]}, config))
         sandbox = backend.sandbox_for(backend.identity(config))
         assert sandbox.workdir_path == own
         assert seen["default"] == f"Error: permission denied for write on {default}/z.txt"
