@@ -164,5 +164,5 @@ fn a_deepagents_graph_and_its_sub_agent_work_in_one_runtime_per_root_thread() {
         &["tests/test_deepagents_graph.py"],
         Duration::from_secs(300),
     );
-    assert_counts(&summary, 4, 0);
+    assert_counts(&summary, 7, 0);
 }
