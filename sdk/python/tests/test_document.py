@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,12 @@ def test_two_operations_with_one_name_are_refused_by_the_generator():
     }
     with pytest.raises(SystemExit, match="both sandboxes.exec"):
         _generator().render(document)
+
+
+def test_the_sdk_and_its_backends_type_check_under_mypy_strict(tmp_path: Path):
+    # The TypedDicts and signatures are the document's: code using them wrongly, or a
+    # generated annotation that means something else in its class, fails here.
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path), str(ROOT / "src" / "warren_sdk")],
+        capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -93,7 +93,8 @@ def type_of(schema: dict[str, Any] | bool | None) -> str:
     if kind == "null":
         return "None"
     if kind == "array":
-        return f"list[{type_of(schema.get('items'))}]"
+        # `builtins.`: a group's method named `list` would shadow the type in its class.
+        return f"builtins.list[{type_of(schema.get('items'))}]"
     if kind == "object":
         extra = schema.get("additionalProperties")
         if not schema.get("properties") and isinstance(extra, dict):
@@ -281,7 +282,8 @@ def render(document: dict[str, Any]) -> str:
         "",
         "from __future__ import annotations",
         "",
-        "from typing import Any, Literal, Required, TypeAlias, TypedDict",
+        "import builtins",
+        "from typing import Any, Literal, Required, TypeAlias, TypedDict, cast",
         "",
         "from ._transport import AsyncTransport, Body, SyncTransport, _seg",
         "",
@@ -320,7 +322,12 @@ def render(document: dict[str, Any]) -> str:
                 doc = docstring(f"`{op.method.upper()} {op.path}`\n\n{summary or ''}".strip(), "        ")
                 out += doc
                 awaiting = "" if flavour == "sync" else "await "
-                out.append(f"        return {awaiting}self._t.request(  # type: ignore[no-any-return]")
+                if op.returns == "None":
+                    out.append(f"        {awaiting}self._t.request(")
+                elif op.returns == "Any":
+                    out.append(f"        return {awaiting}self._t.request(")
+                else:
+                    out.append(f"        return cast({json.dumps(op.returns)}, {awaiting}self._t.request(")
                 for part in op.call():
                     name, brace, rest = part.partition("={")
                     if brace and len(part) > 80:
@@ -329,7 +336,7 @@ def render(document: dict[str, Any]) -> str:
                         out.append("            },")
                     else:
                         out.append(f"            {part},")
-                out.append("        )")
+                out.append("        )" if op.returns in ("Any", "None") else "        ))")
             out.append("")
             out.append("")
     for flavour in ("sync", "async"):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Required, TypeAlias, TypedDict
+import builtins
+from typing import Any, Literal, Required, TypeAlias, TypedDict, cast
 
 from ._transport import AsyncTransport, Body, SyncTransport, _seg
 
@@ -87,7 +88,7 @@ class AgentEnv(TypedDict, total=False):
     # The uid.
     uid: Required[str]
     # Its variables, by name.
-    variables: Required[list[AgentEnvEntry]]
+    variables: Required[builtins.list[AgentEnvEntry]]
 
 
 class AgentEnvEntry(TypedDict, total=False):
@@ -131,7 +132,7 @@ class ArtifactInfo(TypedDict, total=False):
 class ArtifactList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/artifacts`."""
     # Oldest first.
-    artifacts: Required[list[ArtifactInfo]]
+    artifacts: Required[builtins.list[ArtifactInfo]]
 
 
 class CheckpointCreated(TypedDict, total=False):
@@ -145,11 +146,11 @@ class CheckpointCreated(TypedDict, total=False):
 class CheckpointDiff(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/checkpoints/{cid}/diff`: paths relative to the workdir."""
     # There now, not in the checkpoint.
-    added: Required[list[str]]
+    added: Required[builtins.list[str]]
     # In both, with other content, type, mode or link target.
-    changed: Required[list[str]]
+    changed: Required[builtins.list[str]]
     # In the checkpoint, not there now.
-    removed: Required[list[str]]
+    removed: Required[builtins.list[str]]
 
 
 class CheckpointInfo(TypedDict, total=False):
@@ -169,7 +170,7 @@ class CheckpointInfo(TypedDict, total=False):
 class CheckpointList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/checkpoints`."""
     # Oldest first.
-    checkpoints: Required[list[CheckpointInfo]]
+    checkpoints: Required[builtins.list[CheckpointInfo]]
 
 
 class CheckpointSummary(TypedDict, total=False):
@@ -201,7 +202,7 @@ class ClusterInfo(TypedDict, total=False):
     # The node that answered.
     node_id: Required[str]
     # Every node that ever registered, by id.
-    nodes: Required[list[ClusterNode]]
+    nodes: Required[builtins.list[ClusterNode]]
 
 
 class ClusterNode(TypedDict, total=False):
@@ -346,7 +347,7 @@ class ErrorDetail(TypedDict, total=False):
 class ExecCommand(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/exec`."""
     # A program and its arguments, run without a shell.
-    argv: list[str] | None
+    argv: builtins.list[str] | None
     # A shell command line, run with `/bin/sh -c`. Exactly one of `command` and `argv`.
     command: str | None
     # Working directory as a virtual path; default: the workdir.
@@ -398,7 +399,7 @@ class FileEntry(TypedDict, total=False):
 class FileList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/files/list`, and the answer of `glob`."""
     # Entries sorted by path.
-    entries: Required[list[FileEntry]]
+    entries: Required[builtins.list[FileEntry]]
     # The directory listed or searched, as a virtual path.
     path: Required[str]
     # More entries exist than were returned.
@@ -452,7 +453,7 @@ class GrepResult(TypedDict, total=False):
     # How many files were searched.
     files_scanned: Required[int]
     # Matches in path and line order.
-    matches: Required[list[GrepMatch]]
+    matches: Required[builtins.list[GrepMatch]]
     # More matches exist than were returned.
     truncated: Required[bool]
 
@@ -477,7 +478,7 @@ class GvisorHealth(TypedDict, total=False):
     # runsc is installed and a sandbox ran on one of its platforms here.
     available: Required[bool]
     # What a sandbox on the gVisor tier cannot do here, or does differently from the
-    limitations: list[str]
+    limitations: builtins.list[str]
     platform: GvisorPlatform | None
     # Why this platform, or why gVisor is unavailable.
     reason: str | None
@@ -494,7 +495,7 @@ class Health(TypedDict, total=False):
     # The default backend's name.
     backend: Required[str]
     # Every backend a sandbox may choose on this server (`"backend"` on create), the
-    backends: list[str]
+    backends: builtins.list[str]
     # Whether the default backend executes commands.
     exec: Required[bool]
     # Whether this host can run the gVisor tier, as probed once at start-up (issue 19).
@@ -508,7 +509,7 @@ class Health(TypedDict, total=False):
     # warren's version.
     version: Required[str]
     # What the backend cannot enforce on this host (missing cgroup controllers, no
-    warnings: Required[list[str]]
+    warnings: Required[builtins.list[str]]
 
 
 class InitSpec(TypedDict, total=False):
@@ -595,7 +596,7 @@ MoveResult = TypedDict(
 class NetworkSpec(TypedDict, total=False):
     """Where a sandbox's processes may connect."""
     # For `allowlist`: host names, `*.suffix` wildcards, IP addresses or CIDR ranges.
-    allow: list[str]
+    allow: builtins.list[str]
     # `none` (loopback only), `open` (HTTP/HTTPS egress through warren's proxy to public
     mode: Required[Literal["none", "open", "allowlist"]]
 
@@ -619,7 +620,7 @@ class PausedSandbox(TypedDict, total=False):
 class PresentFiles(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/artifacts`: files under the workdir's `outputs/` to present."""
     # Virtual paths (or paths relative to the workdir), each under `<workdir>/outputs/`.
-    paths: Required[list[str]]
+    paths: Required[builtins.list[str]]
 
 
 ProcessEvent: TypeAlias = "dict[str, Any]"
@@ -666,13 +667,13 @@ class ProcessInfo(TypedDict, total=False):
 class ProcessList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/processes`."""
     # Running processes and those that ended in the last ten minutes, by pid.
-    processes: Required[list[ProcessInfo]]
+    processes: Required[builtins.list[ProcessInfo]]
 
 
 class ProcessOutput(TypedDict, total=False):
     """`GET .../processes/{pid}/output` without a streaming `Accept`: what is there now."""
     # Output from the offset asked for (`stdout`, `stderr`, `lost`), at most 256 KiB.
-    events: Required[list[ProcessEvent]]
+    events: Required[builtins.list[ProcessEvent]]
     # The offset to ask for next.
     next: Required[int]
     # The process now.
@@ -758,7 +759,7 @@ class RunList(TypedDict, total=False):
     # Pass as `page_token` for the next page; null on the last page.
     next_page_token: str | None
     # Newest first (by start time, then id).
-    runs: Required[list[RunInfo]]
+    runs: Required[builtins.list[RunInfo]]
 
 
 RunStatus: TypeAlias = "Literal[\"running\", \"finished\", \"failed\"]"
@@ -802,7 +803,7 @@ class SandboxInfo(TypedDict, total=False):
     # The workspace owner.
     uid: Required[str]
     # What this sandbox's isolation tier cannot do on this server, or does differently:
-    warnings: Required[list[str]]
+    warnings: Required[builtins.list[str]]
     # Relative workdir inside the UserWorkspace.
     workdir: Required[str]
     # The workdir as a virtual path: the default cwd of commands.
@@ -820,7 +821,7 @@ SandboxLayout: TypeAlias = "Literal[\"ars\", \"deerflow\", \"e2b\"]"
 class SandboxList(TypedDict, total=False):
     """`GET /v1/sandboxes`."""
     # The sandboxes, oldest first.
-    sandboxes: Required[list[SandboxInfo]]
+    sandboxes: Required[builtins.list[SandboxInfo]]
 
 
 class SetAgentEnvVar(TypedDict, total=False):
@@ -844,7 +845,7 @@ class StartProcess(TypedDict, total=False):
     answer, with its output kept for readers and its stdin open on request.
     """
     # A program and its arguments, run without a shell.
-    argv: list[str] | None
+    argv: builtins.list[str] | None
     # A shell command line, run with `/bin/sh -c` (or `shell`). Exactly one of `command`
     command: str | None
     # Working directory as a virtual path; default: the workdir.
@@ -925,7 +926,7 @@ class WorkdirInfo(TypedDict, total=False):
 class WorkdirList(TypedDict, total=False):
     """`GET /v1/users/{uid}/workdirs`."""
     # The workdirs, oldest first.
-    workdirs: Required[list[WorkdirInfo]]
+    workdirs: Required[builtins.list[WorkdirInfo]]
 
 
 class WorkspaceUsage(TypedDict, total=False):
@@ -965,41 +966,41 @@ class ArtifactsApi:
 
         Downloads an artifact (with `Range` support).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("Body", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts/{_seg(artifact_id)}",
             expect="bytes",
-        )
+        ))
 
     def list(self, sandbox_id: str) -> ArtifactList:
         """`GET /v1/sandboxes/{id}/artifacts`
 
         The sandbox's artifacts, oldest first.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ArtifactList", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
             expect="json",
-        )
+        ))
 
     def present(
         self,
         sandbox_id: str,
         *,
-        paths: list[str],
+        paths: builtins.list[str],
         fence: str | int | None = None,
     ) -> ArtifactList:
         """`POST /v1/sandboxes/{id}/artifacts`
 
         Presents files under the workdir's `outputs/` as artifacts.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ArtifactList", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
             json={"paths": paths},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class CheckpointsApi:
@@ -1013,34 +1014,34 @@ class CheckpointsApi:
 
         Records the sandbox's workdir: only chunks this uid has not stored yet are written.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointCreated", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def diff(self, sandbox_id: str, checkpoint_id: str) -> CheckpointDiff:
         """`GET /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff`
 
         Paths added, removed and changed in the workdir since the checkpoint.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointDiff", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/diff",
             expect="json",
-        )
+        ))
 
     def list(self, sandbox_id: str) -> CheckpointList:
         """`GET /v1/sandboxes/{id}/checkpoints`
 
         The sandbox's checkpoints, oldest first.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointList", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
             expect="json",
-        )
+        ))
 
     def restore(
         self,
@@ -1055,12 +1056,12 @@ class CheckpointsApi:
         409 `sandbox_busy` while commands run in the sandbox. External side effects of commands
         (anything outside the workdir) are not undone.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/restore",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class EnvApi:
@@ -1074,7 +1075,7 @@ class EnvApi:
 
         Removes the uid's whole agent environment.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "DELETE",
             f"/v1/users/{_seg(uid)}/env",
             expect="none",
@@ -1085,18 +1086,18 @@ class EnvApi:
 
         The uid's agent environment, without its values.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("AgentEnv", self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/env",
             expect="json",
-        )
+        ))
 
     def remove(self, uid: str, name: str) -> None:
         """`DELETE /v1/users/{uid}/env/{name}`
 
         Removes one variable.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "DELETE",
             f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
             expect="none",
@@ -1109,12 +1110,12 @@ class EnvApi:
         environment (the default) get these variables from their next start on; a bare string
         value is a secret, masked as `[masked:NAME]` in command output.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("AgentEnv", self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/env",
             json={"env": env},
             expect="json",
-        )
+        ))
 
     def set(self, uid: str, name: str, *, value: str, secret: bool | None = None) -> AgentEnvEntry:
         """`PUT /v1/users/{uid}/env/{name}`
@@ -1122,12 +1123,12 @@ class EnvApi:
         Sets one variable (201 when new, 200 when replaced), so a client can rotate one secret
         without knowing the others' values.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("AgentEnvEntry", self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
             json={"secret": secret, "value": value},
             expect="json",
-        )
+        ))
 
 
 class FilesApi:
@@ -1152,7 +1153,7 @@ class FilesApi:
         Replaces exact text: fails when `old` matches zero times, or more than once unless
         `replace_all`.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("EditResult", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/edit",
             json={
@@ -1164,7 +1165,7 @@ class FilesApi:
             },
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def glob(
         self,
@@ -1178,12 +1179,12 @@ class FilesApi:
 
         Finds entries by glob pattern (`**` crosses directories); symlinks are never followed.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("FileList", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/glob",
             json={"limit": limit, "path": path, "pattern": pattern},
             expect="json",
-        )
+        ))
 
     def grep(
         self,
@@ -1199,7 +1200,7 @@ class FilesApi:
 
         Searches file contents with a regular expression; binary and very large files are skipped.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("GrepResult", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/grep",
             json={
@@ -1210,7 +1211,7 @@ class FilesApi:
                 "pattern": pattern,
             },
             expect="json",
-        )
+        ))
 
     def list(
         self,
@@ -1224,12 +1225,12 @@ class FilesApi:
 
         Lists a directory to a depth; symlinks are listed, never descended.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("FileList", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/list",
             params={"path": path, "depth": depth, "limit": limit},
             expect="json",
-        )
+        ))
 
     def mkdir(
         self,
@@ -1242,25 +1243,25 @@ class FilesApi:
 
         Creates a directory and its missing parents.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("MakeDirectoryResult", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/mkdir",
             json={"path": path},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def read(self, sandbox_id: str, *, path: str) -> Body:
         """`GET /v1/sandboxes/{id}/files`
 
         Reads a file's bytes (with `Range` support); the `ETag` header identifies the content.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("Body", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files",
             params={"path": path},
             expect="bytes",
-        )
+        ))
 
     def remove(
         self,
@@ -1274,7 +1275,7 @@ class FilesApi:
 
         Deletes a file, an empty directory, or (with `recursive=true`) a directory tree.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files",
             params={"path": path, "recursive": recursive},
@@ -1295,25 +1296,25 @@ class FilesApi:
 
         Moves or renames an entry inside the UserWorkspace.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("MoveResult", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/move",
             json={"from": from_, "overwrite": overwrite, "to": to},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def stat(self, sandbox_id: str, *, path: str) -> FileEntry:
         """`GET /v1/sandboxes/{id}/files/stat`
 
         Metadata of one entry (a symlink is reported as one, never followed).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("FileEntry", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/stat",
             params={"path": path},
             expect="json",
-        )
+        ))
 
     def write(
         self,
@@ -1330,7 +1331,7 @@ class FilesApi:
 
         Writes a file atomically from the raw request body (creating parents), or appends to it.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("WriteResult", self._t.request(
             "PUT",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files",
             params={"path": path, "append": append},
@@ -1341,7 +1342,7 @@ class FilesApi:
                 "X-Warren-Fence": fence,
             },
             expect="json",
-        )
+        ))
 
 
 class GuardApi:
@@ -1357,23 +1358,23 @@ class GuardApi:
         generations too); a guard nobody renews lapses after `ttl_s` by the server's clock, and
         the next holder then gets a larger token.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("GuardInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
             json={"holder": holder, "ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
     def get(self, sandbox_id: str) -> GuardInfo:
         """`GET /v1/sandboxes/{id}/guard`
 
         The live guard: who holds it and until when. 404 `guard_not_found` when nobody does.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("GuardInfo", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
             expect="json",
-        )
+        ))
 
     def release(self, sandbox_id: str, *, token: int) -> None:
         """`DELETE /v1/sandboxes/{id}/guard`
@@ -1381,7 +1382,7 @@ class GuardApi:
         Releases the live guard at once, so the next holder need not wait out its TTL. Its token
         stays the newest until someone acquires: only a newer holder makes it stale.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
             params={"token": token},
@@ -1394,12 +1395,12 @@ class GuardApi:
         Extends the live guard to `ttl_s` from now. A lapsed, released or superseded token is
         404: its holder lost the guard and must acquire it again (with a new token).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("GuardInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard/renew",
             json={"token": token, "ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
 
 class LeasesApi:
@@ -1413,12 +1414,12 @@ class LeasesApi:
 
         Takes a lease: while any lease is live, the runtime is never reaped.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("LeaseInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/leases",
             json={"holder": holder, "ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
     def release(self, sandbox_id: str, lease_id: str) -> None:
         """`DELETE /v1/sandboxes/{id}/leases/{lease_id}`
@@ -1426,7 +1427,7 @@ class LeasesApi:
         Ends a lease. The runtime is reclaimed after the idle timeout once no lease, command
         or process keeps it.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}",
             expect="none",
@@ -1437,12 +1438,12 @@ class LeasesApi:
 
         Extends a live lease; an expired one is 404 (its holder is presumed dead).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("LeaseInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}/renew",
             json={"ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
 
 class ProcessesApi:
@@ -1456,7 +1457,7 @@ class ProcessesApi:
 
         Closes the process's stdin: it reads end-of-file (on a terminal, input just stops).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin/close",
             headers={"X-Warren-Fence": fence},
@@ -1468,11 +1469,11 @@ class ProcessesApi:
 
         One process.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessInfo", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}",
             expect="json",
-        )
+        ))
 
     def kill(self, sandbox_id: str, pid: int, *, fence: str | int | None = None) -> ProcessInfo:
         """`POST /v1/sandboxes/{id}/processes/{pid}/kill`
@@ -1480,12 +1481,12 @@ class ProcessesApi:
         Kills the process's whole tree, background processes included (I24), and answers once
         it ended.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/kill",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def list(self, sandbox_id: str) -> ProcessList:
         """`GET /v1/sandboxes/{id}/processes`
@@ -1493,11 +1494,11 @@ class ProcessesApi:
         The sandbox's processes on the replica that owns its runtime: running ones and those
         that ended in the last ten minutes.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessList", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
             expect="json",
-        )
+        ))
 
     def output(self, sandbox_id: str, pid: int, *, from_: int | None = None) -> ProcessOutput:
         """`GET /v1/sandboxes/{id}/processes/{pid}/output`
@@ -1508,12 +1509,12 @@ class ProcessesApi:
         the offset after the last byte it got and loses nothing still kept. Otherwise the
         answer is what is there now.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessOutput", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/output",
             params={"from": from_},
             expect="json",
-        )
+        ))
 
     def resize(
         self,
@@ -1528,7 +1529,7 @@ class ProcessesApi:
 
         Sets the size of the process's terminal; its foreground process group gets `SIGWINCH`.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/resize",
             json={"cols": cols, "rows": rows},
@@ -1550,7 +1551,7 @@ class ProcessesApi:
         Sends a signal to the process's group (default) or to the process alone. `SIGKILL` to
         the group ends its whole tree, background processes included.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/signal",
             json={"group": group, "signal": signal},
@@ -1562,7 +1563,7 @@ class ProcessesApi:
         self,
         sandbox_id: str,
         *,
-        argv: list[str] | None = None,
+        argv: builtins.list[str] | None = None,
         command: str | None = None,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
@@ -1580,7 +1581,7 @@ class ProcessesApi:
         terminal. Its output is kept (the newest 1 MiB) for readers to follow from any offset,
         its stdin stays open with `"stdin": true`, and it can be signalled, resized and killed.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
             json={
@@ -1596,7 +1597,7 @@ class ProcessesApi:
             },
             headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def stdin(
         self,
@@ -1612,13 +1613,13 @@ class ProcessesApi:
         the pace the process reads it (backpressure), in order, with no other writer's bytes
         between its own.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("StdinWritten", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin",
             content=content,
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class RunsApi:
@@ -1640,7 +1641,7 @@ class RunsApi:
 
         One page of the sandbox's runs, in all its generations.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("RunList", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/runs",
             params={
@@ -1650,7 +1651,7 @@ class RunsApi:
                 "page_token": page_token,
             },
             expect="json",
-        )
+        ))
 
     def of_user(
         self,
@@ -1665,7 +1666,7 @@ class RunsApi:
 
         One page of the runs of every sandbox of the user; none when it has no sandboxes.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("RunList", self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/runs",
             params={
@@ -1675,7 +1676,7 @@ class RunsApi:
                 "page_token": page_token,
             },
             expect="json",
-        )
+        ))
 
 
 class SandboxesApi:
@@ -1710,7 +1711,7 @@ class SandboxesApi:
 
         Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", self._t.request(
             "POST",
             "/v1/sandboxes",
             json={
@@ -1734,7 +1735,7 @@ class SandboxesApi:
                 "workdir": workdir,
             },
             expect="json",
-        )
+        ))
 
     def delete(self, sandbox_id: str, *, fence: str | int | None = None) -> SandboxInfo:
         """`DELETE /v1/sandboxes/{id}`
@@ -1742,18 +1743,18 @@ class SandboxesApi:
         Terminates the sandbox at once: running commands are killed with its runtime;
         workspace files stay (I15). `POST .../terminate` is the same with a grace period.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def exec(
         self,
         sandbox_id: str,
         *,
-        argv: list[str] | None = None,
+        argv: builtins.list[str] | None = None,
         command: str | None = None,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
@@ -1769,7 +1770,7 @@ class SandboxesApi:
         streams [`warren_protocol::ExecEvent`]s as output arrives; a client that disconnects
         mid-stream has the command's process tree killed.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ExecResult", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/exec",
             json={
@@ -1783,18 +1784,18 @@ class SandboxesApi:
             },
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         """`GET /v1/sandboxes/{id}`
 
         One sandbox.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             expect="json",
-        )
+        ))
 
     def kill(self, sandbox_id: str, *, fence: str | int | None = None) -> KilledProcesses:
         """`POST /v1/sandboxes/{id}/kill`
@@ -1804,30 +1805,30 @@ class SandboxesApi:
         background, such as a fork bomb holding the process limit. The sandbox, its runtime and
         its files stay; the next exec runs in the same runtime. No body is read.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("KilledProcesses", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/kill",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def list(
         self,
         *,
         uid: str | None = None,
-        label: list[str] | None = None,
+        label: builtins.list[str] | None = None,
         state: Literal["created", "running", "stopped", "pausing", "paused", "terminating", "terminated"] | None = None,
     ) -> SandboxList:
         """`GET /v1/sandboxes`
 
         Lists sandboxes, optionally of one user, in one state, or carrying labels.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxList", self._t.request(
             "GET",
             "/v1/sandboxes",
             params={"uid": uid, "label": label, "state": state},
             expect="json",
-        )
+        ))
 
     def pause(self, sandbox_id: str, *, fence: str | int | None = None) -> PausedSandbox:
         """`POST /v1/sandboxes/{id}/pause`
@@ -1836,12 +1837,12 @@ class SandboxesApi:
         is snapshotted and ended: running processes end and memory is not kept; files and
         installed packages are, and the runtime a resume starts comes back with them.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("PausedSandbox", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/pause",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def resume(
         self,
@@ -1854,13 +1855,13 @@ class SandboxesApi:
 
         Resumes a paused sandbox and starts its runtime from the pause's snapshot.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/resume",
             json={"timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def terminate(
         self,
@@ -1876,13 +1877,13 @@ class SandboxesApi:
         finish, then the runtime is destroyed. Workspace files stay (I15); a later create of
         the same identity starts a new generation.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/terminate",
             json={"grace_s": grace_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     def update(
         self,
@@ -1897,13 +1898,13 @@ class SandboxesApi:
 
         Changes a sandbox's deadline or labels; what the body leaves out stays.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", self._t.request(
             "PATCH",
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class ServerApi:
@@ -1918,11 +1919,11 @@ class ServerApi:
         Every node that registered in this server's state store, with its epoch and whether
         its lease is live, lapsed or left, by the store's clock.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ClusterInfo", self._t.request(
             "GET",
             "/v1/cluster",
             expect="json",
-        )
+        ))
 
     def health(self) -> Health:
         """`GET /health`
@@ -1930,11 +1931,11 @@ class ServerApi:
         Liveness: the process and its backend are initialised. It proves nothing about any
         runtime (I17), and needs no token.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("Health", self._t.request(
             "GET",
             "/health",
             expect="json",
-        )
+        ))
 
     def metrics(self) -> Body:
         """`GET /metrics`
@@ -1942,11 +1943,11 @@ class ServerApi:
         Prometheus metrics in the OpenMetrics text format: sandboxes by state, runtime start and
         exec latency, reaps, fence waits, failures by cause.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("Body", self._t.request(
             "GET",
             "/metrics",
             expect="bytes",
-        )
+        ))
 
 
 class SkillsApi:
@@ -1961,7 +1962,7 @@ class SkillsApi:
         Grants a skill of the operator's catalog and rebuilds the projection. A runtime that is
         running keeps the projection it mounted; the next one sees the new skill.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
             expect="any",
@@ -1972,7 +1973,7 @@ class SkillsApi:
 
         The skills granted to the uid.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/skills",
             expect="any",
@@ -1983,7 +1984,7 @@ class SkillsApi:
 
         Revokes a granted skill and rebuilds the projection.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return self._t.request(
             "DELETE",
             f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
             expect="any",
@@ -1994,7 +1995,7 @@ class SkillsApi:
 
         Rebuilds the projection from the operator's skill directories (after they changed).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return self._t.request(
             "POST",
             f"/v1/users/{_seg(uid)}/skills/sync",
             expect="any",
@@ -2014,7 +2015,7 @@ class SnapshotsApi:
         root (installed packages) and `/home/gem` outside the persistent mounts. `/tmp` is not
         kept. A reaped runtime resumes from the latest snapshot of its generation.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
             headers={"X-Warren-Fence": fence},
@@ -2027,7 +2028,7 @@ class SnapshotsApi:
         Collects garbage in the uid's snapshot store: chunks and manifests no checkpoint needs,
         older than the grace period.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return self._t.request(
             "POST",
             f"/v1/users/{_seg(uid)}/snapshots/gc",
             expect="any",
@@ -2038,7 +2039,7 @@ class SnapshotsApi:
 
         The sandbox's runtime snapshots, oldest first.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
             expect="any",
@@ -2057,11 +2058,11 @@ class UsersApi:
         Bytes and inodes used by a uid's workspace and its limits, from the kernel's accounting
         of the uid's own filesystem (`used` is `null` when quotas are not enforced).
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("WorkspaceUsage", self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/usage",
             expect="json",
-        )
+        ))
 
 
 class ViewerApi:
@@ -2075,12 +2076,12 @@ class ViewerApi:
 
         Signs a link that opens the Viewer on one workdir of one uid.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("ViewerLink", self._t.request(
             "POST",
             "/v1/viewer-links",
             json={"ttl_s": ttl_s, "uid": uid, "workdir": workdir},
             expect="json",
-        )
+        ))
 
 
 class WorkdirsApi:
@@ -2102,23 +2103,23 @@ class WorkdirsApi:
         the time it was first created either way. With `init`, a refused or failing source
         leaves no new workdir behind.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("WorkdirInfo", self._t.request(
             "POST",
             f"/v1/users/{_seg(uid)}/workdirs",
             json={"init": init, "path": path},
             expect="json",
-        )
+        ))
 
     def list(self, uid: str) -> WorkdirList:
         """`GET /v1/users/{uid}/workdirs`
 
         Lists the workdirs recorded for a user.
         """
-        return self._t.request(  # type: ignore[no-any-return]
+        return cast("WorkdirList", self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/workdirs",
             expect="json",
-        )
+        ))
 
 
 class AsyncArtifactsApi:
@@ -2132,41 +2133,41 @@ class AsyncArtifactsApi:
 
         Downloads an artifact (with `Range` support).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("Body", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts/{_seg(artifact_id)}",
             expect="bytes",
-        )
+        ))
 
     async def list(self, sandbox_id: str) -> ArtifactList:
         """`GET /v1/sandboxes/{id}/artifacts`
 
         The sandbox's artifacts, oldest first.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ArtifactList", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
             expect="json",
-        )
+        ))
 
     async def present(
         self,
         sandbox_id: str,
         *,
-        paths: list[str],
+        paths: builtins.list[str],
         fence: str | int | None = None,
     ) -> ArtifactList:
         """`POST /v1/sandboxes/{id}/artifacts`
 
         Presents files under the workdir's `outputs/` as artifacts.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ArtifactList", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
             json={"paths": paths},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class AsyncCheckpointsApi:
@@ -2180,34 +2181,34 @@ class AsyncCheckpointsApi:
 
         Records the sandbox's workdir: only chunks this uid has not stored yet are written.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointCreated", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def diff(self, sandbox_id: str, checkpoint_id: str) -> CheckpointDiff:
         """`GET /v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff`
 
         Paths added, removed and changed in the workdir since the checkpoint.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointDiff", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/diff",
             expect="json",
-        )
+        ))
 
     async def list(self, sandbox_id: str) -> CheckpointList:
         """`GET /v1/sandboxes/{id}/checkpoints`
 
         The sandbox's checkpoints, oldest first.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointList", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints",
             expect="json",
-        )
+        ))
 
     async def restore(
         self,
@@ -2222,12 +2223,12 @@ class AsyncCheckpointsApi:
         409 `sandbox_busy` while commands run in the sandbox. External side effects of commands
         (anything outside the workdir) are not undone.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("CheckpointInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/restore",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class AsyncEnvApi:
@@ -2241,7 +2242,7 @@ class AsyncEnvApi:
 
         Removes the uid's whole agent environment.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "DELETE",
             f"/v1/users/{_seg(uid)}/env",
             expect="none",
@@ -2252,18 +2253,18 @@ class AsyncEnvApi:
 
         The uid's agent environment, without its values.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("AgentEnv", await self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/env",
             expect="json",
-        )
+        ))
 
     async def remove(self, uid: str, name: str) -> None:
         """`DELETE /v1/users/{uid}/env/{name}`
 
         Removes one variable.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "DELETE",
             f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
             expect="none",
@@ -2276,12 +2277,12 @@ class AsyncEnvApi:
         environment (the default) get these variables from their next start on; a bare string
         value is a secret, masked as `[masked:NAME]` in command output.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("AgentEnv", await self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/env",
             json={"env": env},
             expect="json",
-        )
+        ))
 
     async def set(
         self,
@@ -2296,12 +2297,12 @@ class AsyncEnvApi:
         Sets one variable (201 when new, 200 when replaced), so a client can rotate one secret
         without knowing the others' values.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("AgentEnvEntry", await self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/env/{_seg(name)}",
             json={"secret": secret, "value": value},
             expect="json",
-        )
+        ))
 
 
 class AsyncFilesApi:
@@ -2326,7 +2327,7 @@ class AsyncFilesApi:
         Replaces exact text: fails when `old` matches zero times, or more than once unless
         `replace_all`.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("EditResult", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/edit",
             json={
@@ -2338,7 +2339,7 @@ class AsyncFilesApi:
             },
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def glob(
         self,
@@ -2352,12 +2353,12 @@ class AsyncFilesApi:
 
         Finds entries by glob pattern (`**` crosses directories); symlinks are never followed.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("FileList", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/glob",
             json={"limit": limit, "path": path, "pattern": pattern},
             expect="json",
-        )
+        ))
 
     async def grep(
         self,
@@ -2373,7 +2374,7 @@ class AsyncFilesApi:
 
         Searches file contents with a regular expression; binary and very large files are skipped.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("GrepResult", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/grep",
             json={
@@ -2384,7 +2385,7 @@ class AsyncFilesApi:
                 "pattern": pattern,
             },
             expect="json",
-        )
+        ))
 
     async def list(
         self,
@@ -2398,12 +2399,12 @@ class AsyncFilesApi:
 
         Lists a directory to a depth; symlinks are listed, never descended.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("FileList", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/list",
             params={"path": path, "depth": depth, "limit": limit},
             expect="json",
-        )
+        ))
 
     async def mkdir(
         self,
@@ -2416,25 +2417,25 @@ class AsyncFilesApi:
 
         Creates a directory and its missing parents.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("MakeDirectoryResult", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/mkdir",
             json={"path": path},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def read(self, sandbox_id: str, *, path: str) -> Body:
         """`GET /v1/sandboxes/{id}/files`
 
         Reads a file's bytes (with `Range` support); the `ETag` header identifies the content.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("Body", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files",
             params={"path": path},
             expect="bytes",
-        )
+        ))
 
     async def remove(
         self,
@@ -2448,7 +2449,7 @@ class AsyncFilesApi:
 
         Deletes a file, an empty directory, or (with `recursive=true`) a directory tree.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files",
             params={"path": path, "recursive": recursive},
@@ -2469,25 +2470,25 @@ class AsyncFilesApi:
 
         Moves or renames an entry inside the UserWorkspace.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("MoveResult", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/move",
             json={"from": from_, "overwrite": overwrite, "to": to},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def stat(self, sandbox_id: str, *, path: str) -> FileEntry:
         """`GET /v1/sandboxes/{id}/files/stat`
 
         Metadata of one entry (a symlink is reported as one, never followed).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("FileEntry", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files/stat",
             params={"path": path},
             expect="json",
-        )
+        ))
 
     async def write(
         self,
@@ -2504,7 +2505,7 @@ class AsyncFilesApi:
 
         Writes a file atomically from the raw request body (creating parents), or appends to it.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("WriteResult", await self._t.request(
             "PUT",
             f"/v1/sandboxes/{_seg(sandbox_id)}/files",
             params={"path": path, "append": append},
@@ -2515,7 +2516,7 @@ class AsyncFilesApi:
                 "X-Warren-Fence": fence,
             },
             expect="json",
-        )
+        ))
 
 
 class AsyncGuardApi:
@@ -2531,23 +2532,23 @@ class AsyncGuardApi:
         generations too); a guard nobody renews lapses after `ttl_s` by the server's clock, and
         the next holder then gets a larger token.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("GuardInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
             json={"holder": holder, "ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
     async def get(self, sandbox_id: str) -> GuardInfo:
         """`GET /v1/sandboxes/{id}/guard`
 
         The live guard: who holds it and until when. 404 `guard_not_found` when nobody does.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("GuardInfo", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
             expect="json",
-        )
+        ))
 
     async def release(self, sandbox_id: str, *, token: int) -> None:
         """`DELETE /v1/sandboxes/{id}/guard`
@@ -2555,7 +2556,7 @@ class AsyncGuardApi:
         Releases the live guard at once, so the next holder need not wait out its TTL. Its token
         stays the newest until someone acquires: only a newer holder makes it stale.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard",
             params={"token": token},
@@ -2568,12 +2569,12 @@ class AsyncGuardApi:
         Extends the live guard to `ttl_s` from now. A lapsed, released or superseded token is
         404: its holder lost the guard and must acquire it again (with a new token).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("GuardInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/guard/renew",
             json={"token": token, "ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
 
 class AsyncLeasesApi:
@@ -2587,12 +2588,12 @@ class AsyncLeasesApi:
 
         Takes a lease: while any lease is live, the runtime is never reaped.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("LeaseInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/leases",
             json={"holder": holder, "ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
     async def release(self, sandbox_id: str, lease_id: str) -> None:
         """`DELETE /v1/sandboxes/{id}/leases/{lease_id}`
@@ -2600,7 +2601,7 @@ class AsyncLeasesApi:
         Ends a lease. The runtime is reclaimed after the idle timeout once no lease, command
         or process keeps it.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}",
             expect="none",
@@ -2611,12 +2612,12 @@ class AsyncLeasesApi:
 
         Extends a live lease; an expired one is 404 (its holder is presumed dead).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("LeaseInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/leases/{_seg(lease_id)}/renew",
             json={"ttl_s": ttl_s},
             expect="json",
-        )
+        ))
 
 
 class AsyncProcessesApi:
@@ -2636,7 +2637,7 @@ class AsyncProcessesApi:
 
         Closes the process's stdin: it reads end-of-file (on a terminal, input just stops).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin/close",
             headers={"X-Warren-Fence": fence},
@@ -2648,11 +2649,11 @@ class AsyncProcessesApi:
 
         One process.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessInfo", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}",
             expect="json",
-        )
+        ))
 
     async def kill(
         self,
@@ -2666,12 +2667,12 @@ class AsyncProcessesApi:
         Kills the process's whole tree, background processes included (I24), and answers once
         it ended.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/kill",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def list(self, sandbox_id: str) -> ProcessList:
         """`GET /v1/sandboxes/{id}/processes`
@@ -2679,11 +2680,11 @@ class AsyncProcessesApi:
         The sandbox's processes on the replica that owns its runtime: running ones and those
         that ended in the last ten minutes.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessList", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
             expect="json",
-        )
+        ))
 
     async def output(self, sandbox_id: str, pid: int, *, from_: int | None = None) -> ProcessOutput:
         """`GET /v1/sandboxes/{id}/processes/{pid}/output`
@@ -2694,12 +2695,12 @@ class AsyncProcessesApi:
         the offset after the last byte it got and loses nothing still kept. Otherwise the
         answer is what is there now.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessOutput", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/output",
             params={"from": from_},
             expect="json",
-        )
+        ))
 
     async def resize(
         self,
@@ -2714,7 +2715,7 @@ class AsyncProcessesApi:
 
         Sets the size of the process's terminal; its foreground process group gets `SIGWINCH`.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/resize",
             json={"cols": cols, "rows": rows},
@@ -2736,7 +2737,7 @@ class AsyncProcessesApi:
         Sends a signal to the process's group (default) or to the process alone. `SIGKILL` to
         the group ends its whole tree, background processes included.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/signal",
             json={"group": group, "signal": signal},
@@ -2748,7 +2749,7 @@ class AsyncProcessesApi:
         self,
         sandbox_id: str,
         *,
-        argv: list[str] | None = None,
+        argv: builtins.list[str] | None = None,
         command: str | None = None,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
@@ -2766,7 +2767,7 @@ class AsyncProcessesApi:
         terminal. Its output is kept (the newest 1 MiB) for readers to follow from any offset,
         its stdin stays open with `"stdin": true`, and it can be signalled, resized and killed.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ProcessInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes",
             json={
@@ -2782,7 +2783,7 @@ class AsyncProcessesApi:
             },
             headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def stdin(
         self,
@@ -2798,13 +2799,13 @@ class AsyncProcessesApi:
         the pace the process reads it (backpressure), in order, with no other writer's bytes
         between its own.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("StdinWritten", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/processes/{_seg(pid)}/stdin",
             content=content,
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class AsyncRunsApi:
@@ -2826,7 +2827,7 @@ class AsyncRunsApi:
 
         One page of the sandbox's runs, in all its generations.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("RunList", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/runs",
             params={
@@ -2836,7 +2837,7 @@ class AsyncRunsApi:
                 "page_token": page_token,
             },
             expect="json",
-        )
+        ))
 
     async def of_user(
         self,
@@ -2851,7 +2852,7 @@ class AsyncRunsApi:
 
         One page of the runs of every sandbox of the user; none when it has no sandboxes.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("RunList", await self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/runs",
             params={
@@ -2861,7 +2862,7 @@ class AsyncRunsApi:
                 "page_token": page_token,
             },
             expect="json",
-        )
+        ))
 
 
 class AsyncSandboxesApi:
@@ -2896,7 +2897,7 @@ class AsyncSandboxesApi:
 
         Finds or creates the sandbox of (uid, runtime scope). No runtime starts (I12).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", await self._t.request(
             "POST",
             "/v1/sandboxes",
             json={
@@ -2920,7 +2921,7 @@ class AsyncSandboxesApi:
                 "workdir": workdir,
             },
             expect="json",
-        )
+        ))
 
     async def delete(self, sandbox_id: str, *, fence: str | int | None = None) -> SandboxInfo:
         """`DELETE /v1/sandboxes/{id}`
@@ -2928,18 +2929,18 @@ class AsyncSandboxesApi:
         Terminates the sandbox at once: running commands are killed with its runtime;
         workspace files stay (I15). `POST .../terminate` is the same with a grace period.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", await self._t.request(
             "DELETE",
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def exec(
         self,
         sandbox_id: str,
         *,
-        argv: list[str] | None = None,
+        argv: builtins.list[str] | None = None,
         command: str | None = None,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
@@ -2955,7 +2956,7 @@ class AsyncSandboxesApi:
         streams [`warren_protocol::ExecEvent`]s as output arrives; a client that disconnects
         mid-stream has the command's process tree killed.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ExecResult", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/exec",
             json={
@@ -2969,18 +2970,18 @@ class AsyncSandboxesApi:
             },
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def get(self, sandbox_id: str) -> SandboxInfo:
         """`GET /v1/sandboxes/{id}`
 
         One sandbox.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             expect="json",
-        )
+        ))
 
     async def kill(self, sandbox_id: str, *, fence: str | int | None = None) -> KilledProcesses:
         """`POST /v1/sandboxes/{id}/kill`
@@ -2990,30 +2991,30 @@ class AsyncSandboxesApi:
         background, such as a fork bomb holding the process limit. The sandbox, its runtime and
         its files stay; the next exec runs in the same runtime. No body is read.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("KilledProcesses", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/kill",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def list(
         self,
         *,
         uid: str | None = None,
-        label: list[str] | None = None,
+        label: builtins.list[str] | None = None,
         state: Literal["created", "running", "stopped", "pausing", "paused", "terminating", "terminated"] | None = None,
     ) -> SandboxList:
         """`GET /v1/sandboxes`
 
         Lists sandboxes, optionally of one user, in one state, or carrying labels.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxList", await self._t.request(
             "GET",
             "/v1/sandboxes",
             params={"uid": uid, "label": label, "state": state},
             expect="json",
-        )
+        ))
 
     async def pause(self, sandbox_id: str, *, fence: str | int | None = None) -> PausedSandbox:
         """`POST /v1/sandboxes/{id}/pause`
@@ -3022,12 +3023,12 @@ class AsyncSandboxesApi:
         is snapshotted and ended: running processes end and memory is not kept; files and
         installed packages are, and the runtime a resume starts comes back with them.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("PausedSandbox", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/pause",
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def resume(
         self,
@@ -3040,13 +3041,13 @@ class AsyncSandboxesApi:
 
         Resumes a paused sandbox and starts its runtime from the pause's snapshot.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/resume",
             json={"timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def terminate(
         self,
@@ -3062,13 +3063,13 @@ class AsyncSandboxesApi:
         finish, then the runtime is destroyed. Workspace files stay (I15); a later create of
         the same identity starts a new generation.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/terminate",
             json={"grace_s": grace_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
     async def update(
         self,
@@ -3083,13 +3084,13 @@ class AsyncSandboxesApi:
 
         Changes a sandbox's deadline or labels; what the body leaves out stays.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("SandboxInfo", await self._t.request(
             "PATCH",
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
-        )
+        ))
 
 
 class AsyncServerApi:
@@ -3104,11 +3105,11 @@ class AsyncServerApi:
         Every node that registered in this server's state store, with its epoch and whether
         its lease is live, lapsed or left, by the store's clock.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ClusterInfo", await self._t.request(
             "GET",
             "/v1/cluster",
             expect="json",
-        )
+        ))
 
     async def health(self) -> Health:
         """`GET /health`
@@ -3116,11 +3117,11 @@ class AsyncServerApi:
         Liveness: the process and its backend are initialised. It proves nothing about any
         runtime (I17), and needs no token.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("Health", await self._t.request(
             "GET",
             "/health",
             expect="json",
-        )
+        ))
 
     async def metrics(self) -> Body:
         """`GET /metrics`
@@ -3128,11 +3129,11 @@ class AsyncServerApi:
         Prometheus metrics in the OpenMetrics text format: sandboxes by state, runtime start and
         exec latency, reaps, fence waits, failures by cause.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("Body", await self._t.request(
             "GET",
             "/metrics",
             expect="bytes",
-        )
+        ))
 
 
 class AsyncSkillsApi:
@@ -3147,7 +3148,7 @@ class AsyncSkillsApi:
         Grants a skill of the operator's catalog and rebuilds the projection. A runtime that is
         running keeps the projection it mounted; the next one sees the new skill.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return await self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
             expect="any",
@@ -3158,7 +3159,7 @@ class AsyncSkillsApi:
 
         The skills granted to the uid.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return await self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/skills",
             expect="any",
@@ -3169,7 +3170,7 @@ class AsyncSkillsApi:
 
         Revokes a granted skill and rebuilds the projection.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return await self._t.request(
             "DELETE",
             f"/v1/users/{_seg(uid)}/skills/{_seg(skill)}",
             expect="any",
@@ -3180,7 +3181,7 @@ class AsyncSkillsApi:
 
         Rebuilds the projection from the operator's skill directories (after they changed).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return await self._t.request(
             "POST",
             f"/v1/users/{_seg(uid)}/skills/sync",
             expect="any",
@@ -3200,7 +3201,7 @@ class AsyncSnapshotsApi:
         root (installed packages) and `/home/gem` outside the persistent mounts. `/tmp` is not
         kept. A reaped runtime resumes from the latest snapshot of its generation.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return await self._t.request(
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
             headers={"X-Warren-Fence": fence},
@@ -3213,7 +3214,7 @@ class AsyncSnapshotsApi:
         Collects garbage in the uid's snapshot store: chunks and manifests no checkpoint needs,
         older than the grace period.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return await self._t.request(
             "POST",
             f"/v1/users/{_seg(uid)}/snapshots/gc",
             expect="any",
@@ -3224,7 +3225,7 @@ class AsyncSnapshotsApi:
 
         The sandbox's runtime snapshots, oldest first.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return await self._t.request(
             "GET",
             f"/v1/sandboxes/{_seg(sandbox_id)}/snapshots",
             expect="any",
@@ -3243,11 +3244,11 @@ class AsyncUsersApi:
         Bytes and inodes used by a uid's workspace and its limits, from the kernel's accounting
         of the uid's own filesystem (`used` is `null` when quotas are not enforced).
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("WorkspaceUsage", await self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/usage",
             expect="json",
-        )
+        ))
 
 
 class AsyncViewerApi:
@@ -3261,12 +3262,12 @@ class AsyncViewerApi:
 
         Signs a link that opens the Viewer on one workdir of one uid.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("ViewerLink", await self._t.request(
             "POST",
             "/v1/viewer-links",
             json={"ttl_s": ttl_s, "uid": uid, "workdir": workdir},
             expect="json",
-        )
+        ))
 
 
 class AsyncWorkdirsApi:
@@ -3288,23 +3289,23 @@ class AsyncWorkdirsApi:
         the time it was first created either way. With `init`, a refused or failing source
         leaves no new workdir behind.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("WorkdirInfo", await self._t.request(
             "POST",
             f"/v1/users/{_seg(uid)}/workdirs",
             json={"init": init, "path": path},
             expect="json",
-        )
+        ))
 
     async def list(self, uid: str) -> WorkdirList:
         """`GET /v1/users/{uid}/workdirs`
 
         Lists the workdirs recorded for a user.
         """
-        return await self._t.request(  # type: ignore[no-any-return]
+        return cast("WorkdirList", await self._t.request(
             "GET",
             f"/v1/users/{_seg(uid)}/workdirs",
             expect="json",
-        )
+        ))
 
 
 class Groups:

@@ -61,16 +61,16 @@ def _clean(mapping: dict[str, Any] | None) -> dict[str, Any] | None:
     return {key: value for key, value in mapping.items() if value is not None}
 
 
-def _params(params: dict[str, Any] | None) -> list[tuple[str, str]] | None:
+def _params(params: dict[str, Any] | None) -> httpx.QueryParams | None:
     if params is None:
         return None
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str | int | float | bool | None]] = []
     for key, value in params.items():
         if value is None:
             continue
         for item in value if isinstance(value, (list, tuple)) else [value]:
             out.append((key, json.dumps(item) if isinstance(item, bool) else str(item)))
-    return out
+    return httpx.QueryParams(out)
 
 
 def error_of(response: httpx.Response) -> WarrenError:
@@ -119,7 +119,7 @@ class _Base:
         return headers
 
     def _retry_delay(self, attempt: int) -> float:
-        return self.backoff * (2**attempt) * (0.5 + random.random() / 2)
+        return self.backoff * (1 << attempt) * (0.5 + random.random() / 2)
 
     @staticmethod
     def _result(response: httpx.Response, expect: str) -> Any:

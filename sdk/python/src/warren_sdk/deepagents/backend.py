@@ -54,6 +54,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 
 from warren_sdk import Warren, WarrenError
+from warren_sdk._generated import ArtifactInfo
 
 from .permissions import check_rules, workdir_permissions, write_denied
 from .sandbox import WarrenSandbox
@@ -157,7 +158,8 @@ class WarrenBackend(BaseSandbox):
     async def acurrent(self) -> WarrenSandbox:
         """The current run's sandbox, from async code (a first use is made off the loop)."""
         identity = self.identity()
-        return self._sandboxes.get(identity) or await asyncio.to_thread(self.sandbox_for, identity)
+        known = self._sandboxes.get(identity)
+        return known if known is not None else await asyncio.to_thread(self.sandbox_for, identity)
 
     @property
     def id(self) -> str:
@@ -281,7 +283,7 @@ class WarrenBackend(BaseSandbox):
 
     # ---- artifacts -----------------------------------------------------------------
 
-    def present_files(self, paths: list[str]) -> list[dict[str, Any]]:
+    def present_files(self, paths: list[str]) -> list[ArtifactInfo]:
         """Hands files under the workdir's `outputs/` to the user as warren artifacts
         (I26); returns their `ArtifactInfo`s (id, path, size, sha256, download_url)."""
         return self.client.artifacts.present(self.current().id, paths=paths)["artifacts"]

@@ -45,6 +45,7 @@ from deepagents.backends.utils import (
 )
 
 from warren_sdk import AsyncWarren, Warren, WarrenError
+from warren_sdk import _generated as api
 
 from . import _errors
 
@@ -362,18 +363,18 @@ class WarrenSandbox(BaseSandbox):
 # ---- the shared halves of each operation ---------------------------------------------
 
 
-def _execute_response(result: dict[str, Any], timeout: int | None) -> ExecuteResponse:
+def _execute_response(result: api.ExecResult, timeout: int | None) -> ExecuteResponse:
     output = (result.get("stdout") or "") + (result.get("stderr") or "")
     exit_code = result.get("exit_code")
     if result.get("timed_out"):
         output += f"\nError: the command timed out{f' after {timeout} s' if timeout else ''} and was killed."
         exit_code = 124  # what `timeout(1)` answers
-    elif exit_code is None and result.get("signal") is not None:
-        exit_code = 128 + int(result["signal"])  # the shell's convention
+    elif exit_code is None and (signal := result.get("signal")) is not None:
+        exit_code = 128 + signal  # the shell's convention
     return ExecuteResponse(output=output, exit_code=exit_code, truncated=bool(result.get("truncated")))
 
 
-def _file_info(entry: dict[str, Any]) -> FileInfo:
+def _file_info(entry: api.FileEntry) -> FileInfo:
     return {"path": entry["path"], "is_dir": entry.get("kind") == "dir", "size": int(entry.get("size", 0)),
             "modified_at": entry.get("modified", "")}
 
@@ -506,7 +507,7 @@ class _GlobQuery:
         # pattern without `/` against the name at any depth.
         self.server_pattern = pattern.lstrip("/") if "/" in pattern else f"**/{pattern}"
 
-    def result(self, listing: dict[str, Any]) -> GlobResult:
+    def result(self, listing: api.FileList) -> GlobResult:
         root = listing.get("path") or "/"
         matches = [_file_info(e) for e in listing["entries"]
                    if e.get("kind") == "file" and self.matcher(_relative(e["path"], root))]
@@ -540,7 +541,7 @@ class _GrepQuery:
         return {"pattern": regex_literal(self.pattern), "path": self.path, "glob": name_glob,
                 "max_matches": self.max_count + 1 if exact and self.max_count is not None else None}
 
-    def result(self, found: dict[str, Any]) -> GrepResult:
+    def result(self, found: api.GrepResult) -> GrepResult:
         matches: list[GrepMatch] = []
         for m in found["matches"]:
             rel = _relative(m["path"], self.root)

@@ -23,6 +23,7 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 
+from .._generated import SandboxInfo
 from .._transport import WarrenError
 from ..client import AsyncWarren
 from ._errors import start_error
@@ -94,7 +95,7 @@ class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions]):
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
-    async def _find_or_create(self, state: WarrenSandboxSessionState) -> dict[str, Any]:
+    async def _find_or_create(self, state: WarrenSandboxSessionState) -> SandboxInfo:
         """The sandbox of the state's identity, its workdir made when missing (both calls
         are idempotent: the same identity is the same sandbox, I5/I6)."""
         await self._warren.workdirs.create(state.uid, path=state.workdir)
@@ -172,7 +173,7 @@ class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions]):
             raise TypeError("WarrenSandboxClient.resume expects a WarrenSandboxSessionState")
         state.assert_path_grants_rebound()
         try:
-            before: dict[str, Any] | None = await self._warren.sandboxes.get(state.sandbox_id)
+            before: SandboxInfo | None = await self._warren.sandboxes.get(state.sandbox_id)
         except WarrenError as error:
             if error.code != "sandbox_not_found":
                 raise start_error(Path(state.manifest.root), error, reason="sandbox_lookup_failed") from error

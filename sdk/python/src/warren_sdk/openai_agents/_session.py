@@ -149,7 +149,7 @@ class WarrenSandboxSession(BaseSandboxSession):
             info = await self._warren.sandboxes.get(self.sandbox_id)
         except (WarrenError, httpx.HTTPError):
             return False
-        return info.get("state") == "running"
+        return bool(info["state"] == "running")
 
     # -- commands ------------------------------------------------------------------
 
