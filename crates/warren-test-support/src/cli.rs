@@ -22,21 +22,28 @@ pub fn run_to_exit(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (key, value) in env {
         command.env(key, value);
     }
+    output_within(&mut command, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("{} {args:?} did not exit within 30 s", bin.display()))
+}
+
+/// Runs `command` with its stdout and stderr captured (stdin as the caller set it, or
+/// inherited) and returns its output, or `None` once `within` passed: then it is killed.
+pub fn output_within(command: &mut Command, within: Duration) -> Option<Output> {
     let child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
     let pid = child.id();
     let (sender, receiver) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = sender.send(child.wait_with_output());
     });
-    match receiver.recv_timeout(Duration::from_secs(30)) {
-        Ok(output) => output.expect("the process ran"),
+    match receiver.recv_timeout(within) {
+        Ok(output) => Some(output.expect("the process ran")),
         Err(_) => {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{} {args:?} did not exit within 30 s", bin.display());
+            None
         }
     }
 }

@@ -128,29 +128,12 @@ impl E2bServer {
         marker: &str,
         within: Duration,
     ) -> String {
-        use std::process::Stdio;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-        let pid = child.id();
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = sender.send(child.wait_with_output());
-        });
-        let output = match receiver.recv_timeout(within) {
-            Ok(output) => output.expect("the scenario ran"),
-            Err(_) => {
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status();
-                panic!(
-                    "{what} did not end within {within:?}; the server's log:\n{}",
-                    self.log_tail(60)
-                );
-            }
+        command.stdin(std::process::Stdio::null());
+        let Some(output) = crate::output_within(&mut command, within) else {
+            panic!(
+                "{what} did not end within {within:?}; the server's log:\n{}",
+                self.log_tail(60)
+            );
         };
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -9,7 +9,7 @@
 mod cleanup;
 pub use cleanup::{reap_runtimes, unmount_workspace_volumes};
 mod cli;
-pub use cli::run_to_exit;
+pub use cli::{output_within, run_to_exit};
 mod cluster;
 pub use cluster::ClusterFiles;
 mod docker_backend;

@@ -19,7 +19,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use warren_test_support::TestServer;
@@ -226,24 +226,9 @@ fn dns_answer(query: &[u8], domain: &str, address: Ipv4Addr) -> Option<(Vec<u8>,
 
 /// Runs `command` (its stdout and stderr captured) for at most `within`.
 fn run_for(mut command: Command, within: Duration) -> Output {
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-    let pid = child.id();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    match receiver.recv_timeout(within) {
-        Ok(output) => output.expect("the scenario ran"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{command:?} did not end within {within:?}");
-        }
-    }
+    command.stdin(Stdio::null());
+    warren_test_support::output_within(&mut command, within)
+        .unwrap_or_else(|| panic!("{command:?} did not end within {within:?}"))
 }
 
 /// `python` with nothing of the test's own `E2B_*`, proxy or TLS settings.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use warren_test_support::TestServer;
+use warren_test_support::{output_within, TestServer};
 
 use super::{bin, prepared};
 
@@ -35,24 +35,9 @@ fn pytest(server: &TestServer, files: &[&str], within: Duration) -> String {
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEsxX"])
         .args(files)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start pytest: {e}"));
-    let pid = child.id();
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    let output = match receiver.recv_timeout(within) {
-        Ok(output) => output.expect("pytest ran"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("pytest {files:?} did not end within {within:?}");
-        }
-    };
+        .stdin(Stdio::null());
+    let output = output_within(&mut command, within)
+        .unwrap_or_else(|| panic!("pytest {files:?} did not end within {within:?}"));
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -135,11 +120,9 @@ fn the_openai_agents_sdk_s_sandbox_session_runs_on_warren_through_its_own_api() 
 const STANDARD_PASSED: usize = 79;
 const STANDARD_XFAILED: usize = 7;
 
-#[test]
-fn langchain_s_standard_sandbox_suite_passes_on_deepagents_backend_on_the_local_backend() {
-    let server = TestServer::start_local(bin());
+fn standard_suite_passes_on(server: &TestServer) {
     let summary = pytest(
-        &server,
+        server,
         &["tests/test_deepagents_standard.py"],
         Duration::from_secs(600),
     );
@@ -147,14 +130,13 @@ fn langchain_s_standard_sandbox_suite_passes_on_deepagents_backend_on_the_local_
 }
 
 #[test]
+fn langchain_s_standard_sandbox_suite_passes_on_deepagents_backend_on_the_local_backend() {
+    standard_suite_passes_on(&TestServer::start_local(bin()));
+}
+
+#[test]
 fn langchain_s_standard_sandbox_suite_passes_on_deepagents_backend_on_the_docker_backend() {
-    let server = TestServer::start_docker(bin());
-    let summary = pytest(
-        &server,
-        &["tests/test_deepagents_standard.py"],
-        Duration::from_secs(600),
-    );
-    assert_counts(&summary, STANDARD_PASSED, STANDARD_XFAILED);
+    standard_suite_passes_on(&TestServer::start_docker(bin()));
 }
 
 #[test]
