@@ -20,7 +20,8 @@ def test_workdirs_are_created_listed_and_counted_in_usage(warren: Warren, uid: s
     made = warren.workdirs.create(uid, path="projects/a", init={"files": {"README.md": "hello"}})
     assert made["workdir"] == "projects/a"
     assert [w["workdir"] for w in warren.workdirs.list(uid)["workdirs"]] == ["projects/a"]
-    assert "bytes_used" in warren.users.usage(uid) or warren.users.usage(uid)
+    usage = warren.users.usage(uid)
+    assert (usage["uid"], usage["enforcement"]) == (uid, "off"), usage
 
 
 def test_a_sandbox_is_created_once_per_identity_found_by_label_and_updated(warren: Warren, uid: str):
@@ -153,7 +154,7 @@ def test_runtime_snapshots_are_taken_listed_and_collected(warren: Warren, sandbo
     snapshot = warren.snapshots.create(sandbox)
     assert str(snapshot["snapshot_id"]).startswith("snap-")
     assert snapshot["snapshot_id"] in str(warren.snapshots.list(sandbox))
-    assert isinstance(warren.snapshots.gc(uid), dict)
+    assert warren.snapshots.gc(uid)["manifests_kept"] >= 1, "the snapshot just taken is kept"
 
 
 def test_presented_files_are_artifacts_to_download(warren: Warren, sandbox: str):
@@ -200,10 +201,10 @@ def test_a_users_agent_environment_reaches_commands_and_is_never_read_back(warre
 
 
 def test_skills_of_a_user_are_listed_and_a_grant_of_no_catalog_skill_is_reported_missing(warren: Warren, uid: str):
-    assert isinstance(warren.skills.list(uid), (dict, list))
+    assert warren.skills.list(uid) == {"granted": []}
     assert warren.skills.grant(uid, "no-such-skill")["missing"] == ["no-such-skill"]
     assert warren.skills.revoke(uid, "no-such-skill") is not None
-    assert isinstance(warren.skills.sync(uid), dict)
+    assert warren.skills.sync(uid)["missing"] == []
     with pytest.raises(WarrenError) as refused:
         warren.skills.grant(uid, "../escape")
     assert refused.value.status == 400 and refused.value.code
@@ -217,9 +218,9 @@ def test_a_viewer_link_is_signed_for_a_workdir(warren: Warren, uid: str):
 
 def test_pause_resume_kill_terminate_and_delete_a_sandbox(warren: Warren, sandbox: str):
     warren.sandboxes.exec(sandbox, command="true")
-    assert warren.sandboxes.kill(sandbox) is not None
+    assert warren.sandboxes.kill(sandbox)["sandbox_id"] == sandbox
     paused = warren.sandboxes.pause(sandbox)
-    assert paused["sandbox"]["state"] == "paused" if "sandbox" in paused else paused
+    assert paused["sandbox"]["state"] == "paused" and paused["runtime_snapshot"].startswith("snap-")
     assert warren.sandboxes.resume(sandbox)["state"] in {"created", "running"}
     assert warren.sandboxes.terminate(sandbox)["state"] in {"terminated", "terminating"}
     assert warren.sandboxes.delete(sandbox)["state"] == "terminated"

@@ -177,7 +177,6 @@ class Operation:
         body = spec.get("requestBody", {}).get("content", {})
         self.raw_body = "application/octet-stream" in body
         self.body_fields: list[tuple[str, str, str, bool]] = []
-        self.body_required = spec.get("requestBody", {}).get("required", False)
         if "application/json" in body:
             schema = body["application/json"].get("schema", {})
             if "$ref" in schema:
@@ -193,6 +192,9 @@ class Operation:
 
     def _returns(self) -> tuple[str, str]:
         responses = {k: v for k, v in self.spec["responses"].items() if k.startswith("2")}
+        if "206" in responses:
+            # Ranges are of bytes: an operation that answers one returns bytes.
+            return "Body", "bytes"
         types, expects = [], []
         for _, response in sorted(responses.items()):
             content = response.get("content", {})
@@ -201,9 +203,6 @@ class Operation:
                 expects.append("json")
             elif "application/octet-stream" in content or "application/openmetrics-text" in content:
                 types.append("Body")
-                expects.append("bytes")
-            elif not content and self.method == "get" and self.group in {"files", "artifacts"}:
-                types.append("Body")  # a range (206) of the same bytes
                 expects.append("bytes")
             elif not content and "204" in responses and len(responses) == 1:
                 types.append("None")
@@ -220,9 +219,7 @@ class Operation:
         if self.raw_body:
             args.append("content: bytes")
         keyword_only = []
-        for _, python, annotation, required in self.query + [
-            (w, p, a, r) for w, p, a, r in self.body_fields
-        ]:
+        for _, python, annotation, required in self.query + self.body_fields:
             if required:
                 keyword_only.append(f"{python}: {annotation}")
         for _, python, annotation, required in self.query + self.body_fields:
