@@ -143,9 +143,24 @@ pub fn ping(dir: &Path) -> Option<(String, i64)> {
 
 /// Asks the runtime who it is and how many processes it runs besides init.
 pub fn ping_full(dir: &Path) -> Option<(String, i64, u64)> {
+    ask_pong(dir, &Request::Ping)
+}
+
+/// Asks the runtime who it is and how many processes it runs besides init and the trees
+/// of `quiet` ([`Request::Activity`]); an agent that does not know that request is asked
+/// [`Request::Ping`], which counts every process.
+pub fn activity(dir: &Path, quiet: &[i32]) -> Option<(String, i64, u64)> {
+    if quiet.is_empty() {
+        return ping_full(dir);
+    }
+    let quiet = quiet.to_vec();
+    ask_pong(dir, &Request::Activity { quiet }).or_else(|| ping_full(dir))
+}
+
+fn ask_pong(dir: &Path, request: &Request) -> Option<(String, i64, u64)> {
     let stream = connect(dir).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    protocol::send_frame(stream.as_fd(), &Request::Ping, &[]).ok()?;
+    protocol::send_frame(stream.as_fd(), request, &[]).ok()?;
     match protocol::recv_frame::<Reply>(stream.as_fd()).ok()?? {
         (
             Reply::Pong {

@@ -123,7 +123,7 @@ fn connection(mut stream: TcpStream, key: &AgentKey, channel: &Mutex<OwnedFd>) -
     let request: Request = serde_json::from_slice(&payload)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     match request {
-        Request::Ping | Request::KillAll => {
+        Request::Ping | Request::Activity { .. } | Request::KillAll => {
             let server = hand_over(channel)?;
             let timeout = if request == Request::KillAll {
                 KILL_ALL_TIMEOUT

@@ -55,6 +55,15 @@ pub enum Request {
     },
     /// Who are you? Answered with [`Reply::Pong`].
     Ping,
+    /// Who are you, and how many processes run besides init and the trees of `quiet`?
+    /// Answered with [`Reply::Pong`]. The `quiet` processes are ones that wait for work
+    /// between bursts (a code interpreter's kernel): idle, they and their descendants are
+    /// no activity. An agent older than this request closes the connection unanswered;
+    /// the caller then asks [`Request::Ping`].
+    Activity {
+        /// Pids (in the runtime's pid namespace) whose trees are not counted.
+        quiet: Vec<i32>,
+    },
     /// Make this connection the one init sends egress connections over
     /// ([`Reply::Connection`]), replacing any earlier one.
     Egress,

@@ -98,9 +98,27 @@ impl RemoteAgent {
     /// Who the runtime is and how many processes it runs besides its own; None when
     /// nothing (or not this sandbox's agent) answers.
     pub async fn ping(&self) -> Option<(String, i64, u64)> {
+        self.ask_pong(&Request::Ping).await
+    }
+
+    /// Who the runtime is and how many processes it runs besides its own and the trees of
+    /// `quiet` ([`Request::Activity`]); an agent that does not know that request is asked
+    /// [`Request::Ping`], which counts every process.
+    pub async fn activity(&self, quiet: &[i32]) -> Option<(String, i64, u64)> {
+        if quiet.is_empty() {
+            return self.ping().await;
+        }
+        let quiet = quiet.to_vec();
+        match self.ask_pong(&Request::Activity { quiet }).await {
+            Some(answer) => Some(answer),
+            None => self.ping().await,
+        }
+    }
+
+    async fn ask_pong(&self, request: &Request) -> Option<(String, i64, u64)> {
         let asking = async {
             let mut session = self.connect().await.ok()?;
-            session.request(&Request::Ping).await.ok()?;
+            session.request(request).await.ok()?;
             match session.reply().await.ok()? {
                 Reply::Pong {
                     sandbox,

@@ -74,8 +74,16 @@ const FENCE_HEADER: &str = "X-Warren-Fence";
 /// Every operation that changes a sandbox, its files or its records, and so takes
 /// `X-Warren-Fence` (the handlers take the `Fence` extractor; the API suite sends each a
 /// stale token and checks it is refused).
-pub(crate) const FENCED_OPERATIONS: [(&str, &str); 23] = [
+pub(crate) const FENCED_OPERATIONS: [(&str, &str); 28] = [
     ("post", "/v1/sandboxes/{id}/exec"),
+    ("post", "/v1/sandboxes/{id}/code/contexts"),
+    ("delete", "/v1/sandboxes/{id}/code/contexts/{context}"),
+    ("post", "/v1/sandboxes/{id}/code/contexts/{context}/restart"),
+    (
+        "post",
+        "/v1/sandboxes/{id}/code/contexts/{context}/interrupt",
+    ),
+    ("post", "/v1/sandboxes/{id}/code/execute"),
     ("post", "/v1/sandboxes/{id}/processes"),
     ("post", "/v1/sandboxes/{id}/processes/{pid}/stdin"),
     ("post", "/v1/sandboxes/{id}/processes/{pid}/stdin/close"),
@@ -141,6 +149,7 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<Value> {
             "enum": warren_store::SandboxState::ALL.map(warren_store::SandboxState::as_str)}),
         ("path", "id") => string(SANDBOX_ID),
         ("path", "pid") => json!({"type": "integer", "minimum": 1, "maximum": i32::MAX}),
+        ("path", "context") => string("^[A-Za-z0-9._-]{1,64}$"),
         ("query", "from") => json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
         ("path" | "query", "uid") => string(UID),
         ("path", "name") => string(ENV_NAME),

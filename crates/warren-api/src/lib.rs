@@ -13,6 +13,7 @@ mod artifacts;
 mod auth;
 mod checkpoints;
 mod cluster;
+mod code;
 mod contract;
 mod env;
 mod error;
@@ -176,6 +177,23 @@ pub fn app(state: ApiState) -> Router {
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
         .route("/sandboxes/{id}/kill", post(sandboxes::kill))
+        .route(
+            "/sandboxes/{id}/code/contexts",
+            post(code::create).get(code::list),
+        )
+        .route(
+            "/sandboxes/{id}/code/contexts/{context}",
+            get(code::get).delete(code::remove),
+        )
+        .route(
+            "/sandboxes/{id}/code/contexts/{context}/restart",
+            post(code::restart),
+        )
+        .route(
+            "/sandboxes/{id}/code/contexts/{context}/interrupt",
+            post(code::interrupt),
+        )
+        .route("/sandboxes/{id}/code/execute", post(code::execute))
         .route(
             "/sandboxes/{id}/processes",
             post(processes::start).get(processes::list),

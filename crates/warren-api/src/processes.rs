@@ -85,6 +85,7 @@ pub(crate) async fn start(
         tag: request.tag,
         timeout: request.timeout_s.map(Duration::from_secs),
         requested_by: crate::sandboxes::requested_by(&headers),
+        quiet: false,
     };
     let permit = state.provisioner.fence(&id, fence).await?;
     let info = state.provisioner.start_process(&id, input, permit).await?;

@@ -220,10 +220,15 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// How many processes run in the sandbox's runtime besides its own machinery, or
-    /// `None` when the backend cannot tell (or no runtime runs). Running processes count as
-    /// activity: an idle reaper must not end a runtime that still works.
-    async fn processes(&self, _sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+    /// How many processes run in the sandbox's runtime besides its own machinery and the
+    /// trees of the `quiet` pids (processes that wait for work, such as an idle code
+    /// kernel), or `None` when the backend cannot tell (or no runtime runs). Running
+    /// processes count as activity: an idle reaper must not end a runtime that still works.
+    async fn processes(
+        &self,
+        _sandbox: &SandboxId,
+        _quiet: &[i32],
+    ) -> Result<Option<u64>, BackendError> {
         Ok(None)
     }
 

@@ -169,9 +169,13 @@ impl Backend for BackendSet {
         }
     }
 
-    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+    async fn processes(
+        &self,
+        sandbox: &SandboxId,
+        quiet: &[i32],
+    ) -> Result<Option<u64>, BackendError> {
         match self.host_of(sandbox) {
-            Some(backend) => backend.processes(sandbox).await,
+            Some(backend) => backend.processes(sandbox, quiet).await,
             None => Ok(None),
         }
     }

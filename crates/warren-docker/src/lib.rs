@@ -609,12 +609,17 @@ impl Backend for DockerBackend {
         })
     }
 
-    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+    async fn processes(
+        &self,
+        sandbox: &SandboxId,
+        quiet: &[i32],
+    ) -> Result<Option<u64>, BackendError> {
         if !self.lock().contains_key(sandbox) {
             return Ok(None);
         }
         let dir = self.socket_dir(sandbox);
-        let answer = tokio::task::spawn_blocking(move || client::ping_full(&dir))
+        let quiet = quiet.to_vec();
+        let answer = tokio::task::spawn_blocking(move || client::activity(&dir, &quiet))
             .await
             .ok()
             .flatten();

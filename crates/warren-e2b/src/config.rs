@@ -9,6 +9,9 @@ use warren_core::{NetworkPolicy, Uid};
 
 use crate::{ApiKey, E2bError};
 
+/// The template E2B's code interpreter SDK creates sandboxes from unless told otherwise.
+pub const CODE_INTERPRETER_TEMPLATE: &str = "code-interpreter-v1";
+
 /// What a template starts: a backend and an image, each `None` for the server's default,
 /// and what a new sandbox's home holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
@@ -145,7 +148,11 @@ impl E2bConfig {
     pub(crate) fn template(&self, name: &str) -> Option<TemplateTarget> {
         match self.templates.get(name) {
             Some(target) => Some(target.clone()),
-            None if name == "base" => Some(TemplateTarget::default()),
+            // E2B's code interpreter SDK asks for its own template by default: the
+            // server's default runtime, which has the kernel (docs/code.md).
+            None if name == "base" || name == CODE_INTERPRETER_TEMPLATE => {
+                Some(TemplateTarget::default())
+            }
             None => None,
         }
     }

@@ -15,6 +15,7 @@
 
 #![deny(missing_docs)]
 
+mod code;
 mod config;
 mod control;
 mod envd;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 use warren_provisioner::Provisioner;
 
-pub use config::{E2bConfig, TemplateTarget};
+pub use config::{E2bConfig, TemplateTarget, CODE_INTERPRETER_TEMPLATE};
 pub use error::E2bError;
 pub use keys::{create_key, ApiKey, KeyRing};
 pub use serve::{serve, TlsConfig, TlsError};
@@ -66,6 +67,8 @@ impl E2b {
 
     /// Every route of the E2B listener: the control plane and every sandbox's envd.
     pub fn router(&self) -> axum::Router {
-        control::routes(self.shared.clone()).merge(envd::routes(self.shared.clone()))
+        control::routes(self.shared.clone())
+            .merge(envd::routes(self.shared.clone()))
+            .merge(code::routes(self.shared.clone()))
     }
 }

@@ -25,7 +25,7 @@ use crate::config::{IdMap, MountConfig, RootSource, RuntimeConfig, RuntimeLimits
 use crate::host::HostReport;
 use crate::launcher::{spawn_launcher, Launcher, LauncherPool};
 use crate::IsolationError;
-use warren_agent::client::{ping, ping_full, process_birth};
+use warren_agent::client::{activity, ping, process_birth};
 
 /// Configuration of the local backend.
 #[derive(Debug, Clone)]
@@ -748,12 +748,17 @@ impl Backend for LocalBackend {
         })
     }
 
-    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+    async fn processes(
+        &self,
+        sandbox: &SandboxId,
+        quiet: &[i32],
+    ) -> Result<Option<u64>, BackendError> {
         let Some(identity) = self.lock().get(sandbox).cloned() else {
             return Ok(None);
         };
         let dir = identity.socket_dir(&self.runtime_dir(sandbox));
-        let answer = tokio::task::spawn_blocking(move || ping_full(&dir))
+        let quiet = quiet.to_vec();
+        let answer = tokio::task::spawn_blocking(move || activity(&dir, &quiet))
             .await
             .ok()
             .flatten();

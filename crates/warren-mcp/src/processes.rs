@@ -186,6 +186,7 @@ async fn start(
                 tag: args.tag,
                 timeout: args.timeout_s.map(Duration::from_secs),
                 requested_by: "mcp".to_owned(),
+                quiet: false,
             },
             permit,
         )

@@ -173,6 +173,21 @@ pub const CODES: &[Code] = &[
         meaning: "The Kubernetes cluster is overloaded or out of reach after the retries it allows; retry.",
     },
     Code {
+        code: "code_context_exists",
+        statuses: &[409],
+        meaning: "An execution context with that id exists already.",
+    },
+    Code {
+        code: "code_context_not_found",
+        statuses: &[404],
+        meaning: "No execution context of the sandbox has that id (a context ends with its runtime).",
+    },
+    Code {
+        code: "code_interpreter_unavailable",
+        statuses: &[422],
+        meaning: "The sandbox's runtime cannot run a code interpreter: its image lacks `python3`, `ipykernel` or `jupyter_client` (see docs/code.md).",
+    },
+    Code {
         code: "directory_not_empty",
         statuses: &[409],
         meaning: "The directory is not empty (and the removal was not recursive).",
@@ -723,6 +738,11 @@ pub const CODES: &[Code] = &[
         meaning: "A file too large to read whole (read it in byte ranges), present, or upload.",
     },
     Code {
+        code: "too_many_code_contexts",
+        statuses: &[429],
+        meaning: "The sandbox has as many execution contexts as it may (16); remove one first.",
+    },
+    Code {
         code: "too_many_entries",
         statuses: &[422],
         meaning: "A tree with more entries than a whole-tree operation takes.",
@@ -751,6 +771,11 @@ pub const CODES: &[Code] = &[
         code: "unknown_host_dir",
         statuses: &[400],
         meaning: "A workdir initialisation names a host directory the operator did not allow (`[init] host_dirs`).",
+    },
+    Code {
+        code: "unsupported_language",
+        statuses: &[400],
+        meaning: "No code interpreter for that language; warren runs `python`.",
     },
     Code {
         code: "unsupported_media_type",

@@ -8,6 +8,7 @@
 
 mod artifact;
 mod checkpoint;
+mod code;
 pub mod codes;
 mod env;
 mod error;
@@ -24,6 +25,10 @@ mod workdir;
 pub use artifact::{ArtifactInfo, ArtifactList, PresentFiles};
 pub use checkpoint::{
     CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList, CheckpointSummary,
+};
+pub use code::{
+    CodeContext, CodeContextList, CodeError, CodeEvent, CodeExecution, CodeResult,
+    CreateCodeContext, ExecutionStatus, RunCode,
 };
 pub use env::{AgentEnv, AgentEnvEntry, AgentEnvValue, ReplaceAgentEnv, SetAgentEnvVar};
 pub use error::{ErrorBody, ErrorDetail};

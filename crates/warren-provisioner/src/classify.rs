@@ -182,6 +182,13 @@ impl ProvisionerError {
             P::ProcessNotFound { .. } | P::ProcessTagNotFound { .. } => {
                 class!(NotFound, "process_not_found")
             }
+            P::CodeContextNotFound { .. } => class!(NotFound, "code_context_not_found"),
+            P::CodeContextExists { .. } => class!(Conflict, "code_context_exists"),
+            P::TooManyCodeContexts { .. } => class!(TooMany, "too_many_code_contexts"),
+            P::CodeInterpreterUnavailable { .. } => {
+                class!(Unprocessable, "code_interpreter_unavailable")
+            }
+            P::UnsupportedLanguage { .. } => class!(Invalid, "unsupported_language"),
             P::ProcessStdinClosed { .. } => class!(Conflict, "stdin_closed"),
             P::ProcessEnded { .. } => class!(Conflict, "process_ended"),
             P::StdinInterrupted { .. } => class!(Invalid, "stdin_interrupted"),

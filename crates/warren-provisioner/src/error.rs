@@ -312,6 +312,43 @@ pub enum ProvisionerError {
         /// The tag asked for.
         tag: String,
     },
+    /// No execution context of the sandbox has that id.
+    #[error("sandbox {sandbox} has no code context {context:?}; GET /v1/sandboxes/{{id}}/code/contexts lists them")]
+    CodeContextNotFound {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The context asked for.
+        context: String,
+    },
+    /// An execution context with that id exists already.
+    #[error("sandbox {sandbox} already has a code context {context:?}")]
+    CodeContextExists {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The context.
+        context: String,
+    },
+    /// The sandbox has as many execution contexts as it may.
+    #[error("sandbox {sandbox} has {max} code contexts, the most it may have; remove one first")]
+    TooManyCodeContexts {
+        /// The sandbox.
+        sandbox: SandboxId,
+        /// The limit.
+        max: usize,
+    },
+    /// The runtime cannot run a code interpreter: its image lacks `python3`, `ipykernel`
+    /// or `jupyter_client` (docs/code.md says what an image needs).
+    #[error("the sandbox's runtime cannot run a code interpreter: {reason}")]
+    CodeInterpreterUnavailable {
+        /// Why, in the runtime's terms.
+        reason: String,
+    },
+    /// No kernel for that language.
+    #[error("no code interpreter for language {language:?}; warren runs \"python\"")]
+    UnsupportedLanguage {
+        /// The language asked for.
+        language: String,
+    },
     /// The process's stdin was closed (or never kept open: start it with `stdin: true`).
     #[error("the stdin of process {pid} is closed; start a process with \"stdin\": true to keep it open")]
     ProcessStdinClosed {

@@ -17,6 +17,7 @@ mod aliases;
 mod artifacts;
 mod checkpoints;
 mod classify;
+mod code;
 mod drain;
 mod env;
 mod error;
@@ -57,6 +58,10 @@ use warren_core::NetworkPolicy;
 
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
 pub use classify::{one_of_every_kind, Class, ErrorKind};
+pub use code::{
+    check_language, CodeContext, CodeEvent, ExecutionStatus, NewContext, RunCode, DEFAULT_CONTEXT,
+    LANGUAGES, MAX_CODE_BYTES, MAX_CONTEXTS,
+};
 pub use drain::DrainReport;
 pub use error::{
     error_chain, is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError,
@@ -244,6 +249,8 @@ pub struct Provisioner {
     inflight: InflightHandle,
     /// Long-running processes of the runtimes this node owns (`processes`).
     processes: processes::Table,
+    /// Serialises the creation of a sandbox's default code contexts (`code`).
+    code_creation: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
     metrics: metrics::Metrics,
     /// Set once the server shuts down: snapshots and restores on blocking threads stop at
     /// their next chunk, and the reaper stops.
@@ -291,6 +298,7 @@ impl Provisioner {
             lifecycle_locks: Mutex::new(HashMap::new()),
             inflight: InflightHandle::default(),
             processes: processes::Table::default(),
+            code_creation: Mutex::default(),
             metrics: metrics::Metrics::new(),
             shutdown: warren_snapshot::CancelFlag::new(),
             reaping: Mutex::new(std::collections::HashSet::new()),

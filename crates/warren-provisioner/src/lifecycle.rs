@@ -244,8 +244,8 @@ impl Provisioner {
         Ok(Some((id, expired)))
     }
 
-    /// Whether nothing keeps the runtime: no command, no live lease, no running process,
-    /// and no API use for the idle timeout.
+    /// Whether nothing keeps the runtime: no command, no live lease, no running process
+    /// (an idle code kernel is none), and no API use for the idle timeout.
     async fn is_idle(
         &self,
         record: &SandboxRecord,
@@ -267,9 +267,12 @@ impl Provisioner {
         // whatever the API saw; but not a runtime pinned at its pids limit with no command
         // running: that is a fork bomb that outlived its command, which can start nothing
         // and would otherwise hold the runtime for its whole lifetime.
+        // Idle kernels wait for work: their trees are no activity (an execution holds the
+        // sandbox busy through `inflight` instead).
+        let quiet = self.processes.quiet_pids(&record.id);
         let processes = self
             .backend
-            .processes(&record.id)
+            .processes(&record.id, &quiet)
             .await
             .map_err(ProvisionerError::Backend)?;
         if processes.is_some_and(|n| n > 0)

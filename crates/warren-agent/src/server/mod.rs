@@ -102,21 +102,49 @@ pub struct ServerConfig {
     pub keep: Vec<i32>,
 }
 
-/// Processes of the runtime's pid namespace other than init and the runtime's own
-/// machinery, from its own /proc.
-fn processes_besides(keep: &[i32]) -> u64 {
-    std::fs::read_dir("/proc").map_or(0, |entries| {
-        entries
-            .flatten()
-            .filter(|e| {
-                e.file_name().to_str().is_some_and(|n| {
-                    n.bytes().all(|b| b.is_ascii_digit())
-                        && n.parse::<i32>()
-                            .is_ok_and(|pid| pid != 1 && !keep.contains(&pid))
+/// Processes of the runtime's pid namespace other than init, the runtime's own machinery
+/// and the trees of the `quiet` pids, from its own /proc.
+fn processes_besides(keep: &[i32], quiet: &[i32]) -> u64 {
+    if quiet.is_empty() {
+        return std::fs::read_dir("/proc").map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name().to_str().is_some_and(|n| {
+                        n.bytes().all(|b| b.is_ascii_digit())
+                            && n.parse::<i32>()
+                                .is_ok_and(|pid| pid != 1 && !keep.contains(&pid))
+                    })
                 })
-            })
-            .count() as u64
-    })
+                .count() as u64
+        });
+    }
+    let listed = sweep::processes();
+    count_outside(&listed, keep, quiet)
+}
+
+/// How many of `listed` are neither init, nor in `keep`, nor in the tree of a `quiet` pid
+/// (walking parents: a quiet process's children, and theirs, are quiet too).
+fn count_outside(listed: &[sweep::Process], keep: &[i32], quiet: &[i32]) -> u64 {
+    let parents: std::collections::HashMap<i32, i32> =
+        listed.iter().map(|p| (p.pid, p.ppid)).collect();
+    let in_quiet_tree = |mut pid: i32| {
+        // Bounded by the listing's size: a parent loop (impossible in /proc) ends too.
+        for _ in 0..=listed.len() {
+            if quiet.contains(&pid) {
+                return true;
+            }
+            match parents.get(&pid) {
+                Some(&parent) if parent > 1 => pid = parent,
+                _ => return false,
+            }
+        }
+        false
+    };
+    listed
+        .iter()
+        .filter(|p| p.pid != 1 && !keep.contains(&p.pid) && !in_quiet_tree(p.pid))
+        .count() as u64
 }
 
 /// How many empty exec cgroups the server keeps for reuse.
@@ -335,13 +363,17 @@ impl Server {
             _ => return,
         };
         match request {
-            Request::Ping => {
+            Request::Ping | Request::Activity { .. } => {
+                let quiet = match &request {
+                    Request::Activity { quiet } => quiet.as_slice(),
+                    _ => &[],
+                };
                 let _ = protocol::send_frame(
                     connection.as_fd(),
                     &Reply::Pong {
                         sandbox: self.served.sandbox.clone(),
                         generation: self.served.generation,
-                        processes: processes_besides(&self.served.keep),
+                        processes: processes_besides(&self.served.keep, quiet),
                     },
                     &[],
                 );
@@ -390,5 +422,34 @@ impl Server {
         self.gateway = None;
         self.egress = None;
         self.proxy = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sweep::Process;
+
+    #[test]
+    fn quiet_trees_and_the_runtime_s_own_are_not_counted() {
+        let p = |pid, ppid| Process {
+            pid,
+            ppid,
+            start_time: 0,
+            zombie: false,
+        };
+        // 1 init; 7 the agent's server (kept); 10 a kernel driver (quiet) with its kernel
+        // 11 and the kernel's child 12; 20 a build with its child 21.
+        let listed = [
+            p(1, 0),
+            p(7, 1),
+            p(10, 1),
+            p(11, 10),
+            p(12, 11),
+            p(20, 1),
+            p(21, 20),
+        ];
+        assert_eq!(super::count_outside(&listed, &[7], &[10]), 2);
+        assert_eq!(super::count_outside(&listed, &[7], &[]), 5);
+        assert_eq!(super::count_outside(&listed, &[7], &[10, 20]), 0);
     }
 }

@@ -76,6 +76,10 @@ pub(crate) struct Sandbox {
     envd_version: &'static str,
     #[serde(rename = "envdAccessToken", skip_serializing_if = "Option::is_none")]
     envd_access_token: Option<String>,
+    /// What the SDKs send to the sandbox's other ports (the code interpreter's 49999):
+    /// the same capability as the envd access token, so the same token.
+    #[serde(rename = "trafficAccessToken", skip_serializing_if = "Option::is_none")]
+    traffic_access_token: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     domain: Option<String>,
 }
@@ -123,6 +127,7 @@ impl Sandbox {
             alias: sandbox.alias.clone(),
             client_id: CLIENT_ID.into(),
             envd_version: crate::envd::ENVD_VERSION,
+            traffic_access_token: token.clone(),
             envd_access_token: token,
             domain: domain.map(str::to_owned),
         }

@@ -117,7 +117,9 @@ pub(crate) fn sandbox_id_of(headers: &HeaderMap, domain: Option<&str>) -> Option
         .get(axum::http::header::HOST)
         .and_then(|value| value.to_str().ok())?;
     let host = host.split(':').next()?;
-    let rest = host.strip_prefix(&format!("{ENVD_PORT}-"))?;
+    let rest = [ENVD_PORT, crate::code::JUPYTER_PORT]
+        .iter()
+        .find_map(|port| host.strip_prefix(&format!("{port}-")))?;
     let (id, host_domain) = rest.split_once('.')?;
     match domain {
         Some(domain) if host_domain.eq_ignore_ascii_case(domain) => Some(id.to_owned()),

@@ -128,6 +128,7 @@ async fn start(ctx: EnvdContext, mut call: Call) -> Response {
         tag: request.tag.filter(|tag| !tag.is_empty()),
         timeout: call.timeout().filter(|timeout| !timeout.is_zero()),
         requested_by: format!("e2b:{}", ctx.sandbox.sandbox_id),
+        quiet: false,
     };
     let provisioner = &ctx.shared.provisioner;
     let id = &ctx.sandbox.warren_id;

@@ -332,11 +332,19 @@ impl Backend for KubernetesBackend {
         }
     }
 
-    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+    async fn processes(
+        &self,
+        sandbox: &SandboxId,
+        quiet: &[i32],
+    ) -> Result<Option<u64>, BackendError> {
         let Ok(known) = self.find(sandbox) else {
             return Ok(None);
         };
-        Ok(known.agent.ping().await.map(|(_, _, processes)| processes))
+        Ok(known
+            .agent
+            .activity(quiet)
+            .await
+            .map(|(_, _, processes)| processes))
     }
 
     async fn runtime_file(

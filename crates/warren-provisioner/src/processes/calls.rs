@@ -543,6 +543,7 @@ mod tests {
                     tag: Some("repl".into()),
                     timeout: Some(Duration::from_secs(30)),
                     requested_by: "alice".into(),
+                    quiet: true,
                 },
                 fence: Some(3),
             },

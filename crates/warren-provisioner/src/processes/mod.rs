@@ -84,6 +84,11 @@ pub struct StartProcess {
     pub timeout: Option<Duration>,
     /// Who asked, for the run record (I22).
     pub requested_by: String,
+    /// It waits for work between bursts (a code interpreter's kernel): it is no activity
+    /// of its own, for the idle reaper nor for a termination's grace; whoever gives it work
+    /// holds the sandbox busy meanwhile ([`crate::code`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quiet: bool,
 }
 
 /// Where a process is in its life.
@@ -173,6 +178,8 @@ pub struct ManagedProcess {
     cwd: String,
     requested_by: String,
     started_at: DateTime<Utc>,
+    /// It waits for work between bursts ([`StartProcess::quiet`]).
+    quiet: bool,
     /// Its stdin; `None` once closed.
     stdin: tokio::sync::Mutex<Option<ProcessInput>>,
     stdin_open: std::sync::atomic::AtomicBool,
@@ -336,6 +343,20 @@ type ByPid = BTreeMap<i32, Arc<ManagedProcess>>;
 impl Table {
     fn get(&self, sandbox: &SandboxId, pid: i32) -> Option<Arc<ManagedProcess>> {
         lock(&self.sandboxes).get(sandbox)?.get(&pid).cloned()
+    }
+
+    /// The pids of the sandbox's running quiet processes ([`StartProcess::quiet`]).
+    pub(crate) fn quiet_pids(&self, sandbox: &SandboxId) -> Vec<i32> {
+        lock(&self.sandboxes)
+            .get(sandbox)
+            .map(|processes| {
+                processes
+                    .values()
+                    .filter(|p| p.quiet && p.is_running())
+                    .map(|p| p.pid)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn list(&self, sandbox: &SandboxId) -> Vec<Arc<ManagedProcess>> {
@@ -528,6 +549,7 @@ impl Provisioner {
                         cwd: cwd.clone(),
                         requested_by: input.requested_by.clone(),
                         started_at: Utc::now(),
+                        quiet: input.quiet,
                         stdin: tokio::sync::Mutex::new(input.stdin.then_some(handle.stdin)),
                         stdin_open: std::sync::atomic::AtomicBool::new(input.stdin),
                         stdin_closing: watch::channel(!input.stdin).0,
@@ -549,7 +571,9 @@ impl Provisioner {
                         tokio::spawn(pump(process.clone(), output, stream, masker.clone()))
                     })
                     .collect();
-                    let running = self.inflight.hold(id.clone());
+                    // A quiet process is no activity of its own (its callers hold the
+                    // sandbox busy while it works).
+                    let running = (!input.quiet).then(|| self.inflight.hold(id.clone()));
                     tokio::spawn(tracing::Instrument::in_current_span(supervise(
                         process.clone(),
                         handle.exit,
@@ -831,7 +855,7 @@ async fn supervise(
     mut pumps: Vec<tokio::task::JoinHandle<()>>,
     timeout: Option<Duration>,
     store: Arc<dyn warren_store::StateStore>,
-    running: crate::InflightHold,
+    running: Option<crate::InflightHold>,
     table: Table,
 ) {
     let started = std::time::Instant::now();

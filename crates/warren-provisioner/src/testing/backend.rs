@@ -269,7 +269,11 @@ impl Backend for ScriptedBackend {
         })
     }
 
-    async fn processes(&self, sandbox: &SandboxId) -> Result<Option<u64>, BackendError> {
+    async fn processes(
+        &self,
+        sandbox: &SandboxId,
+        _quiet: &[i32],
+    ) -> Result<Option<u64>, BackendError> {
         let scripted = self.lock().processes.get(sandbox).copied();
         Ok(match scripted {
             Some(count) if self.exists(sandbox).await => Some(count),
