@@ -19,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+mod code;
 mod lifecycle;
 mod processes;
 mod tools;

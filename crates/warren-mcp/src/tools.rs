@@ -207,10 +207,7 @@ pub(crate) fn definitions(layout: &Layout) -> Vec<Tool> {
         text.replace(Layout::ARS.roots, layout.roots)
             .replace(SKILLS_MOUNT, &read_only.join(" and "))
     };
-    DEFINITIONS
-        .iter()
-        .chain(crate::processes::DEFINITIONS)
-        .chain(crate::lifecycle::DEFINITIONS)
+    all_definitions()
         .map(|(name, description, schema)| {
             let schema = in_layout(&schema().to_string());
             let schema: JsonObject = match serde_json::from_str(&schema) {
@@ -317,6 +314,19 @@ impl Outcome {
             is_error: true,
         }
     }
+
+    pub(crate) fn with_content(content: Vec<ContentBlock>, is_error: bool) -> Self {
+        Self { content, is_error }
+    }
+}
+
+/// Every tool's definition: the file and shell tools, then each module's.
+fn all_definitions() -> impl Iterator<Item = &'static Definition> {
+    DEFINITIONS
+        .iter()
+        .chain(crate::processes::DEFINITIONS)
+        .chain(crate::lifecycle::DEFINITIONS)
+        .chain(crate::code::DEFINITIONS)
 }
 
 impl From<ProvisionerError> for Outcome {
@@ -342,12 +352,7 @@ pub(crate) async fn call(
     arguments: JsonObject,
     fence: Result<Option<FenceToken>, ProvisionerError>,
 ) -> Result<CallToolResult, ErrorData> {
-    if !DEFINITIONS
-        .iter()
-        .chain(crate::processes::DEFINITIONS)
-        .chain(crate::lifecycle::DEFINITIONS)
-        .any(|(known, _, _)| *known == name)
-    {
+    if !all_definitions().any(|(known, _, _)| *known == name) {
         return Err(ErrorData::invalid_params(
             format!("unknown tool {name:?}; tools/list names the tools"),
             None,
@@ -363,7 +368,7 @@ pub(crate) async fn call(
     Ok(finish(outcome, &masker))
 }
 
-fn finish(outcome: Outcome, masker: &SecretMasker) -> CallToolResult {
+pub(crate) fn finish(outcome: Outcome, masker: &SecretMasker) -> CallToolResult {
     let content = outcome
         .content
         .into_iter()
@@ -406,7 +411,8 @@ async fn run(
     // error saying so, and nothing is changed. Reading tools ignore the header.
     let fenced = FENCED_TOOLS.contains(&name)
         || crate::processes::FENCED.contains(&name)
-        || crate::lifecycle::FENCED.contains(&name);
+        || crate::lifecycle::FENCED.contains(&name)
+        || crate::code::FENCED.contains(&name);
     let mut permit = Some(if fenced {
         let admitted = match fence {
             Ok(token) => provisioner.fence(sandbox, token).await,
@@ -436,6 +442,13 @@ async fn run(
         "view_image" => view_image(provisioner, sandbox, parse(name, arguments)).await,
         "sandbox_status" | "set_deadline" | "pause_sandbox" | "resume_sandbox" | "watch_files" => {
             crate::lifecycle::run(provisioner, sandbox, name, arguments)
+                .await
+                .unwrap_or_else(|| Err(Outcome::error(format!("unknown tool {name:?}"))))
+        }
+        // An execution's start is its acceptance point, as an exec's is.
+        "run_code" => {
+            let permit = permit.take().unwrap_or_else(FencePermit::unfenced);
+            crate::code::run(provisioner, sandbox, name, arguments, permit)
                 .await
                 .unwrap_or_else(|| Err(Outcome::error(format!("unknown tool {name:?}"))))
         }

@@ -30,6 +30,7 @@
 //!   returns the record; commands go through the provisioner's exec path as everywhere.
 
 mod files;
+mod jupyter;
 mod shell;
 
 use std::sync::Arc;
@@ -64,6 +65,7 @@ pub(crate) fn router(state: AioState) -> Router {
         .route("/v1/sandbox", get(files::context))
         .merge(files::routes())
         .merge(shell::routes())
+        .merge(jupyter::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_capability,

@@ -601,7 +601,7 @@ impl Provisioner {
         });
         let mut line = request.to_string().into_bytes();
         line.push(b'\n');
-        let masker = self.command_masker(id).await?;
+        let masker = self.secret_masker(id).await?;
         // The output from before the request on: every event of it comes after.
         let from = self.process_info(id, context.pid).await?.output.1;
         let output = self.follow_process(id, context.pid, from).await?;
@@ -657,12 +657,6 @@ impl Provisioner {
         self.refuse_token_in_command("working directory", cwd.as_bytes())?;
         let record = self.runnable(id).await?;
         Ok(self.start_dir(&record, Some(cwd)).await?.to_string())
-    }
-
-    /// The masker of the sandbox's secrets.
-    async fn command_masker(&self, id: &SandboxId) -> Result<SecretMasker, ProvisionerError> {
-        let record = self.sandbox(id).await?;
-        Ok(self.command_env(&record).await?.masker)
     }
 
     fn code_creation_lock(&self, id: &SandboxId) -> Arc<tokio::sync::Mutex<()>> {

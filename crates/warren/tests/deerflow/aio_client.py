@@ -378,6 +378,62 @@ def check_shell(client, sandbox_url):
 # --- The path-attack corpus through the AIO file endpoints --------------------------------
 
 
+def check_jupyter(client):
+    long = {"timeout_in_seconds": 120, "max_retries": 0}
+    jupyter = client.jupyter
+    info = jupyter.get_info().data
+    check(info.default_kernel == "python3" and info.available_kernels == ["python3"], f"info: {info}")
+
+    made = jupyter.create_session(session_id="nb1", request_options=long)
+    check(made.data.session_id == "nb1" and made.data.kernel_name == "python3", f"create: {made}")
+    again = jupyter.create_session(session_id="nb1", request_options=long)
+    check(again.data.message == "Session already exists", f"create is idempotent: {again}")
+
+    first = jupyter.execute_code(code="x = 41\nprint('set')", session_id="nb1", request_options=long).data
+    check(first.status == "ok" and first.session_id == "nb1", f"first cell: {first}")
+    check([(o.output_type, o.name, o.text) for o in first.outputs] == [("stream", "stdout", "set\n")],
+          f"first cell's outputs: {first.outputs}")
+    second = jupyter.execute_code(code="x + 1", session_id="nb1", request_options=long).data
+    results = [o for o in second.outputs if o.output_type == "execute_result"]
+    check(len(results) == 1 and results[0].data["text/plain"] == "42", f"state kept: {second.outputs}")
+    check(second.execution_count == first.execution_count + 1, f"counts: {first.execution_count}, {second.execution_count}")
+    check(results[0].execution_count == second.execution_count, f"the result's count: {results[0]}")
+
+    plot = jupyter.execute_code(
+        code="import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+        session_id="nb1", request_options=long).data
+    shown = [o for o in plot.outputs if o.output_type == "display_data"]
+    check(len(shown) == 1 and base64.b64decode(shown[0].data["image/png"]).startswith(b"\x89PNG"),
+          f"a plot as a PNG: {[o.output_type for o in plot.outputs]}")
+
+    failed = jupyter.execute_code(code="1/0", session_id="nb1", request_options=long).data
+    errors = [o for o in failed.outputs if o.output_type == "error"]
+    check(failed.status == "error" and len(errors) == 1 and errors[0].ename == "ZeroDivisionError"
+          and any("ZeroDivisionError" in line for line in errors[0].traceback), f"an error: {failed}")
+
+    slow = jupyter.execute_code(code="import time\nwhile True: time.sleep(0.1)", session_id="nb1",
+                                timeout=1, request_options=long).data
+    check(slow.status == "timeout", f"a timeout: {slow}")
+    after = jupyter.execute_code(code="x", session_id="nb1", request_options=long).data
+    check([o.data["text/plain"] for o in after.outputs if o.output_type == "execute_result"] == ["41"],
+          f"the interrupted kernel kept its state: {after.outputs}")
+
+    # Without a session id, the default session: stateful too.
+    jupyter.execute_code(code="y = 'default'", request_options=long)
+    plain = jupyter.execute_code(code="y", request_options=long).data
+    check(plain.session_id == "default" and plain.outputs[0].data["text/plain"] == "'default'", f"default: {plain}")
+
+    sessions = jupyter.list_sessions().data.sessions
+    check(set(sessions) == {"nb1", "default"} and sessions["nb1"].kernel_name == "python3", f"sessions: {sessions}")
+    jupyter.delete_session("nb1")
+    check("nb1" not in jupyter.list_sessions().data.sessions, "nb1 removed")
+    expect_api_error(lambda: jupyter.delete_session("nb1"), {404}, "removing a removed session")
+    expect_api_error(lambda: jupyter.execute_code(code="1", kernel_name="ir"), {400}, "an unknown kernel")
+    expect_api_error(lambda: jupyter.execute_code(code="1", session_id="../x"), {400}, "a session id with a path in it")
+    jupyter.delete_sessions()
+    check(jupyter.list_sessions().data.sessions == {}, "every session removed")
+
+
 def corpus(outside):
     long_component = "a" * 256
     long_path = "/mnt/user-data/" + "/".join(["abcdefgh"] * 600)
@@ -473,6 +529,8 @@ def main():
     print("file endpoints: ok", flush=True)
     check_shell(client, sandbox_url)
     print("shell endpoints: ok", flush=True)
+    check_jupyter(client)
+    print("jupyter endpoints: ok", flush=True)
     attacked = check_attacks(client, args.data_dir, args.outside)
     print(f"path attacks: {attacked} refused", flush=True)
     print(f"ALL CHECKS PASSED in {time.monotonic() - started:.1f}s")

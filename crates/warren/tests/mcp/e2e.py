@@ -61,6 +61,7 @@ EXPECTED_TOOLS = frozenset(
         "pause_sandbox",
         "resume_sandbox",
         "watch_files",
+        "run_code",
     }
 )
 FIXED_FORBIDDEN = ("/var/lib/warren", "user-data/shared")
@@ -480,6 +481,33 @@ async def check_no_host_paths(ctx: Ctx) -> None:
         expect_no_leak(ctx, text)
 
 
+async def check_run_code(ctx: Ctx) -> None:
+    # State stays between calls of one context; a named context keeps its own.
+    await ctx.ok("run_code", {"code": f"seen = '{ctx.tag}'"})
+    reply = await ctx.ok("run_code", {"code": "seen + '!'"})
+    ctx.expect(f"[result] '{ctx.tag}!'" in reply.text, f"[result] '{ctx.tag}!'", reply.text)
+    await ctx.ok("run_code", {"code": "seen = 'other'", "context": f"ctx-{ctx.tag}"})
+    reply = await ctx.ok("run_code", {"code": "seen"})
+    ctx.expect(f"[result] '{ctx.tag}'" in reply.text, "the default context's own value", reply.text)
+    # A plot comes back as an image the model can look at.
+    reply = await ctx.ok(
+        "run_code",
+        {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"},
+        timeout_s=RUN_TIMEOUT_S,
+    )
+    images = [item for item in reply.result.content if isinstance(item, ImageContent)]
+    ctx.expect(len(images) == 1, "exactly one image content item for the plot", reply.result.content)
+    ctx.expect(images[0].mime_type == "image/png", "mimeType image/png", images[0].mime_type)
+    ctx.expect(base64.b64decode(images[0].data).startswith(b"\x89PNG"), "PNG bytes", images[0].data[:40])
+    # An exception is a tool error with its traceback, without terminal colours.
+    reply = await ctx.err("run_code", {"code": "def f():\n    return 1 / 0\nf()"}, "ZeroDivisionError", "return 1 / 0")
+    ctx.expect("\x1b[" not in reply.text, "no ANSI colours in the traceback", reply.text)
+    # A timeout interrupts the kernel; its state stays.
+    reply = await ctx.err("run_code", {"code": "import time\nwhile True: time.sleep(0.1)", "timeout_s": 1}, "timed out", "KeyboardInterrupt")
+    reply = await ctx.ok("run_code", {"code": "seen"})
+    ctx.expect(f"[result] '{ctx.tag}'" in reply.text, "state kept after the interrupt", reply.text)
+
+
 CHECKS: list[tuple[str, Callable[[Ctx], Awaitable[None]]]] = [
     ("1 list_tools", check_list_tools),
     ("2 bash basics", check_bash_basics),
@@ -493,7 +521,8 @@ CHECKS: list[tuple[str, Callable[[Ctx], Awaitable[None]]]] = [
     ("10 view_image", check_view_image),
     ("11 background processes", check_background_processes),
     ("12 the sandbox's own life", check_lifecycle),
-    ("13 no host paths in any text", check_no_host_paths),
+    ("13 run_code", check_run_code),
+    ("14 no host paths in any text", check_no_host_paths),
 ]
 
 
