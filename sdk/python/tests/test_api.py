@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import threading
 import time
 
 import pytest
@@ -256,3 +257,117 @@ async def test_the_async_client_does_what_the_sync_one_does(awarren: AsyncWarren
     with pytest.raises(WarrenError) as missing:
         await awarren.files.read(box, path="nope.txt")
     assert missing.value.status == 404
+
+
+def _main_results(execution: dict) -> list[str]:
+    return [r["data"]["text/plain"] for r in execution["results"] if r["is_main_result"]]
+
+
+def test_code_keeps_its_state_across_executions_in_the_default_context(warren: Warren, sandbox: str):
+    first = warren.code.execute(sandbox, code="x = 6 * 7\nprint('set')")
+    assert (first["context_id"], first["status"], first["stdout"], first["error"]) == ("default", "ok", "set\n", None)
+    second = warren.code.execute(sandbox, code="x")
+    assert (second["status"], _main_results(second)) == ("ok", ["42"])
+    assert second["execution_count"] == first["execution_count"] + 1
+    assert [c["id"] for c in warren.code.list(sandbox)["contexts"]] == ["default"]
+
+
+def test_code_events_stream_in_the_order_the_kernel_sends_them_with_end_last(warren: Warren, sandbox: str):
+    events = list(warren.run_code_stream(sandbox, "print('one')\n6 * 7"))
+    assert [e["type"] for e in events] == ["stdout", "result", "end"], events
+    stdout, result, end = events
+    assert stdout["text"] == "one\n" and stdout["timestamp"] > 0
+    assert (result["data"]["text/plain"], result["is_main_result"]) == ("42", True)
+    assert (end["context_id"], end["status"], end["execution_count"]) == ("default", "ok", 1)
+
+
+def test_a_matplotlib_plot_comes_back_as_a_png_result(warren: Warren, sandbox: str):
+    execution = warren.code.execute(
+        sandbox, code="import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()")
+    assert execution["status"] == "ok", execution["error"]
+    [plot] = [r for r in execution["results"] if "image/png" in r["data"]]
+    assert plot["is_main_result"] is False, "a displayed figure is not the cell's value"
+    assert base64.b64decode(plot["data"]["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_context_keeps_its_cwd_and_env_through_a_restart_that_loses_its_state_and_is_removed(
+        warren: Warren, sandbox: str):
+    warren.files.mkdir(sandbox, path="analysis")
+    made = warren.code.create(sandbox, id="ctx-1", cwd="analysis", env={"DATASET": "sales"})
+    assert (made["id"], made["language"], made["env"]) == ("ctx-1", "python", {"DATASET": "sales"})
+    assert made["cwd"].endswith("/analysis"), made
+    assert [c["id"] for c in warren.code.list(sandbox)["contexts"]] == ["ctx-1"]
+    assert warren.code.get(sandbox, "ctx-1")["pid"] == made["pid"]
+    seen = warren.code.execute(sandbox, context="ctx-1",
+                               code="import os\ny = 1\nprint(os.getcwd(), os.environ['DATASET'])")
+    assert seen["stdout"] == f"{made['cwd']} sales\n"
+    restarted = warren.code.restart(sandbox, "ctx-1")
+    assert (restarted["id"], restarted["cwd"], restarted["env"]) == ("ctx-1", made["cwd"], made["env"])
+    assert restarted["pid"] != made["pid"]
+    gone = warren.code.execute(sandbox, context="ctx-1", code="y")
+    assert (gone["status"], gone["error"]["name"]) == ("error", "NameError"), gone
+    kept = warren.code.execute(sandbox, context="ctx-1", code="import os\nprint(os.getcwd(), os.environ['DATASET'])")
+    assert kept["stdout"] == f"{made['cwd']} sales\n"
+    warren.code.remove(sandbox, "ctx-1")
+    assert warren.code.list(sandbox)["contexts"] == []
+    for call in (lambda: warren.code.get(sandbox, "ctx-1"),
+                 lambda: warren.code.execute(sandbox, context="ctx-1", code="1")):
+        with pytest.raises(WarrenError) as missing:
+            call()
+        assert (missing.value.status, missing.value.code) == (404, "code_context_not_found")
+
+
+def test_an_interrupt_ends_the_running_execution_with_keyboard_interrupt_and_keeps_the_state(
+        warren: Warren, sandbox: str):
+    warren.code.create(sandbox, id="loop")
+    warren.code.execute(sandbox, context="loop", code="kept = 'yes'")
+    started = threading.Event()
+    events: list[dict] = []
+
+    def run() -> None:
+        code = "import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.1)"
+        for event in warren.run_code_stream(sandbox, code, context="loop"):
+            events.append(event)
+            if event["type"] == "stdout":
+                started.set()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert started.wait(60), f"the loop did not start: {events}"
+    warren.code.interrupt(sandbox, "loop")
+    runner.join(60)
+    assert not runner.is_alive(), "the stream did not end after the interrupt"
+    assert [e["type"] for e in events[-2:]] == ["error", "end"], events
+    assert (events[-2]["name"], events[-1]["status"]) == ("KeyboardInterrupt", "error")
+    after = warren.code.execute(sandbox, context="loop", code="kept")
+    assert _main_results(after) == ["'yes'"]
+
+
+def test_an_execution_past_its_timeout_is_interrupted_and_ends_with_status_timeout(warren: Warren, sandbox: str):
+    warren.code.execute(sandbox, code="kept = 1")
+    began = time.monotonic()
+    looped = warren.code.execute(sandbox, code="while True:\n    pass", timeout_s=1)
+    assert looped["status"] == "timeout", looped
+    assert time.monotonic() - began < 30
+    assert _main_results(warren.code.execute(sandbox, code="kept + 1")) == ["2"], "the kernel's state stays"
+
+
+def test_an_unknown_language_is_refused_as_unsupported_language(warren: Warren, sandbox: str):
+    with pytest.raises(WarrenError) as refused:
+        warren.code.execute(sandbox, code="1", language="cobol")
+    assert (refused.value.status, refused.value.code) == (400, "unsupported_language")
+    with pytest.raises(WarrenError) as refused_context:
+        warren.code.create(sandbox, language="cobol")
+    assert (refused_context.value.status, refused_context.value.code) == (400, "unsupported_language")
+
+
+async def test_the_async_client_runs_code_gathered_and_streamed(awarren: AsyncWarren, uid: str):
+    box = (await awarren.sandboxes.create(uid=uid, runtime_scope_id="async-code"))["sandbox_id"]
+    gathered = await awarren.code.execute(box, code="z = 5\nz * 2")
+    assert (gathered["status"], _main_results(gathered)) == ("ok", ["10"])
+    code = "import os\nprint(z, os.environ['MODE'])"
+    events = [e async for e in awarren.run_code_stream(box, code, env={"MODE": "async"})]
+    assert [(e["type"], e.get("text")) for e in events] == [("stdout", "5 async\n"), ("end", None)]
+    assert events[-1]["status"] == "ok"
+    after = await awarren.code.execute(box, code="'MODE' in os.environ")
+    assert _main_results(after) == ["False"], "an execution's env is its own"

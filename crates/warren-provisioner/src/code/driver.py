@@ -7,7 +7,8 @@
 # per line, each with the id of the request it answers:
 #
 #   {"op": "execute", "id": ..., "code": ..., "env": {...}, "cwd": null}
-#       -> stdout / stderr / result / error events, then one "end"
+#       -> "started" once its kernel runs it, stdout / stderr / result / error events,
+#          then one "end"
 #   {"op": "interrupt", "id": ...}
 #       -> SIGINT to the kernel, at once (a reader thread serves it), when it runs that
 #          request (or anything, without an id); a request still waiting is dropped
@@ -104,7 +105,7 @@ kernel = Kernel()
 requests = queue.Queue()
 # The request the kernel runs now, and those cancelled before they ran.
 state_lock = threading.Lock()
-current = {"id": None}
+current = {"id": None, "interrupted": False}
 cancelled = set()
 
 
@@ -116,7 +117,20 @@ def interrupt(rid):
                 cancelled.add(rid)
                 emit({"id": rid, "t": "end", "status": "error", "count": None})
             return
+        # Remembered for a kernel still starting, which no signal reaches yet.
+        current["interrupted"] = True
     kernel.interrupt()
+
+
+def interrupted_before_it_ran(rid):
+    """Whether the request was interrupted while its kernel started; if so, says so."""
+    with state_lock:
+        if not current["interrupted"]:
+            return False
+    emit({"id": rid, "t": "error", "name": "KeyboardInterrupt",
+          "value": "interrupted before it ran (its kernel was starting)", "traceback": []})
+    emit({"id": rid, "t": "end", "status": "error", "count": None})
+    return True
 
 
 def read_requests():
@@ -137,15 +151,18 @@ def read_requests():
 
 
 def run_silently(code):
-    """Runs code the user does not see (no count, no history); True when it ran."""
+    """Runs code the user does not see (no count, no history); the error it raised, if any."""
     client = kernel.client
-    msg_id = client.execute(code, silent=True, store_history=False)
+    msg_id = client.execute(code, silent=True, store_history=False, stop_on_error=False)
+    failure = None
     while True:
         message = client.get_iopub_msg(timeout=READY_TIMEOUT)
         if message.get("parent_header", {}).get("msg_id") != msg_id:
             continue
+        if message["msg_type"] == "error":
+            failure = message["content"]
         if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
-            return True
+            return failure
 
 
 def settings_code(env, cwd):
@@ -187,11 +204,23 @@ def execute(request):
             return
     if restarted:
         emit({"id": rid, "t": "restarted"})
+    if interrupted_before_it_ran(rid):
+        return
     client = kernel.client
     setup, undo = settings_code(request.get("env") or {}, request.get("cwd"))
     if setup:
-        run_silently(setup)
-    msg_id = client.execute(request.get("code", ""), store_history=True, allow_stdin=False, stop_on_error=True)
+        failure = run_silently(setup)
+        if failure is not None:
+            if undo:
+                run_silently(undo)
+            emit({"id": rid, "t": "error", "name": failure.get("ename", ""),
+                  "value": "the execution's environment or working directory could not be set: %s"
+                  % failure.get("evalue", ""), "traceback": []})
+            emit({"id": rid, "t": "end", "status": "error", "count": None})
+            return
+    emit({"id": rid, "t": "started"})
+    # Each request is a cell of its own: no queued request may be aborted by an error.
+    msg_id = client.execute(request.get("code", ""), store_history=True, allow_stdin=False, stop_on_error=False)
     count = None
     status = "ok"
     while True:
@@ -263,6 +292,7 @@ def main():
                         cancelled.discard(rid)
                         continue
                     current["id"] = rid
+                    current["interrupted"] = False
                 try:
                     execute(request)
                 except Exception as error:

@@ -59,6 +59,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// After an execution's timeout interrupted its kernel, how long the kernel has to stop;
 /// then its context is restarted (its state is lost).
 const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+/// How long a kernel still starting when its execution's timeout passed has to start (the
+/// driver then ends the execution unrun; it gives up on a kernel after 60 s itself).
+const START_GRACE: Duration = Duration::from_secs(90);
 /// The tag prefix of a context's process.
 const TAG_PREFIX: &str = "code:";
 /// Environment the driver gets besides the context's.
@@ -297,6 +300,14 @@ fn mask_json(value: serde_json::Value, mask: &impl Fn(String) -> String) -> serd
     }
 }
 
+/// Whether a driver line says the kernel began to run this request.
+fn started(request: &str, line: &[u8]) -> bool {
+    // Short lines only: a result's data is never parsed twice.
+    line.len() < 256
+        && serde_json::from_slice::<DriverEvent>(line)
+            .is_ok_and(|event| event.t == "started" && event.id.as_deref() == Some(request))
+}
+
 /// An execution's event from a driver line, when the line is for it.
 fn event_for(request: &str, line: &[u8], context: &str) -> Option<CodeEvent> {
     let event: DriverEvent = serde_json::from_slice(line).ok()?;
@@ -430,7 +441,10 @@ impl Provisioner {
             quiet: true,
         };
         let info = match self.start_process(id, start, permit).await {
-            Err(ProvisionerError::ProcessNotStarted { reason }) => {
+            // No python3 at all; a working directory it cannot enter stays what it is.
+            Err(ProvisionerError::ProcessNotStarted { reason })
+                if reason.starts_with("cannot run \"python3\"") =>
+            {
                 return Err(ProvisionerError::CodeInterpreterUnavailable {
                     reason: format!("{reason}: the image needs python3 with ipykernel"),
                 })
@@ -615,7 +629,7 @@ impl Provisioner {
             masker,
             timeout: input.timeout,
             ended: false,
-            _busy: busy,
+            busy: Some(busy),
         };
         Ok(execution.events(output))
     }
@@ -714,8 +728,9 @@ struct Execution {
     timeout: Option<Duration>,
     /// Its end was handed on: dropping it interrupts nothing.
     ended: bool,
-    /// Holds the sandbox busy (the context's driver is quiet) until the execution ends.
-    _busy: crate::InflightHold,
+    /// Holds the sandbox busy (the context's driver is quiet) until the execution ended
+    /// and its end was recorded as the sandbox's last activity.
+    busy: Option<crate::InflightHold>,
 }
 
 impl Execution {
@@ -730,29 +745,35 @@ impl Execution {
 }
 
 impl Drop for Execution {
-    /// A caller that went away before the end interrupts its execution (or drops it, when
-    /// it still waits behind another), so an abandoned loop does not hold the kernel.
+    /// The end of an execution is the sandbox's last activity: the idle timeout counts
+    /// from it, and the sandbox stays busy until that is recorded. A caller that went away
+    /// before the end interrupts its execution (or drops it, when it still waits behind
+    /// another), so an abandoned loop does not hold the kernel.
     fn drop(&mut self) {
-        if self.ended {
-            return;
-        }
+        let busy = self.busy.take();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let provisioner = self.provisioner.clone();
         let sandbox = self.sandbox.clone();
         let pid = self.context.pid;
-        let line = self.interrupt_line();
+        let interrupt = (!self.ended).then(|| self.interrupt_line());
         runtime.spawn(async move {
-            let _ = provisioner.write_stdin(&sandbox, pid, &line, false).await;
+            if let Some(line) = interrupt {
+                let _ = provisioner.write_stdin(&sandbox, pid, &line, false).await;
+            }
+            if let Err(error) = provisioner.store.touch_sandbox(&sandbox).await {
+                tracing::warn!(%sandbox, %error, "could not record the end of an execution");
+            }
+            drop(busy);
         });
     }
 }
 
 /// Where an execution's stream is.
 enum Phase {
-    /// Waiting for the kernel.
-    Running,
+    /// Waiting for the kernel (`true` once it began to run this request).
+    Running(bool),
     /// Its timeout passed and the kernel was interrupted: waiting for it to stop.
     Interrupted,
     /// Its end was handed on.
@@ -768,7 +789,7 @@ impl Execution {
             self,
             output,
             Lines::default(),
-            Phase::Running,
+            Phase::Running(false),
             deadline,
             std::collections::VecDeque::<CodeEvent>::new(),
         );
@@ -813,6 +834,19 @@ impl Execution {
                                 continue;
                             };
                             for line in found {
+                                if started(&execution.request, &line) {
+                                    match phase {
+                                        Phase::Running(_) => phase = Phase::Running(true),
+                                        // Interrupted while its kernel started: the driver
+                                        // ends it now, unrun.
+                                        Phase::Interrupted => {
+                                            deadline =
+                                                Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                                        }
+                                        Phase::Done => {}
+                                    }
+                                    continue;
+                                }
                                 let Some(event) =
                                     event_for(&execution.request, &line, &execution.context.id)
                                 else {
@@ -863,15 +897,16 @@ impl Execution {
     /// The timeout passed: interrupt the kernel, and give it [`INTERRUPT_GRACE`]; after
     /// that, restart the context. Returns the next deadline.
     async fn deadline_passed(&self, phase: &mut Phase) -> Option<tokio::time::Instant> {
-        match phase {
-            Phase::Running => {
+        match *phase {
+            Phase::Running(began) => {
                 *phase = Phase::Interrupted;
                 let line = self.interrupt_line();
                 let _ = self
                     .provisioner
                     .write_stdin(&self.sandbox, self.context.pid, &line, false)
                     .await;
-                Some(tokio::time::Instant::now() + INTERRUPT_GRACE)
+                let grace = if began { INTERRUPT_GRACE } else { START_GRACE };
+                Some(tokio::time::Instant::now() + grace)
             }
             Phase::Interrupted | Phase::Done => {
                 // The kernel does not stop: its context starts anew, empty.

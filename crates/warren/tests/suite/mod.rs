@@ -34,6 +34,7 @@ mod auth;
 mod checkpoints;
 mod cli;
 mod cluster;
+mod code;
 mod config;
 // Its `conformance_suite!` also runs the layout rules on every backend (`layouts`).
 #[macro_use]
@@ -43,6 +44,7 @@ mod deerflow;
 mod docker;
 mod e2b;
 mod e2b_agentscope;
+mod e2b_code;
 mod e2b_langchain;
 mod e2b_metrics;
 mod e2b_operator;

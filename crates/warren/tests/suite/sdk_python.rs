@@ -99,7 +99,7 @@ fn the_sdk_covers_every_endpoint_family_and_agrees_with_the_openapi_document() {
         ],
         Duration::from_secs(300),
     );
-    assert_counts(&summary, 33, 0);
+    assert_counts(&summary, 41, 0);
 }
 
 #[test]

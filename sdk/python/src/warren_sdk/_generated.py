@@ -25,6 +25,13 @@ OPERATIONS: frozenset[tuple[str, str]] = frozenset({
     ("POST", "/v1/sandboxes/{id}/checkpoints"),
     ("GET", "/v1/sandboxes/{id}/checkpoints/{checkpoint_id}/diff"),
     ("POST", "/v1/sandboxes/{id}/checkpoints/{checkpoint_id}/restore"),
+    ("GET", "/v1/sandboxes/{id}/code/contexts"),
+    ("POST", "/v1/sandboxes/{id}/code/contexts"),
+    ("DELETE", "/v1/sandboxes/{id}/code/contexts/{context}"),
+    ("GET", "/v1/sandboxes/{id}/code/contexts/{context}"),
+    ("POST", "/v1/sandboxes/{id}/code/contexts/{context}/interrupt"),
+    ("POST", "/v1/sandboxes/{id}/code/contexts/{context}/restart"),
+    ("POST", "/v1/sandboxes/{id}/code/execute"),
     ("POST", "/v1/sandboxes/{id}/exec"),
     ("DELETE", "/v1/sandboxes/{id}/files"),
     ("GET", "/v1/sandboxes/{id}/files"),
@@ -231,6 +238,79 @@ ClusterNodeState: TypeAlias = "Literal[\"live\", \"lapsed\", \"left\"]"
 # Where a node's lease is.
 
 
+class CodeContext(TypedDict, total=False):
+    """An execution context."""
+    # When it was created or last restarted (RFC 3339).
+    created_at: Required[str]
+    # Its working directory, a virtual path.
+    cwd: Required[str]
+    # The environment it was created with.
+    env: Required[dict[str, str]]
+    # Its id.
+    id: Required[str]
+    # Its language.
+    language: Required[str]
+    # The pid of its driver, one of the sandbox's processes.
+    pid: Required[int]
+
+
+class CodeContextList(TypedDict, total=False):
+    """`GET /v1/sandboxes/{id}/code/contexts`."""
+    # The contexts, oldest first.
+    contexts: Required[builtins.list[CodeContext]]
+
+
+class CodeError(TypedDict, total=False):
+    """An error an execution raised."""
+    # The exception's name.
+    name: Required[str]
+    # Its traceback, line by line.
+    traceback: Required[builtins.list[str]]
+    # Its value.
+    value: Required[str]
+
+
+class CodeExecution(TypedDict, total=False):
+    """`POST .../code/execute` answered whole (no streaming `Accept`): every event gathered."""
+    # The context it ran in.
+    context_id: Required[str]
+    error: CodeError | None
+    # The kernel's execution count for it.
+    execution_count: int | None
+    # Its kernel had died and was started anew first.
+    restarted: Required[bool]
+    # Its results, in order: display calls and the cell's value.
+    results: Required[builtins.list[CodeResult]]
+    # How it ended.
+    status: Required[ExecutionStatus]
+    # Everything it wrote to stderr, in order.
+    stderr: Required[str]
+    # Everything it wrote to stdout, in order.
+    stdout: Required[str]
+
+
+class CodeResult(TypedDict, total=False):
+    """A result of an execution."""
+    # The MIME bundle.
+    data: Required[dict[str, Any]]
+    # The cell's own value rather than a display call's.
+    is_main_result: Required[bool]
+
+
+class CreateCodeContext(TypedDict, total=False):
+    """`POST /v1/sandboxes/{id}/code/contexts`: an execution context, a kernel that keeps its
+    state between executions. Its kernel starts on its first execution.
+    """
+    # Its working directory, a virtual path; default: the workdir.
+    cwd: str | None
+    # Environment for its kernel.
+    env: dict[str, str]
+    # Its id (1 to 64 letters, digits, `-`, `_`, `.`); default: a fresh UUID.
+    id: str | None
+    # Its language: `python` (default).
+    language: str | None
+
+
 class CreateGuard(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/guard`: the sandbox's execution guard for one executor (I33)."""
     # Who holds it: a run, worker or replica id, 1 to 256 bytes of printable text. Other
@@ -380,6 +460,10 @@ class ExecResult(TypedDict, total=False):
     timed_out: Required[bool]
     # Output was cut at the output cap.
     truncated: Required[bool]
+
+
+ExecutionStatus: TypeAlias = "Literal[\"ok\", \"error\", \"timeout\"]"
+# How an execution ended.
 
 
 class FileEntry(TypedDict, total=False):
@@ -703,6 +787,22 @@ class ReplaceAgentEnv(TypedDict, total=False):
 class ResumeSandbox(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/resume`."""
     # Seconds from now until a new deadline; default: the deadline stays, or goes if it
+    timeout_s: int | None
+
+
+class RunCode(TypedDict, total=False):
+    """`POST /v1/sandboxes/{id}/code/execute`: code to run in a context's kernel."""
+    # The code.
+    code: Required[str]
+    # The context to run it in; default: the language's default context (`default`),
+    context: str | None
+    # Working directory for this execution only, a virtual path.
+    cwd: str | None
+    # Environment for this execution only.
+    env: dict[str, str]
+    # The language when no context is named: `python` (default).
+    language: str | None
+    # Interrupt the kernel after this many seconds (the execution ends with status
     timeout_s: int | None
 
 
@@ -1060,6 +1160,141 @@ class CheckpointsApi:
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/checkpoints/{_seg(checkpoint_id)}/restore",
             headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+
+class CodeApi:
+    """`code`: 7 operations (sync)."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._t = transport
+
+    def create(
+        self,
+        sandbox_id: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        id: str | None = None,
+        language: str | None = None,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> CodeContext:
+        """`POST /v1/sandboxes/{id}/code/contexts`
+
+        Creates an execution context: a kernel that keeps its state between executions (its
+        variables, imports, working directory), started on its first execution as one of the
+        sandbox's processes.
+        """
+        return cast("CodeContext", self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts",
+            json={"cwd": cwd, "env": env, "id": id, "language": language},
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    def execute(
+        self,
+        sandbox_id: str,
+        *,
+        code: str,
+        context: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        language: str | None = None,
+        timeout_s: int | None = None,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> CodeExecution:
+        """`POST /v1/sandboxes/{id}/code/execute`
+
+        Runs code in a context's kernel, which keeps its state for the next execution. With
+        `Accept: application/x-ndjson` or `text/event-stream` the events stream as the kernel
+        sends them (stdout and stderr text, results with every MIME bundle, an error with its
+        traceback, `end` last); otherwise the answer gathers them. A client that goes away
+        before the end interrupts the kernel.
+        """
+        return cast("CodeExecution", self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/execute",
+            json={
+                "code": code,
+                "context": context,
+                "cwd": cwd,
+                "env": env,
+                "language": language,
+                "timeout_s": timeout_s,
+            },
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    def get(self, sandbox_id: str, context: str) -> CodeContext:
+        """`GET /v1/sandboxes/{id}/code/contexts/{context}`
+
+        One execution context.
+        """
+        return cast("CodeContext", self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}",
+            expect="json",
+        ))
+
+    def interrupt(self, sandbox_id: str, context: str, *, fence: str | int | None = None) -> None:
+        """`POST /v1/sandboxes/{id}/code/contexts/{context}/interrupt`
+
+        Interrupts what the context's kernel runs now (`KeyboardInterrupt` in Python): the
+        execution ends with its error, the context's state stays.
+        """
+        self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}/interrupt",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    def list(self, sandbox_id: str) -> CodeContextList:
+        """`GET /v1/sandboxes/{id}/code/contexts`
+
+        The sandbox's execution contexts, oldest first. A context ends with its runtime.
+        """
+        return cast("CodeContextList", self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts",
+            expect="json",
+        ))
+
+    def remove(self, sandbox_id: str, context: str, *, fence: str | int | None = None) -> None:
+        """`DELETE /v1/sandboxes/{id}/code/contexts/{context}`
+
+        Removes an execution context: its kernel is killed and its state is gone.
+        """
+        self._t.request(
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    def restart(
+        self,
+        sandbox_id: str,
+        context: str,
+        *,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> CodeContext:
+        """`POST /v1/sandboxes/{id}/code/contexts/{context}/restart`
+
+        Restarts an execution context's kernel: its state is gone; its id, language, working
+        directory and environment stay.
+        """
+        return cast("CodeContext", self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}/restart",
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
             expect="json",
         ))
 
@@ -2231,6 +2466,153 @@ class AsyncCheckpointsApi:
         ))
 
 
+class AsyncCodeApi:
+    """`code`: 7 operations (async)."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._t = transport
+
+    async def create(
+        self,
+        sandbox_id: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        id: str | None = None,
+        language: str | None = None,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> CodeContext:
+        """`POST /v1/sandboxes/{id}/code/contexts`
+
+        Creates an execution context: a kernel that keeps its state between executions (its
+        variables, imports, working directory), started on its first execution as one of the
+        sandbox's processes.
+        """
+        return cast("CodeContext", await self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts",
+            json={"cwd": cwd, "env": env, "id": id, "language": language},
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    async def execute(
+        self,
+        sandbox_id: str,
+        *,
+        code: str,
+        context: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        language: str | None = None,
+        timeout_s: int | None = None,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> CodeExecution:
+        """`POST /v1/sandboxes/{id}/code/execute`
+
+        Runs code in a context's kernel, which keeps its state for the next execution. With
+        `Accept: application/x-ndjson` or `text/event-stream` the events stream as the kernel
+        sends them (stdout and stderr text, results with every MIME bundle, an error with its
+        traceback, `end` last); otherwise the answer gathers them. A client that goes away
+        before the end interrupts the kernel.
+        """
+        return cast("CodeExecution", await self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/execute",
+            json={
+                "code": code,
+                "context": context,
+                "cwd": cwd,
+                "env": env,
+                "language": language,
+                "timeout_s": timeout_s,
+            },
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    async def get(self, sandbox_id: str, context: str) -> CodeContext:
+        """`GET /v1/sandboxes/{id}/code/contexts/{context}`
+
+        One execution context.
+        """
+        return cast("CodeContext", await self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}",
+            expect="json",
+        ))
+
+    async def interrupt(
+        self,
+        sandbox_id: str,
+        context: str,
+        *,
+        fence: str | int | None = None,
+    ) -> None:
+        """`POST /v1/sandboxes/{id}/code/contexts/{context}/interrupt`
+
+        Interrupts what the context's kernel runs now (`KeyboardInterrupt` in Python): the
+        execution ends with its error, the context's state stays.
+        """
+        await self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}/interrupt",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    async def list(self, sandbox_id: str) -> CodeContextList:
+        """`GET /v1/sandboxes/{id}/code/contexts`
+
+        The sandbox's execution contexts, oldest first. A context ends with its runtime.
+        """
+        return cast("CodeContextList", await self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts",
+            expect="json",
+        ))
+
+    async def remove(
+        self,
+        sandbox_id: str,
+        context: str,
+        *,
+        fence: str | int | None = None,
+    ) -> None:
+        """`DELETE /v1/sandboxes/{id}/code/contexts/{context}`
+
+        Removes an execution context: its kernel is killed and its state is gone.
+        """
+        await self._t.request(
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    async def restart(
+        self,
+        sandbox_id: str,
+        context: str,
+        *,
+        requested_by: str | int | None = None,
+        fence: str | int | None = None,
+    ) -> CodeContext:
+        """`POST /v1/sandboxes/{id}/code/contexts/{context}/restart`
+
+        Restarts an execution context's kernel: its state is gone; its id, language, working
+        directory and environment stay.
+        """
+        return cast("CodeContext", await self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/code/contexts/{_seg(context)}/restart",
+            headers={"X-Warren-Requested-By": requested_by, "X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+
 class AsyncEnvApi:
     """`env`: 5 operations (async)."""
 
@@ -3314,6 +3696,7 @@ class Groups:
     def __init__(self, transport: SyncTransport) -> None:
         self.artifacts = ArtifactsApi(transport)
         self.checkpoints = CheckpointsApi(transport)
+        self.code = CodeApi(transport)
         self.env = EnvApi(transport)
         self.files = FilesApi(transport)
         self.guard = GuardApi(transport)
@@ -3335,6 +3718,7 @@ class AsyncGroups:
     def __init__(self, transport: AsyncTransport) -> None:
         self.artifacts = AsyncArtifactsApi(transport)
         self.checkpoints = AsyncCheckpointsApi(transport)
+        self.code = AsyncCodeApi(transport)
         self.env = AsyncEnvApi(transport)
         self.files = AsyncFilesApi(transport)
         self.guard = AsyncGuardApi(transport)

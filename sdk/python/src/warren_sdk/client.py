@@ -1,6 +1,7 @@
 """`Warren` and `AsyncWarren`: every group of warren's `/v1` API (generated from its
 OpenAPI document) on one transport, and the streams the generated methods do not cover:
-an exec's output as it arrives, a process followed to its end, a directory watched."""
+an exec's output as it arrives, code's events as its kernel sends them, a process followed
+to its end, a directory watched."""
 
 from __future__ import annotations
 
@@ -67,6 +68,20 @@ class Warren(Groups):
                   "timeout_s": timeout_s, "shell": shell},
             headers={"X-Warren-Fence": fence})
 
+    def run_code_stream(self, sandbox_id: str, code: str, *, context: str | None = None,
+                        language: str | None = None, env: dict[str, str] | None = None,
+                        cwd: str | None = None, timeout_s: int | None = None,
+                        fence: str | int | None = None) -> Iterator[dict[str, Any]]:
+        """Runs code in a context's kernel (default: the language's `default` context) and
+        yields its `CodeEvent`s (`stdout`, `stderr`, `result`, `error`, `restarted`, then
+        `end`) as the kernel sends them. `code.execute` is the gathered form. Leaving the
+        loop early disconnects, which interrupts the execution."""
+        return self.transport.stream_lines(
+            "POST", f"/v1/sandboxes/{_seg(sandbox_id)}/code/execute",
+            json={"code": code, "context": context, "language": language, "env": env, "cwd": cwd,
+                  "timeout_s": timeout_s},
+            headers={"X-Warren-Fence": fence})
+
     def follow(self, sandbox_id: str, pid: int, *, from_: int = 0) -> Iterator[dict[str, Any]]:
         """Yields a process's `ProcessEvent`s from offset `from_` until it ended and its
         output is complete (`end`). Reconnect with the offset after the last byte seen to
@@ -115,6 +130,17 @@ class AsyncWarren(AsyncGroups):
             "POST", f"/v1/sandboxes/{_seg(sandbox_id)}/exec",
             json={"command": command, "argv": argv, "cwd": cwd, "env": env, "stdin": stdin,
                   "timeout_s": timeout_s, "shell": shell},
+            headers={"X-Warren-Fence": fence})
+
+    def run_code_stream(self, sandbox_id: str, code: str, *, context: str | None = None,
+                        language: str | None = None, env: dict[str, str] | None = None,
+                        cwd: str | None = None, timeout_s: int | None = None,
+                        fence: str | int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """`Warren.run_code_stream`, as an async iterator."""
+        return self.transport.stream_lines(
+            "POST", f"/v1/sandboxes/{_seg(sandbox_id)}/code/execute",
+            json={"code": code, "context": context, "language": language, "env": env, "cwd": cwd,
+                  "timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence})
 
     def follow(self, sandbox_id: str, pid: int, *, from_: int = 0) -> AsyncIterator[dict[str, Any]]:
