@@ -63,6 +63,9 @@ const DESTINATION: &str = concat!(
 /// A process's tag: 1 to 256 bytes with no control character.
 const PROCESS_TAG: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,256}$";
 
+/// A code context's id: letters, digits, `-`, `_`, `.`.
+const CODE_CONTEXT: &str = "^[A-Za-z0-9._-]{1,64}$";
+
 /// A fencing token (`X-Warren-Fence`, I33): a positive whole number without a leading
 /// zero. The server reads up to 2^63-1; the pattern stops at 18 digits so that every value
 /// it calls valid is one the server can read.
@@ -149,7 +152,7 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<Value> {
             "enum": warren_store::SandboxState::ALL.map(warren_store::SandboxState::as_str)}),
         ("path", "id") => string(SANDBOX_ID),
         ("path", "pid") => json!({"type": "integer", "minimum": 1, "maximum": i32::MAX}),
-        ("path", "context") => string("^[A-Za-z0-9._-]{1,64}$"),
+        ("path", "context") => string(CODE_CONTEXT),
         ("query", "from") => json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
         ("path" | "query", "uid") => string(UID),
         ("path", "name") => string(ENV_NAME),
@@ -220,6 +223,38 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
                    "additionalProperties": string("^[^\\u0000]{0,32768}$")}),
         ),
         ("StartProcess", "tag", string(PROCESS_TAG)),
+        ("CreateCodeContext", "id", string(CODE_CONTEXT)),
+        (
+            "CreateCodeContext",
+            "language",
+            json!({"enum": ["python", "python3", null]}),
+        ),
+        ("CreateCodeContext", "cwd", string(VIRTUAL_PATH)),
+        (
+            "CreateCodeContext",
+            "env",
+            json!({"propertyNames": string(ENV_NAME),
+                   "additionalProperties": string("^[^\\u0000]{0,32768}$")}),
+        ),
+        (
+            "RunCode",
+            "code",
+            json!({"maxLength": warren_provisioner::MAX_CODE_BYTES}),
+        ),
+        ("RunCode", "context", string(CODE_CONTEXT)),
+        (
+            "RunCode",
+            "language",
+            json!({"enum": ["python", "python3", null]}),
+        ),
+        ("RunCode", "cwd", string(VIRTUAL_PATH)),
+        ("RunCode", "timeout_s", json!({"minimum": 1})),
+        (
+            "RunCode",
+            "env",
+            json!({"propertyNames": string(ENV_NAME),
+                   "additionalProperties": string("^[^\\u0000]{0,32768}$")}),
+        ),
         (
             "TerminalSize",
             "cols",
