@@ -139,6 +139,7 @@ fn info(run: &RunRecord) -> RunInfo {
         kind: match run.kind {
             warren_store::RunKind::Exec => RunKind::Exec,
             warren_store::RunKind::Process => RunKind::Process,
+            warren_store::RunKind::Code => RunKind::Code,
         },
         tag: run.tag.clone(),
         pty: run.pty,

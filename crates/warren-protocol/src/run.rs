@@ -11,6 +11,8 @@ pub enum RunKind {
     Exec,
     /// A long-running process the caller started and comes back to.
     Process,
+    /// One execution of code in a code context's kernel (`tag` is the context's id).
+    Code,
 }
 
 /// Where a run is in its life.

@@ -328,17 +328,20 @@ pub enum RunKind {
     Exec,
     /// A long-running process the caller starts and comes back to.
     Process,
+    /// One execution of code in a code context's kernel (its tag is the context's id).
+    Code,
 }
 
 impl RunKind {
     /// Every kind.
-    pub const ALL: [Self; 2] = [Self::Exec, Self::Process];
+    pub const ALL: [Self; 3] = [Self::Exec, Self::Process, Self::Code];
 
     /// The snake_case name, as stored and serialised.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Exec => "exec",
             Self::Process => "process",
+            Self::Code => "code",
         }
     }
 }

@@ -31,6 +31,8 @@ use warren_core::{SandboxId, SecretMasker};
 
 pub use warren_protocol::{CodeEvent, ExecutionStatus};
 
+use warren_store::{NewRun, RunKind, RunOutcome};
+
 use crate::processes::{OutputEvent, ProcessInfo, ProcessState, StartProcess};
 use crate::{FencePermit, Provisioner, ProvisionerError};
 
@@ -62,6 +64,8 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 /// How long a kernel still starting when its execution's timeout passed has to start (the
 /// driver then ends the execution unrun; it gives up on a kernel after 60 s itself).
 const START_GRACE: Duration = Duration::from_secs(90);
+/// Most characters of an execution's code its run record keeps.
+const RECORDED_CODE_CHARS: usize = 4096;
 /// The tag prefix of a context's process.
 const TAG_PREFIX: &str = "code:";
 /// Environment the driver gets besides the context's.
@@ -620,7 +624,33 @@ impl Provisioner {
         let from = self.process_info(id, context.pid).await?.output.1;
         let output = self.follow_process(id, context.pid, from).await?;
         let busy = self.inflight.hold(id.clone());
-        self.write_stdin(id, context.pid, &line, false).await?;
+        // Each execution is a run of its own (I22): the code (masked, cut), its context.
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let record = self.sandbox(id).await?;
+        let shown: String = input.code.chars().take(RECORDED_CODE_CHARS).collect();
+        self.store
+            .start_run(&NewRun {
+                id: run_id.clone(),
+                sandbox_id: id.clone(),
+                generation: record.generation,
+                command: String::from_utf8_lossy(&masker.mask(shown.as_bytes())).into_owned(),
+                cwd: cwd.clone().unwrap_or_else(|| context.cwd.clone()),
+                requested_by: input.requested_by.clone(),
+                owner: self.owner_fence(id),
+                kind: RunKind::Code,
+                tag: Some(context.id.clone()),
+                pty: false,
+            })
+            .await?;
+        if let Err(error) = self.write_stdin(id, context.pid, &line, false).await {
+            crate::exec::record_failure(
+                self.store.as_ref(),
+                &run_id,
+                &format!("not_started: {error}"),
+            )
+            .await;
+            return Err(error);
+        }
         let execution = Execution {
             provisioner: self.clone(),
             sandbox: id.clone(),
@@ -628,6 +658,9 @@ impl Provisioner {
             request: request_id,
             masker,
             timeout: input.timeout,
+            run_id,
+            started: std::time::Instant::now(),
+            status: None,
             ended: false,
             busy: Some(busy),
         };
@@ -726,6 +759,12 @@ struct Execution {
     request: String,
     masker: SecretMasker,
     timeout: Option<Duration>,
+    /// Its run record.
+    run_id: String,
+    /// When it was asked for.
+    started: std::time::Instant,
+    /// How it ended, once its end came.
+    status: Option<ExecutionStatus>,
     /// Its end was handed on: dropping it interrupts nothing.
     ended: bool,
     /// Holds the sandbox busy (the context's driver is quiet) until the execution ended
@@ -758,11 +797,29 @@ impl Drop for Execution {
         let sandbox = self.sandbox.clone();
         let pid = self.context.pid;
         let interrupt = (!self.ended).then(|| self.interrupt_line());
+        let outcome = RunOutcome {
+            exit_code: match self.status {
+                Some(ExecutionStatus::Ok) => Some(0),
+                Some(ExecutionStatus::Error) => Some(1),
+                Some(ExecutionStatus::Timeout) | None => None,
+            },
+            timed_out: self.status == Some(ExecutionStatus::Timeout),
+            duration_ms: i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            failure: self
+                .status
+                .is_none()
+                .then(|| "interrupted: the caller went away before the end".to_owned()),
+            ..RunOutcome::default()
+        };
+        let run_id = self.run_id.clone();
         runtime.spawn(async move {
             if let Some(line) = interrupt {
                 let _ = provisioner.write_stdin(&sandbox, pid, &line, false).await;
             }
-            if let Err(error) = provisioner.store.touch_sandbox(&sandbox).await {
+            // Finishing the run moves the sandbox's last activity too.
+            if let Err(crate::exec::RunError::Store(error)) =
+                crate::exec::record_outcome(provisioner.store.as_ref(), &run_id, &outcome).await
+            {
                 tracing::warn!(%sandbox, %error, "could not record the end of an execution");
             }
             drop(busy);
@@ -798,9 +855,10 @@ impl Execution {
             |(mut execution, mut output, mut lines, mut phase, mut deadline, mut queue)| async move {
                 loop {
                     if let Some(event) = queue.pop_front() {
-                        if matches!(event, CodeEvent::End { .. }) {
+                        if let CodeEvent::End { status, .. } = &event {
                             phase = Phase::Done;
                             execution.ended = true;
+                            execution.status = Some(*status);
                         }
                         let event = mask_event(event, &execution.masker);
                         return Some((event, (execution, output, lines, phase, deadline, queue)));

@@ -1211,9 +1211,24 @@ pub async fn a_runs_kind_tag_and_terminal_are_recorded_and_listed(backend: &dyn 
         (finished.kind, finished.tag.as_deref(), finished.pty),
         (RunKind::Process, Some("dev-server"), true)
     );
+    // One execution of code in a context's kernel, tagged with the context.
+    let code = store
+        .start_run(&NewRun {
+            kind: RunKind::Code,
+            tag: Some("default".to_owned()),
+            ..run("code-1", &sandbox.id, 1)
+        })
+        .await
+        .unwrap();
+    let code = store.finish_run(&code.id, &exited(1)).await.unwrap();
+    assert_eq!(
+        (code.kind, code.tag.as_deref(), code.exit_code),
+        (RunKind::Code, Some("default"), Some(1))
+    );
     let listed = runs_of(&*store, &sandbox.id, 10).await;
     assert!(listed.contains(&exec), "{listed:?}");
     assert!(listed.contains(&finished), "{listed:?}");
+    assert!(listed.contains(&code), "{listed:?}");
 }
 
 pub async fn runs_are_filtered_by_status_and_start_time_in_either_scope(backend: &dyn Backend) {

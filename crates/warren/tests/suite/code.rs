@@ -166,6 +166,36 @@ async fn a_kernel_keeps_its_state_and_streams_rich_results_in_order(host: Host) 
     )
     .await;
     assert_eq!(value_of(&after), "(None, False)");
+
+    // Each execution is a run of its own (I22), beside its context's one process run.
+    let (status, runs) = send(
+        &server,
+        Method::GET,
+        &format!("/v1/sandboxes/{id}/runs?limit=100"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{runs}");
+    let code: Vec<&Value> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "code")
+        .collect();
+    assert_eq!(code.len(), 9, "{runs}");
+    assert!(code
+        .iter()
+        .all(|r| r["tag"] == "default" && r["status"] == "finished"));
+    let failed_run = code
+        .iter()
+        .find(|r| r["command"].as_str().unwrap().starts_with("def f():"))
+        .expect("the failing execution's run");
+    assert_eq!(failed_run["exit_code"], 1, "{failed_run}");
+    let first_run = code
+        .iter()
+        .find(|r| r["command"] == "x = 20\nprint('set')\nx + 1")
+        .expect("the first execution's run");
+    assert_eq!(first_run["exit_code"], 0, "{first_run}");
 }
 
 async fn contexts_are_created_listed_restarted_interrupted_and_removed(host: Host) {
@@ -378,7 +408,10 @@ async fn a_timeout_or_a_caller_that_goes_away_interrupts_only_its_execution(host
     assert_eq!(timed["error"]["name"], "KeyboardInterrupt");
     let kept = run(&server, &id, json!({"code": "kept"})).await;
     if kept["results"].as_array().unwrap().is_empty() {
-        panic!("no value after the timeout: {kept}\n{}", driver_log(&server, &id).await);
+        panic!(
+            "no value after the timeout: {kept}\n{}",
+            driver_log(&server, &id).await
+        );
     }
     assert_eq!(value_of(&kept), "'yes'");
 
@@ -409,7 +442,10 @@ async fn a_timeout_or_a_caller_that_goes_away_interrupts_only_its_execution(host
     let started = Instant::now();
     let next = run(&server, &id, json!({"code": "'next'"})).await;
     if next["results"].as_array().unwrap().is_empty() {
-        panic!("no value after the abandoned execution: {next}\n{}", driver_log(&server, &id).await);
+        panic!(
+            "no value after the abandoned execution: {next}\n{}",
+            driver_log(&server, &id).await
+        );
     }
     assert_eq!(value_of(&next), "'next'");
     assert!(

@@ -850,7 +850,7 @@ class RunInfo(TypedDict, total=False):
     timed_out: Required[bool]
 
 
-RunKind: TypeAlias = "Literal[\"exec\", \"process\"]"
+RunKind: TypeAlias = "Literal[\"exec\", \"process\", \"code\"]"
 # What kind of run a record is.
 
 
