@@ -304,7 +304,7 @@ mod tests {
         let info = &doc["components"]["schemas"]["RunInfo"];
         assert_eq!(
             doc["components"]["schemas"]["RunKind"]["enum"],
-            serde_json::json!(["exec", "process"])
+            serde_json::json!(["exec", "process", "code"])
         );
         assert_eq!(
             info["properties"]["status"]["$ref"],

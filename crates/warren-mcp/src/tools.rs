@@ -921,8 +921,8 @@ mod tests {
     fn every_tool_has_an_object_schema_and_a_description() {
         let tools = definitions(&Layout::ARS);
         // Nine file and command tools, five for background processes, five for the
-        // sandbox's own life.
-        assert_eq!(tools.len(), 19);
+        // sandbox's own life, one for code in a kernel.
+        assert_eq!(tools.len(), 20);
         for tool in &tools {
             assert_eq!(
                 tool.input_schema.get("type"),
@@ -953,7 +953,7 @@ mod tests {
         for mount in ["/mnt/user-data", "/mnt/skills/public", "/mnt/skills/custom"] {
             assert!(deerflow.contains(mount), "{mount}");
         }
-        assert_eq!(definitions(&Layout::DEERFLOW).len(), 19);
+        assert_eq!(definitions(&Layout::DEERFLOW).len(), 20);
     }
 
     #[test]

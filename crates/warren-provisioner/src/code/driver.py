@@ -20,6 +20,7 @@ import json
 import os
 import queue
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -66,7 +67,9 @@ class Kernel:
             ip=os.path.join(self.dir, "k"),
             connection_file=os.path.join(self.dir, "kernel.json"),
         )
-        manager.start_kernel(cwd=os.getcwd())
+        # The kernel's own stdout is not the driver's: what bypasses ipykernel's capture
+        # must never land between the event lines. Its stderr (logs) is the driver's.
+        manager.start_kernel(cwd=os.getcwd(), stdout=subprocess.DEVNULL)
         client = manager.client()
         client.start_channels()
         client.wait_for_ready(timeout=READY_TIMEOUT)

@@ -203,6 +203,9 @@ impl Provisioner {
             }
             None => uuid::Uuid::new_v4().to_string(),
         };
+        // One creator at a time per sandbox on this node: two creates of one id make one.
+        let lock = self.code_creation_lock(id);
+        let _creating = lock.lock().await;
         let existing = self.code_contexts(id).await?;
         if existing.iter().any(|c| c.id == context) {
             return Err(ProvisionerError::CodeContextExists {

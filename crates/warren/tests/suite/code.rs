@@ -151,6 +151,18 @@ async fn a_kernel_keeps_its_state_and_streams_rich_results_in_order(host: Host) 
         "20"
     );
 
+    // Output that bypasses Python's streams (a child process writing to fd 1) arrives as
+    // stdout, and never between the driver's event lines.
+    let child = run(
+        &server,
+        &id,
+        json!({"code": "import subprocess\nsubprocess.run(['echo', 'from-a-child'])\n'after'"}),
+    )
+    .await;
+    assert_eq!(child["status"], "ok", "{child}");
+    assert_eq!(value_of(&child), "'after'");
+    assert_eq!(child["stdout"], "from-a-child\n", "{child}");
+
     // Environment and working directory for one execution only.
     let once = run(
         &server,
@@ -182,7 +194,7 @@ async fn a_kernel_keeps_its_state_and_streams_rich_results_in_order(host: Host) 
         .iter()
         .filter(|r| r["kind"] == "code")
         .collect();
-    assert_eq!(code.len(), 9, "{runs}");
+    assert_eq!(code.len(), 10, "{runs}");
     assert!(code
         .iter()
         .all(|r| r["tag"] == "default" && r["status"] == "finished"));
@@ -238,6 +250,17 @@ async fn contexts_are_created_listed_restarted_interrupted_and_removed(host: Hos
         value_of(&run(&server, &id, json!({"code": "owner"})).await),
         "'default'"
     );
+    // Creates of one id that race make one context.
+    let racing = (0..4).map(|_| send(&server, Method::POST, &base, json!({"id": "race"})));
+    let mut statuses: Vec<u16> = futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, vec![201, 409, 409, 409]);
+    let (status, _) = send(&server, Method::DELETE, &format!("{base}/race"), json!({})).await;
+    assert_eq!(status, 204);
     let (status, again) = send(&server, Method::POST, &base, json!({"id": "nb"})).await;
     assert_eq!(
         (status, again["error"]["code"].as_str()),
