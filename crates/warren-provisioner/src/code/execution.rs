@@ -157,6 +157,8 @@ impl Execution {
                     match next {
                         Some(OutputEvent::Output(piece)) if piece.stream == OutputStream::Stdout => {
                             let Ok(found) = lines.push(&piece.bytes) else {
+                                // The rest of it cannot be read: the kernel stops too.
+                                execution.interrupt().await;
                                 queue.extend(driver_failure(
                                     "OutputTooLarge",
                                     format!(
@@ -200,6 +202,7 @@ impl Execution {
                         }
                         Some(OutputEvent::Output(_)) => {}
                         Some(OutputEvent::Lost { from, to }) => {
+                            execution.interrupt().await;
                             queue.extend(driver_failure(
                                 "OutputLost",
                                 format!("{} bytes of the execution's output were lost", to - from),
@@ -227,17 +230,22 @@ impl Execution {
         .boxed()
     }
 
+    /// Interrupts this execution (and nothing else) in the kernel.
+    async fn interrupt(&self) {
+        let line = self.interrupt_line();
+        let _ = self
+            .provisioner
+            .write_stdin(&self.sandbox, self.context.pid, &line, false)
+            .await;
+    }
+
     /// The timeout passed: interrupt the kernel, and give it [`INTERRUPT_GRACE`]; after
     /// that, restart the context. Returns the next deadline.
     async fn deadline_passed(&self, phase: &mut Phase) -> Option<tokio::time::Instant> {
         match *phase {
             Phase::Running(began) => {
                 *phase = Phase::Interrupted;
-                let line = self.interrupt_line();
-                let _ = self
-                    .provisioner
-                    .write_stdin(&self.sandbox, self.context.pid, &line, false)
-                    .await;
+                self.interrupt().await;
                 let grace = if began { INTERRUPT_GRACE } else { START_GRACE };
                 Some(tokio::time::Instant::now() + grace)
             }

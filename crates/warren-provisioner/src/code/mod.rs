@@ -281,18 +281,23 @@ impl Provisioner {
             self.write_stdin(id, pid, &program, false).await?;
             first_line(output).await
         };
+        let unavailable = |reason: String| ProvisionerError::CodeInterpreterUnavailable { reason };
         let failed = match tokio::time::timeout(READY_TIMEOUT, ready).await {
             Ok(Ok(line)) => match serde_json::from_slice::<DriverEvent>(&line) {
                 Ok(event) if event.t == "ready" => None,
-                Ok(event) => Some(event.message.unwrap_or(event.t)),
-                Err(_) => Some(String::from_utf8_lossy(&line).trim().to_owned()),
+                // `unavailable`: what the image lacks.
+                Ok(event) => Some(unavailable(event.message.unwrap_or(event.t))),
+                Err(_) => Some(unavailable(
+                    String::from_utf8_lossy(&line).trim().to_owned(),
+                )),
             },
-            Ok(Err(error)) => Some(error.to_string()),
-            Err(_) => Some("the driver did not start in time".to_owned()),
+            // The driver ended first (`first_line` says why), or the runtime went away.
+            Ok(Err(error)) => Some(error),
+            Err(_) => Some(unavailable("the driver did not start in time".to_owned())),
         };
-        if let Some(reason) = failed {
+        if let Some(error) = failed {
             let _ = self.kill_process(id, pid).await;
-            return Err(ProvisionerError::CodeInterpreterUnavailable { reason });
+            return Err(error);
         }
         Ok(CodeContext {
             id: context.to_owned(),

@@ -667,6 +667,16 @@ async fn code_errors_are_clear(host: Host) {
         (422, Some("code_interpreter_unavailable")),
         "{body}"
     );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        message.matches("cannot run a code interpreter").count(),
+        1,
+        "said once: {message}"
+    );
+    assert!(
+        message.contains("the driver ended before it was ready"),
+        "{message}"
+    );
     // Nothing is left of the failed contexts: only the default one is there.
     let (_, listed) = send(
         &server,
