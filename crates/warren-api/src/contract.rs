@@ -227,7 +227,7 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
         (
             "CreateCodeContext",
             "language",
-            json!({"enum": ["python", "python3", null]}),
+            json!({"enum": ["python", "python3", "bash", null]}),
         ),
         ("CreateCodeContext", "cwd", string(VIRTUAL_PATH)),
         (
@@ -245,7 +245,7 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
         (
             "RunCode",
             "language",
-            json!({"enum": ["python", "python3", null]}),
+            json!({"enum": ["python", "python3", "bash", null]}),
         ),
         ("RunCode", "cwd", string(VIRTUAL_PATH)),
         ("RunCode", "timeout_s", json!({"minimum": 1})),

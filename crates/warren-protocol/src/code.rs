@@ -15,7 +15,7 @@ pub struct CreateCodeContext {
     /// Its id (1 to 64 letters, digits, `-`, `_`, `.`); default: a fresh UUID.
     #[serde(default)]
     pub id: Option<String>,
-    /// Its language: `python` (default).
+    /// Its language: `python` (default) or `bash` (where the image has bash_kernel).
     #[serde(default)]
     pub language: Option<String>,
     /// Its working directory, a virtual path; default: the workdir.
@@ -60,7 +60,7 @@ pub struct RunCode {
     /// created when missing. Not with `language`.
     #[serde(default)]
     pub context: Option<String>,
-    /// The language when no context is named: `python` (default).
+    /// The language when no context is named: `python` (default) or `bash`.
     #[serde(default)]
     pub language: Option<String>,
     /// Environment for this execution only.

@@ -775,7 +775,7 @@ pub const CODES: &[Code] = &[
     Code {
         code: "unsupported_language",
         statuses: &[400],
-        meaning: "No code interpreter for that language; warren runs `python`.",
+        meaning: "No code interpreter for that language; warren runs `python` and `bash` (where the image has bash_kernel).",
     },
     Code {
         code: "unsupported_media_type",

@@ -344,7 +344,7 @@ pub enum ProvisionerError {
         reason: String,
     },
     /// No kernel for that language.
-    #[error("no code interpreter for language {language:?}; warren runs \"python\"")]
+    #[error("no code interpreter for language {language:?}; warren runs \"python\" and \"bash\"")]
     UnsupportedLanguage {
         /// The language asked for.
         language: String,

@@ -59,8 +59,8 @@ use warren_core::NetworkPolicy;
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
 pub use classify::{one_of_every_kind, Class, ErrorKind};
 pub use code::{
-    check_language, CodeContext, CodeEvent, ExecutionStatus, NewContext, RunCode, DEFAULT_CONTEXT,
-    LANGUAGES, MAX_CODE_BYTES, MAX_CONTEXTS,
+    check_language, default_context_id, CodeContext, CodeEvent, ExecutionStatus, NewContext,
+    RunCode, DEFAULT_CONTEXT, LANGUAGES, MAX_CODE_BYTES, MAX_CONTEXTS,
 };
 pub use drain::DrainReport;
 pub use error::{

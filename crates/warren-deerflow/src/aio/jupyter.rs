@@ -16,7 +16,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use warren_protocol::{CodeEvent, ExecutionStatus};
 use warren_provisioner::{
-    CodeContext, FencePermit, NewContext, ProvisionerError, RunCode, DEFAULT_CONTEXT, MAX_CONTEXTS,
+    default_context_id, CodeContext, FencePermit, NewContext, ProvisionerError, RunCode,
+    MAX_CONTEXTS,
 };
 
 use super::{ok_with, AioError, AioJson, AioSandbox, AioState};
@@ -52,13 +53,23 @@ struct CreateRequest {
     cwd: Option<String>,
 }
 
-/// The language of a kernel name: `python3`, `python3.11`, `python`.
+/// The kernel name of a language, as Jupyter names it.
+fn kernel_name(language: &str) -> &'static str {
+    if language == "bash" {
+        "bash"
+    } else {
+        KERNEL
+    }
+}
+
+/// The language of a kernel name: `python3`, `python3.11`, `python`, `bash`.
 fn language_of(kernel: Option<&str>) -> Result<&'static str, AioError> {
     match kernel {
         None => Ok("python"),
         Some(name) if name == "python" || name.starts_with("python3") => Ok("python"),
+        Some("bash") => Ok("bash"),
         Some(name) => Err(AioError::bad_request(format!(
-            "no kernel {name:?}; this sandbox runs {KERNEL}"
+            "no kernel {name:?}; this sandbox runs {KERNEL} and bash"
         ))),
     }
 }
@@ -81,7 +92,7 @@ async fn execute(
     let provisioner = &state.provisioner;
     let session = match request.session_id {
         Some(session) => {
-            ensure_session(&state, &sandbox, &session, request.cwd.clone()).await?;
+            ensure_session(&state, &sandbox, &session, language, request.cwd.clone()).await?;
             Some(session)
         }
         None => None,
@@ -103,7 +114,7 @@ async fn execute(
     let mut outputs = Vec::new();
     let mut status = "error";
     let mut execution_count = None;
-    let mut context_id = session.unwrap_or_else(|| DEFAULT_CONTEXT.to_owned());
+    let mut context_id = session.unwrap_or_else(|| default_context_id(language));
     for event in events {
         match event {
             CodeEvent::Stdout { text, .. } => {
@@ -152,7 +163,7 @@ async fn execute(
     Ok(ok_with(
         "Code executed successfully",
         json!({
-            "kernel_name": KERNEL,
+            "kernel_name": kernel_name(language),
             "session_id": context_id,
             "status": status,
             "execution_count": execution_count,
@@ -168,6 +179,7 @@ async fn ensure_session(
     state: &AioState,
     sandbox: &AioSandbox,
     session: &str,
+    language: &str,
     cwd: Option<String>,
 ) -> Result<(CodeContext, bool), AioError> {
     match state.provisioner.code_context(&sandbox.id, session).await {
@@ -181,6 +193,7 @@ async fn ensure_session(
             &sandbox.id,
             NewContext {
                 id: Some(session.to_owned()),
+                language: Some(language.to_owned()),
                 cwd,
                 requested_by: "deerflow:aio".to_owned(),
                 ..Default::default()
@@ -224,7 +237,7 @@ async fn list(State(state): State<AioState>, sandbox: AioSandbox) -> Result<Json
         .map(|context| {
             let started = context.created_at;
             let entry = json!({
-                "kernel_name": KERNEL,
+                "kernel_name": kernel_name(&context.language),
                 // warren does not track a session's last use: its start stands for it.
                 "last_used": started.timestamp_millis() as f64 / 1000.0,
                 "age_seconds": (now - started).num_seconds().max(0),
@@ -240,11 +253,11 @@ async fn create(
     sandbox: AioSandbox,
     AioJson(request): AioJson<CreateRequest>,
 ) -> Result<Json<Value>, AioError> {
-    language_of(request.kernel_name.as_deref())?;
+    let language = language_of(request.kernel_name.as_deref())?;
     let session = request
         .session_id
         .unwrap_or_else(|| format!("jp-{}", uuid::Uuid::new_v4().simple()));
-    let (context, made) = ensure_session(&state, &sandbox, &session, request.cwd).await?;
+    let (context, made) = ensure_session(&state, &sandbox, &session, language, request.cwd).await?;
     let message = if made {
         "Session created"
     } else {
@@ -252,7 +265,7 @@ async fn create(
     };
     Ok(ok_with(
         message,
-        json!({"session_id": context.id, "kernel_name": KERNEL, "message": message}),
+        json!({"session_id": context.id, "kernel_name": kernel_name(&context.language), "message": message}),
     ))
 }
 

@@ -26,6 +26,8 @@ import tempfile
 import threading
 import time
 
+# The kernel this context runs: `python3` (ipykernel) or `bash` (bash_kernel).
+KERNEL = os.environ.pop("WARREN_CODE_KERNEL", "python3")
 # Longest text of one stream event: longer output arrives as several events.
 STREAM_CHUNK = 64 * 1024
 # How long a kernel has to answer its first request.
@@ -62,7 +64,7 @@ class Kernel:
         self.stop()
         self.dir = tempfile.mkdtemp(prefix="warren-kernel-")
         manager = KernelManager(
-            kernel_name="python3",
+            kernel_name=KERNEL,
             transport="ipc",
             ip=os.path.join(self.dir, "k"),
             connection_file=os.path.join(self.dir, "kernel.json"),
@@ -168,10 +170,31 @@ def run_silently(code):
             return failure
 
 
+def shell_quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def bash_settings_code(env, cwd):
+    """The same for bash: exported variables and the directory, put back after."""
+    doing, undoing = [], []
+    for index, (name, value) in enumerate(env.items()):
+        saved = "_warren_env_%d" % index
+        doing.append('%s_set="${%s+1}"; %s="${%s-}"; export %s=%s'
+                     % (saved, name, saved, name, name, shell_quote(value)))
+        undoing.append('if [ -n "$%s_set" ]; then export %s="$%s"; else unset %s; fi; unset %s %s_set'
+                       % (saved, name, saved, name, saved, saved))
+    if cwd:
+        doing.append('_warren_cwd="$PWD"; cd -- %s' % shell_quote(cwd))
+        undoing.append('cd -- "$_warren_cwd"; unset _warren_cwd')
+    return "\n".join(doing), "\n".join(undoing)
+
+
 def settings_code(env, cwd):
     """Code that sets env vars and the working directory, and code that undoes it."""
     if not env and not cwd:
         return None, None
+    if KERNEL == "bash":
+        return bash_settings_code(env, cwd)
     doing = ["import os as _warren_os"]
     undoing = ["import os as _warren_os"]
     if env:
@@ -226,6 +249,7 @@ def execute(request):
     msg_id = client.execute(request.get("code", ""), store_history=True, allow_stdin=False, stop_on_error=False)
     count = None
     status = "ok"
+    errored = False
     while True:
         try:
             message = client.get_iopub_msg(timeout=0.5)
@@ -253,8 +277,9 @@ def execute(request):
             })
         elif kind == "error":
             status = "error"
+            errored = True
             emit({
-                "id": rid, "t": "error", "name": content.get("ename", ""),
+                "id": rid, "t": "error", "name": content.get("ename") or "Error",
                 "value": content.get("evalue", ""), "traceback": content.get("traceback", []),
             })
         elif kind == "execute_input":
@@ -269,6 +294,9 @@ def execute(request):
         status = reply["content"].get("status", status)
     except queue.Empty:
         pass
+    if status == "abort" and not errored:
+        # A kernel that stopped on an interrupt without saying so (bash_kernel).
+        emit({"id": rid, "t": "error", "name": "KeyboardInterrupt", "value": "interrupted", "traceback": []})
     if undo:
         run_silently(undo)
     emit({"id": rid, "t": "end", "status": status, "count": count})
@@ -278,9 +306,17 @@ def main():
     try:
         import jupyter_client  # noqa: F401
         import ipykernel  # noqa: F401
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
     except ImportError as error:
         emit({"t": "unavailable", "message": "%s: the image needs jupyter_client and ipykernel" % error})
         return
+    if KERNEL != "python3":
+        try:
+            KernelSpecManager().get_kernel_spec(KERNEL)
+        except NoSuchKernel:
+            emit({"t": "unavailable", "message": "the image has no Jupyter kernel %r (for bash: "
+                  "pip install bash_kernel && python3 -m bash_kernel.install)" % KERNEL})
+            return
     threading.Thread(target=read_requests, daemon=True).start()
     emit({"t": "ready"})
     try:

@@ -46,9 +46,14 @@ pub const DRIVER: &str = include_str!("driver.py");
 /// stdin.
 const BOOT: &str =
     "import sys,json;exec(compile(json.loads(sys.stdin.readline()),'warren-code','exec'))";
-/// Languages a context may have.
-pub const LANGUAGES: &[&str] = &["python"];
-/// The id of a language's default context, the one an execution naming none runs in.
+/// Languages a context may have, each with the Jupyter kernel that runs it: Python's
+/// ipykernel, and bash_kernel where the image has it.
+pub const LANGUAGES: &[(&str, &str)] = &[("python", "python3"), ("bash", "bash")];
+/// The variable that tells the driver its kernel (the driver takes it out of its own
+/// environment, so the kernel never sees it).
+const KERNEL_ENV: &str = "WARREN_CODE_KERNEL";
+/// The id of Python's default context, the one an execution naming neither a context nor
+/// another language runs in; another language's is `default-<language>` ([`default_context_id`]).
 pub const DEFAULT_CONTEXT: &str = "default";
 /// Most contexts one sandbox may have (each is a process, counted against the sandbox's
 /// processes too).
@@ -155,6 +160,7 @@ fn context_env(mut env: BTreeMap<String, String>) -> BTreeMap<String, String> {
     for (name, _) in DRIVER_ENV {
         env.remove(*name);
     }
+    env.remove(KERNEL_ENV);
     env
 }
 
@@ -164,11 +170,28 @@ pub fn check_language(language: Option<&str>) -> Result<&'static str, Provisione
     let asked = if asked == "python3" { "python" } else { asked };
     LANGUAGES
         .iter()
-        .find(|known| **known == asked)
-        .copied()
+        .find(|(known, _)| *known == asked)
+        .map(|(known, _)| *known)
         .ok_or_else(|| ProvisionerError::UnsupportedLanguage {
             language: asked.to_owned(),
         })
+}
+
+/// The id of a language's default context: `default` for Python, `default-bash` for bash.
+pub fn default_context_id(language: &str) -> String {
+    if language == "python" {
+        DEFAULT_CONTEXT.to_owned()
+    } else {
+        format!("{DEFAULT_CONTEXT}-{language}")
+    }
+}
+
+/// The Jupyter kernel of a language [`check_language`] accepted.
+fn kernel_of(language: &str) -> &'static str {
+    LANGUAGES
+        .iter()
+        .find(|(known, _)| *known == language)
+        .map_or("python3", |(_, kernel)| *kernel)
 }
 
 fn check_context_id(id: &str) -> Result<(), ProvisionerError> {
@@ -246,6 +269,7 @@ impl Provisioner {
         for (name, value) in DRIVER_ENV {
             process_env.insert((*name).to_owned(), (*value).to_owned());
         }
+        process_env.insert(KERNEL_ENV.to_owned(), kernel_of(language).to_owned());
         let start = StartProcess {
             program: crate::ProgramSpec::Argv(vec![
                 "python3".to_owned(),
@@ -506,14 +530,14 @@ impl Provisioner {
         let contexts = self.code_contexts(id).await?;
         if let Some(found) = contexts
             .into_iter()
-            .find(|c| c.id == DEFAULT_CONTEXT && c.language == language)
+            .find(|c| c.id == default_context_id(language) && c.language == language)
         {
             return Ok(found);
         }
         self.start_driver(
             id,
             language,
-            DEFAULT_CONTEXT,
+            &default_context_id(language),
             None,
             env,
             requested_by.to_owned(),
@@ -560,6 +584,9 @@ mod tests {
     fn python_is_the_language_and_others_are_refused_by_name() {
         assert_eq!(check_language(None).unwrap(), "python");
         assert_eq!(check_language(Some("python3")).unwrap(), "python");
+        assert_eq!(check_language(Some("bash")).unwrap(), "bash");
+        assert_eq!(kernel_of("python"), "python3");
+        assert_eq!(kernel_of("bash"), "bash");
         let refused = check_language(Some("cobol")).unwrap_err();
         assert!(refused.to_string().contains("cobol"), "{refused}");
     }

@@ -740,3 +740,74 @@ async fn an_idle_kernel_lets_its_runtime_be_reaped_but_an_execution_keeps_it() {
     let after = run(&server, &id, json!({"code": "'again'"})).await;
     assert_eq!(value_of(&after), "'again'");
 }
+
+/// bash in a kernel (bash_kernel, which scripts/test installs for the host's python3, the
+/// local backend's root): the shell's variables and directory stay between executions,
+/// an execution's own environment and directory are put back after it, a failing command
+/// is an error, a timeout interrupts the command and keeps the shell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_kernel_keeps_its_shell_between_executions() {
+    let server = Host::Local.start();
+    let id = server.sandbox("alice", "bash", "projects/a").await;
+    let (status, made) = send(
+        &server,
+        Method::POST,
+        &format!("/v1/sandboxes/{id}/code/contexts"),
+        json!({"id": "sh", "language": "bash"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["language"], "bash");
+    let sh = |code: &str| json!({"code": code, "context": "sh"});
+    run(&server, &id, sh("X=5; cd /tmp")).await;
+    let kept = run(&server, &id, sh("echo $X $PWD")).await;
+    assert_eq!((&kept["status"], &kept["stdout"]), (&json!("ok"), &json!("5 /tmp\n")), "{kept}");
+    let once = run(
+        &server,
+        &id,
+        json!({"code": "echo $ONCE; pwd", "context": "sh", "env": {"ONCE": "it's once"}, "cwd": "/"}),
+    )
+    .await;
+    assert_eq!(once["stdout"], "it's once\n/\n", "{once}");
+    let after = run(&server, &id, sh("echo ${ONCE-unset}; pwd")).await;
+    assert_eq!(after["stdout"], "unset\n/tmp\n", "{after}");
+    let failed = run(&server, &id, sh("false")).await;
+    assert_eq!(failed["status"], "error", "{failed}");
+    let slow = run(
+        &server,
+        &id,
+        json!({"code": "sleep 30", "context": "sh", "timeout_s": 2}),
+    )
+    .await;
+    assert_eq!(slow["status"], "timeout", "{slow}");
+    let still = run(&server, &id, sh("echo $X")).await;
+    assert_eq!(still["stdout"], "5\n", "the shell stayed: {still}");
+    // Without a context, bash's own default context, apart from Python's.
+    let plain = run(&server, &id, json!({"code": "echo hi", "language": "bash"})).await;
+    assert_eq!(
+        (&plain["context_id"], &plain["stdout"]),
+        (&json!("default-bash"), &json!("hi\n")),
+        "{plain}"
+    );
+}
+
+/// An image without a bash kernel (the Docker test image has none) says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_without_a_bash_kernel_says_what_it_lacks() {
+    let server = Host::Docker.start();
+    let id = server.sandbox("alice", "nobash", "projects/a").await;
+    let (status, body) = send(
+        &server,
+        Method::POST,
+        &format!("/v1/sandboxes/{id}/code/contexts"),
+        json!({"language": "bash"}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("code_interpreter_unavailable")),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no Jupyter kernel 'bash'"), "{message}");
+}

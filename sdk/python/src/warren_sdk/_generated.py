@@ -307,7 +307,7 @@ class CreateCodeContext(TypedDict, total=False):
     env: dict[str, str]
     # Its id (1 to 64 letters, digits, `-`, `_`, `.`); default: a fresh UUID.
     id: str | None
-    # Its language: `python` (default).
+    # Its language: `python` (default) or `bash` (where the image has bash_kernel).
     language: str | None
 
 
@@ -800,7 +800,7 @@ class RunCode(TypedDict, total=False):
     cwd: str | None
     # Environment for this execution only.
     env: dict[str, str]
-    # The language when no context is named: `python` (default).
+    # The language when no context is named: `python` (default) or `bash`.
     language: str | None
     # Interrupt the kernel after this many seconds (the execution ends with status
     timeout_s: int | None
