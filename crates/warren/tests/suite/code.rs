@@ -761,7 +761,11 @@ async fn a_bash_kernel_keeps_its_shell_between_executions() {
     let sh = |code: &str| json!({"code": code, "context": "sh"});
     run(&server, &id, sh("X=5; cd /tmp")).await;
     let kept = run(&server, &id, sh("echo $X $PWD")).await;
-    assert_eq!((&kept["status"], &kept["stdout"]), (&json!("ok"), &json!("5 /tmp\n")), "{kept}");
+    assert_eq!(
+        (&kept["status"], &kept["stdout"]),
+        (&json!("ok"), &json!("5 /tmp\n")),
+        "{kept}"
+    );
     let once = run(
         &server,
         &id,
