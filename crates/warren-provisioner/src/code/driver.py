@@ -38,6 +38,8 @@ _out_lock = threading.Lock()
 
 
 def emit(event):
+    # Compact, and the request's "id" first: the server passes over another request's line
+    # from its first bytes, without holding it.
     line = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
     with _out_lock:
         _out.write(line + "\n")

@@ -45,19 +45,42 @@ pub(super) struct DriverEvent {
 #[derive(Debug, Default)]
 pub(super) struct Lines {
     partial: Vec<u8>,
+    /// Keep only lines that begin with this; an empty one keeps every line.
+    only: Vec<u8>,
+    /// The rest of a line that is not kept is being passed over.
+    skipping: bool,
 }
 
 impl Lines {
+    /// Lines that begin with `prefix` only: the others are passed over as they come, never
+    /// held, so a large output of another execution costs this one no memory.
+    pub(super) fn only(prefix: impl Into<Vec<u8>>) -> Self {
+        Self {
+            only: prefix.into(),
+            ..Self::default()
+        }
+    }
+
     /// The complete lines `bytes` ends; an over-long line is an error.
     pub(super) fn push(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, ()> {
         let mut lines = Vec::new();
         for piece in bytes.split_inclusive(|b| *b == b'\n') {
+            let ends = piece.ends_with(b"\n");
+            if self.skipping {
+                self.skipping = !ends;
+                continue;
+            }
             self.partial.extend_from_slice(piece);
+            if self.partial.len() >= self.only.len() && !self.partial.starts_with(&self.only) {
+                self.partial.clear();
+                self.skipping = !ends;
+                continue;
+            }
             if self.partial.len() > MAX_EVENT_BYTES {
                 self.partial.clear();
                 return Err(());
             }
-            if self.partial.ends_with(b"\n") {
+            if ends {
                 lines.push(std::mem::take(&mut self.partial));
             }
         }
@@ -248,6 +271,27 @@ mod tests {
         assert_eq!(
             lines.push(b"1}\n{\"b\":2}\n{").unwrap(),
             vec![b"{\"a\":1}\n".to_vec(), b"{\"b\":2}\n".to_vec()]
+        );
+        // Another execution's lines are passed over, however long, and never held.
+        let mut mine = Lines::only(&b"{\"id\":\"r1\","[..]);
+        let huge = vec![b'x'; MAX_EVENT_BYTES + 10];
+        assert_eq!(
+            mine.push(b"{\"id\":\"r2\",\"t\":\"stdout\",\"text\":\"")
+                .unwrap()
+                .len(),
+            0
+        );
+        for _ in 0..3 {
+            assert!(
+                mine.push(&huge).unwrap().is_empty(),
+                "not held, not refused"
+            );
+        }
+        assert!(mine.partial.is_empty());
+        assert_eq!(
+            mine.push(b"\"}\n{\"id\":\"r1\",\"t\":\"end\"}\n{\"id\":\"r2\"}\n")
+                .unwrap(),
+            vec![b"{\"id\":\"r1\",\"t\":\"end\"}\n".to_vec()]
         );
         let mut long = Lines::default();
         let chunk = vec![b'x'; 1 << 20];

@@ -117,10 +117,12 @@ impl Execution {
         let deadline = self
             .timeout
             .map(|timeout| tokio::time::Instant::now() + timeout);
+        // Every line of this request begins so (the driver writes its id first).
+        let lines = Lines::only(format!("{{\"id\":\"{}\",", self.request));
         let state = (
             self,
             output,
-            Lines::default(),
+            lines,
             Phase::Running(false),
             deadline,
             std::collections::VecDeque::<CodeEvent>::new(),
