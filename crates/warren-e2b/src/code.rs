@@ -79,17 +79,16 @@ async fn sandbox_of(shared: &Shared, headers: &HeaderMap) -> Result<E2bSandbox, 
     let sandbox = crate::control::live_sandbox(shared, &id)
         .await?
         .ok_or_else(|| ApiFailure::sandbox_not_found(&id))?;
-    if sandbox.secure {
-        let presented = ["x-access-token", "e2b-traffic-access-token"]
-            .iter()
-            .filter_map(|name| headers.get(*name)?.to_str().ok())
-            .any(|token| shared.secrets.token_matches(&sandbox.sandbox_id, token));
-        if !presented {
-            return Err(ApiFailure::new(
-                StatusCode::UNAUTHORIZED,
-                "the X-Access-Token or E2B-Traffic-Access-Token header is missing or is not this sandbox's access token",
-            ));
-        }
+    if !crate::envd::access_granted(
+        shared,
+        &sandbox,
+        headers,
+        &["x-access-token", "e2b-traffic-access-token"],
+    ) {
+        return Err(ApiFailure::new(
+            StatusCode::UNAUTHORIZED,
+            "the X-Access-Token or E2B-Traffic-Access-Token header is missing or is not this sandbox's access token",
+        ));
     }
     Ok(sandbox)
 }

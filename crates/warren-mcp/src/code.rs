@@ -87,25 +87,17 @@ async fn run_code(
     // A named context that does not exist yet is made for the call: a model names one to
     // keep its state apart, and should not have to create it first.
     if let Some(context) = &args.context {
-        if let Err(warren_provisioner::ProvisionerError::CodeContextNotFound { .. }) =
-            provisioner.code_context(sandbox, context).await
-        {
-            let made = provisioner
-                .create_code_context(
-                    sandbox,
-                    warren_provisioner::NewContext {
-                        id: Some(context.clone()),
-                        requested_by: "mcp".to_owned(),
-                        ..Default::default()
-                    },
-                    FencePermit::unfenced(),
-                )
-                .await;
-            match made {
-                Ok(_) | Err(warren_provisioner::ProvisionerError::CodeContextExists { .. }) => {}
-                Err(error) => return Err(error.into()),
-            }
-        }
+        provisioner
+            .code_context_or_create(
+                sandbox,
+                warren_provisioner::NewContext {
+                    id: Some(context.clone()),
+                    requested_by: "mcp".to_owned(),
+                    ..Default::default()
+                },
+                FencePermit::unfenced(),
+            )
+            .await?;
     }
     let input = RunCode {
         code: args.code,

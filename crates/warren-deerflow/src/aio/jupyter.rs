@@ -182,14 +182,9 @@ async fn ensure_session(
     language: &str,
     cwd: Option<String>,
 ) -> Result<(CodeContext, bool), AioError> {
-    match state.provisioner.code_context(&sandbox.id, session).await {
-        Ok(found) => return Ok((found, false)),
-        Err(ProvisionerError::CodeContextNotFound { .. }) => {}
-        Err(other) => return Err(other.into()),
-    }
-    let made = state
+    Ok(state
         .provisioner
-        .create_code_context(
+        .code_context_or_create(
             &sandbox.id,
             NewContext {
                 id: Some(session.to_owned()),
@@ -200,16 +195,7 @@ async fn ensure_session(
             },
             FencePermit::unfenced(),
         )
-        .await;
-    match made {
-        Ok(context) => Ok((context, true)),
-        // Made by a request that came meanwhile.
-        Err(ProvisionerError::CodeContextExists { .. }) => Ok((
-            state.provisioner.code_context(&sandbox.id, session).await?,
-            false,
-        )),
-        Err(other) => Err(other.into()),
-    }
+        .await?)
 }
 
 async fn info(State(state): State<AioState>, sandbox: AioSandbox) -> Result<Json<Value>, AioError> {
@@ -295,20 +281,7 @@ async fn remove_all(
     State(state): State<AioState>,
     sandbox: AioSandbox,
 ) -> Result<Json<Value>, AioError> {
-    let contexts = state.provisioner.code_contexts(&sandbox.id).await?;
-    let mut removed = 0;
-    for context in contexts {
-        match state
-            .provisioner
-            .remove_code_context(&sandbox.id, &context.id)
-            .await
-        {
-            Ok(()) => removed += 1,
-            // Gone meanwhile: nothing left to remove.
-            Err(ProvisionerError::CodeContextNotFound { .. }) => {}
-            Err(other) => return Err(other.into()),
-        }
-    }
+    let removed = state.provisioner.remove_code_contexts(&sandbox.id).await?;
     Ok(ok_with(
         &format!("{removed} session(s) cleaned up"),
         Value::Null,

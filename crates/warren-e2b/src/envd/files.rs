@@ -311,11 +311,7 @@ async fn authorize(
                 super::connect::sandbox_gone_message(&id),
             )
         })?;
-    let token_ok = headers
-        .get("x-access-token")
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|token| shared.secrets.token_matches(&sandbox.sandbox_id, token));
-    if token_ok {
+    if super::presents_token(shared, &sandbox, headers, &["x-access-token"]) {
         return Ok(sandbox);
     }
     match signed {

@@ -144,17 +144,11 @@ pub(crate) async fn resolve(
         .await
         .map_err(|error| error.into_connect())?
         .ok_or_else(not_found)?;
-    if sandbox.secure {
-        let presented = headers
-            .get("x-access-token")
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("");
-        if !shared.secrets.token_matches(&sandbox.sandbox_id, presented) {
-            return Err(connect::ConnectError::new(
-                connect::Code::Unauthenticated,
-                "the X-Access-Token header is missing or is not this sandbox's envd access token",
-            ));
-        }
+    if !access_granted(shared, &sandbox, headers, &["x-access-token"]) {
+        return Err(connect::ConnectError::new(
+            connect::Code::Unauthenticated,
+            "the X-Access-Token header is missing or is not this sandbox's envd access token",
+        ));
     }
     let user = basic_user(headers);
     Ok(EnvdContext {
@@ -162,6 +156,30 @@ pub(crate) async fn resolve(
         sandbox,
         user,
     })
+}
+
+/// Whether a request may reach `sandbox`'s services: always for a sandbox that is not
+/// `secure`, else when one of the headers `names` carries its access token.
+pub(crate) fn access_granted(
+    shared: &Shared,
+    sandbox: &E2bSandbox,
+    headers: &HeaderMap,
+    names: &[&str],
+) -> bool {
+    !sandbox.secure || presents_token(shared, sandbox, headers, names)
+}
+
+/// Whether one of the headers `names` carries `sandbox`'s access token.
+pub(crate) fn presents_token(
+    shared: &Shared,
+    sandbox: &E2bSandbox,
+    headers: &HeaderMap,
+    names: &[&str],
+) -> bool {
+    names
+        .iter()
+        .filter_map(|name| headers.get(*name)?.to_str().ok())
+        .any(|token| shared.secrets.token_matches(&sandbox.sandbox_id, token))
 }
 
 /// The user of `Authorization: Basic base64(<user>:)`, as the SDKs send it.

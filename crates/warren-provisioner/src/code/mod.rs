@@ -302,7 +302,14 @@ impl Provisioner {
             let mut program = serde_json::Value::from(DRIVER).to_string().into_bytes();
             program.push(b'\n');
             let output = self.follow_process(id, pid, 0).await?;
-            self.write_stdin(id, pid, &program, false).await?;
+            match self.write_stdin(id, pid, &program, false).await {
+                // Ended before it read its program (a python that cannot start): its
+                // output and exit say why, as for a driver that ends later.
+                Ok(_)
+                | Err(ProvisionerError::ProcessStdinClosed { .. })
+                | Err(ProvisionerError::ProcessEnded { .. }) => {}
+                Err(other) => return Err(other),
+            }
             first_line(output).await
         };
         let unavailable = |reason: String| ProvisionerError::CodeInterpreterUnavailable { reason };
@@ -373,6 +380,47 @@ impl Provisioner {
         let found = self.code_context(id, context).await?;
         self.kill_process(id, found.pid).await?;
         Ok(())
+    }
+
+    /// The context `input.id` names, made from `input` when it does not exist; whether it
+    /// was made here. Two callers naming one new context get the one context: the second
+    /// finds what the first made.
+    pub async fn code_context_or_create(
+        &self,
+        id: &SandboxId,
+        input: NewContext,
+        permit: FencePermit,
+    ) -> Result<(CodeContext, bool), ProvisionerError> {
+        let Some(context) = input.id.clone() else {
+            return Ok((self.create_code_context(id, input, permit).await?, true));
+        };
+        match self.code_context(id, &context).await {
+            Ok(found) => return Ok((found, false)),
+            Err(ProvisionerError::CodeContextNotFound { .. }) => {}
+            Err(other) => return Err(other),
+        }
+        match self.create_code_context(id, input, permit).await {
+            Ok(made) => Ok((made, true)),
+            // Made by a request that came meanwhile.
+            Err(ProvisionerError::CodeContextExists { .. }) => {
+                Ok((self.code_context(id, &context).await?, false))
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Removes every code context of the sandbox (their kernels end); how many went. One
+    /// gone meanwhile is not counted and is no error.
+    pub async fn remove_code_contexts(&self, id: &SandboxId) -> Result<usize, ProvisionerError> {
+        let mut removed = 0;
+        for context in self.code_contexts(id).await? {
+            match self.kill_process(id, context.pid).await {
+                Ok(_) => removed += 1,
+                Err(ProvisionerError::ProcessNotFound { .. }) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(removed)
     }
 
     /// Restarts a context's kernel: its state is gone; its id, language, working
