@@ -60,6 +60,9 @@ const DESTINATION: &str = concat!(
     ")[\\t\\n\\v\\f\\r ]*$"
 );
 
+/// A branch's name (`BranchName`).
+const BRANCH: &str = "^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$";
+
 /// A process's tag: 1 to 256 bytes with no control character.
 const PROCESS_TAG: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]{1,256}$";
 
@@ -77,7 +80,7 @@ const FENCE_HEADER: &str = "X-Warren-Fence";
 /// Every operation that changes a sandbox, its files or its records, and so takes
 /// `X-Warren-Fence` (the handlers take the `Fence` extractor; the API suite sends each a
 /// stale token and checks it is refused).
-pub(crate) const FENCED_OPERATIONS: [(&str, &str); 28] = [
+pub(crate) const FENCED_OPERATIONS: [(&str, &str); 30] = [
     ("post", "/v1/sandboxes/{id}/exec"),
     ("post", "/v1/sandboxes/{id}/code/contexts"),
     ("delete", "/v1/sandboxes/{id}/code/contexts/{context}"),
@@ -112,6 +115,8 @@ pub(crate) const FENCED_OPERATIONS: [(&str, &str); 28] = [
     ),
     ("post", "/v1/sandboxes/{id}/snapshots"),
     ("post", "/v1/sandboxes/{id}/artifacts"),
+    ("post", "/v1/sandboxes/{id}/merge"),
+    ("post", "/v1/sandboxes/{id}/fork"),
 ];
 
 fn is_fenced(path: &str, method: &str) -> bool {
@@ -157,6 +162,8 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<Value> {
         ("path" | "query", "uid") => string(UID),
         ("path", "name") => string(ENV_NAME),
         ("path", "skill") => string(SKILL),
+        ("path", "branch") => string(BRANCH),
+        ("query", "workdir") => string(WORKDIR),
         ("query", "path") => string(VIRTUAL_PATH),
         ("query", "depth") => json!({"type": "integer", "minimum": 1, "maximum": 64}),
         ("query", "limit") => json!({"type": "integer", "minimum": 1, "maximum": 10000}),
@@ -175,6 +182,15 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<Value> {
 pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
     vec![
         ("CreateWorkdir", "path", string(WORKDIR)),
+        ("ForkSandbox", "count", json!({"minimum": 1, "maximum": 20})),
+        ("CreateBranch", "workdir", string(WORKDIR)),
+        ("CreateBranch", "name", string(BRANCH)),
+        ("CreateBranch", "from_checkpoint", string(IDENTIFIER)),
+        (
+            "MergeBranches",
+            "branches",
+            json!({"items": string(BRANCH), "minItems": 1, "maxItems": 64}),
+        ),
         (
             "InitSpec",
             "files",
@@ -344,6 +360,18 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
         ),
         (
             "CreateSandbox",
+            "timeout_s",
+            json!({"minimum": 0, "maximum": 31536000}),
+        ),
+        (
+            "ForkSandbox",
+            "labels",
+            json!({"maxProperties": 64,
+                   "propertyNames": string("^[^\\u0000-\\u001f\\u007f-\\u009f]{1,128}$"),
+                   "additionalProperties": string("^[^\\u0000-\\u001f\\u007f-\\u009f]{0,1024}$")}),
+        ),
+        (
+            "ForkSandbox",
             "timeout_s",
             json!({"minimum": 0, "maximum": 31536000}),
         ),

@@ -22,8 +22,17 @@ pub struct ApiError {
     /// carries the owner's code as it came.
     code: std::borrow::Cow<'static, str>,
     message: String,
-    /// `guard_held`: the holder and the expiry of the live guard, for the body.
+    /// What some codes carry beside the message, boxed: most errors have none.
+    details: Option<Box<Details>>,
+}
+
+/// The details of an error answer beside its code and message.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Details {
+    /// `guard_held`: the holder and the expiry of the live guard.
     holder: Option<(String, String)>,
+    /// `merge_conflict`: each path the merge cannot combine.
+    conflicts: Option<Vec<warren_protocol::MergeConflictInfo>>,
 }
 
 impl ApiError {
@@ -41,7 +50,7 @@ impl ApiError {
             status,
             code: std::borrow::Cow::Borrowed(code),
             message: message.into(),
-            holder: None,
+            details: None,
         }
     }
 
@@ -85,12 +94,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let details = self.details.map(|details| *details).unwrap_or_default();
         let mut response = (
             self.status,
             Json(ErrorBody {
                 error: ErrorDetail {
-                    holder: self.holder.as_ref().map(|(holder, _)| holder.clone()),
-                    expires_at: self.holder.map(|(_, expires_at)| expires_at),
+                    holder: details.holder.as_ref().map(|(holder, _)| holder.clone()),
+                    expires_at: details.holder.map(|(_, expires_at)| expires_at),
+                    conflicts: details.conflicts,
                     ..ErrorDetail::new(self.code, self.message)
                 },
             }),
@@ -132,11 +143,18 @@ impl From<ProvisionerError> for ApiError {
             )),
             _ => None,
         };
+        let conflicts = match &error {
+            ProvisionerError::MergeConflict { conflicts } => {
+                Some(conflicts.iter().map(crate::branches::conflict).collect())
+            }
+            _ => None,
+        };
         Self {
             status,
             code: class.code,
             message: message(&error, class.kind),
-            holder,
+            details: (holder.is_some() || conflicts.is_some())
+                .then(|| Box::new(Details { holder, conflicts })),
         }
     }
 }

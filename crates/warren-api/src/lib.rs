@@ -11,6 +11,7 @@
 
 mod artifacts;
 mod auth;
+mod branches;
 mod checkpoints;
 mod cluster;
 mod code;
@@ -141,6 +142,13 @@ pub fn app(state: ApiState) -> Router {
         .route("/viewer-links", post(viewer::create_link))
         .route("/users/{uid}/snapshots/gc", post(checkpoints::gc))
         .route(
+            "/users/{uid}/branches",
+            post(branches::create).get(branches::list),
+        )
+        .route("/users/{uid}/branches/{branch}", delete(branches::delete))
+        .route("/users/{uid}/branches/{branch}/diff", get(branches::diff))
+        .route("/sandboxes/{id}/merge", post(branches::merge))
+        .route(
             "/sandboxes/{id}/snapshots",
             post(checkpoints::snapshot).get(checkpoints::snapshots),
         )
@@ -173,6 +181,7 @@ pub fn app(state: ApiState) -> Router {
         )
         .route("/sandboxes/{id}/terminate", post(sandboxes::terminate))
         .route("/sandboxes/{id}/pause", post(sandboxes::pause))
+        .route("/sandboxes/{id}/fork", post(sandboxes::fork))
         .route("/sandboxes/{id}/watch", get(watch::watch))
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))

@@ -10,9 +10,9 @@ use warren_core::{
     IsolationScope, IsolationTier, LayoutName, NetworkPolicy, RunContext, RuntimeScope, Uid,
 };
 use warren_protocol::{
-    CreateSandbox, ExecCommand, ExecResult, GvisorHealth, NetworkSpec, OnDeadline, PausedSandbox,
-    ResumeSandbox, SandboxInfo, SandboxIsolation, SandboxLayout, SandboxList, TerminateSandbox,
-    UpdateSandbox,
+    CreateSandbox, ExecCommand, ExecResult, ForkSandbox, ForkedSandboxes, GvisorHealth,
+    NetworkSpec, OnDeadline, PausedSandbox, ResumeSandbox, SandboxInfo, SandboxIsolation,
+    SandboxLayout, SandboxList, TerminateSandbox, UpdateSandbox,
 };
 use warren_provisioner::{
     Created, DeadlineAction, ExecInput, ExecReport, ProgramSpec, ProvisionerError, SandboxRequest,
@@ -31,6 +31,7 @@ pub(crate) fn sandbox_info(record: &SandboxRecord, gvisor: &GvisorHealth) -> San
         uid: record.uid.to_string(),
         runtime_scope_id: record.runtime_scope.to_string(),
         workdir: record.binding.workdir.to_string(),
+        branch: record.binding.branch.as_ref().map(ToString::to_string),
         workdir_path: record
             .binding
             .layout
@@ -181,6 +182,7 @@ pub(crate) async fn create(
         .provisioner
         .create_sandbox(SandboxRequest {
             workdir: request.workdir,
+            branch: request.branch,
             network,
             inherit_env: request.inherit_env.unwrap_or(true),
             ephemeral: request.ephemeral,
@@ -364,6 +366,59 @@ pub(crate) async fn pause(
         runtime_snapshot: paused.snapshot,
         snapshot_error: paused.snapshot_error,
     }))
+}
+
+/// Forks the sandbox: `count` new sandboxes of the same uid, each starting from the
+/// source's runtime state (installed packages, the home) as a runtime snapshot taken now
+/// records it, with its workdir on a new branch of the source's, so forks never write into
+/// each other or the source. The source moves onto a branch of its own. Memory and running
+/// processes are not forked: a running source is paused and resumed for it (its processes
+/// end, as at a pause).
+#[utoipa::path(
+    post, path = "/v1/sandboxes/{id}/fork", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body(content = Option<ForkSandbox>),
+    responses(
+        (status = 201, body = ForkedSandboxes),
+        (status = 400, body = warren_protocol::ErrorBody, description = "invalid_request: count out of 1..20, an ephemeral sandbox"),
+        (status = 404, body = warren_protocol::ErrorBody),
+        (status = 409, body = warren_protocol::ErrorBody, description = "workdir_in_use: another running sandbox can write the workdir; branch_in_use; sandbox_terminated"),
+        (status = 422, body = warren_protocol::ErrorBody, description = "branches_unsupported"),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn fork(
+    State(state): State<ApiState>,
+    SandboxPath(id): SandboxPath,
+    Fence(fence): Fence,
+    OptionalJson(request): OptionalJson<ForkSandbox>,
+) -> Result<(StatusCode, Json<ForkedSandboxes>), ApiError> {
+    // Held until the change is done: no newer guard token is issued meanwhile (I33).
+    let _permit = state.provisioner.fence(&id, fence).await?;
+    let count = usize::try_from(request.count.unwrap_or(1)).unwrap_or(usize::MAX);
+    let settings = SettingsChange {
+        labels: request.labels,
+        timeout: request
+            .timeout_s
+            .map(|seconds| Some(Duration::from_secs(seconds))),
+        on_deadline: None,
+    };
+    let forked = state.provisioner.fork_sandbox(&id, count, settings).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ForkedSandboxes {
+            source: sandbox_info(&forked.source, &state.gvisor),
+            forks: forked
+                .forks
+                .iter()
+                .map(|fork| sandbox_info(fork, &state.gvisor))
+                .collect(),
+            snapshot_id: forked.snapshot,
+            not_forked: "memory and running processes: the runtime is a process tree, not a \
+                         VM; the source's running processes ended, as at a pause"
+                .to_owned(),
+        }),
+    ))
 }
 
 /// Resumes a paused sandbox and starts its runtime from the pause's snapshot.

@@ -170,6 +170,8 @@ mod tests {
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),
             seed: None,
+            branch: None,
+            frozen: Vec::new(),
             binding: warren_core::Binding {
                 workdir: Workdir::new("projects/a").unwrap(),
                 network: warren_core::NetworkPolicy::None,
@@ -180,6 +182,7 @@ mod tests {
                 layout: warren_core::LayoutName::Ars,
                 extra_mounts: Vec::new(),
                 isolation: warren_core::IsolationTier::Kernel,
+                branch: None,
             },
         }
     }

@@ -266,6 +266,8 @@ mod tests {
             skill_projection: "/data/skills".into(),
             env: BTreeMap::new(),
             seed: None,
+            branch: None,
+            frozen: Vec::new(),
             binding: warren_core::Binding {
                 workdir: Workdir::new("projects/a").unwrap(),
                 network: NetworkPolicy::None,
@@ -276,6 +278,7 @@ mod tests {
                 layout: warren_core::LayoutName::Ars,
                 extra_mounts: Vec::new(),
                 isolation: warren_core::IsolationTier::Kernel,
+                branch: None,
             },
         }
     }

@@ -50,6 +50,13 @@ pub struct RuntimeSpec {
     /// A restored runtime snapshot to start from (I30): `<seed>/cow/<layer>/upper` and
     /// `<seed>/home`. Not part of the identity; the backend may delete it once started.
     pub seed: Option<PathBuf>,
+    /// Host path of the branch the binding names (I27), an overlay warren mounted: shown
+    /// where the workdir would be. Derived from the binding, so not part of the identity.
+    pub branch: Option<PathBuf>,
+    /// Directories of the UserWorkspace that have branches, so are read-only baselines
+    /// (I27): shown read-only wherever the runtime would see them. Not part of the
+    /// identity: a runtime keeps the view it started with.
+    pub frozen: Vec<warren_core::Workdir>,
 }
 
 impl RuntimeSpec {
@@ -68,34 +75,106 @@ impl RuntimeSpec {
     }
 
     /// The runtime's persistent mounts on the host: the layout's in its order (less any an
-    /// extra mount takes the place of), then the extra mounts in theirs.
+    /// extra mount takes the place of), then the extra mounts in theirs, then over them the
+    /// read-only baselines and the branch (I27), each inside a mount listed before it.
     pub fn mounts(&self) -> Vec<HostMount> {
-        warren_core::view_mounts(self.binding.layout.layout(), &self.binding.extra_mounts)
-            .into_iter()
-            .map(|mount| {
-                let (tree, beneath) = match mount.source {
-                    MountSource::Extra(index) => {
-                        let extra = &self.binding.extra_mounts[usize::from(index)];
-                        (extra.root.clone(), extra.beneath.clone())
+        let mounts =
+            warren_core::view_mounts(self.binding.layout.layout(), &self.binding.extra_mounts)
+                .into_iter()
+                .map(|mount| {
+                    let (tree, beneath) = match mount.source {
+                        MountSource::Extra(index) => {
+                            let extra = &self.binding.extra_mounts[usize::from(index)];
+                            (extra.root.clone(), extra.beneath.clone())
+                        }
+                        source => {
+                            let tree = match source.tree() {
+                                warren_core::VirtualRoot::Skills => self.skill_projection.clone(),
+                                _ => self.user_workspace.clone(),
+                            };
+                            (tree, source.prefix(&self.binding.workdir))
+                        }
+                    };
+                    HostMount {
+                        target: mount.target.to_owned(),
+                        source: mount.source,
+                        tree,
+                        beneath,
+                        writable: mount.writable,
                     }
-                    source => {
-                        let tree = match source.tree() {
-                            warren_core::VirtualRoot::Skills => self.skill_projection.clone(),
-                            _ => self.user_workspace.clone(),
-                        };
-                        (tree, source.prefix(&self.binding.workdir))
+                })
+                .collect::<Vec<_>>();
+        // The read-only baselines and the branch (I27): each takes the place of a mount
+        // that shows exactly it, or goes over the mount it lies in.
+        let mut mounts = mounts;
+        let mut over = Vec::new();
+        for frozen in &self.frozen {
+            // The branch takes the baseline's place in a sandbox bound to one.
+            if self.branch.is_some() && *frozen == self.binding.workdir {
+                continue;
+            }
+            let Some(target) = shown_at(&mounts, frozen.as_str()) else {
+                continue;
+            };
+            match mounts.iter_mut().find(|mount| mount.target == target) {
+                Some(mount) => mount.writable = false,
+                None => over.push(HostMount {
+                    target,
+                    source: MountSource::UserWorkspace,
+                    tree: self.user_workspace.clone(),
+                    beneath: frozen.as_str().to_owned(),
+                    writable: false,
+                }),
+            }
+        }
+        if let Some(branch) = &self.branch {
+            if let Some(target) = shown_at(&mounts, self.binding.workdir.as_str()) {
+                match mounts.iter_mut().find(|mount| mount.target == target) {
+                    Some(mount) => {
+                        mount.tree = branch.clone();
+                        mount.beneath = String::new();
+                        mount.writable = true;
                     }
-                };
-                HostMount {
-                    target: mount.target.to_owned(),
-                    source: mount.source,
-                    tree,
-                    beneath,
-                    writable: mount.writable,
+                    None => over.push(HostMount {
+                        target,
+                        source: MountSource::Workdir,
+                        tree: branch.clone(),
+                        beneath: String::new(),
+                        writable: true,
+                    }),
                 }
-            })
-            .collect()
+            }
+        }
+        mounts.extend(over);
+        mounts
     }
+}
+
+/// Where the UserWorkspace directory `dir` appears among `mounts`: below the mount that
+/// shows it (the whole workspace, or a workdir holding it), or at a workdir mount that lies
+/// inside it (then the whole mount shows part of `dir`). `None` when the runtime does not
+/// see it.
+fn shown_at(mounts: &[HostMount], dir: &str) -> Option<String> {
+    mounts
+        .iter()
+        .filter(|mount| {
+            matches!(
+                mount.source,
+                MountSource::UserWorkspace | MountSource::Workdir
+            )
+        })
+        .find_map(|mount| {
+            let beneath = mount.beneath.as_str();
+            if beneath.is_empty() {
+                return Some(format!("{}/{dir}", mount.target));
+            }
+            if dir == beneath || beneath.starts_with(&format!("{dir}/")) {
+                return Some(mount.target.clone());
+            }
+            dir.strip_prefix(beneath)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .map(|rest| format!("{}/{rest}", mount.target))
+        })
 }
 
 /// One persistent mount of a runtime, resolved to the host.

@@ -10,10 +10,11 @@ use serde::de::DeserializeOwned;
 use warren_protocol::{
     AgentEnv, AgentEnvEntry, CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList,
     CreateGuard, CreateSandbox, CreateWorkdir, ErrorBody, ExecCommand, ExecResult, FileList,
-    GuardInfo, ProcessInfo, ProcessList, RenewGuard, RunList, SandboxInfo, SandboxList,
-    SetAgentEnvVar, StartProcess, WorkdirInfo, WriteResult,
+    GuardInfo, MergeConflictInfo, ProcessInfo, ProcessList, RenewGuard, RunList, SandboxInfo,
+    SandboxList, SetAgentEnvVar, StartProcess, WorkdirInfo, WriteResult,
 };
 
+mod branches;
 mod mcp_bridge;
 
 /// Why a call failed.
@@ -45,6 +46,9 @@ pub enum ClientError {
         code: String,
         /// The server's message.
         message: String,
+        /// With `merge_conflict`: each path the merge could not combine, with the baseline,
+        /// ours and theirs (empty for every other error).
+        conflicts: Vec<MergeConflictInfo>,
     },
     /// The server's answer could not be understood.
     #[error("unexpected answer from warren (HTTP {status}): {detail}")]
@@ -136,17 +140,7 @@ impl WarrenClient {
         }
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
-        Err(match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(body) => ClientError::Api {
-                status: status.as_u16(),
-                code: body.error.code,
-                message: body.error.message,
-            },
-            Err(_) => ClientError::Decode {
-                status: status.as_u16(),
-                detail: text.chars().take(200).collect(),
-            },
-        })
+        Err(error_of(status.as_u16(), text.as_bytes()))
     }
 
     async fn json<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T, ClientError> {
@@ -219,6 +213,19 @@ impl WarrenClient {
     ) -> Result<warren_protocol::PausedSandbox, ClientError> {
         self.json(self.mutating(Method::POST, &format!("/v1/sandboxes/{}/pause", encode(id))))
             .await
+    }
+
+    /// `POST /v1/sandboxes/{id}/fork`.
+    pub async fn fork_sandbox(
+        &self,
+        id: &str,
+        request: &warren_protocol::ForkSandbox,
+    ) -> Result<warren_protocol::ForkedSandboxes, ClientError> {
+        self.json(
+            self.mutating(Method::POST, &format!("/v1/sandboxes/{}/fork", encode(id)))
+                .json(request),
+        )
+        .await
     }
 
     /// `POST /v1/sandboxes/{id}/resume`.
@@ -509,9 +516,41 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// The server's stable error code, if the server answered with an error.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Self::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The conflicts of a refused merge (409 `merge_conflict`); empty for any other error.
+    pub fn conflicts(&self) -> &[MergeConflictInfo] {
+        match self {
+            Self::Api { conflicts, .. } => conflicts,
+            _ => &[],
+        }
+    }
 }
 
-/// Percent-encodes one path segment (ids and uids may hold any character).
+/// The error an answer of HTTP `status` with `body` stands for: the server's code,
+/// message and details when the body is its error JSON.
+fn error_of(status: u16, body: &[u8]) -> ClientError {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(body) => ClientError::Api {
+            status,
+            code: body.error.code,
+            message: body.error.message,
+            conflicts: body.error.conflicts.unwrap_or_default(),
+        },
+        Err(_) => ClientError::Decode {
+            status,
+            detail: String::from_utf8_lossy(body).chars().take(200).collect(),
+        },
+    }
+}
+
 /// A process's terminal over a WebSocket ([`WarrenClient::attach`]).
 pub type Attached =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -615,17 +654,7 @@ impl WarrenClient {
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 let status = response.status().as_u16();
                 let body = response.body().clone().unwrap_or_default();
-                Err(match serde_json::from_slice::<ErrorBody>(&body) {
-                    Ok(body) => ClientError::Api {
-                        status,
-                        code: body.error.code,
-                        message: body.error.message,
-                    },
-                    Err(_) => ClientError::Decode {
-                        status,
-                        detail: String::from_utf8_lossy(&body).chars().take(200).collect(),
-                    },
-                })
+                Err(error_of(status, &body))
             }
             Err(error) => Err(ClientError::Attach(error.to_string())),
         }
@@ -641,6 +670,7 @@ pub enum RunsOf<'a> {
     Uid(&'a str),
 }
 
+/// Percent-encodes one path segment (ids and uids may hold any character).
 fn encode(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());
     for byte in segment.bytes() {
@@ -662,6 +692,23 @@ mod tests {
         assert_eq!(encode("alice"), "alice");
         assert_eq!(encode("a/b c"), "a%2Fb%20c");
         assert_eq!(encode("../x"), "..%2Fx");
+    }
+
+    #[test]
+    fn a_merge_conflict_keeps_its_conflicts() {
+        let body = br#"{"error":{"code":"merge_conflict","message":"m","conflicts":[
+            {"path":"a.txt","branch":"b1","reason":"r","base":{"type":"absent"},
+             "ours":{"type":"text","text":"x\n","mode":420},
+             "theirs":{"type":"binary","size":3,"hash":"abc","mode":420}}]}}"#;
+        let error = error_of(409, body);
+        assert_eq!(error.code(), Some("merge_conflict"));
+        assert_eq!(error.conflicts().len(), 1);
+        assert_eq!(error.conflicts()[0].path, "a.txt");
+        let other = error_of(
+            404,
+            br#"{"error":{"code":"branch_not_found","message":"m"}}"#,
+        );
+        assert!(other.conflicts().is_empty());
     }
 
     #[test]

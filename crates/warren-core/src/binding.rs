@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::{ExtraMount, IsolationTier, LayoutName, NetworkPolicy, Workdir};
+use crate::{BranchName, ExtraMount, IsolationTier, LayoutName, NetworkPolicy, Workdir};
 
 /// The backends warren knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -75,6 +75,10 @@ pub struct Binding {
     pub extra_mounts: Vec<ExtraMount>,
     /// The isolation tier its runtimes run on (issue 19).
     pub isolation: IsolationTier,
+    /// The branch of the workdir it writes instead of the workdir itself (I27): its
+    /// runtimes and file operations see the branch where the workdir would be.
+    #[serde(default)]
+    pub branch: Option<BranchName>,
 }
 
 /// Which part of two bindings differs first: what a refused claim names (each has its
@@ -82,7 +86,7 @@ pub struct Binding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BindingPart {
-    /// The workdir (I5).
+    /// The workdir or the branch of it (I5, I27).
     Workdir,
     /// The network policy.
     Network,
@@ -113,6 +117,7 @@ impl Binding {
             layout: LayoutName::default(),
             extra_mounts: Vec::new(),
             isolation: IsolationTier::default(),
+            branch: None,
         }
     }
 
@@ -129,8 +134,9 @@ impl Binding {
             layout,
             extra_mounts,
             isolation,
+            branch,
         } = self;
-        if *workdir != other.workdir {
+        if (workdir, branch) != (&other.workdir, &other.branch) {
             Some(BindingPart::Workdir)
         } else if *network != other.network {
             Some(BindingPart::Network)
@@ -163,9 +169,13 @@ mod tests {
         let base = binding();
         assert_eq!(base.difference(&base.clone()), None);
         type Change = fn(&mut Binding);
-        let changes: [(Change, BindingPart); 9] = [
+        let changes: [(Change, BindingPart); 10] = [
             (
                 |b| b.workdir = Workdir::new("projects/b").unwrap(),
+                BindingPart::Workdir,
+            ),
+            (
+                |b| b.branch = Some(BranchName::new("agent-1").unwrap()),
                 BindingPart::Workdir,
             ),
             (|b| b.network = NetworkPolicy::Open, BindingPart::Network),

@@ -112,6 +112,9 @@ pub enum VirtualRoot {
     Skills,
     /// The source directory of the sandbox's extra mount of this index.
     Extra(u8),
+    /// The branch of the workdir the sandbox is bound to (I27): it shows where the workdir
+    /// would be.
+    Branch,
     /// No host tree: the runtime's own files outside every mount (`/tmp`, the image's
     /// tree), which only its agent reaches, as the sandbox user (issue 42).
     Runtime,

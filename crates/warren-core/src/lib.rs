@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod binding;
+mod branch;
 mod data_dir;
 mod env;
 mod extra_mount;
@@ -22,6 +23,7 @@ mod virtual_path;
 mod workdir;
 
 pub use binding::{BackendKind, Binding, BindingPart};
+pub use branch::BranchName;
 pub use data_dir::DataLayout;
 pub use env::{
     check_env_name, check_env_value, AgentEnvVar, MaskingStream, SecretMasker, MAX_AGENT_ENV_VARS,
@@ -83,6 +85,14 @@ pub enum CoreError {
     InvalidWorkdir {
         /// The refused workdir (possibly shortened).
         path: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A branch name breaks the branch-name rules.
+    #[error("invalid branch name {name:?}: {reason}")]
+    InvalidBranch {
+        /// The refused name (possibly shortened).
+        name: String,
         /// Why it was refused.
         reason: &'static str,
     },

@@ -160,6 +160,36 @@ impl VirtualPath {
         })
     }
 
+    /// This path as a sandbox bound to a branch of `workdir` sees it (I27): a path in the
+    /// workdir lies in the branch instead, relative to the branch's root, shown where the
+    /// workdir is (so the workdir itself is a mount's root there, never removed or moved).
+    /// Any other path is unchanged.
+    pub fn on_branch(self, workdir: &Workdir) -> Self {
+        if self.root != VirtualRoot::UserData {
+            return self;
+        }
+        let base = workdir.as_str();
+        let inside = match self.tree_relative.strip_prefix(base) {
+            Some("") => String::new(),
+            Some(rest) if rest.starts_with('/') => rest[1..].to_owned(),
+            _ => return self,
+        };
+        // Where the workdir is shown: the mount's target when the mount is the workdir
+        // (its prefix), else the workdir's place below the mount.
+        let target = match base.strip_prefix(self.prefix.as_str()) {
+            Some("") => self.target.clone(),
+            Some(rest) => Cow::Owned(format!("{}/{}", self.target, rest.trim_start_matches('/'))),
+            None => return self,
+        };
+        Self {
+            target,
+            root: VirtualRoot::Branch,
+            writable: self.writable,
+            prefix: String::new(),
+            tree_relative: inside,
+        }
+    }
+
     /// Whether this is a path of the runtime's own, outside every mount.
     pub fn is_runtime(&self) -> bool {
         self.root == VirtualRoot::Runtime
@@ -279,6 +309,66 @@ mod tests {
 
     fn parse(input: &str) -> Result<VirtualPath, CoreError> {
         VirtualPath::parse(input, &Layout::ARS, &[], &workdir())
+    }
+
+    #[test]
+    fn a_branch_shows_where_the_workdir_is_and_nothing_else_moves() {
+        let workdir = workdir();
+        let ars = |input: &str| parse(input).unwrap().on_branch(&workdir);
+        for (input, relative, shown) in [
+            (
+                "notes.md",
+                "notes.md",
+                "/home/gem/user-data/projects/p1/notes.md",
+            ),
+            (".", "", "/home/gem/user-data/projects/p1"),
+            (
+                "/home/gem/user-data/projects/p1/a/b",
+                "a/b",
+                "/home/gem/user-data/projects/p1/a/b",
+            ),
+        ] {
+            let path = ars(input);
+            assert_eq!(path.root(), VirtualRoot::Branch, "{input}");
+            assert_eq!(
+                (path.relative(), path.to_string().as_str()),
+                (relative, shown),
+                "{input}"
+            );
+        }
+        // The workdir itself is the branch mount's root: never removed or moved.
+        assert!(ars(".").is_mount_root());
+        // Beside the workdir, and a sibling whose name starts the same, nothing changes.
+        for input in [
+            "/home/gem/user-data/projects/p10/x",
+            "/home/gem/user-data/other",
+            "/home/gem/skills/s",
+        ] {
+            let path = ars(input);
+            assert_ne!(path.root(), VirtualRoot::Branch, "{input}");
+            assert_eq!(path, parse(input).unwrap(), "{input}");
+        }
+        // A layout that mounts the workdir shows the branch at the mount itself.
+        let deerflow = VirtualPath::parse(
+            "/mnt/user-data/outputs/r.md",
+            &Layout::DEERFLOW,
+            &[],
+            &workdir,
+        )
+        .unwrap()
+        .on_branch(&workdir);
+        assert_eq!(
+            (
+                deerflow.root(),
+                deerflow.relative(),
+                deerflow.to_string().as_str()
+            ),
+            (
+                VirtualRoot::Branch,
+                "outputs/r.md",
+                "/mnt/user-data/outputs/r.md"
+            )
+        );
     }
 
     #[test]

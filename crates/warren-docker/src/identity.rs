@@ -200,7 +200,9 @@ impl Identity {
             VirtualRoot::UserData => LABEL_USER_WORKSPACE,
             VirtualRoot::Skills => LABEL_SKILL_PROJECTION,
             // A mount's tree is never the runtime's own.
-            VirtualRoot::Extra(_) | VirtualRoot::Runtime => LABEL_EXTRA_MOUNTS,
+            VirtualRoot::Extra(_) | VirtualRoot::Branch | VirtualRoot::Runtime => {
+                LABEL_EXTRA_MOUNTS
+            }
         };
         let mut trees: HashMap<VirtualRoot, PathBuf> = HashMap::new();
         for root in [VirtualRoot::UserData, VirtualRoot::Skills] {
@@ -297,6 +299,8 @@ impl Identity {
                 skill_projection,
                 env,
                 seed: None,
+                branch: None,
+                frozen: Vec::new(),
                 binding: warren_core::Binding {
                     workdir,
                     network,
@@ -307,6 +311,9 @@ impl Identity {
                     layout,
                     extra_mounts,
                     isolation,
+                    // A container bound to a branch is never adopted after a restart: its
+                    // binding (with the branch) differs, so it is made again.
+                    branch: None,
                 },
             },
             running,
@@ -457,6 +464,8 @@ mod tests {
             skill_projection: "/data/skill-projections/alice".into(),
             env: BTreeMap::new(),
             seed: None,
+            branch: None,
+            frozen: Vec::new(),
             binding: warren_core::Binding {
                 workdir: Workdir::new("projects/a").unwrap(),
                 network: NetworkPolicy::None,
@@ -467,6 +476,7 @@ mod tests {
                 layout: warren_core::LayoutName::Ars,
                 extra_mounts: Vec::new(),
                 isolation: warren_core::IsolationTier::Kernel,
+                branch: None,
             },
         }
     }

@@ -143,13 +143,28 @@ pub(crate) fn status_of(error: &ProvisionerError) -> StatusCode {
     StatusCode::from_u16(error.transport_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
+/// E2B's `Error` object: the HTTP status as `code`, and the message.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct ErrorBody {
+    code: u16,
+    message: String,
+}
+
+impl ApiFailure {
+    /// The failure as E2B's `Error` object: an answer's body, or one entry's `error` in a
+    /// fork's answer.
+    pub(crate) fn into_body(self) -> ErrorBody {
+        ErrorBody {
+            code: self.status.as_u16(),
+            message: self.message,
+        }
+    }
+}
+
 impl IntoResponse for ApiFailure {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "code": self.status.as_u16(),
-            "message": self.message,
-        });
-        (self.status, axum::Json(body)).into_response()
+        let status = self.status;
+        (status, axum::Json(self.into_body())).into_response()
     }
 }
 

@@ -1,7 +1,7 @@
 //! What warren keeps of an E2B sandbox beyond the warren sandbox behind it: the E2B id,
 //! template, environment and the figures it reports, as one record in the state store
-//! (namespace [`RECORD_NAMESPACE`]), written once at create, so every replica reads it
-//! alike. Its life (running, paused, its deadline, its metadata) is the warren sandbox's
+//! (namespace [`RECORD_NAMESPACE`]), written once at create (or fork, a copy of the
+//! source's), so every replica reads it alike. Its life (running, paused, its deadline, its metadata) is the warren sandbox's
 //! own: E2B's names for it are a view ([`E2bState::of`]). The per-sandbox secrets (envd
 //! access token, signed file URLs) are derived, never stored.
 

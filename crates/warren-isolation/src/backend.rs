@@ -77,6 +77,10 @@ struct RuntimeIdentity {
     inherit_env: bool,
     #[serde(default)]
     ephemeral: bool,
+    /// The branch of the workdir it was bound to (I27); none for runtimes recorded before
+    /// branches existed, which were bound to none.
+    #[serde(default)]
+    branch: Option<warren_core::BranchName>,
 }
 
 fn inherited() -> bool {
@@ -140,6 +144,8 @@ impl RuntimeIdentity {
             skill_projection: self.skill_projection.clone(),
             env: self.env.clone(),
             seed: None,
+            branch: None,
+            frozen: Vec::new(),
             binding: warren_core::Binding {
                 workdir: warren_core::Workdir::new(self.workdir.clone()).ok()?,
                 network: self.network.clone(),
@@ -150,6 +156,7 @@ impl RuntimeIdentity {
                 layout: self.layout,
                 extra_mounts: self.extra_mounts.clone(),
                 isolation: self.isolation,
+                branch: self.branch.clone(),
             },
         })
     }
@@ -393,6 +400,7 @@ impl LocalBackend {
             isolation: spec.binding.isolation,
             inherit_env: spec.binding.inherit_env,
             ephemeral: spec.binding.ephemeral,
+            branch: spec.binding.branch.clone(),
         };
         let json = serde_json::to_vec_pretty(&identity)
             .map_err(|e| create_error(std::io::Error::other(e)))?;

@@ -208,6 +208,8 @@ impl Fixture {
             skill_projection: self.projection(),
             env: BTreeMap::new(),
             seed: None,
+            branch: None,
+            frozen: Vec::new(),
             binding: warren_core::Binding {
                 workdir: Workdir::new(THREAD).unwrap(),
                 network: NetworkPolicy::None,
@@ -218,6 +220,7 @@ impl Fixture {
                 layout: LayoutName::Deerflow,
                 extra_mounts: Vec::new(),
                 isolation: IsolationTier::Gvisor,
+                branch: None,
             },
         }
     }

@@ -19,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+mod branches;
 mod code;
 mod lifecycle;
 mod processes;

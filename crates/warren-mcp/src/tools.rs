@@ -327,6 +327,7 @@ fn all_definitions() -> impl Iterator<Item = &'static Definition> {
         .chain(crate::processes::DEFINITIONS)
         .chain(crate::lifecycle::DEFINITIONS)
         .chain(crate::code::DEFINITIONS)
+        .chain(crate::branches::DEFINITIONS)
 }
 
 impl From<ProvisionerError> for Outcome {
@@ -440,6 +441,9 @@ async fn run(
         "grep" => grep(provisioner, sandbox, parse(name, arguments)).await,
         "present_files" => present_files(provisioner, sandbox, parse(name, arguments)).await,
         "view_image" => view_image(provisioner, sandbox, parse(name, arguments)).await,
+        "branch_diff" => crate::branches::run(provisioner, sandbox, name, arguments)
+            .await
+            .unwrap_or_else(|| Err(Outcome::error(format!("unknown tool {name:?}")))),
         "sandbox_status" | "set_deadline" | "pause_sandbox" | "resume_sandbox" | "watch_files" => {
             crate::lifecycle::run(provisioner, sandbox, name, arguments)
                 .await

@@ -148,6 +148,31 @@ pub const CODES: &[Code] = &[
         meaning: "The request body is larger than this server accepts (the read cap plus 64 KiB).",
     },
     Code {
+        code: "branch_exists",
+        statuses: &[409],
+        meaning: "The workdir already has a branch of that name: choose another name, or delete the branch first.",
+    },
+    Code {
+        code: "branch_in_use",
+        statuses: &[409],
+        meaning: "A sandbox that is not terminated is bound to the branch: terminate it before deleting the branch.",
+    },
+    Code {
+        code: "branch_merged",
+        statuses: &[409],
+        meaning: "The branch was merged into its workdir already; a merged branch is never merged again (its baseline changed under it). Delete it.",
+    },
+    Code {
+        code: "branch_not_found",
+        statuses: &[404],
+        meaning: "The workdir has no branch of that name (another uid's branches are never found).",
+    },
+    Code {
+        code: "branches_unsupported",
+        statuses: &[422],
+        meaning: "Branches are overlay mounts on warren's host: they need overlayfs, warren running as root, and a backend that mounts host directories (local or Docker).",
+    },
+    Code {
         code: "checkpoint_not_found",
         statuses: &[404],
         meaning: "No checkpoint with this id in this sandbox.",
@@ -291,6 +316,11 @@ pub const CODES: &[Code] = &[
         code: "invalid_body",
         statuses: &[400],
         meaning: "The request body could not be read.",
+    },
+    Code {
+        code: "invalid_branch",
+        statuses: &[400],
+        meaning: "A branch name breaks the rules: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, not starting with `.` or `-`.",
     },
     Code {
         code: "invalid_cwd",
@@ -466,6 +496,26 @@ pub const CODES: &[Code] = &[
         code: "mcp_session_not_found",
         statuses: &[404],
         meaning: "No such MCP session (closed, or the server restarted): initialize a new one.",
+    },
+    Code {
+        code: "merge_conflict",
+        statuses: &[409],
+        meaning: "The merge found changes it cannot combine: nothing was applied; `conflicts` lists each path with the baseline, ours and theirs. Resolve them in a branch (or the target) and merge again.",
+    },
+    Code {
+        code: "merge_incomplete",
+        statuses: &[409],
+        meaning: "Other branches made of the workdir exist: a merge into the workdir takes every unmerged one at once, since it changes their common baseline. Name them all, or delete the ones to leave out first.",
+    },
+    Code {
+        code: "merge_refused",
+        statuses: &[422],
+        meaning: "The merge met what it never merges: a fifo, socket or device, a name or link target that is not UTF-8, or a name reserved for merges (`.warren-merge-…`). Nothing was applied.",
+    },
+    Code {
+        code: "merge_stale",
+        statuses: &[409],
+        meaning: "A tree changed while the merge ran (a branch or the target): nothing was applied; merge again.",
     },
     Code {
         code: "method_not_allowed",
@@ -828,9 +878,19 @@ pub const CODES: &[Code] = &[
         meaning: "The route is a WebSocket: send an upgrade request.",
     },
     Code {
+        code: "workdir_branched",
+        statuses: &[409],
+        meaning: "The path lies in a workdir that has branches: the baseline is read-only while they exist (I27). Write in a branch, merge it, or delete the branches.",
+    },
+    Code {
         code: "workdir_conflict",
         statuses: &[409],
         meaning: "The live sandbox of this identity is bound to another workdir (I5).",
+    },
+    Code {
+        code: "workdir_in_use",
+        statuses: &[409],
+        meaning: "A running sandbox can write the workdir: a branch is made only of a workdir that no running runtime writes. Stop those sandboxes (or bind them to branches) first.",
     },
     Code {
         code: "workdir_not_a_directory",

@@ -23,6 +23,10 @@ pub struct ErrorDetail {
     /// With `guard_held`: when the holder's guard lapses unless renewed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// With `merge_conflict`: each path the merge cannot combine, with the baseline, ours
+    /// and theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<Vec<crate::MergeConflictInfo>>,
 }
 
 impl ErrorDetail {
@@ -33,6 +37,7 @@ impl ErrorDetail {
             message: message.into(),
             holder: None,
             expires_at: None,
+            conflicts: None,
         }
     }
 }

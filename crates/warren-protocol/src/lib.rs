@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod artifact;
+mod branch;
 mod checkpoint;
 mod code;
 pub mod codes;
@@ -23,6 +24,10 @@ pub mod strict;
 mod workdir;
 
 pub use artifact::{ArtifactInfo, ArtifactList, PresentFiles};
+pub use branch::{
+    BranchChange, BranchDiff, BranchInfo, BranchList, CreateBranch, EntryVersion, MergeBranches,
+    MergeConflictInfo, MergeResult, MergeStepInfo,
+};
 pub use checkpoint::{
     CheckpointCreated, CheckpointDiff, CheckpointInfo, CheckpointList, CheckpointSummary,
 };
@@ -47,8 +52,9 @@ pub use process::{
 };
 pub use run::{RunInfo, RunKind, RunList, RunStatus};
 pub use sandbox::{
-    CreateSandbox, NetworkSpec, OnDeadline, PausedSandbox, ResumeSandbox, SandboxInfo,
-    SandboxIsolation, SandboxLayout, SandboxList, TerminateSandbox, UpdateSandbox,
+    CreateSandbox, ForkSandbox, ForkedSandboxes, NetworkSpec, OnDeadline, PausedSandbox,
+    ResumeSandbox, SandboxInfo, SandboxIsolation, SandboxLayout, SandboxList, TerminateSandbox,
+    UpdateSandbox,
 };
 pub use workdir::{
     CreateViewerLink, CreateWorkdir, GitSpec, InitSpec, InitSummary, UsageFigure, ViewerLink,

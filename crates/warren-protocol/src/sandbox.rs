@@ -38,6 +38,12 @@ pub struct CreateSandbox {
     /// `projects/<uuid>` is created (I8).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// A branch of the workdir (`POST /v1/users/{uid}/branches`) this sandbox writes
+    /// instead of the workdir itself: its runtimes and file operations see the branch where
+    /// the workdir is (I27). Part of the binding. Absent: a live sandbox's is kept when no
+    /// workdir is named, else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
     /// Network policy; default: the server's (`[network] default`, loopback only unless
     /// configured). Part of the binding: a live sandbox cannot change it (409
     /// `network_conflict`).
@@ -220,6 +226,9 @@ pub struct SandboxInfo {
     pub runtime_scope_id: String,
     /// Relative workdir inside the UserWorkspace.
     pub workdir: String,
+    /// The branch of the workdir it writes instead, if bound to one (I27).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
     /// The workdir as a virtual path: the default cwd of commands.
     pub workdir_path: String,
     /// What the runtime looks like from inside.
@@ -274,4 +283,43 @@ pub struct TerminateSandbox {
     /// 300); default 10. New commands and leases are refused from the start.
     #[serde(default, deserialize_with = "strict::whole_number")]
     pub grace_s: Option<u64>,
+}
+
+/// `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkSandbox {
+    /// How many forks: 1 to 20 (default 1).
+    #[serde(
+        default,
+        deserialize_with = "strict::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub count: Option<u64>,
+    /// Seconds each fork lives before its deadline; default: none.
+    #[serde(
+        default,
+        deserialize_with = "strict::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout_s: Option<u64>,
+    /// Labels of every fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// Answer of `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkedSandboxes {
+    /// The source as it is now: bound to a branch of its workdir, its runtime started
+    /// again (if one ran) from the snapshot the forks start from.
+    pub source: SandboxInfo,
+    /// The new sandboxes, each bound to its own branch of the same workdir.
+    pub forks: Vec<SandboxInfo>,
+    /// The runtime snapshot every fork starts from; absent when the source never ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    /// What a fork does not carry: memory and running processes (the runtime is a process
+    /// tree, not a VM). The source's running processes ended, as at a pause.
+    pub not_forked: String,
 }

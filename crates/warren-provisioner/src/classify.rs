@@ -174,6 +174,16 @@ impl ProvisionerError {
             P::GitSourceRefused { .. } => class!(Invalid, "git_source_refused"),
             P::GitFailed { .. } => class!(Unprocessable, "git_failed"),
             P::CheckpointNotFound { .. } => class!(NotFound, "checkpoint_not_found"),
+            P::BranchNotFound { .. } => class!(NotFound, "branch_not_found"),
+            P::BranchExists { .. } => class!(Conflict, "branch_exists"),
+            P::BranchInUse { .. } => class!(Conflict, "branch_in_use"),
+            P::BranchesUnsupported { .. } => class!(Unprocessable, "branches_unsupported"),
+            P::WorkdirBranched { .. } => class!(Conflict, "workdir_branched"),
+            P::WorkdirInUse { .. } => class!(Conflict, "workdir_in_use"),
+            P::MergeConflict { .. } => class!(Conflict, "merge_conflict"),
+            P::BranchMerged { .. } => class!(Conflict, "branch_merged"),
+            P::MergeIncomplete { .. } => class!(Conflict, "merge_incomplete"),
+            P::Merge(error) => merge_class(error),
             P::SandboxBusy { .. } => class!(Conflict, "sandbox_busy"),
             P::ShellSessionNotFound { .. } => class!(NotFound, "shell_session_not_found"),
             P::ShellSessionBusy { .. } => class!(Conflict, "shell_session_busy"),
@@ -336,12 +346,36 @@ fn core_code(error: &CoreError) -> &'static str {
         }
         CoreError::InvalidSandboxId { .. } => warren_protocol::code!(400, "invalid_sandbox_id"),
         CoreError::InvalidWorkdir { .. } => warren_protocol::code!(400, "invalid_workdir"),
+        CoreError::InvalidBranch { .. } => warren_protocol::code!(400, "invalid_branch"),
         CoreError::InvalidVirtualPath { .. } => warren_protocol::code!(400, "invalid_path"),
         CoreError::InvalidNetworkPolicy { .. } => warren_protocol::code!(400, "invalid_network"),
         CoreError::InvalidIsolationScope { .. } => warren_protocol::code!(400, "invalid_scope"),
         CoreError::InvalidEnv { .. } => warren_protocol::code!(400, "invalid_env"),
         CoreError::UnknownLayout { .. } => warren_protocol::code!(400, "invalid_layout"),
         CoreError::InvalidExtraMount { .. } => warren_protocol::code!(400, "invalid_extra_mount"),
+    }
+}
+
+fn merge_class(error: &warren_merge::MergeError) -> Class {
+    use warren_merge::MergeError as M;
+    match error {
+        M::Read { source, .. } | M::Write { source } => file_class(source),
+        M::SpecialFile { .. } | M::NotUtf8 { .. } | M::ReservedName { .. } => {
+            class!(Unprocessable, "merge_refused")
+        }
+        M::TooManyEntries { .. } => class!(Unprocessable, "too_many_entries"),
+        M::ChangedWhilePlanning { .. } | M::BranchChanged { .. } | M::TargetChanged { .. } => {
+            class!(Conflict, "merge_stale")
+        }
+        M::Conflicts { .. } => class!(Conflict, "merge_conflict"),
+        M::InvalidChange { .. }
+        | M::InvalidId { .. }
+        | M::JournalExists { .. }
+        | M::Staging { .. }
+        | M::StagingTampered { .. }
+        | M::SetMode { .. }
+        | M::Journal { .. }
+        | M::JournalCorrupt { .. } => class!(Internal, "internal"),
     }
 }
 

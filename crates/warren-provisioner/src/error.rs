@@ -252,6 +252,84 @@ pub enum ProvisionerError {
         /// The id asked for.
         checkpoint: String,
     },
+    /// The workdir has no branch of this name (I27).
+    #[error("workdir {workdir:?} has no branch {name:?}")]
+    BranchNotFound {
+        /// The workdir.
+        workdir: String,
+        /// The branch asked for.
+        name: String,
+    },
+    /// The workdir already has a branch of this name.
+    #[error("workdir {workdir:?} already has a branch {name:?}")]
+    BranchExists {
+        /// The workdir.
+        workdir: String,
+        /// The name asked for.
+        name: String,
+    },
+    /// Sandboxes that are not terminated are bound to the branch.
+    #[error(
+        "branch {name:?} is bound to sandbox(es) {sandboxes}; terminate them before deleting it"
+    )]
+    BranchInUse {
+        /// The branch.
+        name: String,
+        /// The sandboxes, comma-separated.
+        sandboxes: String,
+    },
+    /// Branches cannot be made or bound here.
+    #[error("branches are unavailable: {reason}")]
+    BranchesUnsupported {
+        /// Why.
+        reason: String,
+    },
+    /// A write into a baseline that has branches (I27).
+    #[error(
+        "{path}: workdir {workdir:?} has branches, so it is read-only until they are merged          or deleted (I27); write in a branch instead"
+    )]
+    WorkdirBranched {
+        /// The virtual path written.
+        path: String,
+        /// The branched workdir.
+        workdir: String,
+    },
+    /// A running sandbox can write the workdir a branch was asked of.
+    #[error(
+        "workdir {workdir:?} is writable by running sandbox(es) {sandboxes}; stop them, or          bind them to branches, before branching it"
+    )]
+    WorkdirInUse {
+        /// The workdir.
+        workdir: String,
+        /// The sandboxes, comma-separated.
+        sandboxes: String,
+    },
+    /// A branch merged already is never merged again.
+    #[error("branch {name:?} was merged into its workdir already; delete it")]
+    BranchMerged {
+        /// The branch.
+        name: String,
+    },
+    /// A merge into a workdir left out branches made of it.
+    #[error(
+        "workdir {workdir:?} has other branches ({left_out}) whose common baseline this merge \
+         would change: merge them together, or delete the ones to leave out first"
+    )]
+    MergeIncomplete {
+        /// The workdir.
+        workdir: String,
+        /// The branches left out, comma-separated.
+        left_out: String,
+    },
+    /// The merge found changes it cannot combine; nothing was applied.
+    #[error("the merge found {} conflict(s); nothing was applied", conflicts.len())]
+    MergeConflict {
+        /// Each conflict with the baseline, ours and theirs.
+        conflicts: Vec<warren_merge::Conflict>,
+    },
+    /// The merge engine failed.
+    #[error(transparent)]
+    Merge(warren_merge::MergeError),
     /// Commands run in the sandbox, so its workdir cannot be swapped now.
     #[error(
         "sandbox {sandbox} is running {commands} command(s); wait for them to finish, then restore"

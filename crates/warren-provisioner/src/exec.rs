@@ -523,6 +523,7 @@ impl Provisioner {
         // What the layout mounts must exist, whatever the sandbox user removed since.
         self.prepare_layout(&record).await?;
         let (user_workspace, skill_projection) = self.mounts(&record);
+        let (branch, frozen) = self.branch_view(&record).await?;
         let spec = RuntimeSpec {
             sandbox: record.id.clone(),
             generation: record.generation,
@@ -532,6 +533,8 @@ impl Provisioner {
             skill_projection,
             env: self.runtime_env(&record),
             seed: seed.clone(),
+            branch,
+            frozen,
             binding: record.binding.clone(),
         };
         let started = std::time::Instant::now();

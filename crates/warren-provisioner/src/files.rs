@@ -52,26 +52,62 @@ pub(crate) struct SandboxRoots {
     workdir: Workdir,
     workspace: std::path::PathBuf,
     skills: std::path::PathBuf,
+    /// The view of the branch the sandbox is bound to, shown where the workdir is (I27).
+    branch: Option<std::path::PathBuf>,
+    /// The uid's workdirs that are read-only baselines while they have branches (I27).
+    frozen: Vec<Workdir>,
 }
 
 impl SandboxRoots {
     pub(crate) fn resolve(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
-        Ok(VirtualPath::parse(
-            input,
-            self.layout,
-            &self.extra_mounts,
-            &self.workdir,
-        )?)
+        let path = VirtualPath::parse(input, self.layout, &self.extra_mounts, &self.workdir)?;
+        Ok(self.on_branch(path))
     }
 
     /// [`Self::resolve`], and an absolute path outside every mount as the runtime's own.
     pub(crate) fn resolve_anywhere(&self, input: &str) -> Result<VirtualPath, ProvisionerError> {
-        Ok(VirtualPath::parse_anywhere(
-            input,
-            self.layout,
-            &self.extra_mounts,
-            &self.workdir,
-        )?)
+        let path =
+            VirtualPath::parse_anywhere(input, self.layout, &self.extra_mounts, &self.workdir)?;
+        Ok(self.on_branch(path))
+    }
+
+    /// `path` as a sandbox bound to a branch sees it: in the branch where the workdir is.
+    fn on_branch(&self, path: VirtualPath) -> VirtualPath {
+        match self.branch {
+            Some(_) => path.on_branch(&self.workdir),
+            None => path,
+        }
+    }
+
+    /// Refuses a change of a read-only baseline (I27): anything inside a branched workdir,
+    /// and, with `ancestors`, a directory holding one (removed or moved, it would take the
+    /// baseline with it).
+    pub(crate) fn refuse_frozen(
+        &self,
+        path: &VirtualPath,
+        ancestors: bool,
+    ) -> Result<(), ProvisionerError> {
+        if path.root() != VirtualRoot::UserData {
+            return Ok(());
+        }
+        let relative = path.relative();
+        let inside = |outer: &str, inner: &str| {
+            inner == outer
+                || outer.is_empty()
+                || inner
+                    .strip_prefix(outer)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
+        let hit = self.frozen.iter().find(|frozen| {
+            inside(frozen.as_str(), relative) || (ancestors && inside(relative, frozen.as_str()))
+        });
+        match hit {
+            Some(frozen) => Err(ProvisionerError::WorkdirBranched {
+                path: path.to_string(),
+                workdir: frozen.to_string(),
+            }),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn open(&self, path: &VirtualPath) -> Result<WorkspaceRoot, ProvisionerError> {
@@ -81,6 +117,12 @@ impl SandboxRoots {
                 path: path.to_string(),
             }),
             VirtualRoot::UserData => WorkspaceRoot::open(&self.workspace),
+            VirtualRoot::Branch => match &self.branch {
+                Some(branch) => WorkspaceRoot::open(branch),
+                None => Err(FsError::NotFound {
+                    path: path.to_string(),
+                }),
+            },
             VirtualRoot::Skills => WorkspaceRoot::open(&self.skills),
             // The operator's directory by its path, the source beneath it by descriptor
             // with no link followed, exactly as the backends mount it (I2).
@@ -121,6 +163,7 @@ impl SandboxRoots {
                 path: path.to_string(),
             });
         }
+        self.refuse_frozen(path, false)?;
         self.open(path)
     }
 }
@@ -172,12 +215,16 @@ impl Provisioner {
         if let Err(error) = self.store.touch_sandbox(id).await {
             tracing::warn!(sandbox = %id, %error, "could not record file activity");
         }
-        Ok(self.roots_of(&record))
+        self.roots_of(&record).await
     }
 
-    pub(crate) fn roots_of(&self, record: &SandboxRecord) -> SandboxRoots {
+    pub(crate) async fn roots_of(
+        &self,
+        record: &SandboxRecord,
+    ) -> Result<SandboxRoots, ProvisionerError> {
         let (workspace, skills) = self.mounts(record);
-        SandboxRoots {
+        let (branch, frozen) = self.branch_view(record).await?;
+        Ok(SandboxRoots {
             quota_uid: (!record.binding.ephemeral && self.quota_enforced_for(&record.uid))
                 .then(|| record.uid.clone()),
             layout: record.binding.layout.layout(),
@@ -185,7 +232,9 @@ impl Provisioner {
             workdir: record.binding.workdir.clone(),
             workspace,
             skills,
-        }
+            branch,
+            frozen,
+        })
     }
 
     /// The working directory a command asked for, as the runtime's path. Under one of
@@ -219,7 +268,7 @@ impl Provisioner {
         record: &SandboxRecord,
         cwd: &str,
     ) -> Result<String, ProvisionerError> {
-        let roots = self.roots_of(record);
+        let roots = self.roots_of(record).await?;
         let path = roots.resolve_anywhere(cwd)?;
         if path.is_runtime() {
             return Ok(path.to_string());
@@ -699,6 +748,8 @@ impl Provisioner {
         let to = roots.resolve_anywhere(to)?;
         refuse_mount_root(&from, "rename")?;
         refuse_mount_root(&to, "replace")?;
+        roots.refuse_frozen(&from, true)?;
+        roots.refuse_frozen(&to, true)?;
         if from.root() != to.root() {
             return Err(fs_error(
                 &to,
@@ -737,6 +788,7 @@ impl Provisioner {
         let roots = self.roots(id).await?;
         let path = roots.resolve_anywhere(input)?;
         refuse_mount_root(&path, "remove")?;
+        roots.refuse_frozen(&path, true)?;
         if path.is_runtime() {
             let op = FileOp::Remove {
                 path: path.to_string(),

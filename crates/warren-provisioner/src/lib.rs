@@ -15,6 +15,7 @@
 
 mod aliases;
 mod artifacts;
+mod branches;
 mod checkpoints;
 mod classify;
 mod code;
@@ -57,6 +58,7 @@ use std::time::Duration;
 use warren_core::NetworkPolicy;
 
 pub use artifacts::{is_active_content, media_type, MAX_PRESENTED_FILES};
+pub use branches::{unmount_branches, Forked, MergeOutcome, MergeRequest, MAX_FORKS};
 pub use classify::{one_of_every_kind, Class, ErrorKind};
 pub use code::{
     check_language, default_context_id, CodeContext, CodeEvent, ExecutionStatus, NewContext,
@@ -251,6 +253,8 @@ pub struct Provisioner {
     processes: processes::Table,
     /// Serialises the creation of a sandbox's default code contexts (`code`).
     code_creation: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Serialises mounting branches (`branches`), and the branch ids this process mounted.
+    branch_mounts: tokio::sync::Mutex<std::collections::HashSet<String>>,
     metrics: metrics::Metrics,
     /// Set once the server shuts down: snapshots and restores on blocking threads stop at
     /// their next chunk, and the reaper stops.
@@ -299,6 +303,7 @@ impl Provisioner {
             inflight: InflightHandle::default(),
             processes: processes::Table::default(),
             code_creation: Mutex::default(),
+            branch_mounts: tokio::sync::Mutex::default(),
             metrics: metrics::Metrics::new(),
             shutdown: warren_snapshot::CancelFlag::new(),
             reaping: Mutex::new(std::collections::HashSet::new()),

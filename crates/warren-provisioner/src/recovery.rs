@@ -44,6 +44,17 @@ impl Provisioner {
     /// destroys one another node took over meanwhile, and leaves the sandboxes other nodes
     /// own alone.
     pub async fn recover(&self) -> Result<RecoveryReport, ProvisionerError> {
+        // A merge a crash interrupted is finished or undone before anything reads its
+        // target (I27).
+        // One that cannot be finished (an I/O error) stays journaled for the next start;
+        // it never keeps the server from serving everything else.
+        match self.recover_merges().await {
+            Ok(0) => {}
+            Ok(merges) => tracing::info!(merges, "interrupted merges recovered"),
+            Err(error) => {
+                tracing::error!(error = %crate::error_chain(&error), "an interrupted merge could not be finished; it is tried again at the next start")
+            }
+        }
         let me = self.config.node.node_id.clone();
         let mut report = RecoveryReport {
             runs_failed: self

@@ -31,6 +31,9 @@ pub struct SandboxRequest {
     pub scope: RuntimeScope,
     /// The workdir; `None` keeps a live sandbox's or makes a new `projects/<uuid>`.
     pub workdir: Option<String>,
+    /// A branch of the workdir to write instead of the workdir itself (I27); part of the
+    /// binding. `None` keeps a live sandbox's when no workdir is named, else none.
+    pub branch: Option<String>,
     /// Where the runtime's processes may connect (I23); `None` takes the server's default
     /// ([`crate::ProvisionerConfig::default_network`]), which a live sandbox is then
     /// compared with like any policy named.
@@ -72,6 +75,7 @@ impl SandboxRequest {
             uid,
             scope,
             workdir: None,
+            branch: None,
             network: None,
             inherit_env: true,
             ephemeral: false,
@@ -206,6 +210,7 @@ impl Provisioner {
             uid,
             scope,
             workdir,
+            branch,
             network,
             inherit_env,
             ephemeral,
@@ -288,6 +293,7 @@ impl Provisioner {
                 .await
                 .map_err(ProvisionerError::Backend)?;
         }
+        let named_workdir = workdir.is_some();
         let workdir = match (workdir, &live) {
             (Some(path), _) => {
                 let workdir = Workdir::new(path)?;
@@ -300,8 +306,46 @@ impl Provisioner {
             (None, None) if ephemeral => Workdir::new_project(),
             (None, None) => self.create_workdir(&uid, None).await?.0,
         };
+        let branch = match (branch, &live) {
+            (Some(name), _) => Some(warren_core::BranchName::new(name)?),
+            (None, Some(record)) if !named_workdir => record.binding.branch.clone(),
+            (None, _) => None,
+        };
+        if backend == BackendKind::Kubernetes && !ephemeral {
+            // A pod mounts claims, never warren's overlays: a branched workdir it would
+            // show could not be read-only there (I27).
+            if let Some(frozen) = self
+                .frozen_workdirs(&uid)
+                .await?
+                .into_iter()
+                .find(|frozen| crate::branches::shows_writable(layout, &workdir, frozen))
+            {
+                return Err(ProvisionerError::BranchesUnsupported {
+                    reason: format!(
+                        "workdir {frozen} has branches, and a kubernetes pod cannot show it \
+                         read-only"
+                    ),
+                });
+            }
+        }
+        if let Some(name) = &branch {
+            if ephemeral {
+                return Err(ProvisionerError::BadRequest(
+                    "an ephemeral sandbox has no workdir of the user's to branch",
+                ));
+            }
+            if backend == BackendKind::Kubernetes {
+                return Err(ProvisionerError::BranchesUnsupported {
+                    reason: "the kubernetes backend mounts claims, not warren's host".to_owned(),
+                });
+            }
+            // It must exist now, and be mountable: refused before anything is recorded.
+            let found = self.branch(&uid, &workdir, name).await?;
+            self.branch_tree(&found).await?;
+        }
         let binding = Binding {
             workdir,
+            branch,
             network,
             backend,
             image,
@@ -735,7 +779,7 @@ impl Provisioner {
         self.end_runtime_here(id, grace).await
     }
 
-    async fn check_workdir_exists(
+    pub(crate) async fn check_workdir_exists(
         &self,
         uid: &Uid,
         workdir: &Workdir,

@@ -11,6 +11,7 @@
 mod agent_env;
 mod aliases;
 mod artifacts;
+mod branches;
 mod checkpoints;
 mod error;
 mod guard;
@@ -39,8 +40,9 @@ pub use migrations::{
     NewMigrationItem,
 };
 pub use model::{
-    DeadlineAction, NewRun, NewSandbox, ParseEnumError, RunKind, RunOutcome, RunRecord, RunStatus,
-    SandboxClaim, SandboxRecord, SandboxSettings, SandboxState, WorkdirRecord,
+    BranchRecord, DeadlineAction, NewRun, NewSandbox, ParseEnumError, RunKind, RunOutcome,
+    RunRecord, RunStatus, SandboxClaim, SandboxRecord, SandboxSettings, SandboxState,
+    WorkdirRecord,
 };
 pub use nodes::{NodeRecord, NodeState};
 pub use owners::{OwnerFence, RuntimeClaim, RuntimeOwner, TakenOver, NODE_LOST};
@@ -183,6 +185,34 @@ pub trait StateStore: Send + Sync + 'static {
     /// a record was removed.
     async fn forget_workdir(&self, uid: &Uid, workdir: &Workdir) -> Result<bool, StoreError>;
 
+    /// Records a branch of a workdir (I27). Returns false, recording nothing, when the
+    /// workdir already has a branch of that name.
+    async fn record_branch(&self, branch: &BranchRecord) -> Result<bool, StoreError>;
+
+    /// The uid's branches, of `workdir` or of every workdir, oldest first.
+    async fn list_branches(
+        &self,
+        uid: &Uid,
+        workdir: Option<&Workdir>,
+    ) -> Result<Vec<BranchRecord>, StoreError>;
+
+    /// Marks a branch merged into its workdir. Returns false when it was already (or is
+    /// not recorded).
+    async fn mark_branch_merged(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+        name: &warren_core::BranchName,
+    ) -> Result<bool, StoreError>;
+
+    /// Forgets a branch. Returns true when a record was removed.
+    async fn forget_branch(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+        name: &warren_core::BranchName,
+    ) -> Result<bool, StoreError>;
+
     /// Atomically claims the sandbox of `(new.uid, new.runtime_scope)`; race-free under many
     /// concurrent callers and processes.
     ///
@@ -219,6 +249,16 @@ pub trait StateStore: Send + Sync + 'static {
         generation: i64,
         from: SandboxState,
         to: SandboxState,
+    ) -> Result<Option<SandboxRecord>, StoreError>;
+
+    /// Binds the sandbox's generation `generation` to `branch` of its workdir while it has
+    /// no runtime (`created`, `stopped` or `paused`); `None` when the id, generation or
+    /// state does not match.
+    async fn set_sandbox_branch(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        branch: Option<&warren_core::BranchName>,
     ) -> Result<Option<SandboxRecord>, StoreError>;
 
     /// Replaces the labels and deadline of the sandbox's generation `generation`. Returns

@@ -20,6 +20,25 @@ pub struct WorkdirRecord {
     pub created_at: DateTime<Utc>,
 }
 
+/// A branch of a workdir (I27): a writable view over a read-only baseline.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BranchRecord {
+    /// The owner.
+    pub uid: Uid,
+    /// The workdir it is a branch of.
+    pub workdir: Workdir,
+    /// Its name, unique among the workdir's branches.
+    pub name: warren_core::BranchName,
+    /// The name of its storage in the data directory (`br-<hex>`).
+    pub id: String,
+    /// The checkpoint it was made from; `None` when made from the workdir as it was.
+    pub checkpoint: Option<String>,
+    /// When it was made.
+    pub created_at: DateTime<Utc>,
+    /// When a merge brought it into its workdir; it is never merged again.
+    pub merged_at: Option<DateTime<Utc>>,
+}
+
 /// What a caller asks for when it claims the sandbox of a (uid, runtime scope).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NewSandbox {

@@ -183,6 +183,13 @@ pub(crate) fn sandbox_from_row(row: &impl Record) -> Result<SandboxRecord, Store
                 warren_core::IsolationTier::parse(&name)
                     .ok_or_else(|| format!("unknown isolation tier {name:?}"))
             })?,
+            branch: columns
+                .get::<Option<String>>("branch")?
+                .map(|name| {
+                    warren_core::BranchName::new(name)
+                        .map_err(|error| columns.corrupt("branch", error))
+                })
+                .transpose()?,
         },
         seed_snapshot: columns.get("seed_snapshot")?,
         settings: crate::SandboxSettings {

@@ -11,7 +11,8 @@ use crate::{NewSandbox, OwnerFence, SandboxClaim, SandboxRecord, SandboxSettings
 /// The columns of a sandbox row.
 const COLUMNS: &str = "id, uid, runtime_scope, workdir, network, backend, state, \
      generation, created_at, last_active_at, updated_at, inherit_env, ephemeral, \
-     seed_snapshot, image, layout, extra_mounts, isolation, labels, deadline_at, on_deadline";
+     seed_snapshot, image, layout, extra_mounts, isolation, labels, deadline_at, on_deadline, \
+     branch";
 
 /// Claims the sandbox of `new`'s identity (see [`crate::StateStore::claim_sandbox`]).
 ///
@@ -60,16 +61,16 @@ pub(crate) async fn claim<D: Dialect>(
              state = $6, generation = generation + 1, created_at = $7, last_active_at = $7, \
              updated_at = $7, network = $8, inherit_env = $9, ephemeral = $10, \
              seed_snapshot = $11, image = $12, layout = $13, extra_mounts = $14, \
-             isolation = $15, labels = $16, deadline_at = $17, on_deadline = $18 \
-             WHERE id = $1 RETURNING {COLUMNS}"
+             isolation = $15, labels = $16, deadline_at = $17, on_deadline = $18, \
+             branch = $19 WHERE id = $1 RETURNING {COLUMNS}"
         )),
         None => Query::new(format!(
             "INSERT INTO sandboxes (id, uid, runtime_scope, workdir, backend, state, \
              generation, created_at, last_active_at, updated_at, network, inherit_env, \
              ephemeral, seed_snapshot, image, layout, extra_mounts, isolation, labels, \
-             deadline_at, on_deadline) \
+             deadline_at, on_deadline, branch) \
              VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $7, $8, $9, $10, $11, $12, $13, $14, \
-             $15, $16, $17, $18) RETURNING {COLUMNS}"
+             $15, $16, $17, $18, $19) RETURNING {COLUMNS}"
         )),
     };
     let row = tx
@@ -92,7 +93,8 @@ pub(crate) async fn claim<D: Dialect>(
                 .bind(new.binding.isolation.as_str())
                 .bind(labels.as_str())
                 .bind(deadline)
-                .bind(new.settings.on_deadline.as_str()),
+                .bind(new.settings.on_deadline.as_str())
+                .bind(new.binding.branch.as_ref().map(|name| name.as_str())),
         )
         .await
         .map_err(StoreError::query(OPERATION))?;
@@ -176,6 +178,28 @@ pub(crate) async fn set_settings<D: Dialect>(
     .fetch_optional(db)
     .await
     .map_err(StoreError::query("set a sandbox's settings"))?;
+    row.as_ref().map(sandbox_from_row).transpose()
+}
+
+/// Binds a sandbox with no runtime to a branch of its workdir (a fork moves its source
+/// onto one). Only while the generation has no runtime: `created`, `stopped` or `paused`.
+pub(crate) async fn set_branch<D: Dialect>(
+    db: &D,
+    id: &SandboxId,
+    generation: i64,
+    branch: Option<&warren_core::BranchName>,
+) -> Result<Option<SandboxRecord>, StoreError> {
+    let row = Query::new(format!(
+        "UPDATE sandboxes SET branch = $3, updated_at = $4 WHERE id = $1 AND generation = $2 \
+         AND state IN ('created', 'stopped', 'paused') RETURNING {COLUMNS}"
+    ))
+    .bind(id.as_str())
+    .bind(generation)
+    .bind(branch.map(|name| name.as_str()))
+    .bind(crate::now_millis())
+    .fetch_optional(db)
+    .await
+    .map_err(StoreError::query("bind a sandbox to a branch"))?;
     row.as_ref().map(sandbox_from_row).transpose()
 }
 

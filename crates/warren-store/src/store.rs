@@ -38,6 +38,36 @@ impl<D: Dialect> StateStore for SqlStore<D> {
         crate::workdirs::forget(&self.db, uid, workdir).await
     }
 
+    async fn record_branch(&self, branch: &crate::BranchRecord) -> Result<bool, StoreError> {
+        crate::branches::record(&self.db, branch).await
+    }
+
+    async fn list_branches(
+        &self,
+        uid: &Uid,
+        workdir: Option<&Workdir>,
+    ) -> Result<Vec<crate::BranchRecord>, StoreError> {
+        crate::branches::list(&self.db, uid, workdir).await
+    }
+
+    async fn mark_branch_merged(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+        name: &warren_core::BranchName,
+    ) -> Result<bool, StoreError> {
+        crate::branches::mark_merged(&self.db, uid, workdir, name).await
+    }
+
+    async fn forget_branch(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+        name: &warren_core::BranchName,
+    ) -> Result<bool, StoreError> {
+        crate::branches::forget(&self.db, uid, workdir, name).await
+    }
+
     async fn claim_sandbox(&self, new: &NewSandbox) -> Result<SandboxClaim, StoreError> {
         crate::sandboxes::claim(&self.db, new).await
     }
@@ -58,6 +88,15 @@ impl<D: Dialect> StateStore for SqlStore<D> {
         to: SandboxState,
     ) -> Result<Option<SandboxRecord>, StoreError> {
         crate::sandboxes::set_state(&self.db, id, generation, from, to).await
+    }
+
+    async fn set_sandbox_branch(
+        &self,
+        id: &SandboxId,
+        generation: i64,
+        branch: Option<&warren_core::BranchName>,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        crate::sandboxes::set_branch(&self.db, id, generation, branch).await
     }
 
     async fn set_sandbox_settings(

@@ -19,6 +19,25 @@ pub fn unmount_workspace_volumes(data_dir: &Path) {
     }
 }
 
+/// Unmounts what a server mounted under its data directory and leaves mounted by design
+/// (workdir branches' overlay views, I27), deepest first, lazily.
+pub fn unmount_under(data_dir: &Path) {
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let prefix = format!("{}/", data_dir.display());
+    let mut points: Vec<&str> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with(&prefix))
+        .collect();
+    points.sort_by_key(|point| std::cmp::Reverse(point.matches('/').count()));
+    points.dedup();
+    for point in points {
+        let _ = Command::new("umount").arg("-l").arg(point).output();
+    }
+}
+
 /// Kills every runtime recorded under `data_dir` and removes its cgroups.
 pub fn reap_runtimes(data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(data_dir.join("runtimes")) else {

@@ -7,7 +7,7 @@
 #![deny(missing_docs)]
 
 mod cleanup;
-pub use cleanup::{reap_runtimes, unmount_workspace_volumes};
+pub use cleanup::{reap_runtimes, unmount_under, unmount_workspace_volumes};
 mod cli;
 pub use cli::{output_within, run_to_exit};
 mod cluster;

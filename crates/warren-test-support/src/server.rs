@@ -10,8 +10,8 @@ use std::time::Duration;
 use reqwest::{Client, Method, RequestBuilder};
 
 use crate::{
-    kube, reap_runtimes, remove_docker_runtimes, require_docker, unmount_workspace_volumes,
-    DOCKER_TEST_IMAGE, TEST_TOKEN,
+    kube, reap_runtimes, remove_docker_runtimes, require_docker, unmount_under,
+    unmount_workspace_volumes, DOCKER_TEST_IMAGE, TEST_TOKEN,
 };
 
 /// A running `warren serve` with its own data directory, killed on drop.
@@ -481,6 +481,7 @@ impl Drop for TestServer {
         reap_runtimes(&self.data_dir());
         remove_docker_runtimes(&self.data_dir());
         unmount_workspace_volumes(&self.data_dir());
+        unmount_under(&self.data_dir());
     }
 }
 

@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use warren_provisioner::{DeadlineAction, ProvisionerError, SettingsChange};
 
-use super::sandboxes::timeout_of;
-use super::wire::{ConnectRequest, Sandbox};
+use super::sandboxes::{answer_of, timeout_of};
+use super::wire::ConnectRequest;
 use super::{caller, owned, parse_body, Found};
 use crate::error::ApiFailure;
 use crate::state::{E2bSandbox, E2bState};
@@ -85,11 +85,7 @@ async fn resume_found(
 }
 
 fn answer(shared: &Shared, sandbox: &E2bSandbox, status: StatusCode) -> Response {
-    let token = sandbox
-        .secure
-        .then(|| shared.secrets.access_token(&sandbox.sandbox_id));
-    let body = Sandbox::of(sandbox, token, shared.config.domain.as_deref());
-    (status, Json(body)).into_response()
+    (status, Json(answer_of(shared, sandbox))).into_response()
 }
 
 /// `POST /sandboxes/{id}/resume` (E2B's older route): 201 with the sandbox, 409 when it

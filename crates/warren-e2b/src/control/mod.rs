@@ -1,9 +1,10 @@
 //! E2B's control plane (`X-API-Key`): sandboxes created, listed, connected, paused, timed
-//! out and killed. Each E2B sandbox is a warren sandbox of the key's uid, whose life is the
-//! provisioner's (pause, resume, deadline, labels as E2B's metadata); what E2B adds
-//! (template, environment, reported figures) is a record written once at create
-//! ([`crate::state`]).
+//! out, forked and killed. Each E2B sandbox is a warren sandbox of the key's uid, whose
+//! life is the provisioner's (pause, resume, deadline, labels as E2B's metadata); what E2B
+//! adds (template, environment, reported figures) is a record written once at create or
+//! fork ([`crate::state`]).
 
+mod fork;
 mod lifecycle;
 mod metrics;
 mod sandboxes;
@@ -46,6 +47,7 @@ pub(crate) fn routes(shared: Shared) -> Router {
         .route("/sandboxes/{id}/connect", post(lifecycle::connect))
         .route("/v2/sandboxes/{id}/connect", post(lifecycle::connect))
         .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/sandboxes/{id}/fork", post(fork::fork))
         .route("/snapshots", get(snapshots::list))
         .route("/templates/{id}", delete(snapshots::delete))
         .with_state(shared)

@@ -118,7 +118,7 @@ pub(crate) async fn create(
     let (record, _) = shared.provisioner.create_sandbox(sandbox_request).await?;
 
     let sandbox = E2bSandbox {
-        sandbox_id: sandbox_id.clone(),
+        sandbox_id,
         warren_id: record.id.clone(),
         uid,
         template_id: request.template_id.clone(),
@@ -129,10 +129,7 @@ pub(crate) async fn create(
         cpu_count: shared.config.cpu_count,
         memory_mb: shared.config.memory_mb,
     };
-    if let Err(error) = save_new(&shared, &sandbox).await {
-        super::lifecycle::end(&shared, &sandbox).await;
-        return Err(error.into());
-    }
+    record_new(&shared, &sandbox).await?;
     // A snapshot's workdir fills the new one before its runtime starts.
     if let Some(snapshot) = &snapshot {
         if let Err(error) = shared
@@ -144,16 +141,38 @@ pub(crate) async fn create(
             return Err(error.into());
         }
     }
-    // The runtime starts now, so a broken template fails the create, not the first command.
-    if let Err(error) = shared.provisioner.start_runtime(&record.id).await {
-        super::lifecycle::end(&shared, &sandbox).await;
+    start_new(&shared, &sandbox).await?;
+    Ok((StatusCode::CREATED, Json(answer_of(&shared, &sandbox))).into_response())
+}
+
+/// Writes the E2B record of a new warren sandbox (create's, and each of a fork's): the
+/// warren sandbox is ended when it cannot be, as nothing would name it.
+pub(crate) async fn record_new(shared: &Shared, sandbox: &E2bSandbox) -> Result<(), ApiFailure> {
+    if let Err(error) = save_new(shared, sandbox).await {
+        super::lifecycle::end(shared, sandbox).await;
         return Err(error.into());
     }
+    Ok(())
+}
+
+/// Starts a new sandbox's runtime before the answer (E2B's create and fork return
+/// sandboxes ready for commands), so a broken template fails the create, not the first
+/// command; the sandbox is ended when it cannot start.
+pub(crate) async fn start_new(shared: &Shared, sandbox: &E2bSandbox) -> Result<(), ApiFailure> {
+    if let Err(error) = shared.provisioner.start_runtime(&sandbox.warren_id).await {
+        super::lifecycle::end(shared, sandbox).await;
+        return Err(error.into());
+    }
+    Ok(())
+}
+
+/// The `Sandbox` create answers for `sandbox` (and fork for each of its, connect and
+/// resume for theirs): with its envd access token when it is secure.
+pub(crate) fn answer_of(shared: &Shared, sandbox: &E2bSandbox) -> Sandbox {
     let token = sandbox
         .secure
-        .then(|| shared.secrets.access_token(&sandbox_id));
-    let answer = Sandbox::of(&sandbox, token, shared.config.domain.as_deref());
-    Ok((StatusCode::CREATED, Json(answer)).into_response())
+        .then(|| shared.secrets.access_token(&sandbox.sandbox_id));
+    Sandbox::of(sandbox, token, shared.config.domain.as_deref())
 }
 
 /// Environment names and values E2B would take, and warren's bounds on them.

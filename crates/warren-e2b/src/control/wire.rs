@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::Found;
+use crate::error::ErrorBody;
 use crate::state::E2bSandbox;
 
 /// `POST /sandboxes` and `POST /v2/sandboxes`.
@@ -61,7 +62,27 @@ pub(crate) struct ConnectRequest {
     pub(crate) auto_pause: Option<bool>,
 }
 
-/// `Sandbox`: what create, connect and resume answer.
+/// `POST /sandboxes/{id}/fork`.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct ForkRequest {
+    /// Seconds each fork lives (the server's default timeout, as for create, when absent).
+    pub(crate) timeout: Option<u64>,
+    /// How many forks (default 1; the provisioner bounds it, 1 to 20).
+    pub(crate) count: Option<u64>,
+}
+
+/// `SandboxForkResult`: one fork's entry in the answer, exactly one of `sandbox` (what
+/// create answers for it) and `error` (why it could not start).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ForkResult {
+    /// The fork, ready for commands.
+    Sandbox(Sandbox),
+    /// Why it did not start.
+    Error(ErrorBody),
+}
+
+/// `Sandbox`: what create, fork, connect and resume answer.
 #[derive(Debug, Serialize)]
 pub(crate) struct Sandbox {
     #[serde(rename = "templateID")]

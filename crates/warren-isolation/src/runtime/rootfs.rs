@@ -38,6 +38,7 @@ use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 use crate::config::{RootSource, RuntimeConfig, SANDBOX_GID, SANDBOX_UID};
 use crate::runtime::SetupError;
 use warren_backend::bind_fd;
+use warren_core::MountSource;
 
 /// Host system directories of the host profile, each bound read-only under a CoW layer (or
 /// recreated as the same symlink on merged-/usr systems).
@@ -333,45 +334,61 @@ struct OpenMount {
 
 /// Opens the source of every persistent mount the config lists, each checked against the
 /// runtime's view (its layout and extra mounts, [`warren_core::view_mounts`]): a target
-/// the view does not have is refused, and whether it is writable is the view's word.
-/// `beneath` is opened from the tree's descriptor with no symlink followed, no `..` and
-/// no mount crossed ([`warren_backend::HostMount::open`]): a workdir whose component a
-/// sandbox of the same uid swapped for a link to `/` or to another uid's tree, or an
-/// extra mount's source someone replaced with a link, fails here, before anything is
-/// mounted (I2).
+/// the view does not have is refused, except one inside a mount of the user's data (a
+/// workdir's branch or a read-only baseline over the workspace, I27); none is writable
+/// where the view's is not. `beneath` is opened from the tree's descriptor with no symlink
+/// followed, no `..` and no mount crossed ([`warren_backend::HostMount::open`]): a workdir
+/// whose component a sandbox of the same uid swapped for a link to `/` or to another
+/// uid's tree, or an extra mount's source someone replaced with a link, fails here, before
+/// anything is mounted (I2).
 fn open_mounts(config: &RuntimeConfig) -> Result<Vec<OpenMount>, SetupError> {
     let layout = config.layout.layout();
     let view = warren_core::view_mounts(layout, &config.extra_mounts);
+    let inside = |outer: &str, inner: &str| {
+        inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+    };
     config
         .mounts
         .iter()
         .map(|mount| {
-            let Some(expected) = view.iter().find(|m| m.target == mount.target) else {
-                return Err(SetupError {
-                    stage: "check the persistent mounts",
-                    source: io::Error::other(format!(
-                        "{} is not a mount of this runtime's view ({} layout)",
-                        mount.target, layout.name
-                    )),
-                });
+            let exact = view.iter().find(|m| m.target == mount.target);
+            let over = view.iter().find(|m| {
+                matches!(m.source, MountSource::UserWorkspace | MountSource::Workdir)
+                    && inside(m.target, &mount.target)
+            });
+            let (source, view_writable) = match (exact, over) {
+                (Some(expected), _) => (expected.source, expected.writable),
+                (None, Some(outer)) => (MountSource::Workdir, outer.writable),
+                (None, None) => {
+                    return Err(SetupError {
+                        stage: "check the persistent mounts",
+                        source: io::Error::other(format!(
+                            "{} is not a mount of this runtime's view ({} layout)",
+                            mount.target, layout.name
+                        )),
+                    })
+                }
             };
+            let writable = view_writable && mount.writable;
             let host = warren_backend::HostMount {
-                target: expected.target.to_owned(),
-                source: expected.source,
+                target: mount.target.clone(),
+                source,
                 tree: mount.tree.clone(),
                 beneath: mount.beneath.clone(),
-                writable: expected.writable,
+                writable,
             };
             // The message names the path inside the tree (the workdir, agents/skills),
             // never a host path of warren's (I1).
-            let source = host.open().map_err(|error| SetupError {
+            let opened = host.open().map_err(|error| SetupError {
                 stage: "open a persistent mount's source",
-                source: io::Error::other(format!("for {}: {error}", expected.target)),
+                source: io::Error::other(format!("for {}: {error}", mount.target)),
             })?;
             Ok(OpenMount {
-                target: expected.target.to_owned(),
-                source,
-                writable: expected.writable,
+                target: mount.target.clone(),
+                source: opened,
+                writable,
             })
         })
         .collect()

@@ -156,6 +156,8 @@ impl KubernetesBackend {
                 .join(DataLayout::skill_projection_relative(&safe)),
             env,
             seed: None,
+            branch: None,
+            frozen: Vec::new(),
             binding: warren_core::Binding {
                 workdir: identity.workdir.clone(),
                 network: identity.network.clone(),
@@ -166,6 +168,7 @@ impl KubernetesBackend {
                 layout: identity.layout,
                 extra_mounts: Vec::new(),
                 isolation: warren_core::IsolationTier::Kernel,
+                branch: None,
             },
         })
     }

@@ -90,6 +90,8 @@ async fn refused_listing(
     let record = provisioner.sandbox(id).await.unwrap();
     let path = provisioner
         .roots_of(&record)
+        .await
+        .unwrap()
         .resolve_anywhere("/tmp")
         .unwrap();
     let op = warren_backend::FileOp::List {

@@ -145,6 +145,7 @@ pub fn shell(line: &str) -> ExecInput {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
+        crate::unmount_branches(&self.data_dir);
         let _ = std::fs::remove_dir_all(&self.data_dir);
     }
 }

@@ -747,7 +747,7 @@ impl Provisioner {
         tick: Duration,
     ) -> Result<(VirtualPath, DirWatch), ProvisionerError> {
         let slot = self.watches.acquire(id)?;
-        let roots = self.roots_of(&self.sandbox(id).await?);
+        let roots = self.roots_of(&self.sandbox(id).await?).await?;
         let resolved = roots.resolve_anywhere(path)?;
         let source = if resolved.is_runtime() {
             let lister = Lister::Runtime {

@@ -148,7 +148,7 @@ impl Provisioner {
         let record = self.sandbox(id).await?;
         // The roots exactly as a read opens them (`files.rs`), without the activity a
         // file operation records.
-        let roots = self.roots_of(&record);
+        let roots = self.roots_of(&record).await?;
         let path = roots.resolve(path)?;
         let fd = self.open_resolved_dir(roots, path.clone()).await?;
         Ok((path, fd))

@@ -1525,6 +1525,112 @@ pub async fn workdirs_are_listed_per_uid_oldest_first(backend: &dyn Backend) {
     assert!(store.list_workdirs(&uid("carol")).await.unwrap().is_empty());
 }
 
+pub async fn branches_are_named_once_per_workdir_and_bound_only_without_a_runtime(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let branch = |uid_: &str, path: &str, name: &str| warren_store::BranchRecord {
+        uid: uid(uid_),
+        workdir: workdir(path),
+        name: warren_core::BranchName::new(name).unwrap(),
+        id: format!("br-{uid_}-{name}-{}", path.replace('/', "-")),
+        checkpoint: None,
+        created_at: chrono::Utc::now(),
+        merged_at: None,
+    };
+    assert!(store
+        .record_branch(&branch("alice", "projects/a", "b1"))
+        .await
+        .unwrap());
+    next_millisecond().await;
+    let mut second = branch("alice", "projects/a", "b2");
+    second.checkpoint = Some("ckpt-1".into());
+    assert!(store.record_branch(&second).await.unwrap());
+    // One name per workdir; the same name elsewhere, or of another uid, is another branch.
+    let mut again = branch("alice", "projects/a", "b1");
+    again.id = "br-other".into();
+    assert!(!store.record_branch(&again).await.unwrap());
+    assert!(store
+        .record_branch(&branch("alice", "projects/b", "b1"))
+        .await
+        .unwrap());
+    assert!(store
+        .record_branch(&branch("bob", "projects/a", "b1"))
+        .await
+        .unwrap());
+
+    let of_a = store
+        .list_branches(&uid("alice"), Some(&workdir("projects/a")))
+        .await
+        .unwrap();
+    let names: Vec<_> = of_a.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["b1", "b2"]);
+    assert_eq!(of_a[1].checkpoint.as_deref(), Some("ckpt-1"));
+    assert_eq!(of_a[0].id, "br-alice-b1-projects-a");
+    assert_eq!(
+        store
+            .list_branches(&uid("alice"), None)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    let b1 = warren_core::BranchName::new("b1").unwrap();
+    assert!(store
+        .forget_branch(&uid("alice"), &workdir("projects/a"), &b1)
+        .await
+        .unwrap());
+    assert!(!store
+        .forget_branch(&uid("alice"), &workdir("projects/a"), &b1)
+        .await
+        .unwrap());
+    assert_eq!(
+        store.list_branches(&uid("bob"), None).await.unwrap().len(),
+        1
+    );
+
+    // A sandbox records its branch as part of its binding, and is rebound to one only
+    // while it has no runtime.
+    let mut new = claim("alice", "forked", "projects/a");
+    new.binding.branch = Some(b1.clone());
+    let SandboxClaim::Created(created) = store.claim_sandbox(&new).await.unwrap() else {
+        panic!("a new sandbox");
+    };
+    assert_eq!(created.binding.branch, Some(b1.clone()));
+    let b2 = warren_core::BranchName::new("b2").unwrap();
+    let rebound = store
+        .set_sandbox_branch(&created.id, created.generation, Some(&b2))
+        .await
+        .unwrap()
+        .expect("a created sandbox is rebound");
+    assert_eq!(rebound.binding.branch, Some(b2.clone()));
+    let running = store
+        .set_sandbox_state(
+            &created.id,
+            created.generation,
+            SandboxState::Created,
+            SandboxState::Running,
+        )
+        .await
+        .unwrap()
+        .expect("running");
+    assert!(store
+        .set_sandbox_branch(&running.id, running.generation, None)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        store
+            .get_sandbox(&created.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .binding
+            .branch,
+        Some(b2)
+    );
+}
+
 /// Only for backends whose data outlives a handle (see `sqlite.rs`).
 pub async fn a_reopened_store_keeps_its_data(backend: &dyn Backend) {
     assert!(

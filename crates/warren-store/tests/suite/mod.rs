@@ -55,6 +55,7 @@ macro_rules! behaviour_suite {
                 recording_a_workdir_twice_reports_it_new_only_once,
                 one_workdir_record_is_read_and_forgotten_by_uid_and_path,
                 workdirs_are_listed_per_uid_oldest_first,
+                branches_are_named_once_per_workdir_and_bound_only_without_a_runtime,
                 a_guard_is_exclusive_until_released_and_each_new_holder_gets_a_larger_token,
                 a_lapsed_guard_is_free_and_cannot_be_renewed,
                 only_the_newest_token_passes_the_fence,

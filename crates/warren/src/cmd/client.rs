@@ -33,6 +33,11 @@ impl Connection {
         )?;
         Ok(WarrenClient::new(&self.url, token)?.with_fence(self.fence))
     }
+
+    /// The execution guard token given with --fence or WARREN_FENCE, if any.
+    pub(super) fn fence(&self) -> Option<u64> {
+        self.fence
+    }
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +146,20 @@ enum SandboxCommand {
         /// Sandbox id.
         id: String,
     },
+    /// Fork a sandbox: new sandboxes of the same uid starting from its runtime state (a
+    /// snapshot taken now) and its files, each writing its own branch of its workdir.
+    /// Memory and running processes are not forked: a running source is paused and
+    /// resumed for it.
+    Fork {
+        /// Sandbox id.
+        id: String,
+        /// How many forks (1 to 20).
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Each fork's deadline, seconds from now.
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
     /// Resume a paused sandbox: its runtime starts again from the pause's snapshot.
     Resume {
         /// Sandbox id.
@@ -227,6 +246,10 @@ struct SandboxCreateArgs {
     /// Relative workdir; default: a fresh projects/<uuid>.
     #[arg(long)]
     workdir: Option<String>,
+    /// A branch of the workdir (`warren branch create`) for the sandbox to write instead of
+    /// the workdir itself: its commands and file operations see the branch there.
+    #[arg(long)]
+    branch: Option<String>,
     /// Network: none (loopback only), open, or allowlist (with --allow); default: the
     /// server's (`[network] default`).
     #[arg(long)]
@@ -446,7 +469,7 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{raw:?} is not NAME=VALUE"))
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(super) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     super::output::line(serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
@@ -571,6 +594,7 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                 session_id,
                 agent_id,
                 workdir,
+                branch,
                 network,
                 allow,
                 no_inherit_env,
@@ -588,6 +612,7 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                     session_id,
                     agent_id,
                     workdir,
+                    branch,
                     network: network.map(|mode| NetworkSpec { mode, allow }),
                     inherit_env: no_inherit_env.then_some(false),
                     ephemeral,
@@ -610,6 +635,17 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             .pause_sandbox(&id)
             .await
             .map(|paused| serde_json::to_value(paused).unwrap_or_default()),
+        SandboxCommand::Fork { id, count, timeout } => client
+            .fork_sandbox(
+                &id,
+                &warren_protocol::ForkSandbox {
+                    count: Some(count),
+                    timeout_s: timeout,
+                    labels: None,
+                },
+            )
+            .await
+            .map(|forked| serde_json::to_value(forked).unwrap_or_default()),
         SandboxCommand::Resume { id, timeout } => client
             .resume_sandbox(&id, timeout)
             .await
@@ -812,7 +848,10 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
 
 /// Runs `work` behind a spinner with the elapsed time on stderr (nothing when stderr is not
 /// a terminal), so a long checkpoint or restore visibly progresses.
-async fn working<T>(what: &'static str, work: impl std::future::Future<Output = T>) -> T {
+pub(super) async fn working<T>(
+    what: &'static str,
+    work: impl std::future::Future<Output = T>,
+) -> T {
     let spinner = indicatif::ProgressBar::new_spinner();
     spinner.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")

@@ -1,5 +1,6 @@
 //! Subcommands: one short file each.
 
+mod branches;
 mod client;
 pub(crate) mod config;
 mod data_dir_lock;
@@ -56,6 +57,12 @@ enum Command {
     Sandbox(client::SandboxArgs),
     /// Record, compare and restore a sandbox's workdir (client of a running server).
     Checkpoint(client::CheckpointArgs),
+    /// Branch a workdir: writable views over it for parallel executors, merged back with
+    /// `warren merge` (client of a running server).
+    Branch(branches::BranchArgs),
+    /// Merge branches of a sandbox's workdir into it, three-way per file, all or nothing,
+    /// under the sandbox's execution guard (client of a running server).
+    Merge(branches::MergeArgs),
     /// Record a sandbox's runtime (installed packages, /home/gem) for resume (client of a
     /// running server).
     Snapshot(client::SnapshotArgs),
@@ -101,6 +108,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Workdir(args) => client::workdir(args).await,
         Command::Sandbox(args) => client::sandbox(args).await,
         Command::Checkpoint(args) => client::checkpoint(args).await,
+        Command::Branch(args) => branches::branch(args).await,
+        Command::Merge(args) => branches::merge(args).await,
         Command::Snapshot(args) => client::snapshot(args).await,
         Command::Guard(args) => client::guard(args).await,
         Command::Env(args) => client::env(args).await,

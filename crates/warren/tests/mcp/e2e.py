@@ -62,6 +62,7 @@ EXPECTED_TOOLS = frozenset(
         "resume_sandbox",
         "watch_files",
         "run_code",
+        "branch_diff",
     }
 )
 FIXED_FORBIDDEN = ("/var/lib/warren", "user-data/shared")
@@ -508,6 +509,12 @@ async def check_run_code(ctx: Ctx) -> None:
     ctx.expect(f"[result] '{ctx.tag}'" in reply.text, "state kept after the interrupt", reply.text)
 
 
+async def check_branch_diff(ctx: Ctx) -> None:
+    # This sandbox writes its workdir itself: the tool says so, as a tool error.
+    await ctx.err("branch_diff", {}, "not a branch")
+    await ctx.err("branch_diff", {"path": "x"}, "takes no arguments")
+
+
 CHECKS: list[tuple[str, Callable[[Ctx], Awaitable[None]]]] = [
     ("1 list_tools", check_list_tools),
     ("2 bash basics", check_bash_basics),
@@ -522,7 +529,8 @@ CHECKS: list[tuple[str, Callable[[Ctx], Awaitable[None]]]] = [
     ("11 background processes", check_background_processes),
     ("12 the sandbox's own life", check_lifecycle),
     ("13 run_code", check_run_code),
-    ("14 no host paths in any text", check_no_host_paths),
+    ("14 branch_diff", check_branch_diff),
+    ("15 no host paths in any text", check_no_host_paths),
 ]
 
 

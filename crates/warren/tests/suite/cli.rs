@@ -238,6 +238,158 @@ async fn the_cli_records_diffs_and_restores_a_checkpoint() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no checkpoint"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_branches_a_workdir_and_merges_it_back() {
+    // Branches are overlay mounts on warren's host: the local backend, as root.
+    let server = super::runtime::local();
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let warren = |args: &[&str]| run_to_exit(bin(), args, &env);
+    let ok = |args: &[&str]| {
+        let out = warren(args);
+        assert!(
+            out.status.success(),
+            "warren {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let create_sandbox = |scope: &str, branch: Option<&str>| {
+        let mut args = vec![
+            "sandbox",
+            "create",
+            "--uid",
+            "alice",
+            "--runtime-scope",
+            scope,
+            "--workdir",
+            "projects/br",
+        ];
+        args.extend(
+            branch
+                .map(|branch| ["--branch", branch])
+                .into_iter()
+                .flatten(),
+        );
+        let info = json(&ok(&args));
+        assert_eq!(info["branch"].as_str(), branch, "{info}");
+        info["sandbox_id"].as_str().unwrap().to_owned()
+    };
+
+    ok(&[
+        "workdir",
+        "create",
+        "--uid",
+        "alice",
+        "--path",
+        "projects/br",
+    ]);
+    // The target: a sandbox bound to the workdir itself. Writing a file starts no runtime,
+    // so nothing running can write the workdir when the branch is made.
+    let target = create_sandbox("main", None);
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), "one\ntwo\nthree\n").unwrap();
+    ok(&[
+        "put",
+        &target,
+        "a.txt",
+        "--from",
+        local.path().to_str().unwrap(),
+    ]);
+
+    let branch = json(&ok(&["branch", "create", "alice", "projects/br", "b1"]));
+    assert_eq!(
+        (branch["workdir"].as_str(), branch["name"].as_str()),
+        (Some("projects/br"), Some("b1")),
+        "{branch}"
+    );
+    let list = json(&ok(&[
+        "branch",
+        "list",
+        "alice",
+        "--workdir",
+        "projects/br",
+    ]));
+    assert_eq!(list["branches"][0]["name"], "b1", "{list}");
+
+    let worker = create_sandbox("worker", Some("b1"));
+    ok(&["exec", &worker, "--", "sed", "-i", "s/one/ONE/", "a.txt"]);
+    // The branch has the change; the workdir is as it was until the merge.
+    let out = ok(&["cat", &worker, "a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ONE\ntwo\nthree\n");
+    let out = ok(&["cat", &target, "a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo\nthree\n");
+    let out = ok(&["branch", "diff", "alice", "projects/br", "b1"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "~ a.txt\n");
+
+    // A dry run needs no guard and changes nothing.
+    let planned = json(&ok(&["merge", &target, "b1", "--dry-run"]));
+    assert_eq!(
+        (
+            &planned["applied"],
+            &planned["steps"][0]["path"],
+            &planned["conflicts"]
+        ),
+        (&false.into(), &"a.txt".into(), &serde_json::json!([])),
+        "{planned}"
+    );
+    let out = ok(&["cat", &target, "a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo\nthree\n");
+
+    let merged = json(&ok(&["merge", &target, "b1", "--holder", "cli-test"]));
+    assert_eq!(merged["applied"], true, "{merged}");
+    assert!(
+        merged["checkpoint_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("ckpt-")),
+        "{merged}"
+    );
+    let out = ok(&["cat", &target, "a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ONE\ntwo\nthree\n");
+    // The guard the merge took was given back.
+    let out = warren(&["guard", "show", &target]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("guard_not_found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A branch a live sandbox is bound to stays.
+    let out = warren(&["branch", "rm", "alice", "projects/br", "b1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("branch_in_use"), "{stderr}");
+    let out = ok(&["sandbox", "rm", &worker]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("terminated"));
+    ok(&["branch", "rm", "alice", "projects/br", "b1"]);
+    let list = json(&ok(&["branch", "list", "alice"]));
+    assert_eq!(list["branches"], serde_json::json!([]), "{list}");
+
+    // A fork: two new sandboxes, each on a branch of its own, and the source on one too.
+    let forked = json(&ok(&["sandbox", "fork", &target, "--count", "2"]));
+    assert_eq!(
+        forked["forks"].as_array().map(Vec::len),
+        Some(2),
+        "{forked}"
+    );
+    assert!(forked["source"]["branch"].is_string(), "{forked}");
+    let list = json(&ok(&[
+        "branch",
+        "list",
+        "alice",
+        "--workdir",
+        "projects/br",
+    ]));
+    assert_eq!(list["branches"].as_array().map(Vec::len), Some(3), "{list}");
+}
+
 /// Runs `warren <args>` with its stdout a pipe whose reader is already gone, as when
 /// `warren … | head -1` has what it wanted.
 fn run_into_a_closed_pipe(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {

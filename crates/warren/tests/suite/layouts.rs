@@ -538,6 +538,8 @@ fn deerflow_spec(
         skill_projection: projection.clone(),
         env: BTreeMap::new(),
         seed: None,
+        branch: None,
+        frozen: Vec::new(),
         binding: warren_core::Binding {
             workdir: Workdir::new(THREAD).unwrap(),
             network: NetworkPolicy::None,
@@ -556,6 +558,7 @@ fn deerflow_spec(
             layout: LayoutName::Deerflow,
             extra_mounts: extra_mounts.clone(),
             isolation: warren_core::IsolationTier::Kernel,
+            branch: None,
         },
     };
     (sandbox, spec)

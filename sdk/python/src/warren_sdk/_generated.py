@@ -43,6 +43,7 @@ OPERATIONS: frozenset[tuple[str, str]] = frozenset({
     ("POST", "/v1/sandboxes/{id}/files/mkdir"),
     ("POST", "/v1/sandboxes/{id}/files/move"),
     ("GET", "/v1/sandboxes/{id}/files/stat"),
+    ("POST", "/v1/sandboxes/{id}/fork"),
     ("DELETE", "/v1/sandboxes/{id}/guard"),
     ("GET", "/v1/sandboxes/{id}/guard"),
     ("POST", "/v1/sandboxes/{id}/guard"),
@@ -51,6 +52,7 @@ OPERATIONS: frozenset[tuple[str, str]] = frozenset({
     ("POST", "/v1/sandboxes/{id}/leases"),
     ("DELETE", "/v1/sandboxes/{id}/leases/{lease_id}"),
     ("POST", "/v1/sandboxes/{id}/leases/{lease_id}/renew"),
+    ("POST", "/v1/sandboxes/{id}/merge"),
     ("POST", "/v1/sandboxes/{id}/pause"),
     ("GET", "/v1/sandboxes/{id}/processes"),
     ("POST", "/v1/sandboxes/{id}/processes"),
@@ -66,6 +68,10 @@ OPERATIONS: frozenset[tuple[str, str]] = frozenset({
     ("GET", "/v1/sandboxes/{id}/snapshots"),
     ("POST", "/v1/sandboxes/{id}/snapshots"),
     ("POST", "/v1/sandboxes/{id}/terminate"),
+    ("GET", "/v1/users/{uid}/branches"),
+    ("POST", "/v1/users/{uid}/branches"),
+    ("DELETE", "/v1/users/{uid}/branches/{branch}"),
+    ("GET", "/v1/users/{uid}/branches/{branch}/diff"),
     ("DELETE", "/v1/users/{uid}/env"),
     ("GET", "/v1/users/{uid}/env"),
     ("PUT", "/v1/users/{uid}/env"),
@@ -140,6 +146,48 @@ class ArtifactList(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/artifacts`."""
     # Oldest first.
     artifacts: Required[builtins.list[ArtifactInfo]]
+
+
+class BranchChange(TypedDict, total=False):
+    """One path a branch changed against its baseline."""
+    # What it is in the branch: `file`, `symlink`, `dir`, or absent.
+    after: str | None
+    # What it was in the baseline: `file`, `symlink`, `dir`, or absent.
+    before: str | None
+    # `added`, `deleted` or `modified`.
+    change: Required[str]
+    # Relative to the workdir.
+    path: Required[str]
+
+
+class BranchDiff(TypedDict, total=False):
+    """`GET /v1/users/{uid}/branches/{name}/diff`."""
+    # Sorted by path.
+    changes: Required[builtins.list[BranchChange]]
+    # The branch.
+    name: Required[str]
+    # The workdir.
+    workdir: Required[str]
+
+
+class BranchInfo(TypedDict, total=False):
+    """A branch of a workdir."""
+    # RFC 3339.
+    created_at: Required[str]
+    # The checkpoint it was made from, if any (else the workdir as it was, its baseline).
+    from_checkpoint: str | None
+    # When a merge brought it into its workdir (RFC 3339); a merged branch is never merged
+    merged_at: str | None
+    # Its name.
+    name: Required[str]
+    # The workdir it is a branch of.
+    workdir: Required[str]
+
+
+class BranchList(TypedDict, total=False):
+    """`GET /v1/users/{uid}/branches`."""
+    # Oldest first.
+    branches: Required[builtins.list[BranchInfo]]
 
 
 class CheckpointCreated(TypedDict, total=False):
@@ -297,6 +345,16 @@ class CodeResult(TypedDict, total=False):
     is_main_result: Required[bool]
 
 
+class CreateBranch(TypedDict, total=False):
+    """`POST /v1/users/{uid}/branches`."""
+    # A checkpoint of the workdir (`ckpt-…`) to branch from; without one, the workdir as it
+    from_checkpoint: str | None
+    # The branch's name: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, not starting with
+    name: Required[str]
+    # The workdir to branch, relative to the user's workspace.
+    workdir: Required[str]
+
+
 class CreateCodeContext(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/code/contexts`: an execution context, a kernel that keeps its
     state between executions. Its kernel starts on its first execution.
@@ -335,6 +393,8 @@ class CreateSandbox(TypedDict, total=False):
     agent_id: str | None
     # The backend hosting the runtime: `local`, `docker` or `kubernetes` (those the
     backend: str | None
+    # A branch of the workdir (`POST /v1/users/{uid}/branches`) this sandbox writes
+    branch: str | None
     # A temporary scope with no persistent uid mount (default false): the runtime gets a
     ephemeral: bool
     # A runtime snapshot (`snap-…`) of one of the uid's sandboxes: the first runtime of
@@ -406,6 +466,10 @@ class EditResult(TypedDict, total=False):
     replacements: Required[int]
 
 
+EntryVersion: TypeAlias = "dict[str, Any]"
+# What one path is in one version of a tree.
+
+
 class ErrorBody(TypedDict, total=False):
     """Every error answer: `{"error":{"code":"…","message":"…"}}`."""
     # The error.
@@ -416,6 +480,8 @@ class ErrorDetail(TypedDict, total=False):
     """A stable machine-readable code and a sentence for people."""
     # Stable snake_case code, e.g. `workdir_conflict`.
     code: Required[str]
+    # With `merge_conflict`: each path the merge cannot combine, with the baseline, ours
+    conflicts: builtins.list[MergeConflictInfo] | None
     # With `guard_held`: when the holder's guard lapses unless renewed (RFC 3339).
     expires_at: str | None
     # With `guard_held`: who holds the sandbox's execution guard.
@@ -488,6 +554,28 @@ class FileList(TypedDict, total=False):
     path: Required[str]
     # More entries exist than were returned.
     truncated: Required[bool]
+
+
+class ForkSandbox(TypedDict, total=False):
+    """`POST /v1/sandboxes/{id}/fork`."""
+    # How many forks: 1 to 20 (default 1).
+    count: int | None
+    # Labels of every fork.
+    labels: dict[str, str] | None
+    # Seconds each fork lives before its deadline; default: none.
+    timeout_s: int | None
+
+
+class ForkedSandboxes(TypedDict, total=False):
+    """Answer of `POST /v1/sandboxes/{id}/fork`."""
+    # The new sandboxes, each bound to its own branch of the same workdir.
+    forks: Required[builtins.list[SandboxInfo]]
+    # What a fork does not carry: memory and running processes (the runtime is a process
+    not_forked: Required[str]
+    # The runtime snapshot every fork starts from; absent when the source never ran.
+    snapshot_id: str | None
+    # The source as it is now: bound to a branch of its workdir, its runtime started
+    source: Required[SandboxInfo]
 
 
 class GitSpec(TypedDict, total=False):
@@ -647,6 +735,59 @@ class MakeDirectoryResult(TypedDict, total=False):
     created: Required[bool]
     # Virtual path.
     path: Required[str]
+
+
+class MergeBranches(TypedDict, total=False):
+    """`POST /v1/sandboxes/{id}/merge`."""
+    # Branches of the sandbox's workdir, merged in this order.
+    branches: Required[builtins.list[str]]
+    # List what would change and what conflicts, changing nothing.
+    dry_run: bool
+
+
+class MergeConflictInfo(TypedDict, total=False):
+    """A path the merge cannot combine: the three versions, never resolved by "last writer wins"."""
+    # The baseline's version.
+    base: Required[EntryVersion]
+    # The branch whose change conflicts.
+    branch: Required[str]
+    # The target's version (with the branches before this one merged).
+    ours: Required[EntryVersion]
+    # Relative to the workdir.
+    path: Required[str]
+    # Why it cannot be combined.
+    reason: Required[str]
+    # The branch's version.
+    theirs: Required[EntryVersion]
+
+
+class MergeResult(TypedDict, total=False):
+    """What a merge did, or (dry run) would do."""
+    # Whether the changes were applied (never with conflicts, never on a dry run).
+    applied: Required[bool]
+    # The checkpoint of the target taken before applying: restore it to undo the merge.
+    checkpoint_id: str | None
+    # What cannot be combined (a dry run lists them; a merge with any is refused).
+    conflicts: Required[builtins.list[MergeConflictInfo]]
+    # The changes, in the order applied.
+    steps: Required[builtins.list[MergeStepInfo]]
+
+
+# One change a merge makes to the target.
+MergeStepInfo = TypedDict(
+    "MergeStepInfo",
+    {
+        # `write`, `delete`, `mkdir`, `symlink` or `chmod`.
+        "action": Required[str],
+        # The branches that brought it.
+        "from": Required[builtins.list[str]],
+        # Whether a text file's lines were merged from two sides.
+        "merged_lines": Required[bool],
+        # Relative to the workdir.
+        "path": Required[str],
+    },
+    total=False,
+)
 
 
 # `POST /v1/sandboxes/{id}/files/move`.
@@ -870,6 +1011,8 @@ class SandboxInfo(TypedDict, total=False):
     """A sandbox: the identity of one (uid, runtime scope) and the state of its runtime."""
     # The backend hosting the runtime.
     backend: Required[str]
+    # The branch of the workdir it writes instead, if bound to one (I27).
+    branch: str | None
     # RFC 3339.
     created_at: Required[str]
     # When its deadline passes (RFC 3339), if it has one.
@@ -1098,6 +1241,96 @@ class ArtifactsApi:
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
             json={"paths": paths},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+
+class BranchesApi:
+    """`branches`: 5 operations (sync)."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._t = transport
+
+    def create(
+        self,
+        uid: str,
+        *,
+        name: str,
+        workdir: str,
+        from_checkpoint: str | None = None,
+    ) -> BranchInfo:
+        """`POST /v1/users/{uid}/branches`
+
+        Makes a branch of a workdir, as it is now (the workdir is then read-only while the
+        branch exists) or from one of its checkpoints. It costs a mount, whatever the size of
+        the workdir, then only what it changes.
+        """
+        return cast("BranchInfo", self._t.request(
+            "POST",
+            f"/v1/users/{_seg(uid)}/branches",
+            json={"from_checkpoint": from_checkpoint, "name": name, "workdir": workdir},
+            expect="json",
+        ))
+
+    def delete(self, uid: str, branch: str, *, workdir: str) -> None:
+        """`DELETE /v1/users/{uid}/branches/{branch}`
+
+        Deletes a branch and what it changed; the workdir is writable again once it has no
+        branch made of it.
+        """
+        self._t.request(
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/branches/{_seg(branch)}",
+            params={"workdir": workdir},
+            expect="none",
+        )
+
+    def diff(self, uid: str, branch: str, *, workdir: str) -> BranchDiff:
+        """`GET /v1/users/{uid}/branches/{branch}/diff`
+
+        What the branch changed against its baseline.
+        """
+        return cast("BranchDiff", self._t.request(
+            "GET",
+            f"/v1/users/{_seg(uid)}/branches/{_seg(branch)}/diff",
+            params={"workdir": workdir},
+            expect="json",
+        ))
+
+    def list(self, uid: str, *, workdir: str | None = None) -> BranchList:
+        """`GET /v1/users/{uid}/branches`
+
+        The user's branches, of one workdir or of all, oldest first.
+        """
+        return cast("BranchList", self._t.request(
+            "GET",
+            f"/v1/users/{_seg(uid)}/branches",
+            params={"workdir": workdir},
+            expect="json",
+        ))
+
+    def merge(
+        self,
+        sandbox_id: str,
+        *,
+        branches: builtins.list[str],
+        dry_run: bool | None = None,
+        fence: str | int | None = None,
+    ) -> MergeResult:
+        """`POST /v1/sandboxes/{id}/merge`
+
+        Merges branches of the sandbox's workdir into it, three-way per file: changes to
+        different files, and to different lines of one text file, combine; anything else is a
+        conflict, answered with the baseline, ours and theirs, and nothing is applied. All or
+        nothing, after a checkpoint of the workdir (restore it to undo the merge). Made by the
+        holder of the sandbox's execution guard: send its token as `X-Warren-Fence` (a dry run
+        needs none).
+        """
+        return cast("MergeResult", self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/merge",
+            json={"branches": branches, "dry_run": dry_run},
             headers={"X-Warren-Fence": fence},
             expect="json",
         ))
@@ -1915,7 +2148,7 @@ class RunsApi:
 
 
 class SandboxesApi:
-    """`sandboxes`: 10 operations (sync)."""
+    """`sandboxes`: 11 operations (sync)."""
 
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
@@ -1925,6 +2158,7 @@ class SandboxesApi:
         *,
         agent_id: str | None = None,
         backend: str | None = None,
+        branch: str | None = None,
         ephemeral: bool | None = None,
         from_snapshot: str | None = None,
         image: str | None = None,
@@ -1952,6 +2186,7 @@ class SandboxesApi:
             json={
                 "agent_id": agent_id,
                 "backend": backend,
+                "branch": branch,
                 "ephemeral": ephemeral,
                 "from_snapshot": from_snapshot,
                 "image": image,
@@ -2017,6 +2252,32 @@ class SandboxesApi:
                 "stdin": stdin,
                 "timeout_s": timeout_s,
             },
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    def fork(
+        self,
+        sandbox_id: str,
+        *,
+        count: int | None = None,
+        labels: dict[str, str] | None = None,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> ForkedSandboxes:
+        """`POST /v1/sandboxes/{id}/fork`
+
+        Forks the sandbox: `count` new sandboxes of the same uid, each starting from the
+        source's runtime state (installed packages, the home) as a runtime snapshot taken now
+        records it, with its workdir on a new branch of the source's, so forks never write into
+        each other or the source. The source moves onto a branch of its own. Memory and running
+        processes are not forked: a running source is paused and resumed for it (its processes
+        end, as at a pause).
+        """
+        return cast("ForkedSandboxes", self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/fork",
+            json={"count": count, "labels": labels, "timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
         ))
@@ -2400,6 +2661,96 @@ class AsyncArtifactsApi:
             "POST",
             f"/v1/sandboxes/{_seg(sandbox_id)}/artifacts",
             json={"paths": paths},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+
+class AsyncBranchesApi:
+    """`branches`: 5 operations (async)."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._t = transport
+
+    async def create(
+        self,
+        uid: str,
+        *,
+        name: str,
+        workdir: str,
+        from_checkpoint: str | None = None,
+    ) -> BranchInfo:
+        """`POST /v1/users/{uid}/branches`
+
+        Makes a branch of a workdir, as it is now (the workdir is then read-only while the
+        branch exists) or from one of its checkpoints. It costs a mount, whatever the size of
+        the workdir, then only what it changes.
+        """
+        return cast("BranchInfo", await self._t.request(
+            "POST",
+            f"/v1/users/{_seg(uid)}/branches",
+            json={"from_checkpoint": from_checkpoint, "name": name, "workdir": workdir},
+            expect="json",
+        ))
+
+    async def delete(self, uid: str, branch: str, *, workdir: str) -> None:
+        """`DELETE /v1/users/{uid}/branches/{branch}`
+
+        Deletes a branch and what it changed; the workdir is writable again once it has no
+        branch made of it.
+        """
+        await self._t.request(
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/branches/{_seg(branch)}",
+            params={"workdir": workdir},
+            expect="none",
+        )
+
+    async def diff(self, uid: str, branch: str, *, workdir: str) -> BranchDiff:
+        """`GET /v1/users/{uid}/branches/{branch}/diff`
+
+        What the branch changed against its baseline.
+        """
+        return cast("BranchDiff", await self._t.request(
+            "GET",
+            f"/v1/users/{_seg(uid)}/branches/{_seg(branch)}/diff",
+            params={"workdir": workdir},
+            expect="json",
+        ))
+
+    async def list(self, uid: str, *, workdir: str | None = None) -> BranchList:
+        """`GET /v1/users/{uid}/branches`
+
+        The user's branches, of one workdir or of all, oldest first.
+        """
+        return cast("BranchList", await self._t.request(
+            "GET",
+            f"/v1/users/{_seg(uid)}/branches",
+            params={"workdir": workdir},
+            expect="json",
+        ))
+
+    async def merge(
+        self,
+        sandbox_id: str,
+        *,
+        branches: builtins.list[str],
+        dry_run: bool | None = None,
+        fence: str | int | None = None,
+    ) -> MergeResult:
+        """`POST /v1/sandboxes/{id}/merge`
+
+        Merges branches of the sandbox's workdir into it, three-way per file: changes to
+        different files, and to different lines of one text file, combine; anything else is a
+        conflict, answered with the baseline, ours and theirs, and nothing is applied. All or
+        nothing, after a checkpoint of the workdir (restore it to undo the merge). Made by the
+        holder of the sandbox's execution guard: send its token as `X-Warren-Fence` (a dry run
+        needs none).
+        """
+        return cast("MergeResult", await self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/merge",
+            json={"branches": branches, "dry_run": dry_run},
             headers={"X-Warren-Fence": fence},
             expect="json",
         ))
@@ -3248,7 +3599,7 @@ class AsyncRunsApi:
 
 
 class AsyncSandboxesApi:
-    """`sandboxes`: 10 operations (async)."""
+    """`sandboxes`: 11 operations (async)."""
 
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
@@ -3258,6 +3609,7 @@ class AsyncSandboxesApi:
         *,
         agent_id: str | None = None,
         backend: str | None = None,
+        branch: str | None = None,
         ephemeral: bool | None = None,
         from_snapshot: str | None = None,
         image: str | None = None,
@@ -3285,6 +3637,7 @@ class AsyncSandboxesApi:
             json={
                 "agent_id": agent_id,
                 "backend": backend,
+                "branch": branch,
                 "ephemeral": ephemeral,
                 "from_snapshot": from_snapshot,
                 "image": image,
@@ -3350,6 +3703,32 @@ class AsyncSandboxesApi:
                 "stdin": stdin,
                 "timeout_s": timeout_s,
             },
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    async def fork(
+        self,
+        sandbox_id: str,
+        *,
+        count: int | None = None,
+        labels: dict[str, str] | None = None,
+        timeout_s: int | None = None,
+        fence: str | int | None = None,
+    ) -> ForkedSandboxes:
+        """`POST /v1/sandboxes/{id}/fork`
+
+        Forks the sandbox: `count` new sandboxes of the same uid, each starting from the
+        source's runtime state (installed packages, the home) as a runtime snapshot taken now
+        records it, with its workdir on a new branch of the source's, so forks never write into
+        each other or the source. The source moves onto a branch of its own. Memory and running
+        processes are not forked: a running source is paused and resumed for it (its processes
+        end, as at a pause).
+        """
+        return cast("ForkedSandboxes", await self._t.request(
+            "POST",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/fork",
+            json={"count": count, "labels": labels, "timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
             expect="json",
         ))
@@ -3695,6 +4074,7 @@ class Groups:
 
     def __init__(self, transport: SyncTransport) -> None:
         self.artifacts = ArtifactsApi(transport)
+        self.branches = BranchesApi(transport)
         self.checkpoints = CheckpointsApi(transport)
         self.code = CodeApi(transport)
         self.env = EnvApi(transport)
@@ -3717,6 +4097,7 @@ class AsyncGroups:
 
     def __init__(self, transport: AsyncTransport) -> None:
         self.artifacts = AsyncArtifactsApi(transport)
+        self.branches = AsyncBranchesApi(transport)
         self.checkpoints = AsyncCheckpointsApi(transport)
         self.code = AsyncCodeApi(transport)
         self.env = AsyncEnvApi(transport)
