@@ -925,8 +925,8 @@ mod tests {
     fn every_tool_has_an_object_schema_and_a_description() {
         let tools = definitions(&Layout::ARS);
         // Nine file and command tools, five for background processes, five for the
-        // sandbox's own life, one for code in a kernel.
-        assert_eq!(tools.len(), 20);
+        // sandbox's own life, one for code in a kernel, one for a branch's changes.
+        assert_eq!(tools.len(), 21);
         for tool in &tools {
             assert_eq!(
                 tool.input_schema.get("type"),
@@ -957,7 +957,7 @@ mod tests {
         for mount in ["/mnt/user-data", "/mnt/skills/public", "/mnt/skills/custom"] {
             assert!(deerflow.contains(mount), "{mount}");
         }
-        assert_eq!(definitions(&Layout::DEERFLOW).len(), 20);
+        assert_eq!(definitions(&Layout::DEERFLOW).len(), 21);
     }
 
     #[test]
