@@ -228,12 +228,13 @@ pub(crate) fn conflict(conflict: &warren_merge::Conflict) -> MergeConflictInfo {
     }
 }
 
-/// Merges branches of the sandbox's workdir into it, three-way per file: changes to
-/// different files, and to different lines of one text file, combine; anything else is a
-/// conflict, answered with the baseline, ours and theirs, and nothing is applied. All or
-/// nothing, after a checkpoint of the workdir (restore it to undo the merge). Made by the
-/// holder of the sandbox's execution guard: send its token as `X-Warren-Fence` (a dry run
-/// needs none).
+/// Merges branches of the sandbox's workdir into what the sandbox writes: its workdir, or
+/// the branch of it it is bound to. Three-way per file against the workdir as the branches
+/// were made of it: changes to different files, and to different lines of one text file,
+/// combine; anything else is a conflict, answered with the baseline, ours and theirs, and
+/// nothing is applied. All or nothing, after a checkpoint of the target (restore it to undo
+/// the merge). Made by the holder of the sandbox's execution guard: send its token as
+/// `X-Warren-Fence` (a dry run needs none).
 #[utoipa::path(
     post, path = "/v1/sandboxes/{id}/merge", tag = "branches",
     params(("id" = String, Path, description = "The sandbox whose workdir is the target")),

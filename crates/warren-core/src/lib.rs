@@ -38,7 +38,7 @@ pub use sandbox_user::{group_with, passwd_with, SANDBOX_GID, SANDBOX_UID};
 pub use scope::{IsolationScope, RunContext, ScopedIdentity};
 pub use token::TokenFinder;
 pub use virtual_path::{roots as mount_roots, VirtualPath, SKILLS_MOUNT, USER_DATA_MOUNT};
-pub use workdir::Workdir;
+pub use workdir::{within, Workdir};
 
 /// Why a value was refused by the domain rules.
 ///

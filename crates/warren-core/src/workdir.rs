@@ -64,6 +64,26 @@ impl Workdir {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether the workspace path `path` is this workdir or lies inside it.
+    pub fn holds(&self, path: &str) -> bool {
+        within(&self.0, path)
+    }
+
+    /// Whether one of the two workdirs holds the other: a change of either reaches both.
+    pub fn overlaps(&self, other: &Workdir) -> bool {
+        self.holds(other.as_str()) || other.holds(self.as_str())
+    }
+}
+
+/// Whether the relative path `inner` is `outer` or lies inside it, component-wise
+/// (`projects/a` holds `projects/a/b`, not `projects/ab`); the empty path holds everything.
+pub fn within(outer: &str, inner: &str) -> bool {
+    outer.is_empty()
+        || inner == outer
+        || inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 impl TryFrom<String> for Workdir {
@@ -123,6 +143,17 @@ mod tests {
         }
         assert!(Workdir::new("a".repeat(256)).is_err());
         assert!(Workdir::new(["a"; 3000].join("/")).is_err());
+    }
+
+    #[test]
+    fn a_workdir_holds_what_lies_inside_it_by_whole_components() {
+        let a = Workdir::new("projects/a").unwrap();
+        assert!(a.holds("projects/a") && a.holds("projects/a/b/c"));
+        assert!(!a.holds("projects/ab") && !a.holds("projects") && !a.holds(""));
+        assert!(a.overlaps(&Workdir::new("projects/a/b").unwrap()));
+        assert!(a.overlaps(&Workdir::new("projects").unwrap()));
+        assert!(!a.overlaps(&Workdir::new("projects/b").unwrap()));
+        assert!(within("", "anything"));
     }
 
     #[test]

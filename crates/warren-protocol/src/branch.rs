@@ -107,7 +107,8 @@ pub struct BranchDiff {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MergeBranches {
-    /// Branches of the sandbox's workdir, merged in this order.
+    /// Branches of the sandbox's workdir, merged in this order into what the sandbox writes
+    /// (its workdir, or its branch).
     pub branches: Vec<String>,
     /// List what would change and what conflicts, changing nothing.
     #[serde(default)]

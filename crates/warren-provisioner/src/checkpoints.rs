@@ -53,6 +53,33 @@ impl Provisioner {
         self.mounts(record).0
     }
 
+    /// The tree a checkpoint of the sandbox records or compares: its workdir in its
+    /// workspace, or the view of the branch it is bound to (I27).
+    async fn checkpointed_tree(
+        &self,
+        record: &SandboxRecord,
+    ) -> Result<(std::path::PathBuf, String), ProvisionerError> {
+        match self.branch_view(record).await?.0 {
+            Some(branch) => Ok((branch, String::new())),
+            None => Ok((
+                self.workspace_of(record),
+                record.binding.workdir.as_str().to_owned(),
+            )),
+        }
+    }
+
+    /// Restores put a workdir back in one swap; a branch's view is a mount, which nothing
+    /// swaps. A branch made from the checkpoint is what restores one.
+    fn refuse_restore_into_branch(record: &SandboxRecord) -> Result<(), ProvisionerError> {
+        match record.binding.branch {
+            Some(_) => Err(ProvisionerError::BadRequest(
+                "a sandbox bound to a branch is not restored in place: make a branch from the \
+                 checkpoint (from_checkpoint) and bind a sandbox to it",
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Records the sandbox's workdir as a checkpoint.
     pub async fn create_checkpoint(
         &self,
@@ -60,9 +87,8 @@ impl Provisioner {
     ) -> Result<(Checkpoint, SnapshotStats), ProvisionerError> {
         let record = self.sandbox(id).await?;
         let store = self.snapshot_store(&record.uid)?;
-        let workspace = self.workspace_of(&record);
+        let (workspace, base) = self.checkpointed_tree(&record).await?;
         let workdir = record.binding.workdir.clone();
-        let base = workdir.as_str().to_owned();
         // The latest checkpoint of the same workdir lets unchanged files go unread.
         let parent = self
             .store
@@ -172,8 +198,13 @@ impl Provisioner {
     ) -> Result<Diff, ProvisionerError> {
         let (record, checkpoint) = self.checkpoint(id, checkpoint).await?;
         let store = self.snapshot_store(&record.uid)?;
-        let workspace = self.workspace_of(&record);
-        let base = checkpoint.workdir.as_str().to_owned();
+        let (workspace, base) = match record.binding.branch {
+            Some(_) => self.checkpointed_tree(&record).await?,
+            None => (
+                self.workspace_of(&record),
+                checkpoint.workdir.as_str().to_owned(),
+            ),
+        };
         let limits = self.snapshot_limits(None);
         self.blocking(move || {
             let root = WorkspaceRoot::open(&workspace)
@@ -193,6 +224,9 @@ impl Provisioner {
         checkpoint: &str,
     ) -> Result<Checkpoint, ProvisionerError> {
         let (record, checkpoint) = self.checkpoint(id, checkpoint).await?;
+        Self::refuse_restore_into_branch(&record)?;
+        self.refuse_frozen_workdir(&record.uid, &checkpoint.workdir)
+            .await?;
         // Under the lifecycle lock no runtime starts or ends meanwhile.
         let lock = self.lifecycle_lock(id);
         let _guard = lock.lock().await;
@@ -241,6 +275,9 @@ impl Provisioner {
             .into_iter()
             .find(|c| c.id == checkpoint)
             .ok_or_else(not_found)?;
+        Self::refuse_restore_into_branch(&record)?;
+        self.refuse_frozen_workdir(&record.uid, &record.binding.workdir)
+            .await?;
         let lock = self.lifecycle_lock(target);
         let _guard = lock.lock().await;
         let running = self.inflight(target);

@@ -524,6 +524,15 @@ impl Provisioner {
         self.prepare_layout(&record).await?;
         let (user_workspace, skill_projection) = self.mounts(&record);
         let (branch, frozen) = self.branch_view(&record).await?;
+        // A sandbox made before a branch of its workdir does not start while it exists, on
+        // a backend that cannot show the baseline read-only.
+        self.refuse_writable_baseline(
+            &record.uid,
+            record.binding.backend,
+            record.binding.layout,
+            &record.binding.workdir,
+            &frozen,
+        )?;
         let spec = RuntimeSpec {
             sandbox: record.id.clone(),
             generation: record.generation,

@@ -91,15 +91,8 @@ impl SandboxRoots {
             return Ok(());
         }
         let relative = path.relative();
-        let inside = |outer: &str, inner: &str| {
-            inner == outer
-                || outer.is_empty()
-                || inner
-                    .strip_prefix(outer)
-                    .is_some_and(|rest| rest.starts_with('/'))
-        };
         let hit = self.frozen.iter().find(|frozen| {
-            inside(frozen.as_str(), relative) || (ancestors && inside(relative, frozen.as_str()))
+            frozen.holds(relative) || (ancestors && warren_core::within(relative, frozen.as_str()))
         });
         match hit {
             Some(frozen) => Err(ProvisionerError::WorkdirBranched {

@@ -311,22 +311,9 @@ impl Provisioner {
             (None, Some(record)) if !named_workdir => record.binding.branch.clone(),
             (None, _) => None,
         };
-        if backend == BackendKind::Kubernetes && !ephemeral {
-            // A pod mounts claims, never warren's overlays: a branched workdir it would
-            // show could not be read-only there (I27).
-            if let Some(frozen) = self
-                .frozen_workdirs(&uid)
-                .await?
-                .into_iter()
-                .find(|frozen| crate::branches::shows_writable(layout, &workdir, frozen))
-            {
-                return Err(ProvisionerError::BranchesUnsupported {
-                    reason: format!(
-                        "workdir {frozen} has branches, and a kubernetes pod cannot show it \
-                         read-only"
-                    ),
-                });
-            }
+        if !ephemeral {
+            let frozen = self.frozen_workdirs(&uid).await?;
+            self.refuse_writable_baseline(&uid, backend, layout, &workdir, &frozen)?;
         }
         if let Some(name) = &branch {
             if ephemeral {

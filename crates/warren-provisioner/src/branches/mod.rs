@@ -391,6 +391,55 @@ impl Provisioner {
         Ok(frozen)
     }
 
+    /// Refuses (409 `workdir_branched`) a change of `workdir` while it, a directory holding
+    /// it or one inside it is a read-only baseline (a restore would change it whole).
+    pub(crate) async fn refuse_frozen_workdir(
+        &self,
+        uid: &Uid,
+        workdir: &Workdir,
+    ) -> Result<(), ProvisionerError> {
+        match self
+            .frozen_workdirs(uid)
+            .await?
+            .into_iter()
+            .find(|frozen| frozen.overlaps(workdir))
+        {
+            Some(frozen) => Err(ProvisionerError::WorkdirBranched {
+                path: format!("workdir {workdir}"),
+                workdir: frozen.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a runtime on `backend` that would show one of the `frozen` baselines
+    /// writable: a Kubernetes pod mounts claims, never warren's overlays or read-only
+    /// binds of them (I27).
+    pub(crate) fn refuse_writable_baseline(
+        &self,
+        uid: &Uid,
+        backend: warren_core::BackendKind,
+        layout: warren_core::LayoutName,
+        workdir: &Workdir,
+        frozen: &[Workdir],
+    ) -> Result<(), ProvisionerError> {
+        if backend != warren_core::BackendKind::Kubernetes {
+            return Ok(());
+        }
+        match frozen
+            .iter()
+            .find(|frozen| shows_writable(layout, workdir, frozen))
+        {
+            Some(frozen) => Err(ProvisionerError::BranchesUnsupported {
+                reason: format!(
+                    "workdir {frozen} of {uid} has branches, and a kubernetes pod cannot show \
+                     it read-only"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// What a runtime or the file API of `record` shows beyond its layout: the branch it is
     /// bound to (mounted) and the read-only baselines.
     pub(crate) async fn branch_view(
@@ -440,13 +489,7 @@ pub(crate) fn shows_writable(
     {
         return true;
     }
-    let nested = |outer: &str, inner: &str| {
-        inner == outer
-            || inner
-                .strip_prefix(outer)
-                .is_some_and(|rest| rest.starts_with('/'))
-    };
-    nested(bound.as_str(), dir.as_str()) || nested(dir.as_str(), bound.as_str())
+    bound.overlaps(dir)
 }
 
 /// Where a branch's lower layer is.
@@ -606,7 +649,7 @@ fn is_mount_point(path: &Path) -> bool {
     own.st_dev != parent.st_dev
 }
 
-fn branch_file_error(source: warren_fs::FsError) -> ProvisionerError {
+pub(super) fn branch_file_error(source: warren_fs::FsError) -> ProvisionerError {
     ProvisionerError::File {
         path: "the branch".to_owned(),
         source,

@@ -371,3 +371,125 @@ async fn three_forks_each_write_their_own_branch_and_never_the_source_s() {
         .unwrap();
     assert_eq!(branches.len(), 5, "{branches:?}");
 }
+
+#[tokio::test]
+async fn a_merge_never_changes_the_baseline_of_a_workdir_it_holds() {
+    let f = Fixture::new().await;
+    f.provisioner.join_cluster().await.unwrap();
+    let p = &*f.provisioner;
+    let uid = Uid::plain("alice").unwrap();
+    let merger = f.sandbox("alice", "merger", "projects/outer").await.id;
+    p.create_workdir(&uid, Some("projects/outer/inner"))
+        .await
+        .unwrap();
+    write(p, &merger, "inner/a.txt", "inner\n").await;
+    let outer = Workdir::new("projects/outer").unwrap();
+    let inner = Workdir::new("projects/outer/inner").unwrap();
+    p.create_branch(&uid, &inner, name("deep"), None)
+        .await
+        .unwrap();
+    p.create_branch(&uid, &outer, name("top"), None)
+        .await
+        .unwrap();
+    let top = on_branch(&f, "top", "projects/outer", "top").await;
+    write(p, &top, "inner/a.txt", "changed from the outer branch\n").await;
+    let refused = merge(p, &merger, &["top"], false).await;
+    assert!(
+        matches!(&refused, Err(ProvisionerError::MergeIncomplete { workdir, .. }) if workdir == "projects/outer/inner"),
+        "{refused:?}"
+    );
+    assert_eq!(read(p, &merger, "inner/a.txt").await.unwrap(), "inner\n");
+}
+
+#[tokio::test]
+async fn a_merge_into_a_branch_takes_another_branch_and_leaves_the_workdir_as_it_was() {
+    let f = Fixture::new().await;
+    f.provisioner.join_cluster().await.unwrap();
+    let p = &*f.provisioner;
+    let uid = Uid::plain("alice").unwrap();
+    let workdir = Workdir::new("projects/into").unwrap();
+    let keeper = f.sandbox("alice", "keeper", "projects/into").await.id;
+    write(p, &keeper, "a.txt", "one\ntwo\nthree\n").await;
+    for branch in ["lead", "helper"] {
+        p.create_branch(&uid, &workdir, name(branch), None)
+            .await
+            .unwrap();
+    }
+    let lead = on_branch(&f, "lead", "projects/into", "lead").await;
+    let helper = on_branch(&f, "helper", "projects/into", "helper").await;
+    write(p, &lead, "a.txt", "ONE\ntwo\nthree\n").await;
+    write(p, &helper, "a.txt", "one\ntwo\nTHREE\n").await;
+    write(p, &helper, "help.txt", "from the helper").await;
+
+    // Into itself: refused; into the lead's branch: both edits, the workdir untouched.
+    let itself = merge(p, &lead, &["lead"], false).await;
+    assert!(
+        matches!(itself, Err(ProvisionerError::BadRequest(_))),
+        "{itself:?}"
+    );
+    let merged = merge(p, &lead, &["helper"], false).await.unwrap();
+    assert!(merged.applied && merged.checkpoint.is_some(), "{merged:?}");
+    assert_eq!(read(p, &lead, "a.txt").await.unwrap(), "ONE\ntwo\nTHREE\n");
+    assert_eq!(read(p, &lead, "help.txt").await.unwrap(), "from the helper");
+    assert_eq!(
+        read(p, &keeper, "a.txt").await.unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    assert_eq!(read(p, &keeper, "help.txt").await, None);
+    // The helper's branch is not spent: its baseline did not change.
+    let listed = p.list_branches(&uid, Some(&workdir)).await.unwrap();
+    assert!(
+        listed.iter().all(|branch| branch.merged_at.is_none()),
+        "{listed:?}"
+    );
+    // The lead's branch, holding both, then goes into the workdir with the helper's.
+    let back = merge(p, &keeper, &["lead", "helper"], false).await.unwrap();
+    assert!(back.applied, "{back:?}");
+    assert_eq!(
+        read(p, &keeper, "a.txt").await.unwrap(),
+        "ONE\ntwo\nTHREE\n"
+    );
+}
+
+#[tokio::test]
+async fn a_checkpoint_of_a_branch_records_the_branch_and_nothing_restores_over_a_baseline() {
+    let f = Fixture::new().await;
+    f.provisioner.join_cluster().await.unwrap();
+    let p = &*f.provisioner;
+    let uid = Uid::plain("alice").unwrap();
+    let keeper = f.sandbox("alice", "keeper", "projects/ck").await.id;
+    write(p, &keeper, "a.txt", "baseline").await;
+    let (before, _) = p.create_checkpoint(&keeper).await.unwrap();
+    let workdir = Workdir::new("projects/ck").unwrap();
+    p.create_branch(&uid, &workdir, name("b"), None)
+        .await
+        .unwrap();
+    let on = on_branch(&f, "on", "projects/ck", "b").await;
+    write(p, &on, "a.txt", "in the branch").await;
+    let (of_branch, _) = p.create_checkpoint(&on).await.unwrap();
+    // Compared with the branch as it is now: nothing changed since.
+    write(p, &on, "b.txt", "later").await;
+    let diff = p.checkpoint_diff(&on, &of_branch.id).await.unwrap();
+    assert_eq!(
+        (diff.added, diff.removed, diff.changed),
+        (vec!["b.txt".to_owned()], vec![], vec![])
+    );
+    // A branch made from it holds the branch's file, not the baseline's.
+    p.create_branch(&uid, &workdir, name("again"), Some(&of_branch.id))
+        .await
+        .unwrap();
+    let again = on_branch(&f, "again", "projects/ck", "again").await;
+    assert_eq!(read(p, &again, "a.txt").await.unwrap(), "in the branch");
+    // Neither the branch nor the baseline is restored in place.
+    let into_branch = p.restore_checkpoint(&on, &of_branch.id).await;
+    assert!(
+        matches!(into_branch, Err(ProvisionerError::BadRequest(_))),
+        "{into_branch:?}"
+    );
+    let over_baseline = p.restore_checkpoint(&keeper, &before.id).await;
+    assert!(
+        matches!(over_baseline, Err(ProvisionerError::WorkdirBranched { .. })),
+        "{over_baseline:?}"
+    );
+    assert_eq!(read(p, &keeper, "a.txt").await.unwrap(), "baseline");
+}

@@ -739,7 +739,7 @@ class MakeDirectoryResult(TypedDict, total=False):
 
 class MergeBranches(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/merge`."""
-    # Branches of the sandbox's workdir, merged in this order.
+    # Branches of the sandbox's workdir, merged in this order into what the sandbox writes
     branches: Required[builtins.list[str]]
     # List what would change and what conflicts, changing nothing.
     dry_run: bool
@@ -1320,12 +1320,13 @@ class BranchesApi:
     ) -> MergeResult:
         """`POST /v1/sandboxes/{id}/merge`
 
-        Merges branches of the sandbox's workdir into it, three-way per file: changes to
-        different files, and to different lines of one text file, combine; anything else is a
-        conflict, answered with the baseline, ours and theirs, and nothing is applied. All or
-        nothing, after a checkpoint of the workdir (restore it to undo the merge). Made by the
-        holder of the sandbox's execution guard: send its token as `X-Warren-Fence` (a dry run
-        needs none).
+        Merges branches of the sandbox's workdir into what the sandbox writes: its workdir, or
+        the branch of it it is bound to. Three-way per file against the workdir as the branches
+        were made of it: changes to different files, and to different lines of one text file,
+        combine; anything else is a conflict, answered with the baseline, ours and theirs, and
+        nothing is applied. All or nothing, after a checkpoint of the target (restore it to undo
+        the merge). Made by the holder of the sandbox's execution guard: send its token as
+        `X-Warren-Fence` (a dry run needs none).
         """
         return cast("MergeResult", self._t.request(
             "POST",
@@ -2740,12 +2741,13 @@ class AsyncBranchesApi:
     ) -> MergeResult:
         """`POST /v1/sandboxes/{id}/merge`
 
-        Merges branches of the sandbox's workdir into it, three-way per file: changes to
-        different files, and to different lines of one text file, combine; anything else is a
-        conflict, answered with the baseline, ours and theirs, and nothing is applied. All or
-        nothing, after a checkpoint of the workdir (restore it to undo the merge). Made by the
-        holder of the sandbox's execution guard: send its token as `X-Warren-Fence` (a dry run
-        needs none).
+        Merges branches of the sandbox's workdir into what the sandbox writes: its workdir, or
+        the branch of it it is bound to. Three-way per file against the workdir as the branches
+        were made of it: changes to different files, and to different lines of one text file,
+        combine; anything else is a conflict, answered with the baseline, ours and theirs, and
+        nothing is applied. All or nothing, after a checkpoint of the target (restore it to undo
+        the merge). Made by the holder of the sandbox's execution guard: send its token as
+        `X-Warren-Fence` (a dry run needs none).
         """
         return cast("MergeResult", await self._t.request(
             "POST",
