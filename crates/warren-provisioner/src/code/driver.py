@@ -252,6 +252,9 @@ def execute(request):
     count = None
     status = "ok"
     errored = False
+    # An interrupt that came after the check above, while the cell was on its way, found
+    # no cell to stop (an idle kernel ignores SIGINT): sent again once the cell runs.
+    late_interrupt_sent = False
     while True:
         try:
             message = client.get_iopub_msg(timeout=0.5)
@@ -286,6 +289,11 @@ def execute(request):
             })
         elif kind == "execute_input":
             count = content.get("execution_count", count)
+            with state_lock:
+                late = current["interrupted"]
+            if late and not late_interrupt_sent:
+                late_interrupt_sent = True
+                kernel.interrupt()
         elif kind == "status" and content.get("execution_state") == "idle":
             break
     try:
