@@ -210,6 +210,8 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
         ("CreateSandbox", "agent_id", string(AGENT_ID)),
         ("CreateSandbox", "image", string(IMAGE)),
         ("CreateSandbox", "workdir", string(WORKDIR)),
+        ("CreateSandbox", "from_snapshot", string(IDENTIFIER)),
+        ("CreateSandbox", "branch", string(BRANCH)),
         ("ExecCommand", "cwd", string(VIRTUAL_PATH)),
         (
             "ExecCommand",

@@ -228,8 +228,16 @@ impl Provisioner {
         // Checked before anything is made; a new generation starts with them.
         let new_settings = settings.apply_to(warren_store::SandboxSettings::default())?;
         if let Some(snapshot) = &from_snapshot {
-            // Only the uid's own snapshots: another user's state never seeds a runtime.
-            let owned = match self.store.get_runtime_snapshot(snapshot).await? {
+            // Only the uid's own snapshots: another user's state never seeds a runtime. An
+            // id no snapshot can have (a control character, overlong) is not looked up:
+            // it is not found, like any other.
+            let plausible = snapshot.len() <= 256 && !snapshot.chars().any(char::is_control);
+            let found = if plausible {
+                self.store.get_runtime_snapshot(snapshot).await?
+            } else {
+                None
+            };
+            let owned = match found {
                 Some(found) => self
                     .store
                     .get_sandbox(&found.sandbox_id)
@@ -316,10 +324,12 @@ impl Provisioner {
             self.refuse_writable_baseline(&uid, backend, layout, &workdir, &frozen)?;
         }
         if let Some(name) = &branch {
+            // An ephemeral sandbox's scratch workdir has no branches.
             if ephemeral {
-                return Err(ProvisionerError::BadRequest(
-                    "an ephemeral sandbox has no workdir of the user's to branch",
-                ));
+                return Err(ProvisionerError::BranchNotFound {
+                    workdir: workdir.to_string(),
+                    name: name.to_string(),
+                });
             }
             if backend == BackendKind::Kubernetes {
                 return Err(ProvisionerError::BranchesUnsupported {
