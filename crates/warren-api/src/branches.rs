@@ -114,17 +114,6 @@ fn names(
     ))
 }
 
-fn kind_name(kind: &Option<warren_merge::Kind>) -> Option<String> {
-    kind.as_ref().map(|kind| {
-        match kind {
-            warren_merge::Kind::File { .. } => "file",
-            warren_merge::Kind::Symlink { .. } => "symlink",
-            warren_merge::Kind::Dir { .. } => "dir",
-        }
-        .to_owned()
-    })
-}
-
 /// What the branch changed against its baseline.
 #[utoipa::path(
     get, path = "/v1/users/{uid}/branches/{branch}/diff", tag = "branches",
@@ -152,14 +141,9 @@ pub(crate) async fn diff(
         changes: changes
             .into_iter()
             .map(|change| BranchChange {
-                change: match (&change.before, &change.after) {
-                    (None, _) => "added",
-                    (_, None) => "deleted",
-                    _ => "modified",
-                }
-                .to_owned(),
-                before: kind_name(&change.before),
-                after: kind_name(&change.after),
+                change: change.what().to_owned(),
+                before: change.before.as_ref().map(|kind| kind.name().to_owned()),
+                after: change.after.as_ref().map(|kind| kind.name().to_owned()),
                 path: change.path,
             })
             .collect(),
@@ -280,10 +264,7 @@ pub(crate) async fn merge(
             .iter()
             .map(|step| MergeStepInfo {
                 path: step.path.clone(),
-                action: serde_json::to_value(step.action)
-                    .ok()
-                    .and_then(|value| value.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                action: step.action.as_str().to_owned(),
                 from: step.from.clone(),
                 merged_lines: step.merged_lines,
             })

@@ -168,12 +168,12 @@ fn shown_at(mounts: &[HostMount], dir: &str) -> Option<String> {
             if beneath.is_empty() {
                 return Some(format!("{}/{dir}", mount.target));
             }
-            if dir == beneath || beneath.starts_with(&format!("{dir}/")) {
+            // `dir` is what the mount shows, or holds it: the whole mount.
+            if warren_core::within(dir, beneath) {
                 return Some(mount.target.clone());
             }
-            dir.strip_prefix(beneath)
-                .and_then(|rest| rest.strip_prefix('/'))
-                .map(|rest| format!("{}/{rest}", mount.target))
+            warren_core::within(beneath, dir)
+                .then(|| format!("{}/{}", mount.target, &dir[beneath.len() + 1..]))
         })
 }
 
@@ -324,4 +324,115 @@ pub struct ResourceUsage {
     pub cpu_system_ms: Option<i64>,
     /// Peak resident memory, in bytes.
     pub peak_memory_bytes: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use warren_core::{BackendKind, Binding, BranchName, LayoutName, RuntimeScope, Uid, Workdir};
+
+    use super::*;
+
+    fn spec(layout: LayoutName, branch: bool, frozen: &[&str]) -> RuntimeSpec {
+        let uid = Uid::new("alice").unwrap();
+        let scope = RuntimeScope::new("t").unwrap();
+        let mut binding = Binding::new(Workdir::new("projects/a").unwrap(), BackendKind::Local);
+        binding.layout = layout;
+        binding.branch = branch.then(|| BranchName::new("b").unwrap());
+        RuntimeSpec {
+            sandbox: SandboxId::derive(&uid, &scope),
+            generation: 1,
+            uid,
+            runtime_scope: scope,
+            user_workspace: "/data/ws".into(),
+            skill_projection: "/data/skills".into(),
+            env: BTreeMap::new(),
+            seed: None,
+            branch: branch.then(|| PathBuf::from("/data/branches/alice/br-1/merged")),
+            frozen: frozen.iter().map(|w| Workdir::new(*w).unwrap()).collect(),
+            binding,
+        }
+    }
+
+    /// (target, tree, beneath, writable) of each mount.
+    fn view(spec: &RuntimeSpec) -> Vec<(String, String, String, bool)> {
+        spec.mounts()
+            .into_iter()
+            .map(|m| {
+                (
+                    m.target,
+                    m.tree.display().to_string(),
+                    m.beneath,
+                    m.writable,
+                )
+            })
+            .collect()
+    }
+
+    fn row(
+        target: &str,
+        tree: &str,
+        beneath: &str,
+        writable: bool,
+    ) -> (String, String, String, bool) {
+        (target.into(), tree.into(), beneath.into(), writable)
+    }
+
+    #[test]
+    fn a_branch_goes_over_the_workdir_and_baselines_are_read_only_where_they_show() {
+        // The whole workspace: the branch and each baseline go over it, at their place.
+        let ars = spec(LayoutName::Ars, true, &["projects/a", "projects/b"]);
+        assert_eq!(
+            view(&ars),
+            [
+                row("/home/gem/user-data", "/data/ws", "", true),
+                row("/home/gem/skills", "/data/skills", "", false),
+                row(
+                    "/home/gem/user-data/projects/b",
+                    "/data/ws",
+                    "projects/b",
+                    false
+                ),
+                row(
+                    "/home/gem/user-data/projects/a",
+                    "/data/branches/alice/br-1/merged",
+                    "",
+                    true
+                ),
+            ]
+        );
+        // A layout mounting the workdir: the branch takes the mount's place; a baseline
+        // holding the workdir makes the whole mount read-only, one inside it goes over it.
+        let deerflow = spec(LayoutName::Deerflow, true, &[]);
+        assert_eq!(
+            view(&deerflow)[0],
+            row(
+                "/mnt/user-data",
+                "/data/branches/alice/br-1/merged",
+                "",
+                true
+            )
+        );
+        let held = spec(LayoutName::Deerflow, false, &["projects"]);
+        assert_eq!(
+            view(&held)[0],
+            row("/mnt/user-data", "/data/ws", "projects/a", false)
+        );
+        let inside = spec(
+            LayoutName::Deerflow,
+            false,
+            &["projects/a/sub", "projects/ab"],
+        );
+        let mounts = view(&inside);
+        assert_eq!(
+            mounts[0],
+            row("/mnt/user-data", "/data/ws", "projects/a", true)
+        );
+        assert_eq!(
+            mounts.last().unwrap(),
+            &row("/mnt/user-data/sub", "/data/ws", "projects/a/sub", false)
+        );
+        assert!(!mounts.iter().any(|m| m.2 == "projects/ab"), "{mounts:?}");
+    }
 }

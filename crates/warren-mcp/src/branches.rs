@@ -65,12 +65,7 @@ async fn branch_diff(
         changes.len()
     );
     for change in &changes {
-        let what = match (&change.before, &change.after) {
-            (None, _) => "added",
-            (_, None) => "deleted",
-            _ => "modified",
-        };
-        text.push_str(&format!("{what}\t{}\n", change.path));
+        text.push_str(&format!("{}\t{}\n", change.what(), change.path));
     }
     Ok(Outcome::text(text))
 }

@@ -37,6 +37,15 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind's name on the wire: `file`, `symlink` or `dir`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::File { .. } => "file",
+            Kind::Symlink { .. } => "symlink",
+            Kind::Dir { .. } => "dir",
+        }
+    }
+
     /// Whether this is a directory.
     pub fn is_dir(&self) -> bool {
         matches!(self, Kind::Dir { .. })
@@ -69,6 +78,17 @@ pub struct Change {
     pub before: Option<Kind>,
     /// What it is in the other tree; `None` when absent.
     pub after: Option<Kind>,
+}
+
+impl Change {
+    /// What the change is: `added`, `deleted` or `modified`.
+    pub fn what(&self) -> &'static str {
+        match (&self.before, &self.after) {
+            (None, _) => "added",
+            (_, None) => "deleted",
+            _ => "modified",
+        }
+    }
 }
 
 /// One side of a conflict, as a person deciding it would look at it.
@@ -142,6 +162,19 @@ pub enum Action {
     Symlink,
     /// Changes the permission bits of a file or directory.
     Chmod,
+}
+
+impl Action {
+    /// The action's name on the wire, as it serialises.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Write => "write",
+            Action::Delete => "delete",
+            Action::Mkdir => "mkdir",
+            Action::Symlink => "symlink",
+            Action::Chmod => "chmod",
+        }
+    }
 }
 
 /// One step of a plan, in the order it is applied.

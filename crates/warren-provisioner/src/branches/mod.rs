@@ -378,17 +378,7 @@ impl Provisioner {
         &self,
         uid: &Uid,
     ) -> Result<Vec<Workdir>, ProvisionerError> {
-        let mut frozen: Vec<Workdir> = self
-            .store
-            .list_branches(uid, None)
-            .await?
-            .into_iter()
-            .filter(|branch| branch.checkpoint.is_none())
-            .map(|branch| branch.workdir)
-            .collect();
-        frozen.sort();
-        frozen.dedup();
-        Ok(frozen)
+        Ok(frozen_of(self.store.list_branches(uid, None).await?))
     }
 
     /// Refuses (409 `workdir_branched`) a change of `workdir` while it, a directory holding
@@ -449,17 +439,36 @@ impl Provisioner {
         if record.binding.ephemeral {
             return Ok((None, Vec::new()));
         }
+        // One read of the uid's branches tells both.
+        let branches = self.store.list_branches(&record.uid, None).await?;
         let branch = match &record.binding.branch {
             Some(name) => {
-                let branch = self
-                    .branch(&record.uid, &record.binding.workdir, name)
-                    .await?;
-                Some(self.branch_tree(&branch).await?)
+                let branch = branches
+                    .iter()
+                    .find(|b| b.workdir == record.binding.workdir && b.name == *name)
+                    .ok_or_else(|| ProvisionerError::BranchNotFound {
+                        workdir: record.binding.workdir.to_string(),
+                        name: name.to_string(),
+                    })?;
+                Some(self.branch_tree(branch).await?)
             }
             None => None,
         };
-        Ok((branch, self.frozen_workdirs(&record.uid).await?))
+        Ok((branch, frozen_of(branches)))
     }
+}
+
+/// The read-only baselines among `branches`: the workdirs of those made of a workdir as it
+/// was (not of a checkpoint), sorted, each once (a holding one before those inside it).
+fn frozen_of(branches: Vec<BranchRecord>) -> Vec<Workdir> {
+    let mut frozen: Vec<Workdir> = branches
+        .into_iter()
+        .filter(|branch| branch.checkpoint.is_none())
+        .map(|branch| branch.workdir)
+        .collect();
+    frozen.sort();
+    frozen.dedup();
+    frozen
 }
 
 /// Whether the running runtime of `sandbox` can write `workdir`.
@@ -638,15 +647,10 @@ fn unescape_mountinfo(field: &str) -> PathBuf {
     PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
 }
 
-/// Whether `path` is the root of a mount (its device differs from its parent's).
+/// Whether `path` is the root of a mount (`quotas::is_mount_root`); a path that cannot be
+/// read is none.
 fn is_mount_point(path: &Path) -> bool {
-    let (Ok(own), Some(Ok(parent))) = (
-        rustix::fs::lstat(path),
-        path.parent().map(rustix::fs::lstat),
-    ) else {
-        return false;
-    };
-    own.st_dev != parent.st_dev
+    crate::quotas::is_mount_root(path).unwrap_or(false)
 }
 
 pub(super) fn branch_file_error(source: warren_fs::FsError) -> ProvisionerError {

@@ -13,6 +13,7 @@ use warren_test_support::TestServer;
 
 use super::conformance::Host;
 use super::output;
+use super::runtime_files::{get as read, put};
 
 rules_on!(
     local,
@@ -185,29 +186,6 @@ async fn delete_branch(server: &TestServer, uid: &str, workdir: &str, name: &str
                 .query(&[("workdir", workdir)]),
         )
         .await
-}
-
-async fn put(server: &TestServer, id: &str, path: &str, body: &str) -> (u16, Value) {
-    server
-        .send_json(
-            server
-                .request(Method::PUT, &format!("/v1/sandboxes/{id}/files"))
-                .query(&[("path", path)])
-                .body(body.to_owned()),
-        )
-        .await
-}
-
-/// `GET /v1/sandboxes/{id}/files`: the status and the body as text.
-async fn read(server: &TestServer, id: &str, path: &str) -> (u16, String) {
-    let response = server
-        .request(Method::GET, &format!("/v1/sandboxes/{id}/files"))
-        .query(&[("path", path)])
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.text().await.unwrap())
 }
 
 async fn read_ok(server: &TestServer, id: &str, path: &str) -> String {

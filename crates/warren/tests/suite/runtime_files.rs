@@ -16,7 +16,13 @@ use super::watch_until;
 /// A marker no runtime may ever show: it lives on the host only.
 const HOST_SECRET: &str = "HOST-ONLY-SECRET";
 
-async fn put(server: &TestServer, id: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+/// `PUT /v1/sandboxes/{id}/files`: the status and the answer.
+pub(super) async fn put(
+    server: &TestServer,
+    id: &str,
+    path: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
     server
         .send_json(
             server
@@ -27,7 +33,8 @@ async fn put(server: &TestServer, id: &str, path: &str, body: &str) -> (u16, ser
         .await
 }
 
-async fn get(server: &TestServer, id: &str, path: &str) -> (u16, String) {
+/// `GET /v1/sandboxes/{id}/files`: the status and the body as text.
+pub(super) async fn get(server: &TestServer, id: &str, path: &str) -> (u16, String) {
     let response = server
         .request(Method::GET, &format!("/v1/sandboxes/{id}/files"))
         .query(&[("path", path)])
