@@ -60,6 +60,49 @@ const DESTINATION: &str = concat!(
     ")[\\t\\n\\v\\f\\r ]*$"
 );
 
+/// An egress secret's name (`SecretName`).
+const SECRET_NAME: &str = "^[A-Z][A-Z0-9_]{0,63}$";
+/// An egress secret's value: 6 bytes to 8 KiB, no control character.
+const SECRET_VALUE: &str = "^[^\\u0000-\\u001f\\u007f]{6,8192}$";
+/// An HTTP token: a header or parameter name a secret is presented in.
+const HTTP_TOKEN: &str = "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$";
+/// A secret target's host (`SecretTarget`): a host name, `*.suffix` or one IPv4 address
+/// (IPv6 addresses are taken too, and left out here).
+const SECRET_HOST: &str = concat!(
+    "^((\\*\\.)?(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*",
+    "|(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3})$"
+);
+
+/// A header an egress secret may be presented in: an HTTP token, not one of the headers
+/// that frame a request (matched without regard to case).
+fn header_name() -> String {
+    let owned = [
+        "host",
+        "connection",
+        "content-length",
+        "transfer-encoding",
+        "proxy-authorization",
+        "upgrade",
+        "te",
+    ];
+    let either_case = |word: &str| -> String {
+        word.chars()
+            .map(|c| {
+                if c.is_ascii_alphabetic() {
+                    format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    };
+    let refused: Vec<String> = owned
+        .iter()
+        .map(|w| format!("{}$", either_case(w)))
+        .collect();
+    format!("^(?!{}){}", refused.join("|"), &HTTP_TOKEN[1..])
+}
+
 /// A branch's name (`BranchName`).
 const BRANCH: &str = "^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$";
 
@@ -80,7 +123,7 @@ const FENCE_HEADER: &str = "X-Warren-Fence";
 /// Every operation that changes a sandbox, its files or its records, and so takes
 /// `X-Warren-Fence` (the handlers take the `Fence` extractor; the API suite sends each a
 /// stale token and checks it is refused).
-pub(crate) const FENCED_OPERATIONS: [(&str, &str); 30] = [
+pub(crate) const FENCED_OPERATIONS: [(&str, &str); 32] = [
     ("post", "/v1/sandboxes/{id}/exec"),
     ("post", "/v1/sandboxes/{id}/code/contexts"),
     ("delete", "/v1/sandboxes/{id}/code/contexts/{context}"),
@@ -117,6 +160,8 @@ pub(crate) const FENCED_OPERATIONS: [(&str, &str); 30] = [
     ("post", "/v1/sandboxes/{id}/artifacts"),
     ("post", "/v1/sandboxes/{id}/merge"),
     ("post", "/v1/sandboxes/{id}/fork"),
+    ("put", "/v1/sandboxes/{id}/secrets/{name}"),
+    ("delete", "/v1/sandboxes/{id}/secrets/{name}"),
 ];
 
 fn is_fenced(path: &str, method: &str) -> bool {
@@ -160,12 +205,17 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<Value> {
         ("path", "context") => string(CODE_CONTEXT),
         ("query", "from") => json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
         ("path" | "query", "uid") => string(UID),
+        ("path", "name") if path.contains("/secrets/") => string(SECRET_NAME),
         ("path", "name") => string(ENV_NAME),
         ("path", "skill") => string(SKILL),
         ("path", "branch") => string(BRANCH),
         ("query", "workdir") => string(WORKDIR),
         ("query", "path") => string(VIRTUAL_PATH),
         ("query", "depth") => json!({"type": "integer", "minimum": 1, "maximum": 64}),
+        ("query", "limit") if path.ends_with("/egress") => {
+            json!({"type": "integer", "minimum": 1, "maximum": 1000})
+        }
+        ("query", "after") => json!({"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX}),
         ("query", "limit") => json!({"type": "integer", "minimum": 1, "maximum": 10000}),
         ("query", "append" | "recursive") => json!({"type": "boolean"}),
         ("header", "If-Match") => string(IF_MATCH),
@@ -341,6 +391,31 @@ pub(crate) fn property_rules() -> Vec<(&'static str, &'static str, Value)> {
             json!({"enum": ["none", "open", "allowlist"]}),
         ),
         (
+            "SetEgressSecret",
+            "targets",
+            json!({"minItems": 1, "maxItems": 16}),
+        ),
+        ("SetEgressSecret", "value", string(SECRET_VALUE)),
+        ("NewEgressSecret", "name", string(SECRET_NAME)),
+        (
+            "NewEgressSecret",
+            "targets",
+            json!({"minItems": 1, "maxItems": 16}),
+        ),
+        ("NewEgressSecret", "value", string(SECRET_VALUE)),
+        ("CreateSandbox", "secrets", json!({"maxItems": 64})),
+        ("SecretTargetSpec", "host", string(SECRET_HOST)),
+        (
+            "SecretTargetSpec",
+            "ports",
+            json!({"maxItems": 16, "items": {"type": "integer", "minimum": 1, "maximum": 65535}}),
+        ),
+        (
+            "SecretTargetSpec",
+            "path_prefix",
+            string("^/[!-~]{0,1023}$"),
+        ),
+        (
             "ReplaceAgentEnv",
             "env",
             json!({"propertyNames": string(ENV_NAME), "maxProperties": 256}),
@@ -433,14 +508,54 @@ fn schema_rules(schemas: &mut Map<String, Value>) {
         ]);
     }
     if let Some(network) = schemas.get_mut("NetworkSpec") {
-        // `allow` lists 1 to 256 destinations with `allowlist`, and nothing otherwise.
+        // `allow` lists 1 to 256 destinations with `allowlist`, and nothing otherwise;
+        // `deny` lists up to 256 with `open` and `allowlist`, and nothing with `none`.
+        let deny = json!({"maxItems": 256, "items": string(DESTINATION)});
         network["oneOf"] = json!([
-            {"properties": {"mode": {"enum": ["none", "open"]}, "allow": {"maxItems": 0}}},
+            {"properties": {"mode": {"const": "none"}, "allow": {"maxItems": 0},
+                            "deny": {"maxItems": 0}}},
+            {"properties": {"mode": {"const": "open"}, "allow": {"maxItems": 0}, "deny": deny}},
             {"properties": {"mode": {"const": "allowlist"},
                             "allow": {"minItems": 1, "maxItems": 256,
-                                      "items": string(DESTINATION)}},
+                                      "items": string(DESTINATION)},
+                            "deny": deny},
              "required": ["allow"]},
         ]);
+    }
+    if let Some(Value::Array(variants)) = schemas
+        .get_mut("SecretPresentation")
+        .and_then(|p| p.get_mut("oneOf"))
+    {
+        // The names a presentation may set: HTTP tokens, not a header warren owns, no
+        // character that would end a query parameter.
+        for variant in variants {
+            // Each takes its own fields only (the wire type denies the others).
+            variant["additionalProperties"] = json!(false);
+            let kind = variant
+                .pointer("/properties/type/enum/0")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let rules: &[(&str, Value)] = match kind.as_str() {
+                "header" => &[
+                    ("name", string(&header_name())),
+                    ("prefix", string("^[^\\u0000-\\u001f\\u007f]{0,64}$")),
+                ],
+                "query" => &[("name", string("^[A-Za-z0-9!$'*.^_`|~-]{1,128}$"))],
+                "basic" => &[("username", string("^[^:\\u0000-\\u001f\\u007f]*$"))],
+                _ => &[],
+            };
+            for (property, rule) in rules {
+                if let (Some(target), Value::Object(rule)) = (
+                    variant.pointer_mut(&format!("/properties/{property}")),
+                    rule,
+                ) {
+                    for (key, value) in rule {
+                        target[key] = value.clone();
+                    }
+                }
+            }
+        }
     }
     if let Some(secret) = schemas.get_mut("AgentEnvValue") {
         // A bare string is a secret, and a secret is at least 6 bytes.

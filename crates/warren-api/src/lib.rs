@@ -28,6 +28,7 @@ mod peer;
 mod processes;
 mod runs;
 mod sandboxes;
+mod secrets;
 mod skills;
 mod stream;
 mod usage;
@@ -139,6 +140,17 @@ pub fn app(state: ApiState) -> Router {
             get(env::get).put(env::replace).delete(env::clear),
         )
         .route("/users/{uid}/env/{name}", put(env::set).delete(env::remove))
+        .route("/users/{uid}/secrets", get(secrets::of_user))
+        .route(
+            "/users/{uid}/secrets/{name}",
+            put(secrets::set_for_user).delete(secrets::remove_for_user),
+        )
+        .route("/sandboxes/{id}/secrets", get(secrets::of_sandbox))
+        .route(
+            "/sandboxes/{id}/secrets/{name}",
+            put(secrets::set_for_sandbox).delete(secrets::remove_for_sandbox),
+        )
+        .route("/sandboxes/{id}/egress", get(secrets::egress))
         .route("/viewer-links", post(viewer::create_link))
         .route("/users/{uid}/snapshots/gc", post(checkpoints::gc))
         .route(

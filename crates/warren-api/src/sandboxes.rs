@@ -48,10 +48,8 @@ pub(crate) fn sandbox_info(record: &SandboxRecord, gvisor: &GvisorHealth) -> San
         },
         network: NetworkSpec {
             mode: record.binding.network.mode().to_owned(),
-            allow: match &record.binding.network {
-                NetworkPolicy::Allowlist { allow } => allow.clone(),
-                _ => Vec::new(),
-            },
+            allow: record.binding.network.allow().to_vec(),
+            deny: record.binding.network.deny().to_vec(),
         },
         backend: record.binding.backend.as_str().to_owned(),
         image: record.binding.image.clone(),
@@ -85,9 +83,18 @@ fn network_policy(spec: NetworkSpec) -> Result<NetworkPolicy, ApiError> {
                 "`allow` is only meaningful with mode `allowlist`",
             ))
         }
+        "none" if !spec.deny.is_empty() => {
+            return Err(ApiError::bad_request(
+                warren_protocol::code!(400, "invalid_network"),
+                "`deny` is meaningless with mode `none`, which refuses everything",
+            ))
+        }
         "none" => NetworkPolicy::None,
-        "open" => NetworkPolicy::Open,
-        "allowlist" => NetworkPolicy::Allowlist { allow: spec.allow },
+        "open" => NetworkPolicy::Open { deny: spec.deny },
+        "allowlist" => NetworkPolicy::Allowlist {
+            allow: spec.allow,
+            deny: spec.deny,
+        },
         other => {
             return Err(ApiError::bad_request(
                 warren_protocol::code!(400, "invalid_network"),
@@ -178,6 +185,7 @@ pub(crate) async fn create(
     );
     // Absent: the server's default policy, which the provisioner applies.
     let network = request.network.map(network_policy).transpose()?;
+    let secrets = crate::secrets::new_secrets(request.secrets)?;
     let (record, created) = state
         .provisioner
         .create_sandbox(SandboxRequest {
@@ -205,6 +213,7 @@ pub(crate) async fn create(
                     .map(|seconds| Some(Duration::from_secs(seconds))),
                 on_deadline: request.on_deadline.map(deadline_action),
             },
+            secrets,
             ..SandboxRequest::new(uid, scope)
         })
         .await?;

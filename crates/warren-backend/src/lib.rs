@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod complete;
+mod egress;
 mod limits;
 mod memory;
 mod mount;
@@ -23,6 +24,7 @@ mod usage;
 use async_trait::async_trait;
 
 pub use complete::{run_to_completion, OutputReader, OUTPUT_GRACE};
+pub use egress::{Authority, EgressBroker, SharedBroker};
 pub use limits::RuntimeLimits;
 pub use memory::{MemoryBackend, MemoryEvent};
 pub use mount::bind_fd;
@@ -279,6 +281,11 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), BackendError> {
         Ok(())
     }
+
+    /// Gives the backend what its runtimes' egress proxies ask for secrets, their authority
+    /// and the audit (issue 38). Called once, before any runtime is created or found; a
+    /// backend that serves no egress ignores it.
+    fn attach_egress(&self, _broker: SharedBroker) {}
 
     /// Conditions an operator must know about (a limit that cannot be enforced, a missing
     /// kernel feature), reported once at start-up and in `/health`.

@@ -214,6 +214,12 @@ impl Backend for BackendSet {
         }
     }
 
+    fn attach_egress(&self, broker: crate::SharedBroker) {
+        for member in &self.members {
+            member.attach_egress(broker.clone());
+        }
+    }
+
     /// Every member's warnings; with more than one member, each names its backend.
     fn warnings(&self) -> Vec<String> {
         let named = self.members.len() > 1;

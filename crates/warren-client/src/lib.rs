@@ -16,6 +16,9 @@ use warren_protocol::{
 
 mod branches;
 mod mcp_bridge;
+mod secrets;
+
+pub use secrets::SecretOwner;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]

@@ -178,7 +178,10 @@ mod tests {
                 |b| b.branch = Some(BranchName::new("agent-1").unwrap()),
                 BindingPart::Workdir,
             ),
-            (|b| b.network = NetworkPolicy::Open, BindingPart::Network),
+            (
+                |b| b.network = NetworkPolicy::Open { deny: vec![] },
+                BindingPart::Network,
+            ),
             (|b| b.backend = BackendKind::Docker, BindingPart::Backend),
             (|b| b.image = Some("python:3".into()), BindingPart::Backend),
             (|b| b.inherit_env = false, BindingPart::EnvPolicy),
@@ -216,7 +219,7 @@ mod tests {
     #[test]
     fn a_binding_reads_back_from_its_json() {
         let mut base = binding();
-        base.network = NetworkPolicy::Open;
+        base.network = NetworkPolicy::Open { deny: vec![] };
         base.isolation = IsolationTier::Gvisor;
         let json = serde_json::to_string(&base).unwrap();
         assert_eq!(serde_json::from_str::<Binding>(&json).unwrap(), base);

@@ -10,6 +10,7 @@
 mod binding;
 mod branch;
 mod data_dir;
+mod egress;
 mod env;
 mod extra_mount;
 mod identity;
@@ -25,6 +26,11 @@ mod workdir;
 pub use binding::{BackendKind, Binding, BindingPart};
 pub use branch::BranchName;
 pub use data_dir::DataLayout;
+pub use egress::{
+    placeholder, EgressEvent, EgressSecret, EgressVerdict, Presentation, SecretName, SecretRule,
+    SecretTarget, MAX_EGRESS_SECRETS, MAX_SECRET_TARGETS, MAX_SECRET_VALUE_BYTES,
+    PLACEHOLDER_PREFIX, SECRET_ENV_PREFIX,
+};
 pub use env::{
     check_env_name, check_env_value, AgentEnvVar, MaskingStream, SecretMasker, MAX_AGENT_ENV_VARS,
     MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MIN_SECRET_BYTES,
@@ -100,6 +106,14 @@ pub enum CoreError {
     #[error("invalid network policy entry {entry:?}: {reason}")]
     InvalidNetworkPolicy {
         /// The refused entry (possibly shortened).
+        entry: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// An egress secret's name, binding, presentation or value is malformed.
+    #[error("invalid egress secret {entry:?}: {reason}")]
+    InvalidEgressSecret {
+        /// The refused part (possibly shortened); never a value.
         entry: String,
         /// Why it was refused.
         reason: &'static str,

@@ -151,7 +151,10 @@ mod network_tests {
     fn an_empty_allowlist_is_refused_naming_the_setting() {
         let key = ApiKey::new(&"k".repeat(32)).unwrap();
         let err = DeerflowConfig::new(key)
-            .with_network(warren_core::NetworkPolicy::Allowlist { allow: vec![] })
+            .with_network(warren_core::NetworkPolicy::Allowlist {
+                allow: vec![],
+                deny: vec![],
+            })
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("[deerflow] network"), "{err}");

@@ -726,7 +726,7 @@ mod tests {
     #[test]
     fn a_sandbox_with_egress_must_be_on_its_own_network() {
         let mut spec = spec();
-        spec.binding.network = NetworkPolicy::Open;
+        spec.binding.network = NetworkPolicy::Open { deny: vec![] };
         let mut value = container(&spec);
         value["HostConfig"]["NetworkMode"] = json!(format!("warren-i1-{}", spec.sandbox));
         assert!(read(value.clone()).is_ok());

@@ -165,6 +165,8 @@ pub struct DockerBackendConfig {
 /// Runtimes as Docker containers.
 pub struct DockerBackend {
     docker: Docker,
+    /// What containers' egress proxies ask for secrets, authority and the audit (issue 38).
+    egress_broker: std::sync::OnceLock<warren_backend::SharedBroker>,
     config: DockerBackendConfig,
     /// Distinguishes this warren's containers from another's on the same engine.
     instance: String,
@@ -331,6 +333,7 @@ impl DockerBackend {
             gvisor_runtime,
             gvisor_problem,
             live: Mutex::new(HashMap::new()),
+            egress_broker: std::sync::OnceLock::new(),
         })
     }
 
@@ -379,9 +382,14 @@ impl DockerBackend {
     /// Takes a runtime into this provisioner's care; serves its egress if it has any.
     fn adopt(&self, identity: Identity) {
         if identity.spec.binding.network.has_egress() {
+            let egress = warren_agent::egress::RuntimeEgress::new(
+                identity.spec.sandbox.clone(),
+                identity.spec.binding.network.clone(),
+                self.egress_broker.get().cloned(),
+            );
             if let Err(error) = warren_agent::egress::spawn_egress(
                 self.socket_dir(&identity.spec.sandbox),
-                identity.spec.binding.network.clone(),
+                egress,
                 tokio::runtime::Handle::current(),
             ) {
                 tracing::error!(sandbox = %identity.spec.sandbox, %error, "cannot serve the container's egress");
@@ -439,6 +447,10 @@ impl DockerBackend {
 impl Backend for DockerBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Docker
+    }
+
+    fn attach_egress(&self, broker: warren_backend::SharedBroker) {
+        let _ = self.egress_broker.set(broker);
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -50,7 +50,8 @@ pub struct E2bConfig {
     pub(crate) templates: BTreeMap<String, TemplateTarget>,
     /// The domain of host-name routing (`49983-<id>.<domain>`), returned as `domain`.
     pub(crate) domain: Option<String>,
-    /// Where sandboxes that allow internet access may connect.
+    /// Where sandboxes that allow internet access may connect: at most, as a create's
+    /// `allowOut`/`denyOut` narrow it and never widen it.
     pub(crate) internet: NetworkPolicy,
     /// The timeout of a sandbox created without one.
     pub(crate) default_timeout: Duration,
@@ -75,7 +76,7 @@ impl E2bConfig {
             keys,
             templates: BTreeMap::new(),
             domain: None,
-            internet: NetworkPolicy::Open,
+            internet: NetworkPolicy::Open { deny: vec![] },
             default_timeout: Self::DEFAULT_TIMEOUT,
             max_timeout: Self::MAX_TIMEOUT,
             cpu_count: 2,

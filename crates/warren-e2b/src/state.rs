@@ -71,10 +71,32 @@ pub(crate) struct E2bSandbox {
     pub(crate) secure: bool,
     /// Whether its runtime may reach the internet (through warren's filtering proxy).
     pub(crate) allow_internet_access: bool,
+    /// The egress rules create was given (`network`), as given, for the detail to show;
+    /// absent when it was given none (and in records written before warren kept them).
+    /// What the runtime may reach is its warren sandbox's network policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) network: Option<E2bNetwork>,
     /// Figures reported to the SDK (`cpuCount`, `memoryMB`).
     pub(crate) cpu_count: u32,
     /// See `cpu_count`.
     pub(crate) memory_mb: u64,
+}
+
+/// What create's `network` set of what warren takes, kept to be shown back as it was sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct E2bNetwork {
+    /// `allowOut`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) allow_out: Option<Vec<String>>,
+    /// `denyOut`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) deny_out: Option<Vec<String>>,
+    /// `allowPublicTraffic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) allow_public_traffic: Option<bool>,
+    /// `dnsServers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) dns_servers: Option<Vec<String>>,
 }
 
 /// The secrets of E2B sandboxes, derived from the provisioner token's digest.
@@ -114,6 +136,43 @@ impl SandboxSecrets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_written_before_network_rules_were_kept_still_reads() {
+        let old = serde_json::json!({
+            "sandbox_id": "abcdefghij0123456789",
+            "warren_id": warren_core::SandboxId::derive(
+                &Uid::new("alice").unwrap(),
+                &warren_core::RuntimeScope::new("e2b-abcdefghij0123456789").unwrap(),
+            ),
+            "uid": "alice",
+            "template_id": "base",
+            "alias": null,
+            "env_vars": {},
+            "secure": true,
+            "allow_internet_access": false,
+            "cpu_count": 2,
+            "memory_mb": 512,
+        });
+        let sandbox: E2bSandbox = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(sandbox.network, None);
+        assert!(!sandbox.allow_internet_access);
+        // Written back without rules, it is the same record.
+        assert_eq!(serde_json::to_value(&sandbox).unwrap(), old);
+        let with = E2bSandbox {
+            network: Some(E2bNetwork {
+                deny_out: Some(vec!["0.0.0.0/0".into()]),
+                ..E2bNetwork::default()
+            }),
+            ..sandbox
+        };
+        let json = serde_json::to_value(&with).unwrap();
+        assert_eq!(
+            json["network"],
+            serde_json::json!({"deny_out": ["0.0.0.0/0"]})
+        );
+        assert_eq!(serde_json::from_value::<E2bSandbox>(json).unwrap(), with);
+    }
 
     #[test]
     fn access_tokens_differ_per_sandbox_and_per_server_secret() {

@@ -198,6 +198,8 @@ pub struct LocalBackend {
     /// Launchers started ahead of need (see [`LauncherPool`]).
     launchers: LauncherPool,
     live: Mutex<HashMap<SandboxId, RuntimeIdentity>>,
+    /// What runtimes' egress proxies ask for secrets, authority and the audit (issue 38).
+    egress_broker: std::sync::OnceLock<warren_backend::SharedBroker>,
     /// The gVisor tier, or why this backend cannot run it (issue 19).
     gvisor: Result<crate::runsc::GvisorTier, String>,
 }
@@ -257,6 +259,7 @@ impl LocalBackend {
             cgroups_enabled: user_namespace.is_none(),
             user_namespace,
             live: Mutex::new(HashMap::new()),
+            egress_broker: std::sync::OnceLock::new(),
             gvisor: Err("gVisor was not probed".to_owned()),
         })
     }
@@ -342,9 +345,14 @@ impl LocalBackend {
         // proxy port's connections to this egress (issue 19).
         if identity.network.has_egress() {
             let dir = self.runtime_dir(sandbox);
+            let egress = warren_agent::egress::RuntimeEgress::new(
+                sandbox.clone(),
+                identity.network.clone(),
+                self.egress_broker.get().cloned(),
+            );
             if let Err(error) = warren_agent::egress::spawn_egress(
                 identity.socket_dir(&dir),
-                identity.network.clone(),
+                egress,
                 tokio::runtime::Handle::current(),
             ) {
                 tracing::error!(%sandbox, %error, "cannot serve the runtime's egress");
@@ -574,6 +582,10 @@ async fn kill_and_wait(identity: &RuntimeIdentity) {
 impl Backend for LocalBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Local
+    }
+
+    fn attach_egress(&self, broker: warren_backend::SharedBroker) {
+        let _ = self.egress_broker.set(broker);
     }
 
     fn capabilities(&self) -> Capabilities {

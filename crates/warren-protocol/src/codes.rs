@@ -228,6 +228,16 @@ pub const CODES: &[Code] = &[
         meaning: "An edit's `old` text does not occur in the file.",
     },
     Code {
+        code: "egress_secret_not_found",
+        statuses: &[404],
+        meaning: "No egress secret of that name is set for that uid or sandbox.",
+    },
+    Code {
+        code: "egress_secrets_full",
+        statuses: &[409],
+        meaning: "As many egress secrets are set there as may be (64); remove one first.",
+    },
+    Code {
         code: "env_policy_conflict",
         statuses: &[409],
         meaning: "The live sandbox of this identity has another environment policy (I14, I16).",
@@ -446,6 +456,11 @@ pub const CODES: &[Code] = &[
         code: "invalid_scope",
         statuses: &[400],
         meaning: "An isolation-scope request that names an unknown scope or lacks the id it needs (I29).",
+    },
+    Code {
+        code: "invalid_secret",
+        statuses: &[400],
+        meaning: "An egress secret's name, targets, presentation or value is malformed; the message says which part.",
     },
     Code {
         code: "invalid_signal",

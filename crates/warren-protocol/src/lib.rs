@@ -11,6 +11,7 @@ mod branch;
 mod checkpoint;
 mod code;
 pub mod codes;
+mod egress;
 mod env;
 mod error;
 mod exec;
@@ -34,6 +35,10 @@ pub use checkpoint::{
 pub use code::{
     CodeContext, CodeContextList, CodeError, CodeEvent, CodeExecution, CodeResult,
     CreateCodeContext, ExecutionStatus, RunCode,
+};
+pub use egress::{
+    EgressConnection, EgressLog, EgressSecretInfo, EgressSecretList, NewEgressSecret,
+    SecretPresentation, SecretScope, SecretTargetSpec, SetEgressSecret,
 };
 pub use env::{AgentEnv, AgentEnvEntry, AgentEnvValue, ReplaceAgentEnv, SetAgentEnvVar};
 pub use error::{ErrorBody, ErrorDetail};

@@ -110,6 +110,13 @@ pub struct CreateSandbox {
     /// filters on. Given for a live sandbox, they replace its labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// Egress secrets of the sandbox's own (issue 38), over its uid's of the same name:
+    /// inside, `WARREN_SECRET_<NAME>` holds a placeholder, and warren's proxy presents the
+    /// value only to the destinations each is bound to. At most 64 (a name given twice:
+    /// the last one counts); gone when the sandbox ends. Given for a live sandbox, they are
+    /// set (rotated) on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<crate::NewEgressSecret>,
 }
 
 /// What happens to a sandbox when its deadline passes.
@@ -213,6 +220,10 @@ pub struct NetworkSpec {
     /// as an address or range.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
+    /// For `open` and `allowlist`: destinations refused whatever else allows them, by name
+    /// before any lookup and by resolved address (same forms as `allow`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 /// A sandbox: the identity of one (uid, runtime scope) and the state of its runtime.

@@ -54,6 +54,30 @@ where
     whole_number(deserializer).map(Some)
 }
 
+/// A list of TCP ports: each a whole number from 1 to 65535, `443.0` read as `443` (JSON
+/// Schema's integers include whole floats).
+pub fn ports<'de, D>(deserializer: D) -> Result<Vec<u16>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let values = Vec::<serde_json::Value>::deserialize(deserializer)?;
+    values
+        .iter()
+        .map(|value| match value {
+            serde_json::Value::Number(number) => number_to_u64(number)
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|n| *n != 0)
+                .ok_or_else(|| {
+                    D::Error::custom(format!("expected a port 1 to 65535, found {number}"))
+                }),
+            other => Err(D::Error::custom(format!(
+                "expected a port, found {}",
+                kind(other)
+            ))),
+        })
+        .collect()
+}
+
 /// A required whole number, as [`whole_number`].
 pub fn required_whole_number<'de, D>(deserializer: D) -> Result<u64, D::Error>
 where

@@ -211,6 +211,7 @@ impl ProvisionerError {
             P::ProcessNotStarted { .. } => class!(Unprocessable, "process_not_started"),
             P::Snapshot(error) => snapshot_class(error),
             P::EnvVarNotFound { .. } => class!(NotFound, "env_var_not_found"),
+            P::EgressSecretNotFound { .. } => class!(NotFound, "egress_secret_not_found"),
             P::TooManyWatches { .. } => class!(TooMany, "too_many_watches"),
             P::WatcherNotFound { .. } => class!(NotFound, "watcher_not_found"),
             P::SandboxPaused { .. } => class!(Conflict, "sandbox_paused"),
@@ -250,6 +251,9 @@ impl ProvisionerError {
             }
             P::Store(warren_store::StoreError::AgentEnvFull { .. }) => {
                 class!(Conflict, "agent_env_full")
+            }
+            P::Store(warren_store::StoreError::EgressSecretsFull { .. }) => {
+                class!(Conflict, "egress_secrets_full")
             }
             // The database is out of reach (restarting, network): nothing was half-done,
             // and the same request may succeed shortly.
@@ -351,6 +355,7 @@ fn core_code(error: &CoreError) -> &'static str {
         CoreError::InvalidNetworkPolicy { .. } => warren_protocol::code!(400, "invalid_network"),
         CoreError::InvalidIsolationScope { .. } => warren_protocol::code!(400, "invalid_scope"),
         CoreError::InvalidEnv { .. } => warren_protocol::code!(400, "invalid_env"),
+        CoreError::InvalidEgressSecret { .. } => warren_protocol::code!(400, "invalid_secret"),
         CoreError::UnknownLayout { .. } => warren_protocol::code!(400, "invalid_layout"),
         CoreError::InvalidExtraMount { .. } => warren_protocol::code!(400, "invalid_extra_mount"),
     }

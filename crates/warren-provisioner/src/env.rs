@@ -142,9 +142,12 @@ impl Provisioner {
         &self,
         record: &SandboxRecord,
     ) -> Result<CommandEnv, ProvisionerError> {
+        // The egress layer (placeholders, the proxy's trust store) whatever is inherited:
+        // it carries no value (issue 38).
+        let egress = self.egress_env(record).await?;
         if !record.binding.inherit_env {
             return Ok(CommandEnv {
-                env: BTreeMap::new(),
+                env: egress,
                 masker: SecretMasker::default(),
             });
         }
@@ -161,10 +164,12 @@ impl Provisioner {
                         .map(|(name, value)| (name.as_str(), value.as_str())),
                 ),
         );
-        let env = agent
-            .into_iter()
-            .map(|record| (record.var.name, record.var.value))
-            .collect();
+        let mut env = egress;
+        env.extend(
+            agent
+                .into_iter()
+                .map(|record| (record.var.name, record.var.value)),
+        );
         Ok(CommandEnv { env, masker })
     }
 }

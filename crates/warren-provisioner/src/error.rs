@@ -158,6 +158,12 @@ pub enum ProvisionerError {
         /// Why.
         reason: String,
     },
+    /// No egress secret of that name is set there.
+    #[error("no egress secret {name:?} is set here")]
+    EgressSecretNotFound {
+        /// The name asked for.
+        name: String,
+    },
     /// The uid's agent environment has no such variable.
     #[error("the agent environment of uid {uid:?} has no variable {name:?}")]
     EnvVarNotFound {

@@ -565,7 +565,11 @@ impl Provisioner {
         }
         let running = self.advance(&record, LifeEvent::Start, Some(fence)).await;
         match running {
-            Ok(Some(running)) => Ok(running),
+            Ok(Some(running)) => {
+                // Its trust store holds the sandbox's authority before any command runs.
+                self.install_egress_authority(&running).await;
+                Ok(running)
+            }
             Err(ProvisionerError::Store(warren_store::StoreError::NotOwner { .. })) => {
                 // Taken over while it started: the new owner runs the sandbox, not this one.
                 let _ = self.backend.destroy(&record.id).await;

@@ -20,6 +20,7 @@ mod checkpoints;
 mod classify;
 mod code;
 mod drain;
+mod egress;
 mod env;
 mod error;
 mod exec;
@@ -65,6 +66,7 @@ pub use code::{
     RunCode, DEFAULT_CONTEXT, LANGUAGES, MAX_CODE_BYTES, MAX_CONTEXTS,
 };
 pub use drain::DrainReport;
+pub use egress::{CA_BUNDLE_PATH, CA_PATH, EGRESS_EVENTS_KEPT};
 pub use error::{
     error_chain, is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError,
 };
@@ -178,6 +180,9 @@ pub struct ProvisionerConfig {
     pub token_finder: Option<warren_core::TokenFinder>,
     /// This node's identity in the cluster (issue 14): one node, `local`, by default.
     pub node: NodeIdentity,
+    /// Roots (PEM) the egress proxy trusts for bound HTTPS destinations beside the host's
+    /// own (issue 38): a private CA an operator's services use.
+    pub egress_upstream_roots: Option<String>,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -228,6 +233,7 @@ impl ProvisionerConfig {
             default_network: NetworkPolicy::None,
             quotas: QuotaSettings::default(),
             token_finder: None,
+            egress_upstream_roots: None,
             node: NodeIdentity {
                 node_id: "local".to_owned(),
                 advertise: "http://127.0.0.1:7878".to_owned(),
@@ -294,6 +300,10 @@ impl Provisioner {
         backend: Arc<dyn Backend>,
     ) -> Self {
         let reap_slots = Arc::new(tokio::sync::Semaphore::new(config.reap_concurrency.max(1)));
+        backend.attach_egress(Arc::new(egress::Broker::new(
+            store.clone(),
+            config.egress_upstream_roots.clone(),
+        )));
         Self {
             workspaces: Workspaces::new(&config),
             config,

@@ -65,6 +65,9 @@ pub struct SandboxRequest {
     /// Labels, a deadline and what it does: not part of the binding. A live sandbox's
     /// are changed by those given, as [`Provisioner::update_settings`] would.
     pub settings: crate::SettingsChange,
+    /// Egress secrets of this sandbox's own (issue 38), over its uid's of the same name;
+    /// set (or rotated) with the sandbox, gone when it ends.
+    pub secrets: Vec<warren_core::EgressSecret>,
 }
 
 impl SandboxRequest {
@@ -86,6 +89,7 @@ impl SandboxRequest {
             extra_mounts: None,
             isolation: None,
             settings: crate::SettingsChange::default(),
+            secrets: Vec::new(),
         }
     }
 }
@@ -221,7 +225,9 @@ impl Provisioner {
             extra_mounts,
             isolation,
             settings,
+            secrets,
         } = request;
+        self.check_secrets(&secrets)?;
         let network = network
             .unwrap_or_else(|| self.config.default_network.clone())
             .validate()?;
@@ -374,6 +380,9 @@ impl Provisioner {
                     self.prepare_scratch(&record, true).await?;
                 }
                 self.prepare_layout(&record).await?;
+                // A generation starts with the secrets it was created with, no others.
+                self.store.remove_sandbox_egress(&record.id).await?;
+                self.set_sandbox_secrets(&record, secrets).await?;
                 tracing::info!(sandbox = %record.id, generation = record.generation, ephemeral = record.binding.ephemeral, inherit_env = record.binding.inherit_env, "sandbox created");
                 Ok((record, Created::New))
             }
@@ -382,6 +391,7 @@ impl Provisioner {
                     self.prepare_scratch(&record, false).await?;
                 }
                 self.prepare_layout(&record).await?;
+                self.set_sandbox_secrets(&record, secrets).await?;
                 let record = if settings.is_empty() {
                     record
                 } else {
@@ -706,6 +716,10 @@ impl Provisioner {
                 self.metrics.failed(FailureCause::Destroy);
                 tracing::error!(sandbox = %id, %error, "could not remove an ephemeral sandbox's scratch tree");
             }
+        }
+        // Its own secrets and its authority end with it; its egress audit stays (I22).
+        if let Err(error) = self.store.remove_sandbox_egress(id).await {
+            tracing::warn!(sandbox = %id, %error, "could not remove a sandbox's egress secrets; its next generation removes them");
         }
         let terminated = match self.advance(&fenced, LifeEvent::Terminated, None).await? {
             Some(terminated) => terminated,

@@ -188,6 +188,13 @@ pub enum StoreError {
         /// The limit.
         max: usize,
     },
+
+    /// Adding the secret would give the uid (or the sandbox) more than `max` egress secrets.
+    #[error("at most {max} egress secrets may be set here; remove one first")]
+    EgressSecretsFull {
+        /// The limit.
+        max: usize,
+    },
 }
 
 impl StoreError {

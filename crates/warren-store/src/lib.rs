@@ -13,6 +13,7 @@ mod aliases;
 mod artifacts;
 mod branches;
 mod checkpoints;
+mod egress;
 mod error;
 mod guard;
 mod leases;
@@ -139,7 +140,30 @@ pub struct AgentEnvRecord {
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
-use warren_core::{AgentEnvVar, SandboxId, Uid, Workdir};
+/// One stored egress secret (issue 38): the uid's own (`sandbox` None, presented for every
+/// sandbox of theirs) or one sandbox's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressSecretRecord {
+    /// The uid it belongs to.
+    pub uid: Uid,
+    /// The one sandbox it belongs to, if not all of the uid's.
+    pub sandbox: Option<SandboxId>,
+    /// The secret, its value included: never shown by an API.
+    pub secret: EgressSecret,
+    /// When it was last set.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// One recorded egress event (I22), with the id a reader pages after.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EgressRecord {
+    /// Its id: ids only grow, per store.
+    pub id: i64,
+    /// The connection.
+    pub event: EgressEvent,
+}
+
+use warren_core::{AgentEnvVar, EgressEvent, EgressSecret, SandboxId, SecretName, Uid, Workdir};
 
 /// The current time as stored: unix milliseconds, UTC.
 pub(crate) fn now_millis() -> i64 {
@@ -351,6 +375,59 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Removes one variable; `false` when there was none.
     async fn remove_agent_env_var(&self, uid: &Uid, name: &str) -> Result<bool, StoreError>;
+
+    /// The egress secrets of `uid` (`sandbox` None) or of one sandbox of theirs, by name.
+    async fn egress_secrets(
+        &self,
+        uid: &Uid,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<EgressSecretRecord>, StoreError>;
+
+    /// Sets one egress secret of `uid` (`sandbox` None) or of one sandbox of theirs, adding
+    /// it or rotating it in place; `true` when it is new. Fails with
+    /// [`StoreError::EgressSecretsFull`] when a new one would make more than `max` there,
+    /// counted in the same transaction as the write.
+    async fn set_egress_secret(
+        &self,
+        uid: &Uid,
+        sandbox: Option<&SandboxId>,
+        secret: &EgressSecret,
+        max: usize,
+    ) -> Result<bool, StoreError>;
+
+    /// Removes one egress secret; `false` when there was none.
+    async fn remove_egress_secret(
+        &self,
+        uid: &Uid,
+        sandbox: Option<&SandboxId>,
+        name: &SecretName,
+    ) -> Result<bool, StoreError>;
+
+    /// Removes every egress secret and the egress authority of a sandbox (when it is
+    /// removed); its egress events stay, the audit outlives the runtime.
+    async fn remove_sandbox_egress(&self, sandbox: &SandboxId) -> Result<(), StoreError>;
+
+    /// The sandbox's egress certificate authority, `(cert PEM, key PEM)`: `fresh` is stored
+    /// when it has none yet, then what is stored is returned, so two servers racing agree
+    /// on one.
+    async fn egress_authority(
+        &self,
+        sandbox: &SandboxId,
+        fresh: (String, String),
+    ) -> Result<(String, String), StoreError>;
+
+    /// Appends egress events in one transaction, then keeps at most `keep` per sandbox
+    /// touched, the oldest dropped.
+    async fn record_egress(&self, events: &[EgressEvent], keep: usize) -> Result<(), StoreError>;
+
+    /// A sandbox's egress events oldest first: those with an id above `after`, at most
+    /// `limit`.
+    async fn egress_events(
+        &self,
+        sandbox: &SandboxId,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<EgressRecord>, StoreError>;
 
     /// Records an artifact (its `created_at` is ignored: now is used). Fails with
     /// [`StoreError::UnknownSandbox`] for a sandbox never claimed.

@@ -1,13 +1,13 @@
 //! The one [`StateStore`]: every operation written once over a [`Dialect`], each in the
 //! module of its aggregate (workdirs, sandboxes, runs, leases, guards, ...).
 
-use warren_core::{AgentEnvVar, SandboxId, Uid, Workdir};
+use warren_core::{AgentEnvVar, EgressEvent, EgressSecret, SandboxId, SecretName, Uid, Workdir};
 
 use crate::sql::Dialect;
 use crate::{
-    AgentEnvRecord, Artifact, Checkpoint, FenceCheck, Guard, GuardAcquire, NewRun, NewSandbox,
-    RunOutcome, RunPage, RunQuery, RunRecord, RuntimeSnapshot, SandboxClaim, SandboxRecord,
-    SandboxState, StateStore, StoreError, WorkdirRecord,
+    AgentEnvRecord, Artifact, Checkpoint, EgressRecord, EgressSecretRecord, FenceCheck, Guard,
+    GuardAcquire, NewRun, NewSandbox, RunOutcome, RunPage, RunQuery, RunRecord, RuntimeSnapshot,
+    SandboxClaim, SandboxRecord, SandboxState, StateStore, StoreError, WorkdirRecord,
 };
 
 /// The state store on one SQL engine: [`crate::SqliteStore`] or [`crate::PostgresStore`].
@@ -186,6 +186,58 @@ impl<D: Dialect> StateStore for SqlStore<D> {
 
     async fn remove_agent_env_var(&self, uid: &Uid, name: &str) -> Result<bool, StoreError> {
         crate::agent_env::remove(&self.db, uid, name).await
+    }
+
+    async fn egress_secrets(
+        &self,
+        uid: &Uid,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Vec<EgressSecretRecord>, StoreError> {
+        crate::egress::secrets(&self.db, uid, sandbox).await
+    }
+
+    async fn set_egress_secret(
+        &self,
+        uid: &Uid,
+        sandbox: Option<&SandboxId>,
+        secret: &EgressSecret,
+        max: usize,
+    ) -> Result<bool, StoreError> {
+        crate::egress::set_secret(&self.db, uid, sandbox, secret, max).await
+    }
+
+    async fn remove_egress_secret(
+        &self,
+        uid: &Uid,
+        sandbox: Option<&SandboxId>,
+        name: &SecretName,
+    ) -> Result<bool, StoreError> {
+        crate::egress::remove_secret(&self.db, uid, sandbox, name).await
+    }
+
+    async fn remove_sandbox_egress(&self, sandbox: &SandboxId) -> Result<(), StoreError> {
+        crate::egress::remove_sandbox(&self.db, sandbox).await
+    }
+
+    async fn egress_authority(
+        &self,
+        sandbox: &SandboxId,
+        fresh: (String, String),
+    ) -> Result<(String, String), StoreError> {
+        crate::egress::authority(&self.db, sandbox, fresh).await
+    }
+
+    async fn record_egress(&self, events: &[EgressEvent], keep: usize) -> Result<(), StoreError> {
+        crate::egress::record(&self.db, events, keep).await
+    }
+
+    async fn egress_events(
+        &self,
+        sandbox: &SandboxId,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<EgressRecord>, StoreError> {
+        crate::egress::events(&self.db, sandbox, after, limit).await
     }
 
     async fn record_artifact(&self, artifact: &Artifact) -> Result<Artifact, StoreError> {

@@ -219,6 +219,28 @@ pub fn is_global(address: IpAddr) -> bool {
     }
 }
 
+/// Whether every address of the range `network/prefix` is globally reachable, judged
+/// conservatively: the most specific row holding the whole range must be global (or there
+/// is none, for IPv4), and no row that is not global may lie inside it, even where a global
+/// row inside that one would give some of it back.
+pub(super) fn range_is_global(network: IpAddr, prefix: u8) -> bool {
+    let range = SpecialBlock {
+        network,
+        prefix,
+        reach: Reach::Global,
+        name: "the range asked about",
+    };
+    let holding = SPECIAL_BLOCKS
+        .iter()
+        .filter(|block| block.prefix <= prefix && block.contains(network))
+        .max_by_key(|block| block.prefix);
+    let outer_global = matches!(holding.map(|block| block.reach), None | Some(Reach::Global));
+    outer_global
+        && !SPECIAL_BLOCKS.iter().any(|block| {
+            block.prefix > prefix && block.reach != Reach::Global && range.contains(block.network)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,6 +103,7 @@ mod tests {
             env_vars: Default::default(),
             secure: true,
             allow_internet_access: true,
+            network: None,
             cpu_count: 2,
             memory_mb: 512,
         };

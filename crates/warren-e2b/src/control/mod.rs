@@ -7,12 +7,13 @@
 mod fork;
 mod lifecycle;
 mod metrics;
+mod network;
 mod sandboxes;
 mod snapshots;
 mod wire;
 
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use warren_core::Uid;
 use warren_provisioner::{ProvisionerError, RecordWrite};
@@ -41,6 +42,7 @@ pub(crate) fn routes(shared: Shared) -> Router {
         .route("/sandboxes/metrics", get(metrics::sandboxes_metrics))
         .route("/sandboxes/{id}/metrics", get(metrics::sandbox_metrics))
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
+        .route("/sandboxes/{id}/network", put(sandboxes::update_network))
         .route("/sandboxes/{id}/refreshes", post(sandboxes::refresh))
         .route("/sandboxes/{id}/pause", post(lifecycle::pause))
         .route("/sandboxes/{id}/resume", post(lifecycle::resume))

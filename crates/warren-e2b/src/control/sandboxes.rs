@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use warren_core::{LayoutName, NetworkPolicy, RuntimeScope};
+use warren_core::{LayoutName, RuntimeScope};
 use warren_provisioner::{DeadlineAction, SandboxRequest, SettingsChange, WorkdirInit};
 
 use super::wire::{NewSandbox, RefreshRequest, Sandbox, SandboxDetail, TimeoutRequest};
@@ -73,6 +73,13 @@ pub(crate) async fn create(
     check_env(&env_vars)?;
     let metadata = request.metadata.unwrap_or_default();
     let allow_internet_access = request.allow_internet_access.unwrap_or(true);
+    let secure = request.secure.unwrap_or(true);
+    let (network, network_rules) = super::network::policy_of(
+        &shared.config.internet,
+        request.allow_internet_access,
+        secure,
+        request.network.as_ref(),
+    )?;
 
     let sandbox_id = super::new_sandbox_id();
     let scope = RuntimeScope::new(format!("e2b-{sandbox_id}"))
@@ -93,12 +100,9 @@ pub(crate) async fn create(
         .await?;
     let mut sandbox_request = SandboxRequest::new(uid.clone(), scope);
     sandbox_request.workdir = Some(workdir);
-    // E2B's protocol names the policy on every create: its own, not the server's default.
-    sandbox_request.network = Some(if allow_internet_access {
-        shared.config.internet.clone()
-    } else {
-        NetworkPolicy::None
-    });
+    // E2B's protocol names the policy on every create: its own (`e2b.internet`, narrowed
+    // by the request's rules), not the server's default.
+    sandbox_request.network = Some(network);
     sandbox_request.backend = template.backend.clone();
     sandbox_request.image = template.image.clone();
     sandbox_request.layout = Some(LayoutName::E2b);
@@ -124,8 +128,9 @@ pub(crate) async fn create(
         template_id: request.template_id.clone(),
         alias: None,
         env_vars,
-        secure: request.secure.unwrap_or(true),
+        secure,
         allow_internet_access,
+        network: network_rules,
         cpu_count: shared.config.cpu_count,
         memory_mb: shared.config.memory_mb,
     };
@@ -218,6 +223,22 @@ pub(crate) async fn get_one(
         shared.config.domain.as_deref(),
         REPORTED_DISK_MB,
     )))
+}
+
+/// `PUT /sandboxes/{id}/network` (`update_network` in the SDKs): 400, as a sandbox's
+/// network policy is part of what it is bound to, fixed at create; 404 for a sandbox that
+/// is not the key's uid's.
+pub(crate) async fn update_network(
+    State(shared): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiFailure> {
+    let uid = caller(&shared, &headers).await?;
+    owned(&shared, &uid, &id).await?;
+    Err(ApiFailure::bad_request(
+        "changing a sandbox's network rules is not supported by this server: they are fixed \
+         at create (network allow_out and deny_out); create a sandbox with the rules wanted",
+    ))
 }
 
 /// The query of the list routes.

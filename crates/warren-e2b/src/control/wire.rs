@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Found;
 use crate::error::ErrorBody;
-use crate::state::E2bSandbox;
+use crate::state::{E2bNetwork, E2bSandbox};
 
 /// `POST /sandboxes` and `POST /v2/sandboxes`.
 #[derive(Debug, Deserialize)]
@@ -27,15 +27,77 @@ pub(crate) struct NewSandbox {
     /// Whether envd requires the access token (the SDKs send `true`).
     #[serde(default)]
     pub(crate) secure: Option<bool>,
-    /// Whether the sandbox may reach the internet (default: yes).
+    /// Whether the sandbox may reach the internet (default: yes). `false` is E2B's
+    /// `denyOut: ["0.0.0.0/0"]`.
     #[serde(rename = "allow_internet_access", default)]
     pub(crate) allow_internet_access: Option<bool>,
+    /// Egress rules and the settings of the sandbox's URLs.
+    #[serde(default)]
+    pub(crate) network: Option<NetworkConfig>,
     /// The caller's labels.
     #[serde(default)]
     pub(crate) metadata: Option<BTreeMap<String, String>>,
     /// Environment for every command.
     #[serde(default)]
     pub(crate) env_vars: Option<BTreeMap<String, String>>,
+}
+
+/// `SandboxNetworkConfig`: create's `network`. What warren cannot do is refused where it
+/// is read ([`super::network`]); `null` is the field's absence, as E2B reads it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NetworkConfig {
+    /// Destinations allowed even when `denyOut` refuses them: IP addresses, CIDR ranges,
+    /// host names and `*.suffix`es.
+    #[serde(default)]
+    pub(crate) allow_out: Option<Vec<String>>,
+    /// Destinations refused: IP addresses and CIDR ranges (`0.0.0.0/0` is all traffic);
+    /// warren also takes host names and `*.suffix`es.
+    #[serde(default)]
+    pub(crate) deny_out: Option<Vec<String>>,
+    /// Whether the sandbox's URLs take traffic without its traffic access token.
+    #[serde(default)]
+    pub(crate) allow_public_traffic: Option<bool>,
+    /// DNS servers E2B's firewall opens when `allowOut` names a domain.
+    #[serde(default)]
+    pub(crate) dns_servers: Option<Vec<String>>,
+    /// The `Host` requests to the sandbox's ports carry.
+    #[serde(default)]
+    pub(crate) mask_request_host: Option<String>,
+    /// Ports of the sandbox served over HTTPS.
+    #[serde(default)]
+    pub(crate) https_ports: Option<Vec<serde_json::Value>>,
+    /// A SOCKS5 proxy for the sandbox's egress.
+    #[serde(default)]
+    pub(crate) egress_proxy: Option<serde_json::Value>,
+    /// Per-host transforms of egress requests.
+    #[serde(default)]
+    pub(crate) rules: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `SandboxNetworkConfig` as the detail shows it: what create was given.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NetworkInfo {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_out: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deny_out: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_public_traffic: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns_servers: Option<Vec<String>>,
+}
+
+impl From<&E2bNetwork> for NetworkInfo {
+    fn from(network: &E2bNetwork) -> Self {
+        Self {
+            allow_out: network.allow_out.clone(),
+            deny_out: network.deny_out.clone(),
+            allow_public_traffic: network.allow_public_traffic,
+            dns_servers: network.dns_servers.clone(),
+        }
+    }
 }
 
 /// `POST /sandboxes/{id}/timeout`.
@@ -133,6 +195,8 @@ pub(crate) struct SandboxDetail {
     metadata: BTreeMap<String, String>,
     state: &'static str,
     allow_internet_access: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<NetworkInfo>,
 }
 
 /// The client id E2B reports (the node the sandbox runs on, in E2B's fleet): warren has
@@ -185,6 +249,7 @@ impl SandboxDetail {
             metadata: record.settings.labels.clone(),
             state: found.state().as_str(),
             allow_internet_access: sandbox.allow_internet_access,
+            network: sandbox.network.as_ref().map(NetworkInfo::from),
         }
     }
 }

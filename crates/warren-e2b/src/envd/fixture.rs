@@ -52,6 +52,7 @@ pub(crate) async fn fixture(sandbox_id: &str) -> Fixture {
         env_vars: Default::default(),
         secure: true,
         allow_internet_access: true,
+        network: None,
         cpu_count: 2,
         memory_mb: 512,
     };

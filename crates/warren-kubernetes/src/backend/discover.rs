@@ -70,7 +70,13 @@ impl KubernetesBackend {
         }
         self.lock().insert(
             sandbox,
-            Known::new(spec.clone(), agent, &pod_ip, host_ip.as_deref()),
+            Known::new(
+                spec.clone(),
+                agent,
+                &pod_ip,
+                host_ip.as_deref(),
+                self.egress_broker.get().cloned(),
+            ),
         );
         Some(DiscoveredRuntime { spec })
     }

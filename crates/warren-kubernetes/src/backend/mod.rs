@@ -133,12 +133,23 @@ struct Known {
     pod_ip: std::net::IpAddr,
     /// Its node's address.
     host_ip: Option<std::net::IpAddr>,
-    /// Its proxy connections' cap.
-    permits: Arc<tokio::sync::Semaphore>,
+    /// Its egress through warren's proxy port: policy, caps, secrets and audit.
+    egress: Arc<warren_agent::egress::RuntimeEgress>,
 }
 
 impl Known {
-    fn new(spec: RuntimeSpec, agent: RemoteAgent, pod_ip: &str, host_ip: Option<&str>) -> Self {
+    fn new(
+        spec: RuntimeSpec,
+        agent: RemoteAgent,
+        pod_ip: &str,
+        host_ip: Option<&str>,
+        broker: Option<warren_backend::SharedBroker>,
+    ) -> Self {
+        let egress = warren_agent::egress::RuntimeEgress::new(
+            spec.sandbox.clone(),
+            spec.binding.network.clone(),
+            broker,
+        );
         Self {
             spec,
             agent,
@@ -146,7 +157,7 @@ impl Known {
                 .parse()
                 .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
             host_ip: host_ip.and_then(|ip| ip.parse().ok()),
-            permits: warren_agent::egress::runtime_permits(),
+            egress,
         }
     }
 }
@@ -163,6 +174,8 @@ pub struct KubernetesBackend {
     /// One create at a time per sandbox (the provisioner serialises them already; this
     /// keeps the backend sound on its own).
     creating: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
+    /// What pods' egress asks for secrets, authority and the audit (issue 38).
+    egress_broker: std::sync::OnceLock<warren_backend::SharedBroker>,
 }
 
 impl KubernetesBackend {
@@ -185,6 +198,7 @@ impl KubernetesBackend {
             runtimes,
             proxy_port,
             creating: Mutex::new(HashMap::new()),
+            egress_broker: std::sync::OnceLock::new(),
         })
     }
 
@@ -227,6 +241,10 @@ pub const PREPARE_ARG: &str = "__k8s-prepare";
 impl Backend for KubernetesBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Kubernetes
+    }
+
+    fn attach_egress(&self, broker: warren_backend::SharedBroker) {
+        let _ = self.egress_broker.set(broker);
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -67,15 +67,15 @@ pub(super) fn serve_proxy(address: SocketAddr, runtimes: Runtimes) -> std::io::R
                 .unwrap_or_else(|e| e.into_inner())
                 .values()
                 .find(|known| known.pod_ip == peer.ip() && known.spec.binding.network.has_egress())
-                .map(|known| (known.spec.binding.network.clone(), known.permits.clone()));
-            let Some((policy, permits)) = found else {
+                .map(|known| known.egress.clone());
+            let Some(egress) = found else {
                 tracing::debug!(%peer, "an egress connection from no sandbox with egress");
                 continue;
             };
             let Ok(stream) = stream.into_std() else {
                 continue;
             };
-            warren_agent::egress::spawn_connection(stream, policy, &permits, &runtime);
+            warren_agent::egress::spawn_connection(stream, &egress, &runtime);
         }
     });
     Ok(port)

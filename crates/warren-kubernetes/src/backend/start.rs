@@ -188,6 +188,7 @@ impl KubernetesBackend {
             agent,
             &pod_ip,
             host_ip.as_deref(),
+            self.egress_broker.get().cloned(),
         ))
     }
 }

@@ -116,7 +116,7 @@ mod tests {
         );
         // The policy of the sandbox's former network: another generation's binding.
         let open = PodPlan {
-            network: NetworkPolicy::Open,
+            network: NetworkPolicy::Open { deny: vec![] },
             ..plan.clone()
         };
         assert!(check_network_policy(Some(&objects.network_policy), &open).is_err());

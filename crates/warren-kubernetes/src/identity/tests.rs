@@ -28,7 +28,7 @@ pub(super) fn decide_on(value: Value, plan: &PodPlan) -> Decision {
 #[test]
 fn a_pod_warren_built_reads_back_as_its_plan_and_is_adopted() {
     for layout in LayoutName::ALL {
-        let plan = example_plan(layout, NetworkPolicy::Open);
+        let plan = example_plan(layout, NetworkPolicy::Open { deny: vec![] });
         let identity = read(pod_value(&plan)).unwrap();
         assert_eq!(identity, PodIdentity::of_plan(&plan), "{layout}");
         match decide_on(pod_value(&plan), &plan) {
@@ -51,7 +51,10 @@ fn a_pod_of_another_binding_is_removed_naming_the_difference() {
     type Change = Box<dyn Fn(&mut PodPlan)>;
     let cases: Vec<(&str, Change)> = vec![
         ("generation", Box::new(|p| p.generation = 4)),
-        ("network", Box::new(|p| p.network = NetworkPolicy::Open)),
+        (
+            "network",
+            Box::new(|p| p.network = NetworkPolicy::Open { deny: vec![] }),
+        ),
         ("image", Box::new(|p| p.image = "python:3.13".into())),
         (
             "USER_DATA claim",

@@ -405,9 +405,10 @@ fn without_network_the_policy_denies_all_egress_and_admits_warren_to_the_agent_p
 #[test]
 fn with_egress_the_policy_allows_only_warrens_proxy() {
     for network in [
-        NetworkPolicy::Open,
+        NetworkPolicy::Open { deny: vec![] },
         NetworkPolicy::Allowlist {
             allow: vec!["pypi.org".into()],
+            deny: vec![],
         },
     ] {
         let mut plan = plan(LayoutName::Ars, network, ServiceType::NodePort);
@@ -479,7 +480,11 @@ fn plans_kubernetes_or_warren_would_refuse_are_refused_naming_the_value() {
             other => panic!("{what}: {other:?}"),
         }
     }
-    let mut plan = plan(LayoutName::Ars, NetworkPolicy::Open, ServiceType::ClusterIp);
+    let mut plan = plan(
+        LayoutName::Ars,
+        NetworkPolicy::Open { deny: vec![] },
+        ServiceType::ClusterIp,
+    );
     plan.proxy = None;
     assert_eq!(
         build(&plan).unwrap_err(),

@@ -11,6 +11,7 @@ use super::support::{assert_valid, kubernetes_validate, plan, sandbox_stream};
 fn allowlist() -> NetworkPolicy {
     NetworkPolicy::Allowlist {
         allow: vec!["pypi.org".into(), "*.pythonhosted.org".into()],
+        deny: vec![],
     }
     .validate()
     .unwrap()
@@ -36,7 +37,7 @@ fn sandbox_objects_without_network_are_valid_kubernetes_objects() {
 
 #[test]
 fn sandbox_objects_with_open_egress_are_valid_kubernetes_objects() {
-    assert_sandbox_objects_valid(NetworkPolicy::Open);
+    assert_sandbox_objects_valid(NetworkPolicy::Open { deny: vec![] });
 }
 
 #[test]
@@ -47,7 +48,11 @@ fn sandbox_objects_with_an_allowlist_are_valid_kubernetes_objects() {
 #[test]
 fn sandbox_objects_for_a_warren_outside_the_cluster_are_valid_kubernetes_objects() {
     // warren outside the cluster: NodePort, and its addresses as the NetworkPolicy's peers.
-    for network in [NetworkPolicy::None, NetworkPolicy::Open, allowlist()] {
+    for network in [
+        NetworkPolicy::None,
+        NetworkPolicy::Open { deny: vec![] },
+        allowlist(),
+    ] {
         let mut plan = plan(LayoutName::Ars, network.clone(), ServiceType::NodePort);
         plan.agent_clients = Peer::IpBlock {
             cidr: "10.20.0.0/16".into(),
@@ -66,7 +71,11 @@ fn sandbox_objects_for_a_warren_outside_the_cluster_are_valid_kubernetes_objects
 
 #[test]
 fn sandbox_objects_for_a_warren_in_another_namespace_are_valid_kubernetes_objects() {
-    let mut plan = plan(LayoutName::Ars, NetworkPolicy::Open, ServiceType::ClusterIp);
+    let mut plan = plan(
+        LayoutName::Ars,
+        NetworkPolicy::Open { deny: vec![] },
+        ServiceType::ClusterIp,
+    );
     let peer = Peer::Pods {
         pod_labels: [("app.kubernetes.io/name".to_owned(), "warren".to_owned())].into(),
         namespace_labels: Some(

@@ -31,18 +31,18 @@ async fn fixture(default: NetworkPolicy) -> Fixture {
 
 #[tokio::test]
 async fn a_sandbox_that_names_no_network_gets_the_servers_default() {
-    let fixture = fixture(NetworkPolicy::Open).await;
+    let fixture = fixture(NetworkPolicy::Open { deny: vec![] }).await;
     let (record, _) = fixture
         .provisioner
         .create_sandbox(request("t", None))
         .await
         .unwrap();
-    assert_eq!(record.binding.network, NetworkPolicy::Open);
+    assert_eq!(record.binding.network, NetworkPolicy::Open { deny: vec![] });
 }
 
 #[tokio::test]
 async fn a_network_the_request_names_wins_over_the_default() {
-    let fixture = fixture(NetworkPolicy::Open).await;
+    let fixture = fixture(NetworkPolicy::Open { deny: vec![] }).await;
     let (record, _) = fixture
         .provisioner
         .create_sandbox(request("t", Some(NetworkPolicy::None)))
@@ -69,7 +69,7 @@ async fn without_a_configured_default_a_sandbox_reaches_only_loopback() {
 
 #[tokio::test]
 async fn naming_no_network_is_naming_the_default_when_joining_a_live_sandbox() {
-    let fixture = fixture(NetworkPolicy::Open).await;
+    let fixture = fixture(NetworkPolicy::Open { deny: vec![] }).await;
     let provisioner = &fixture.provisioner;
     provisioner
         .create_sandbox(request("t", None))

@@ -7,12 +7,16 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use warren_core::{AgentEnvVar, IsolationTier, LayoutName, NetworkPolicy, RuntimeScope, SandboxId};
+use warren_core::{
+    AgentEnvVar, EgressEvent, EgressSecret, EgressVerdict, IsolationTier, LayoutName,
+    NetworkPolicy, Presentation, RuntimeScope, SandboxId, SecretName, SecretRule, SecretTarget,
+};
 use warren_store::{
-    AgentEnvRecord, Artifact, Checkpoint, DeadlineAction, FenceCheck, Guard, GuardAcquire,
-    ItemState, ItemUpdate, MigrationState, NewRun, NewSandbox, NodeState, OwnerFence, RecordWrite,
-    RunKind, RunOutcome, RunQuery, RunRecord, RunScope, RunStatus, RuntimeClaim, SandboxClaim,
-    SandboxRecord, SandboxSettings, SandboxState, StateStore, StoreError, TakenOver, NODE_LOST,
+    AgentEnvRecord, Artifact, Checkpoint, DeadlineAction, EgressRecord, FenceCheck, Guard,
+    GuardAcquire, ItemState, ItemUpdate, MigrationState, NewRun, NewSandbox, NodeState, OwnerFence,
+    RecordWrite, RunKind, RunOutcome, RunQuery, RunRecord, RunScope, RunStatus, RuntimeClaim,
+    SandboxClaim, SandboxRecord, SandboxSettings, SandboxState, StateStore, StoreError, TakenOver,
+    NODE_LOST,
 };
 
 use super::backends::Backend;
@@ -129,7 +133,7 @@ pub async fn claiming_a_live_sandbox_under_another_network_policy_is_a_conflict(
     let created = store.claim_sandbox(&new).await.unwrap().into_record();
     assert_eq!(created.binding.network, NetworkPolicy::None);
     let mut open = new.clone();
-    open.binding.network = NetworkPolicy::Open;
+    open.binding.network = NetworkPolicy::Open { deny: vec![] };
     match store.claim_sandbox(&open).await.unwrap() {
         SandboxClaim::Conflict {
             part: warren_core::BindingPart::Network,
@@ -143,7 +147,7 @@ pub async fn claiming_a_live_sandbox_under_another_network_policy_is_a_conflict(
         .unwrap();
     let reclaimed = store.claim_sandbox(&open).await.unwrap();
     assert!(
-        matches!(&reclaimed, SandboxClaim::Created(r) if r.binding.network == NetworkPolicy::Open && r.generation == 2)
+        matches!(&reclaimed, SandboxClaim::Created(r) if r.binding.network == (NetworkPolicy::Open { deny: vec![] }) && r.generation == 2)
     );
 }
 
@@ -388,6 +392,356 @@ pub async fn setting_one_agent_variable_adds_or_overwrites_within_the_limit(back
     assert!(!store.remove_agent_env_var(&alice, "A").await.unwrap());
     assert!(!store.remove_agent_env_var(&uid("bob"), "B").await.unwrap());
     assert_eq!(store.agent_env(&alice).await.unwrap().len(), 1);
+}
+
+/// An egress secret named `name` bound to `host`, presented as a bearer token.
+fn egress_secret(name: &str, host: &str, value: &str) -> EgressSecret {
+    EgressSecret::new(
+        SecretName::new(name).unwrap(),
+        SecretRule {
+            targets: vec![SecretTarget {
+                host: host.to_owned(),
+                ports: vec![443, 8443],
+                path_prefix: Some("/v1/".to_owned()),
+            }],
+            present: Presentation::Header {
+                name: "X-Api-Key".to_owned(),
+                prefix: "token ".to_owned(),
+            },
+        },
+        value.to_owned(),
+    )
+    .unwrap()
+}
+
+/// The secrets of `uid` (or of one sandbox of theirs), by name.
+async fn egress_secrets_of(
+    store: &dyn StateStore,
+    uid_: &str,
+    sandbox: Option<&SandboxId>,
+) -> Vec<EgressSecret> {
+    store
+        .egress_secrets(&uid(uid_), sandbox)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.secret)
+        .collect()
+}
+
+fn egress_sandbox(uid_: &str, scope: &str) -> SandboxId {
+    SandboxId::derive(&uid(uid_), &RuntimeScope::new(scope).unwrap())
+}
+
+/// A connection of `sandbox` to `host`, made at `at`.
+fn egress_event(sandbox: &SandboxId, host: &str, at: i64) -> EgressEvent {
+    EgressEvent {
+        at,
+        sandbox: sandbox.clone(),
+        host: host.to_owned(),
+        port: 443,
+        address: Some("192.0.2.7".to_owned()),
+        verdict: EgressVerdict::Allowed,
+        rule: "secret TOKEN".to_owned(),
+        secrets: vec![SecretName::new("TOKEN").unwrap()],
+        intercepted: true,
+        bytes_out: 120,
+        bytes_in: 4096,
+        reason: None,
+    }
+}
+
+pub async fn egress_secrets_rotate_in_place_and_stay_apart_per_sandbox(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let alice = uid("alice");
+    let (one, two) = (egress_sandbox("alice", "t1"), egress_sandbox("alice", "t2"));
+    let own = egress_secret("TOKEN", "api.example.com", "uid-wide-value");
+    let scoped = egress_secret("TOKEN", "*.example.org", "sandbox-one-value");
+    let other = egress_secret("OTHER", "other.example", "another-value");
+    assert!(store
+        .set_egress_secret(&alice, None, &own, 8)
+        .await
+        .unwrap());
+    assert!(store
+        .set_egress_secret(&alice, Some(&one), &scoped, 8)
+        .await
+        .unwrap());
+    assert!(store
+        .set_egress_secret(&alice, Some(&one), &other, 8)
+        .await
+        .unwrap());
+
+    let records = store.egress_secrets(&alice, None).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        (
+            &records[0].uid,
+            records[0].sandbox.as_ref(),
+            &records[0].secret
+        ),
+        (&alice, None, &own)
+    );
+    let records = store.egress_secrets(&alice, Some(&one)).await.unwrap();
+    assert!(records
+        .iter()
+        .all(|record| record.uid == alice && record.sandbox.as_ref() == Some(&one)));
+    assert_eq!(
+        egress_secrets_of(store.as_ref(), "alice", Some(&one)).await,
+        vec![other.clone(), scoped.clone()],
+        "by name, the rule and value as set"
+    );
+    assert!(egress_secrets_of(store.as_ref(), "alice", Some(&two))
+        .await
+        .is_empty());
+    assert!(egress_secrets_of(store.as_ref(), "bob", None)
+        .await
+        .is_empty());
+
+    // Rotating replaces the value and the rule in place, and moves its time.
+    let before = store.egress_secrets(&alice, None).await.unwrap()[0].updated_at;
+    next_millisecond().await;
+    let rotated = egress_secret("TOKEN", "api.example.net", "rotated-value");
+    assert!(!store
+        .set_egress_secret(&alice, None, &rotated, 8)
+        .await
+        .unwrap());
+    let records = store.egress_secrets(&alice, None).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].secret, rotated);
+    assert!(records[0].updated_at > before);
+    assert_eq!(
+        egress_secrets_of(store.as_ref(), "alice", Some(&one)).await,
+        vec![other.clone(), scoped.clone()],
+        "the sandbox's own secret of that name is another"
+    );
+
+    let token = SecretName::new("TOKEN").unwrap();
+    assert!(store
+        .remove_egress_secret(&alice, Some(&one), &token)
+        .await
+        .unwrap());
+    assert!(!store
+        .remove_egress_secret(&alice, Some(&one), &token)
+        .await
+        .unwrap());
+    assert!(!store
+        .remove_egress_secret(&uid("bob"), None, &token)
+        .await
+        .unwrap());
+    assert_eq!(
+        egress_secrets_of(store.as_ref(), "alice", None).await,
+        vec![rotated.clone()]
+    );
+
+    // Removing a sandbox's egress takes its own secrets, never the uid's.
+    store.remove_sandbox_egress(&one).await.unwrap();
+    assert!(egress_secrets_of(store.as_ref(), "alice", Some(&one))
+        .await
+        .is_empty());
+    assert_eq!(
+        egress_secrets_of(store.as_ref(), "alice", None).await,
+        vec![rotated]
+    );
+}
+
+pub async fn a_new_egress_secret_past_the_limit_is_refused(backend: &dyn Backend) {
+    let store = backend.open().await;
+    let alice = uid("alice");
+    let sandbox = egress_sandbox("alice", "t1");
+    let a = egress_secret("A", "a.example", "value-of-a");
+    let b = egress_secret("B", "b.example", "value-of-b");
+    assert!(store.set_egress_secret(&alice, None, &a, 2).await.unwrap());
+    assert!(store.set_egress_secret(&alice, None, &b, 2).await.unwrap());
+    let c = egress_secret("C", "c.example", "value-of-c");
+    let err = store
+        .set_egress_secret(&alice, None, &c, 2)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::EgressSecretsFull { max: 2 }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "at most 2 egress secrets may be set here; remove one first"
+    );
+    // Rotating at the limit is still allowed; a sandbox's secrets are counted apart.
+    let rotated = egress_secret("B", "b.example", "rotated-b-value");
+    assert!(!store
+        .set_egress_secret(&alice, None, &rotated, 2)
+        .await
+        .unwrap());
+    assert!(store
+        .set_egress_secret(&alice, Some(&sandbox), &c, 2)
+        .await
+        .unwrap());
+    assert_eq!(
+        egress_secrets_of(store.as_ref(), "alice", None).await,
+        vec![a, rotated]
+    );
+
+    // Setters racing for the last places: exactly as many win as there are places.
+    let stores: Vec<Arc<dyn StateStore>> = if backend.is_shared() {
+        vec![store.clone(), backend.open().await]
+    } else {
+        vec![store.clone()]
+    };
+    let racers: Vec<_> = (0..12)
+        .map(|task| {
+            let store = Arc::clone(&stores[task % stores.len()]);
+            let sandbox = sandbox.clone();
+            tokio::spawn(async move {
+                let secret = egress_secret(&format!("RACER_{task}"), "r.example", "racer-value");
+                store
+                    .set_egress_secret(&uid("alice"), Some(&sandbox), &secret, 4)
+                    .await
+            })
+        })
+        .collect();
+    let mut added = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(new) => {
+                assert!(new);
+                added += 1;
+            }
+            Err(StoreError::EgressSecretsFull { max: 4 }) => {}
+            Err(err) => panic!("{err:?}"),
+        }
+    }
+    assert_eq!(added, 3, "one place was taken by C");
+    assert_eq!(
+        egress_secrets_of(store.as_ref(), "alice", Some(&sandbox))
+            .await
+            .len(),
+        4
+    );
+}
+
+pub async fn egress_events_are_read_after_a_cursor_and_trimmed_to_the_newest(
+    backend: &dyn Backend,
+) {
+    let store = backend.open().await;
+    let (one, two) = (egress_sandbox("alice", "t1"), egress_sandbox("bob", "t1"));
+    let hosts = |records: &[EgressRecord]| -> Vec<String> {
+        records.iter().map(|r| r.event.host.clone()).collect()
+    };
+    assert!(store
+        .egress_events(&one, None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    store.record_egress(&[], 3).await.unwrap();
+
+    let batch: Vec<_> = (0..5)
+        .map(|n| egress_event(&one, &format!("h{n}.example"), 1_000 + n))
+        .chain([egress_event(&two, "b.example", 1_000)])
+        .collect();
+    store.record_egress(&batch, 10).await.unwrap();
+    let all = store.egress_events(&one, None, 100).await.unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.event.clone()).collect::<Vec<_>>(),
+        batch[..5],
+        "oldest first, as recorded"
+    );
+    assert!(all.windows(2).all(|pair| pair[0].id < pair[1].id));
+
+    let first_two = store.egress_events(&one, None, 2).await.unwrap();
+    assert_eq!(hosts(&first_two), ["h0.example", "h1.example"]);
+    let rest = store
+        .egress_events(&one, Some(first_two[1].id), 100)
+        .await
+        .unwrap();
+    assert_eq!(hosts(&rest), ["h2.example", "h3.example", "h4.example"]);
+    assert!(store
+        .egress_events(&one, Some(all[4].id), 100)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // A batch keeps the newest `keep` of each sandbox it touched, and ids keep growing.
+    let refused = EgressEvent {
+        verdict: EgressVerdict::Refused,
+        rule: "policy".to_owned(),
+        secrets: Vec::new(),
+        intercepted: false,
+        address: None,
+        reason: Some("not on the allowlist".to_owned()),
+        ..egress_event(&one, "h5.example", 2_000)
+    };
+    store
+        .record_egress(std::slice::from_ref(&refused), 3)
+        .await
+        .unwrap();
+    let kept = store.egress_events(&one, None, 100).await.unwrap();
+    assert_eq!(hosts(&kept), ["h3.example", "h4.example", "h5.example"]);
+    assert_eq!(kept[2].event, refused);
+    assert!(kept[2].id > all[4].id);
+    assert_eq!(
+        store
+            .egress_events(&one, Some(first_two[1].id), 100)
+            .await
+            .unwrap(),
+        kept,
+        "a cursor before the trimmed events reads what is left"
+    );
+    assert_eq!(
+        hosts(&store.egress_events(&two, None, 100).await.unwrap()),
+        ["b.example"],
+        "a sandbox the batch did not touch keeps its events"
+    );
+
+    // The audit outlives the sandbox's egress.
+    store.remove_sandbox_egress(&one).await.unwrap();
+    assert_eq!(store.egress_events(&one, None, 100).await.unwrap(), kept);
+}
+
+pub async fn two_servers_racing_for_an_authority_agree_on_one(backend: &dyn Backend) {
+    let setup = backend.open().await;
+    let sandbox = egress_sandbox("alice", "t1");
+    let fresh = |n: usize| (format!("cert-{n}"), format!("key-{n}"));
+    let mut racers = Vec::new();
+    for task in 0..12 {
+        // Separate handles where the backend shares its data, so the race is real.
+        let store = if backend.is_shared() && task % 2 == 0 {
+            backend.open().await
+        } else {
+            Arc::clone(&setup)
+        };
+        let sandbox = sandbox.clone();
+        racers.push(tokio::spawn(async move {
+            store.egress_authority(&sandbox, fresh(task)).await.unwrap()
+        }));
+    }
+    let mut answers = HashSet::new();
+    for racer in racers {
+        answers.insert(racer.await.unwrap());
+    }
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    let stored = answers.into_iter().next().unwrap();
+    assert!((0..12).map(fresh).any(|pair| pair == stored), "{stored:?}");
+    assert_eq!(
+        setup.egress_authority(&sandbox, fresh(99)).await.unwrap(),
+        stored,
+        "the stored one is kept"
+    );
+    let other = egress_sandbox("alice", "t2");
+    assert_eq!(
+        setup.egress_authority(&other, fresh(7)).await.unwrap(),
+        fresh(7),
+        "each sandbox has its own"
+    );
+
+    // Once the sandbox's egress is removed, the next one asked for is stored.
+    setup.remove_sandbox_egress(&sandbox).await.unwrap();
+    assert_eq!(
+        setup.egress_authority(&sandbox, fresh(100)).await.unwrap(),
+        fresh(100)
+    );
+    assert_eq!(
+        setup.egress_authority(&other, fresh(8)).await.unwrap(),
+        fresh(7)
+    );
 }
 
 pub async fn artifacts_are_recorded_listed_and_found_per_sandbox(backend: &dyn Backend) {

@@ -249,3 +249,50 @@ async fn a_step_whose_workdir_cannot_be_recorded_leaves_its_item_where_it_was() 
     assert_eq!(store.list_workdirs(&alice).await.unwrap().len(), 1);
     store.close().await;
 }
+
+#[tokio::test]
+async fn an_egress_secret_row_whose_rule_or_name_does_not_parse_is_reported_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let alice = uid("alice");
+    execute_raw(
+        &path,
+        "INSERT INTO egress_secrets (uid, sandbox, name, rule, value, updated_at) \
+         VALUES ('alice', '', 'TOKEN', '{\"targets\":[]', 'some-value', 0)",
+    )
+    .await;
+    let err = store.egress_secrets(&alice, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                table: "egress_secrets",
+                column: "rule",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    execute_raw(
+        &path,
+        "UPDATE egress_secrets SET name = 'lower', \
+         rule = '{\"targets\":[{\"host\":\"a.example\"}],\"present\":{\"type\":\"bearer\"}}'",
+    )
+    .await;
+    let err = store.egress_secrets(&alice, None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                table: "egress_secrets",
+                column: "name",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    execute_raw(&path, "UPDATE egress_secrets SET name = 'TOKEN'").await;
+    assert_eq!(store.egress_secrets(&alice, None).await.unwrap().len(), 1);
+    store.close().await;
+}

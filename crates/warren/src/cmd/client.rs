@@ -257,6 +257,10 @@ struct SandboxCreateArgs {
     /// An allowed destination for `--network allowlist` (repeatable).
     #[arg(long = "allow", requires = "network")]
     allow: Vec<String>,
+    /// A refused destination for `--network open` or `allowlist` (repeatable): refused
+    /// whatever else allows it.
+    #[arg(long = "deny", requires = "network")]
+    deny: Vec<String>,
     /// Give commands neither the global sandbox environment nor the uid's agent
     /// environment.
     #[arg(long)]
@@ -597,6 +601,7 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                 branch,
                 network,
                 allow,
+                deny,
                 no_inherit_env,
                 ephemeral,
                 backend,
@@ -613,7 +618,7 @@ pub async fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
                     agent_id,
                     workdir,
                     branch,
-                    network: network.map(|mode| NetworkSpec { mode, allow }),
+                    network: network.map(|mode| NetworkSpec { mode, allow, deny }),
                     inherit_env: no_inherit_env.then_some(false),
                     ephemeral,
                     backend,

@@ -202,6 +202,9 @@ pub struct NetworkSection {
     /// `{ mode = "none" }` (loopback only), `{ mode = "open" }` or `{ mode = "allowlist",
     /// allow = [...] }` [default: `{ mode = "none" }`].
     pub default: Option<warren_core::NetworkPolicy>,
+    /// A PEM file of roots the egress proxy trusts, beside the host's own, when it checks
+    /// a destination an egress secret is bound to (issue 38).
+    pub upstream_ca: Option<std::path::PathBuf>,
 }
 
 impl NetworkSection {

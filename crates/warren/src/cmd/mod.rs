@@ -12,6 +12,7 @@ mod kubernetes;
 mod migrate;
 pub mod output;
 mod processes;
+mod secrets;
 mod serve;
 mod serve_backends;
 #[cfg(test)]
@@ -71,6 +72,11 @@ enum Command {
     Guard(client::GuardArgs),
     /// Manage a user's agent environment (client of a running server).
     Env(client::EnvArgs),
+    /// Manage egress secrets: credentials a sandbox never holds, presented by warren's
+    /// proxy only to the destinations they are bound to (client of a running server).
+    Secret(secrets::SecretArgs),
+    /// Show every connection a sandbox made or was refused (client of a running server).
+    Egress(secrets::EgressArgs),
     /// Run a command in a sandbox (client of a running server); `-it` for a terminal.
     Exec(client::ExecArgs),
     /// List a sandbox's processes (client of a running server).
@@ -113,6 +119,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Snapshot(args) => client::snapshot(args).await,
         Command::Guard(args) => client::guard(args).await,
         Command::Env(args) => client::env(args).await,
+        Command::Secret(args) => secrets::secret(args).await,
+        Command::Egress(args) => secrets::egress(args).await,
         Command::Exec(args) => client::exec(args).await,
         Command::Ps(args) => processes::ps(args).await,
         Command::Attach(args) => processes::attach(args).await,

@@ -351,6 +351,17 @@ fn provisioner_config(
         }
     }
     config.default_network = file.network.default_policy()?;
+    if let Some(path) = &file.network.upstream_ca {
+        let pem = std::fs::read_to_string(path)
+            .with_context(|| format!("network.upstream_ca: cannot read {}", path.display()))?;
+        if !pem.contains("-----BEGIN CERTIFICATE-----") {
+            bail!(
+                "network.upstream_ca: {} holds no PEM certificate",
+                path.display()
+            );
+        }
+        config.egress_upstream_roots = Some(pem);
+    }
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     config.quotas = file

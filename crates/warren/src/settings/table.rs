@@ -67,7 +67,7 @@ fn int(n: Option<u64>) -> Value {
 }
 
 const NETWORK_POLICY: Kind =
-    Kind::Structured("network policy: `{ mode = \"none\" }`, `{ mode = \"open\" }` or `{ mode = \"allowlist\", allow = [...] }`");
+    Kind::Structured("network policy: `{ mode = \"none\" }`, `{ mode = \"open\" }` or `{ mode = \"allowlist\", allow = [...] }`, `open` and `allowlist` with `deny = [...]` refused whatever else allows");
 
 /// Every setting, in the order of the reference (the sections of `warren.toml`).
 pub static SETTINGS: &[Setting] = &[
@@ -235,6 +235,8 @@ pub static SETTINGS: &[Setting] = &[
     // The network.
     setting("network.default", NETWORK_POLICY, Default::Unset("{ mode = \"none\" }, loopback only"),
         "The network policy of a sandbox whose request names none (I23), on /v1 (so the CLI and every client) and DeerFlow (unless deerflow.network); E2B names its own (allowInternetAccess, e2b.internet)."),
+    setting("network.upstream_ca", Kind::Path, Default::Unset("none: the host's roots only"),
+        "A PEM file of roots the egress proxy trusts, beside the host's own, when it checks a destination an egress secret is bound to."),
     // The sandbox environment.
     setting("sandbox_env", Kind::Structured("table of variable names to values"), Default::Unset("none"),
         "Environment every command of a sandbox that inherits it gets; the uid's agent environment and the call's own env go over it."),

@@ -1046,12 +1046,150 @@ def path_attacks():
     print(f"path attacks checked: {checked}")
 
 
+# ---------------------------------------------------------------------------------------
+# Egress rules: allow_internet_access, network allow_out / deny_out, ALL_TRAFFIC
+
+
+class Destination:
+    """An HTTP server on a loopback address of the host, answering its name and counting
+    the requests it answered: what a sandbox reached, seen from the other side."""
+
+    def __init__(self, address, name):
+        import http.server
+
+        destination = self
+        self.name = name
+        self.count = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                destination.count += 1
+                body = destination.name.encode()
+                self.send_response(200)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.url = f"http://{address}:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# Run inside a sandbox: fetches argv[1] through the proxy in HTTP_PROXY (loopback
+# destinations included: NO_PROXY would send them to the sandbox's own loopback), prints
+# the body, `HTTP <status>` (the proxy's refusal) or `FAILED` (no way out at all).
+FETCH = """
+import os, sys, urllib.error, urllib.request
+os.environ.pop("NO_PROXY", None); os.environ.pop("no_proxy", None)
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())
+except urllib.error.HTTPError as error:
+    print("HTTP", error.code)
+except Exception as error:
+    print("FAILED", type(error).__name__, "proxy" if os.environ.get("HTTP_PROXY") else "no proxy")
+"""
+
+
+def network():
+    """Run against a server whose e2b.internet is the allowlist 127.0.0.1 and 127.0.0.2
+    (crates/warren/tests/suite/e2b.rs): 127.0.0.3 is outside it, so no rule reaches it."""
+    from e2b import ALL_TRAFFIC
+
+    check_eq(ALL_TRAFFIC, "0.0.0.0/0", "the SDK's ALL_TRAFFIC")
+    one, two, three = (Destination(f"127.0.0.{n}", f"dest-{n}") for n in (1, 2, 3))
+    reached = {one: 0, two: 0, three: 0}
+
+    def sees(sbx, what, want):
+        """What each destination answers `sbx`: its name where `want` has it, a refusal
+        otherwise; each destination counts exactly the requests that reached it."""
+        sbx.files.write("/tmp/fetch.py", FETCH)
+        for destination in (one, two, three):
+            got = sbx.commands.run(f"python3 /tmp/fetch.py {destination.url}", timeout=60).stdout.strip()
+            if destination in want:
+                reached[destination] += 1
+                check_eq(got, destination.name, f"{what}: {destination.url} is reached")
+            else:
+                check(got == "HTTP 403" or got.startswith("FAILED"),
+                      f"{what}: {destination.url} is refused", got)
+            check_eq(destination.count, reached[destination],
+                     f"{what}: requests {destination.name} answered")
+
+    try:
+        only_one = create("network", network={"deny_out": [ALL_TRAFFIC], "allow_out": ["127.0.0.1"]})
+        sees(only_one, "deny_out ALL_TRAFFIC, allow_out 127.0.0.1", {one})
+        shown = only_one.get_info().network or {}
+        check_eq(shown.get("allow_out"), ["127.0.0.1"], "get_info's network allow_out")
+        check_eq(shown.get("deny_out"), [ALL_TRAFFIC], "get_info's network deny_out")
+
+        # The SDK's callable form, and the other address: not a first-entry accident.
+        only_two = create("network", network={"deny_out": lambda ctx: [ctx.all_traffic],
+                                               "allow_out": ["127.0.0.2/32"]})
+        sees(only_two, "deny_out ctx.all_traffic, allow_out 127.0.0.2/32", {two})
+
+        # allow_internet_access=False is deny_out ALL_TRAFFIC: allow_out still opens.
+        offline_but_two = create("network", allow_internet_access=False,
+                                 network={"allow_out": ["127.0.0.2"]})
+        sees(offline_but_two, "allow_internet_access False, allow_out 127.0.0.2", {two})
+
+        but_two = create("network", network={"deny_out": ["127.0.0.2"]})
+        sees(but_two, "deny_out 127.0.0.2", {one})
+        check_eq((but_two.get_info().network or {}).get("deny_out"), ["127.0.0.2"],
+                 "get_info's network deny_out")
+
+        # allow_out wins over deny_out, as on E2B.
+        all_but_excepted = create("network", network={"deny_out": ["127.0.0.0/8"],
+                                                      "allow_out": ["127.0.0.2"]})
+        sees(all_but_excepted, "deny_out 127.0.0.0/8, allow_out 127.0.0.2", {two})
+
+        unrestricted = create("network")
+        sees(unrestricted, "no rules (e2b.internet)", {one, two})
+        offline = create("network", allow_internet_access=False)
+        sees(offline, "allow_internet_access False", set())
+
+        # What warren cannot filter or do: 400 in E2B's shape, and no sandbox.
+        error = raises(SandboxException, "allow_out with an entry warren cannot filter",
+                       create, "network-refused",
+                       network={"deny_out": [ALL_TRAFFIC], "allow_out": ["not a host"]})
+        check("400" in str(error) and "allowOut" in str(error), "a 400 naming allowOut", str(error))
+        for network, field in [
+            ({"denyOut": ["10.0.0.0/33"]}, "denyOut"),
+            ({"allowOut": ["http://127.0.0.1/"]}, "allowOut"),
+            ({"egressProxy": {"address": "proxy.example:1080"}}, "egressProxy"),
+            ({"maskRequestHost": "${PORT}-x.example"}, "maskRequestHost"),
+        ]:
+            status, body = http("POST", f"{API_URL}/sandboxes",
+                                {"X-API-Key": API_KEY, "Content-Type": "application/json"},
+                                json.dumps({"templateID": "base", "network": network,
+                                            "metadata": {"run": RUN, "scenario": "network-refused"}}
+                                           ).encode())
+            check_error_shape(status, body, 400, f"network {network}")
+            check(field in json.loads(body)["message"], f"the 400 names {field}", body)
+        check_eq(listed_ids(scenario="network-refused"), set(), "no sandbox was made by refused creates")
+
+        # Rules are fixed at create: an update is refused, and changes nothing.
+        error = raises(SandboxException, "update_network", only_one.update_network,
+                       {"deny_out": ["127.0.0.2"]})
+        check("400" in str(error) and "fixed at create" in str(error),
+              "update_network is a 400 saying why", str(error))
+        sees(only_one, "deny_out ALL_TRAFFIC, allow_out 127.0.0.1, after a refused update", {one})
+    finally:
+        for destination in (one, two, three):
+            destination.close()
+
+
 SCENARIOS = {
     f.__name__: f
     for f in [
         lifecycle, listing, errors, timeout_expiry, set_timeout, pause_resume, snapshots, foreground,
         background, stdin, connect_running, envs, cwd, command_timeout, files, watch, write_files,
-        signed_urls, pty, replicas, other_users, envd_credentials, path_attacks,
+        signed_urls, pty, replicas, other_users, envd_credentials, path_attacks, network,
     ]
 }
 

@@ -192,6 +192,98 @@ async fn the_cli_sets_a_secret_from_stdin_and_never_prints_it() {
 }
 
 #[tokio::test]
+async fn the_cli_binds_an_egress_secret_and_shows_the_audit_without_the_value() {
+    use std::io::Write;
+    let server = server();
+    let id = server.sandbox("alice", "t", "projects/a").await;
+    let env = [
+        ("WARREN_URL", server.url.as_str()),
+        ("WARREN_TOKEN", server.token.as_str()),
+    ];
+    let mut child = std::process::Command::new(bin())
+        .args(["secret", "set", "--uid", "alice", "GH_TOKEN"])
+        .args([
+            "--target",
+            "api.github.com/repos/",
+            "--target",
+            "uploads.github.com:443,8443",
+        ])
+        .args(["--header", "Authorization:token "])
+        .envs(env)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"ghp-cli-0123456789abcdef\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entry: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(entry["length"], 24, "{entry}");
+    assert_eq!(entry["env"], "WARREN_SECRET_GH_TOKEN");
+    assert_eq!(
+        entry["targets"],
+        serde_json::json!([
+            {"host": "api.github.com", "path_prefix": "/repos/"},
+            {"host": "uploads.github.com", "ports": [443, 8443]},
+        ])
+    );
+    assert_eq!(
+        entry["present"],
+        serde_json::json!({"type": "header", "name": "Authorization", "prefix": "token "})
+    );
+    for args in [
+        &["secret", "list", "--uid", "alice"][..],
+        &["secret", "list", "--sandbox", &id],
+    ] {
+        let out = run_to_exit(bin(), args, &env);
+        let list = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            list.contains("GH_TOKEN") && !list.contains("ghp-cli"),
+            "{list}"
+        );
+    }
+    // A malformed secret is the server's clear refusal, exit 2.
+    let out = run_to_exit(
+        bin(),
+        &[
+            "secret",
+            "set",
+            "--uid",
+            "alice",
+            "lower-case",
+            "--target",
+            "h.example",
+        ],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("secret name"));
+    let out = run_to_exit(bin(), &["egress", &id], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(log["connections"], serde_json::json!([]));
+    let out = run_to_exit(bin(), &["secret", "rm", "--uid", "alice", "GH_TOKEN"], &env);
+    assert!(out.status.success());
+    let out = run_to_exit(bin(), &["secret", "rm", "--uid", "alice", "GH_TOKEN"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no egress secret"));
+}
+
+#[tokio::test]
 async fn the_cli_records_diffs_and_restores_a_checkpoint() {
     let server = server();
     let id = server.sandbox("alice", "t", "projects/a").await;

@@ -15,6 +15,7 @@ use serde_json::json;
 use warren_test_support::TestServer;
 
 use super::bin;
+use super::egress::an_egress_secret_reaches_only_its_destination_and_never_the_sandbox;
 use super::network::{
     an_allowlist_lets_through_exactly_the_listed_destinations,
     open_egress_never_reaches_the_host_or_internal_networks,
@@ -376,6 +377,7 @@ conformance_suite!(
     without_a_network_policy_there_is_no_way_out,
     an_allowlist_lets_through_exactly_the_listed_destinations,
     open_egress_never_reaches_the_host_or_internal_networks,
+    an_egress_secret_reaches_only_its_destination_and_never_the_sandbox,
 );
 
 /// The rules on the gVisor tier (issue 19), `conformance::docker_gvisor::<rule>` and
@@ -432,6 +434,7 @@ conformance_gvisor!(
     without_a_network_policy_there_is_no_way_out,
     an_allowlist_lets_through_exactly_the_listed_destinations,
     open_egress_never_reaches_the_host_or_internal_networks,
+    an_egress_secret_reaches_only_its_destination_and_never_the_sandbox,
 );
 
 /// One object of the Kubernetes test cluster's API, as JSON; `None` when absent.

@@ -245,6 +245,31 @@ python_scenarios! {
     no_attack_path_through_envd_reaches_outside_the_sandbox => "path_attacks",
 }
 
+/// `e2b.internet` of the egress-rule scenario (`network`): two loopback addresses of the
+/// host, listed as addresses (the one way to an internal address), so its servers there
+/// are the destinations; 127.0.0.3 is outside it.
+const NETWORK_TOML: &str =
+    "[e2b]\ninternet = { mode = \"allowlist\", allow = [\"127.0.0.1\", \"127.0.0.2\"] }\n";
+
+/// E2B's egress rules (issue 38): `network` `allow_out`/`deny_out` (with `ALL_TRAFFIC`)
+/// and `allow_internet_access`, as the SDK sends them, let a sandbox reach exactly what
+/// they allow within `e2b.internet`, seen from the destinations; what warren cannot filter
+/// is a 400 in E2B's shape.
+fn network_rules(sdk: Sdk) {
+    let server = TestServer::start_e2b(bin(), &[], NETWORK_TOML);
+    scenario_on(&server, sdk, "network");
+}
+
+#[test]
+fn with_python_sdk_2_63_allow_out_and_deny_out_reach_exactly_what_they_allow_within_e2b_internet() {
+    network_rules(Sdk::Current);
+}
+
+#[test]
+fn with_python_sdk_2_50_allow_out_and_deny_out_reach_exactly_what_they_allow_within_e2b_internet() {
+    network_rules(Sdk::Old);
+}
+
 #[test]
 fn the_e2b_js_sdk_creates_runs_commands_and_reads_writes_and_lists_files() {
     let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2b/js"));

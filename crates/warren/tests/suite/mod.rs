@@ -51,6 +51,7 @@ mod e2b_langchain;
 mod e2b_metrics;
 mod e2b_operator;
 mod e2b_runtime_files;
+mod egress;
 mod env;
 mod errors;
 mod etag;

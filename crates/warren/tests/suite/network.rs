@@ -17,7 +17,7 @@ use super::runtime::local;
 
 /// Which addresses a [`TestHost`] link gets.
 #[derive(Clone, Copy)]
-enum Subnet {
+pub(crate) enum Subnet {
     /// 192.52.193.0/24 (AMT, RFC 7450): globally reachable by IANA's special-purpose
     /// registry, so `open` egress may reach it; nothing on a test machine uses it, and the
     /// link's /31 route keeps every packet on this machine.
@@ -31,12 +31,12 @@ enum Subnet {
 /// server answering with a fixed body and counting the connections it accepts. Not an
 /// address of this machine's namespace, so the proxy treats it as a remote host. Removed
 /// on drop.
-struct TestHost {
+pub(crate) struct TestHost {
     namespace: String,
     /// The host side of the link: an address of this machine (for the local-address attack).
-    local_address: String,
-    address: String,
-    port: u16,
+    pub(crate) local_address: String,
+    pub(crate) address: String,
+    pub(crate) port: u16,
     server: std::process::Child,
     root: tempfile::TempDir,
 }
@@ -45,7 +45,7 @@ struct TestHost {
 /// written to `accepts` (`0` once listening), a fixed HTTP answer to each request.
 const COUNTING_SERVER: &str = r#"
 import socket, sys
-address, port, body, accepts = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), sys.argv[4]
+address, port, body, accepts = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), sys.argv[-1]
 def count(n):
     with open(accepts + ".new", "w") as f:
         f.write(str(n))
@@ -94,6 +94,17 @@ impl TestHost {
     }
 
     async fn start_on(subnet: Subnet, body: &'static str) -> Self {
+        Self::start_serving(subnet, COUNTING_SERVER, |_| vec![body.to_owned()]).await
+    }
+
+    /// A host on `subnet` running the python `script` with its address, its port, then
+    /// what `args` gives for its address, then the file it writes its count of accepted
+    /// connections to (`0` once it listens).
+    pub(crate) async fn start_serving(
+        subnet: Subnet,
+        script: &str,
+        args: impl FnOnce(&str) -> Vec<String>,
+    ) -> Self {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}n{n}", std::process::id() % 10_000);
         let namespace = format!("wt{tag}");
@@ -127,15 +138,9 @@ impl TestHost {
         let accepts = root.path().join("accepts");
         let port = 8000 + (base as u16);
         let server = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &namespace,
-                "python3",
-                "-c",
-                COUNTING_SERVER,
-            ])
-            .args([&address, &port.to_string(), body])
+            .args(["netns", "exec", &namespace, "python3", "-c", script])
+            .args([&address, &port.to_string()])
+            .args(args(&address))
             .arg(&accepts)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -161,7 +166,7 @@ impl TestHost {
     }
 
     /// How many connections the host has accepted so far.
-    fn accepts(&self) -> u64 {
+    pub(crate) fn accepts(&self) -> u64 {
         let text = std::fs::read_to_string(self.root.path().join("accepts")).unwrap();
         text.trim().parse().unwrap()
     }
@@ -182,7 +187,11 @@ impl Drop for TestHost {
     }
 }
 
-async fn sandbox_with(server: &TestServer, scope: &str, network: serde_json::Value) -> String {
+pub(crate) async fn sandbox_with(
+    server: &TestServer,
+    scope: &str,
+    network: serde_json::Value,
+) -> String {
     server.workdir("alice", "projects/a").await;
     let (status, body) = server
         .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
@@ -194,7 +203,7 @@ async fn sandbox_with(server: &TestServer, scope: &str, network: serde_json::Val
 }
 
 /// A python fetch through the proxy; prints the body or `HTTP <status> <message>`.
-fn fetch(url: &str) -> String {
+pub(crate) fn fetch(url: &str) -> String {
     format!(
         "python3 -c \"import urllib.request, urllib.error, os\ntry: print(urllib.request.urlopen('{url}', timeout=10).read().decode())\nexcept urllib.error.HTTPError as e: print('HTTP', e.code, e.read().decode())\nexcept Exception as e: print('FAILED', e)\""
     )

@@ -32,6 +32,7 @@ OPERATIONS: frozenset[tuple[str, str]] = frozenset({
     ("POST", "/v1/sandboxes/{id}/code/contexts/{context}/interrupt"),
     ("POST", "/v1/sandboxes/{id}/code/contexts/{context}/restart"),
     ("POST", "/v1/sandboxes/{id}/code/execute"),
+    ("GET", "/v1/sandboxes/{id}/egress"),
     ("POST", "/v1/sandboxes/{id}/exec"),
     ("DELETE", "/v1/sandboxes/{id}/files"),
     ("GET", "/v1/sandboxes/{id}/files"),
@@ -65,6 +66,9 @@ OPERATIONS: frozenset[tuple[str, str]] = frozenset({
     ("POST", "/v1/sandboxes/{id}/processes/{pid}/stdin/close"),
     ("POST", "/v1/sandboxes/{id}/resume"),
     ("GET", "/v1/sandboxes/{id}/runs"),
+    ("GET", "/v1/sandboxes/{id}/secrets"),
+    ("DELETE", "/v1/sandboxes/{id}/secrets/{name}"),
+    ("PUT", "/v1/sandboxes/{id}/secrets/{name}"),
     ("GET", "/v1/sandboxes/{id}/snapshots"),
     ("POST", "/v1/sandboxes/{id}/snapshots"),
     ("POST", "/v1/sandboxes/{id}/terminate"),
@@ -78,6 +82,9 @@ OPERATIONS: frozenset[tuple[str, str]] = frozenset({
     ("DELETE", "/v1/users/{uid}/env/{name}"),
     ("PUT", "/v1/users/{uid}/env/{name}"),
     ("GET", "/v1/users/{uid}/runs"),
+    ("GET", "/v1/users/{uid}/secrets"),
+    ("DELETE", "/v1/users/{uid}/secrets/{name}"),
+    ("PUT", "/v1/users/{uid}/secrets/{name}"),
     ("GET", "/v1/users/{uid}/skills"),
     ("POST", "/v1/users/{uid}/skills/sync"),
     ("DELETE", "/v1/users/{uid}/skills/{skill}"),
@@ -413,6 +420,8 @@ class CreateSandbox(TypedDict, total=False):
     runtime_scope_id: str | None
     # Instead of `uid` and `runtime_scope_id`: `user` (every session of the user shares
     scope: str | None
+    # Egress secrets of the sandbox's own (issue 38), over its uid's of the same name:
+    secrets: builtins.list[NewEgressSecret]
     # With `scope`: the session (conversation) id.
     session_id: str | None
     # Seconds from now until the sandbox's deadline, when `on_deadline` happens to it (at
@@ -464,6 +473,68 @@ class EditResult(TypedDict, total=False):
     path: Required[str]
     # How many matches were replaced.
     replacements: Required[int]
+
+
+class EgressConnection(TypedDict, total=False):
+    """One connection a sandbox made or was refused."""
+    # The address connected to, when one was.
+    address: str | None
+    # RFC 3339: when it was made.
+    at: Required[str]
+    # Bytes it received.
+    bytes_in: Required[int]
+    # Bytes the sandbox sent.
+    bytes_out: Required[int]
+    # The host the client named.
+    host: Required[str]
+    # Its place in the sandbox's audit: pass the last one as `after` for the next page.
+    id: Required[int]
+    # Whether warren terminated its TLS (a destination a secret is bound to).
+    intercepted: Required[bool]
+    # The port.
+    port: Required[int]
+    # Why it was refused.
+    reason: str | None
+    # What decided it: the network mode that allowed it (`open`, `allowlist`), or what
+    rule: Required[str]
+    # The secrets presented on it, by name.
+    secrets: Required[builtins.list[str]]
+    # `allowed` or `refused`.
+    verdict: Required[str]
+
+
+class EgressLog(TypedDict, total=False):
+    """`GET /v1/sandboxes/{id}/egress`: oldest first."""
+    # Its connections after the cursor.
+    connections: Required[builtins.list[EgressConnection]]
+    # The sandbox.
+    sandbox_id: Required[str]
+
+
+class EgressSecretInfo(TypedDict, total=False):
+    """A secret as read back: never its value (I13)."""
+    # The variable holding its placeholder inside a sandbox (`WARREN_SECRET_<NAME>`).
+    env: Required[str]
+    # The last four characters, for values of 16 characters or more.
+    hint: str | None
+    # The value's length in bytes.
+    length: Required[int]
+    # The name.
+    name: Required[str]
+    # How it is presented.
+    present: Required[SecretPresentation]
+    # Whose it is.
+    scope: Required[SecretScope]
+    # Where it may go.
+    targets: Required[builtins.list[SecretTargetSpec]]
+    # RFC 3339: when it was last set.
+    updated_at: Required[str]
+
+
+class EgressSecretList(TypedDict, total=False):
+    """`GET /v1/users/{uid}/secrets` and `GET /v1/sandboxes/{id}/secrets`."""
+    # The secrets, by name.
+    secrets: Required[builtins.list[EgressSecretInfo]]
 
 
 EntryVersion: TypeAlias = "dict[str, Any]"
@@ -822,8 +893,24 @@ class NetworkSpec(TypedDict, total=False):
     """Where a sandbox's processes may connect."""
     # For `allowlist`: host names, `*.suffix` wildcards, IP addresses or CIDR ranges.
     allow: builtins.list[str]
+    # For `open` and `allowlist`: destinations refused whatever else allows them, by name
+    deny: builtins.list[str]
     # `none` (loopback only), `open` (HTTP/HTTPS egress through warren's proxy to public
     mode: Required[Literal["none", "open", "allowlist"]]
+
+
+class NewEgressSecret(TypedDict, total=False):
+    """One secret given with `POST /v1/sandboxes`: the sandbox's own, over its uid's of the
+    same name.
+    """
+    # The name: 1 to 64 of `A-Z`, `0-9`, `_`, starting with a letter.
+    name: Required[str]
+    # How it is presented there.
+    present: Required[SecretPresentation]
+    # Where it may go (1 to 16 targets).
+    targets: Required[builtins.list[SecretTargetSpec]]
+    # The value. Never returned.
+    value: Required[str]
 
 
 OnDeadline: TypeAlias = "Literal[\"terminate\", \"pause\"]"
@@ -1067,11 +1154,41 @@ class SandboxList(TypedDict, total=False):
     sandboxes: Required[builtins.list[SandboxInfo]]
 
 
+SecretPresentation: TypeAlias = "dict[str, Any]"
+# How a secret is presented on a request to a bound destination, where the request
+
+
+SecretScope: TypeAlias = "Literal[\"uid\", \"sandbox\"]"
+# Whose a secret is.
+
+
+class SecretTargetSpec(TypedDict, total=False):
+    """One destination a secret may be presented to."""
+    # A host name (`api.github.com`), a wildcard suffix (`*.example.com`) or one IP
+    host: Required[str]
+    # Only requests whose path starts with this (`/v1/`).
+    path_prefix: str | None
+    # The ports; 443 when empty. A port that carries plain HTTP must be listed.
+    ports: builtins.list[int]
+
+
 class SetAgentEnvVar(TypedDict, total=False):
     """`PUT /v1/users/{uid}/env/{name}`, and the object form of [`AgentEnvValue`]."""
     # Whether the value is masked in command output (default true). A secret is at least
     secret: bool | None
     # The value (at most 32 KiB, no NUL byte).
+    value: Required[str]
+
+
+class SetEgressSecret(TypedDict, total=False):
+    """`PUT /v1/users/{uid}/secrets/{name}` and `PUT /v1/sandboxes/{id}/secrets/{name}`: sets
+    a secret, or rotates it in place (the next connection presents the new value).
+    """
+    # How it is presented there.
+    present: Required[SecretPresentation]
+    # Where it may go (1 to 16 targets).
+    targets: Required[builtins.list[SecretTargetSpec]]
+    # The value: 6 bytes to 8 KiB, no control character. Never returned.
     value: Required[str]
 
 
@@ -2171,6 +2288,7 @@ class SandboxesApi:
         on_deadline: OnDeadline | None = None,
         runtime_scope_id: str | None = None,
         scope: str | None = None,
+        secrets: builtins.list[NewEgressSecret] | None = None,
         session_id: str | None = None,
         timeout_s: int | None = None,
         uid: str | None = None,
@@ -2199,6 +2317,7 @@ class SandboxesApi:
                 "on_deadline": on_deadline,
                 "runtime_scope_id": runtime_scope_id,
                 "scope": scope,
+                "secrets": secrets,
                 "session_id": session_id,
                 "timeout_s": timeout_s,
                 "uid": uid,
@@ -2400,6 +2519,127 @@ class SandboxesApi:
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+
+class SecretsApi:
+    """`secrets`: 7 operations (sync)."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._t = transport
+
+    def egress(
+        self,
+        sandbox_id: str,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> EgressLog:
+        """`GET /v1/sandboxes/{id}/egress`
+
+        Every connection the sandbox made or was refused through warren's egress proxy, oldest
+        first, in all its generations: what it talked to, kept after its runtime is gone (the
+        newest 10000).
+        """
+        return cast("EgressLog", self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/egress",
+            params={"after": after, "limit": limit},
+            expect="json",
+        ))
+
+    def of_sandbox(self, sandbox_id: str) -> EgressSecretList:
+        """`GET /v1/sandboxes/{id}/secrets`
+
+        The egress secrets the sandbox may present: its own, and its uid's it does not shadow.
+        """
+        return cast("EgressSecretList", self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/secrets",
+            expect="json",
+        ))
+
+    def of_user(self, uid: str) -> EgressSecretList:
+        """`GET /v1/users/{uid}/secrets`
+
+        The uid's egress secrets, without their values.
+        """
+        return cast("EgressSecretList", self._t.request(
+            "GET",
+            f"/v1/users/{_seg(uid)}/secrets",
+            expect="json",
+        ))
+
+    def remove_for_sandbox(
+        self,
+        sandbox_id: str,
+        name: str,
+        *,
+        fence: str | int | None = None,
+    ) -> None:
+        """`DELETE /v1/sandboxes/{id}/secrets/{name}`
+
+        Removes one of the sandbox's own egress secrets.
+        """
+        self._t.request(
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/secrets/{_seg(name)}",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    def remove_for_user(self, uid: str, name: str) -> None:
+        """`DELETE /v1/users/{uid}/secrets/{name}`
+
+        Removes one of the uid's egress secrets.
+        """
+        self._t.request(
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/secrets/{_seg(name)}",
+            expect="none",
+        )
+
+    def set_for_sandbox(
+        self,
+        sandbox_id: str,
+        name: str,
+        *,
+        present: SecretPresentation,
+        targets: builtins.list[SecretTargetSpec],
+        value: str,
+        fence: str | int | None = None,
+    ) -> EgressSecretInfo:
+        """`PUT /v1/sandboxes/{id}/secrets/{name}`
+
+        Sets one of the sandbox's own egress secrets (201 when new, 200 when rotated).
+        """
+        return cast("EgressSecretInfo", self._t.request(
+            "PUT",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/secrets/{_seg(name)}",
+            json={"present": present, "targets": targets, "value": value},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    def set_for_user(
+        self,
+        uid: str,
+        name: str,
+        *,
+        present: SecretPresentation,
+        targets: builtins.list[SecretTargetSpec],
+        value: str,
+    ) -> EgressSecretInfo:
+        """`PUT /v1/users/{uid}/secrets/{name}`
+
+        Sets one of the uid's egress secrets (201 when new, 200 when rotated): every sandbox of
+        theirs may present it to the destinations it is bound to, from its next connection on.
+        """
+        return cast("EgressSecretInfo", self._t.request(
+            "PUT",
+            f"/v1/users/{_seg(uid)}/secrets/{_seg(name)}",
+            json={"present": present, "targets": targets, "value": value},
             expect="json",
         ))
 
@@ -3623,6 +3863,7 @@ class AsyncSandboxesApi:
         on_deadline: OnDeadline | None = None,
         runtime_scope_id: str | None = None,
         scope: str | None = None,
+        secrets: builtins.list[NewEgressSecret] | None = None,
         session_id: str | None = None,
         timeout_s: int | None = None,
         uid: str | None = None,
@@ -3651,6 +3892,7 @@ class AsyncSandboxesApi:
                 "on_deadline": on_deadline,
                 "runtime_scope_id": runtime_scope_id,
                 "scope": scope,
+                "secrets": secrets,
                 "session_id": session_id,
                 "timeout_s": timeout_s,
                 "uid": uid,
@@ -3852,6 +4094,127 @@ class AsyncSandboxesApi:
             f"/v1/sandboxes/{_seg(sandbox_id)}",
             json={"labels": labels, "on_deadline": on_deadline, "timeout_s": timeout_s},
             headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+
+class AsyncSecretsApi:
+    """`secrets`: 7 operations (async)."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._t = transport
+
+    async def egress(
+        self,
+        sandbox_id: str,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+    ) -> EgressLog:
+        """`GET /v1/sandboxes/{id}/egress`
+
+        Every connection the sandbox made or was refused through warren's egress proxy, oldest
+        first, in all its generations: what it talked to, kept after its runtime is gone (the
+        newest 10000).
+        """
+        return cast("EgressLog", await self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/egress",
+            params={"after": after, "limit": limit},
+            expect="json",
+        ))
+
+    async def of_sandbox(self, sandbox_id: str) -> EgressSecretList:
+        """`GET /v1/sandboxes/{id}/secrets`
+
+        The egress secrets the sandbox may present: its own, and its uid's it does not shadow.
+        """
+        return cast("EgressSecretList", await self._t.request(
+            "GET",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/secrets",
+            expect="json",
+        ))
+
+    async def of_user(self, uid: str) -> EgressSecretList:
+        """`GET /v1/users/{uid}/secrets`
+
+        The uid's egress secrets, without their values.
+        """
+        return cast("EgressSecretList", await self._t.request(
+            "GET",
+            f"/v1/users/{_seg(uid)}/secrets",
+            expect="json",
+        ))
+
+    async def remove_for_sandbox(
+        self,
+        sandbox_id: str,
+        name: str,
+        *,
+        fence: str | int | None = None,
+    ) -> None:
+        """`DELETE /v1/sandboxes/{id}/secrets/{name}`
+
+        Removes one of the sandbox's own egress secrets.
+        """
+        await self._t.request(
+            "DELETE",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/secrets/{_seg(name)}",
+            headers={"X-Warren-Fence": fence},
+            expect="none",
+        )
+
+    async def remove_for_user(self, uid: str, name: str) -> None:
+        """`DELETE /v1/users/{uid}/secrets/{name}`
+
+        Removes one of the uid's egress secrets.
+        """
+        await self._t.request(
+            "DELETE",
+            f"/v1/users/{_seg(uid)}/secrets/{_seg(name)}",
+            expect="none",
+        )
+
+    async def set_for_sandbox(
+        self,
+        sandbox_id: str,
+        name: str,
+        *,
+        present: SecretPresentation,
+        targets: builtins.list[SecretTargetSpec],
+        value: str,
+        fence: str | int | None = None,
+    ) -> EgressSecretInfo:
+        """`PUT /v1/sandboxes/{id}/secrets/{name}`
+
+        Sets one of the sandbox's own egress secrets (201 when new, 200 when rotated).
+        """
+        return cast("EgressSecretInfo", await self._t.request(
+            "PUT",
+            f"/v1/sandboxes/{_seg(sandbox_id)}/secrets/{_seg(name)}",
+            json={"present": present, "targets": targets, "value": value},
+            headers={"X-Warren-Fence": fence},
+            expect="json",
+        ))
+
+    async def set_for_user(
+        self,
+        uid: str,
+        name: str,
+        *,
+        present: SecretPresentation,
+        targets: builtins.list[SecretTargetSpec],
+        value: str,
+    ) -> EgressSecretInfo:
+        """`PUT /v1/users/{uid}/secrets/{name}`
+
+        Sets one of the uid's egress secrets (201 when new, 200 when rotated): every sandbox of
+        theirs may present it to the destinations it is bound to, from its next connection on.
+        """
+        return cast("EgressSecretInfo", await self._t.request(
+            "PUT",
+            f"/v1/users/{_seg(uid)}/secrets/{_seg(name)}",
+            json={"present": present, "targets": targets, "value": value},
             expect="json",
         ))
 
@@ -4086,6 +4449,7 @@ class Groups:
         self.processes = ProcessesApi(transport)
         self.runs = RunsApi(transport)
         self.sandboxes = SandboxesApi(transport)
+        self.secrets = SecretsApi(transport)
         self.server = ServerApi(transport)
         self.skills = SkillsApi(transport)
         self.snapshots = SnapshotsApi(transport)
@@ -4109,6 +4473,7 @@ class AsyncGroups:
         self.processes = AsyncProcessesApi(transport)
         self.runs = AsyncRunsApi(transport)
         self.sandboxes = AsyncSandboxesApi(transport)
+        self.secrets = AsyncSecretsApi(transport)
         self.server = AsyncServerApi(transport)
         self.skills = AsyncSkillsApi(transport)
         self.snapshots = AsyncSnapshotsApi(transport)
