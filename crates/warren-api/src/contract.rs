@@ -507,6 +507,12 @@ fn schema_rules(schemas: &mut Map<String, Value>) {
              "not": {"anyOf": [given("uid"), given("runtime_scope_id")]}},
         ]);
     }
+    for secret in ["SetEgressSecret", "NewEgressSecret"] {
+        if let Some(secret) = schemas.get_mut(secret) {
+            // Exactly one of a `value` and a `source`.
+            secret["oneOf"] = json!([given("value"), given("source")]);
+        }
+    }
     if let Some(network) = schemas.get_mut("NetworkSpec") {
         // `allow` lists 1 to 256 destinations with `allowlist`, and nothing otherwise;
         // `deny` lists up to 256 with `open` and `allowlist`, and nothing with `none`.
@@ -575,6 +581,8 @@ pub(crate) struct ServerFacts {
     /// The enabled backends, the default first.
     pub(crate) backends: Vec<String>,
     pub(crate) host_dirs: Vec<String>,
+    /// The operator's secret sources (`network.secret_sources`).
+    pub(crate) secret_sources: Vec<String>,
     pub(crate) docker: bool,
     /// The enabled backends that can run the gVisor tier on this host now (issue 19).
     pub(crate) gvisor: Vec<String>,
@@ -613,6 +621,14 @@ pub(crate) fn describe_server(doc: &mut Value, facts: &ServerFacts) {
         .and_then(|s| s.pointer_mut("/properties/host_dir"))
     {
         host_dir["enum"] = with_null(&facts.host_dirs);
+    }
+    for secret in ["SetEgressSecret", "NewEgressSecret"] {
+        if let Some(source) = schemas
+            .get_mut(secret)
+            .and_then(|s| s.pointer_mut("/properties/source"))
+        {
+            source["enum"] = with_null(&facts.secret_sources);
+        }
     }
     if let Some(create) = schemas.get_mut("CreateSandbox") {
         describe_isolation(create, facts);

@@ -142,6 +142,13 @@ pub(crate) async fn serve(
             })
             .map(|k| k.as_str().to_owned())
             .collect(),
+        secret_sources: state
+            .provisioner
+            .config()
+            .secret_sources
+            .keys()
+            .cloned()
+            .collect(),
         host_dirs: state
             .provisioner
             .config()
@@ -373,6 +380,7 @@ mod tests {
                 &crate::contract::ServerFacts {
                     backends: names(backends),
                     host_dirs: Vec::new(),
+                    secret_sources: Vec::new(),
                     docker: backends.contains(&"docker"),
                     gvisor: names(gvisor),
                 },

@@ -25,7 +25,8 @@ pub(crate) fn secret(
     name: String,
     targets: Vec<SecretTargetSpec>,
     present: SecretPresentation,
-    value: String,
+    value: Option<String>,
+    source: Option<String>,
 ) -> Result<EgressSecret, ApiError> {
     let core = |e| ApiError::from(ProvisionerError::from(e));
     let rule = SecretRule {
@@ -43,15 +44,21 @@ pub(crate) fn secret(
             SecretPresentation::Query { name } => Presentation::Query { name },
             SecretPresentation::Basic { username } => Presentation::Basic { username },
         },
+        source,
     };
-    EgressSecret::new(SecretName::new(name).map_err(core)?, rule, value).map_err(core)
+    EgressSecret::new(
+        SecretName::new(name).map_err(core)?,
+        rule,
+        value.unwrap_or_default(),
+    )
+    .map_err(core)
 }
 
 /// The secrets given with `POST /v1/sandboxes`.
 pub(crate) fn new_secrets(secrets: Vec<NewEgressSecret>) -> Result<Vec<EgressSecret>, ApiError> {
     secrets
         .into_iter()
-        .map(|s| secret(s.name, s.targets, s.present, s.value))
+        .map(|s| secret(s.name, s.targets, s.present, s.value, s.source))
         .collect()
 }
 
@@ -86,6 +93,7 @@ fn info(record: &EgressSecretRecord) -> EgressSecretInfo {
                 username: username.clone(),
             },
         },
+        source: secret.rule.source.clone(),
         length: secret.value.len(),
         hint: secret.hint(),
         updated_at: record.updated_at.to_rfc3339(),
@@ -166,7 +174,13 @@ pub(crate) async fn set_for_user(
     ApiJson(request): ApiJson<SetEgressSecret>,
 ) -> Result<(StatusCode, Json<EgressSecretInfo>), ApiError> {
     let uid = uid(raw_uid)?;
-    let secret = secret(raw_name, request.targets, request.present, request.value)?;
+    let secret = secret(
+        raw_name,
+        request.targets,
+        request.present,
+        request.value,
+        request.source,
+    )?;
     let wanted = secret.name.clone();
     let created = state.provisioner.set_egress_secret(&uid, secret).await?;
     let records = state.provisioner.egress_secrets(&uid).await?;
@@ -241,7 +255,13 @@ pub(crate) async fn set_for_sandbox(
 ) -> Result<(StatusCode, Json<EgressSecretInfo>), ApiError> {
     let id = sandbox_id(&raw_id)?;
     let _permit = state.provisioner.fence(&id, fence).await?;
-    let secret = secret(raw_name, request.targets, request.present, request.value)?;
+    let secret = secret(
+        raw_name,
+        request.targets,
+        request.present,
+        request.value,
+        request.source,
+    )?;
     let wanted = secret.name.clone();
     let created = state
         .provisioner

@@ -222,6 +222,10 @@ pub struct SecretRule {
     pub targets: Vec<SecretTarget>,
     /// How it is presented there.
     pub present: Presentation,
+    /// The operator's source that mints the value for each sandbox (a short-lived token),
+    /// in place of a value stored with the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl SecretRule {
@@ -232,6 +236,9 @@ impl SecretRule {
         }
         for target in &self.targets {
             target.validate()?;
+        }
+        if let Some(source) = &self.source {
+            check_source_name(source)?;
         }
         self.present.validate()
     }
@@ -271,9 +278,39 @@ impl std::fmt::Debug for EgressSecret {
 }
 
 impl EgressSecret {
-    /// A checked secret.
+    /// A checked secret: a value, or (with a source) none until one is minted
+    /// ([`EgressSecret::minted`]).
     pub fn new(name: SecretName, rule: SecretRule, value: String) -> Result<Self, CoreError> {
         rule.validate()?;
+        if rule.source.is_some() {
+            if !value.is_empty() {
+                return Err(invalid(
+                    name.as_str(),
+                    "a secret has a value or a source, not both",
+                ));
+            }
+            return Ok(Self { name, rule, value });
+        }
+        if value.is_empty() {
+            return Err(invalid(
+                name.as_str(),
+                "a secret needs a value, or a source that mints one",
+            ));
+        }
+        Self::check_value(&name, &value)?;
+        Ok(Self { name, rule, value })
+    }
+
+    /// This secret presenting `value`, minted by its source.
+    pub fn minted(&self, value: String) -> Result<Self, CoreError> {
+        Self::check_value(&self.name, &value)?;
+        Ok(Self {
+            value,
+            ..self.clone()
+        })
+    }
+
+    fn check_value(name: &SecretName, value: &str) -> Result<(), CoreError> {
         if value.len() < crate::MIN_SECRET_BYTES || value.len() > MAX_SECRET_VALUE_BYTES {
             return Err(invalid(
                 name.as_str(),
@@ -287,7 +324,7 @@ impl EgressSecret {
                 "a secret value holds no control character",
             ));
         }
-        Ok(Self { name, rule, value })
+        Ok(())
     }
 
     /// What a read API may show of the value: its last four characters, only when it is
@@ -298,6 +335,25 @@ impl EgressSecret {
             let tail: String = self.value.chars().skip(chars - 4).collect();
             format!("…{tail}")
         })
+    }
+}
+
+/// Checks the name of an operator's secret source: 1 to 64 of `a-z`, `0-9`, `.`, `_`,
+/// `-`, starting with a letter or digit.
+pub fn check_source_name(name: &str) -> Result<(), CoreError> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        });
+    if valid {
+        Ok(())
+    } else {
+        Err(invalid(
+            name,
+            "a source name is 1 to 64 of a-z, 0-9, '.', '_' and '-'",
+        ))
     }
 }
 
@@ -417,6 +473,7 @@ mod tests {
         let rule = SecretRule {
             targets: vec![target("h.example", &[], None)],
             present: Presentation::Bearer,
+            source: None,
         };
         let name = SecretName::new("T").unwrap();
         assert!(EgressSecret::new(name.clone(), rule.clone(), "abc\r\nX: y".into()).is_err());
@@ -454,12 +511,32 @@ mod tests {
     }
 
     #[test]
+    fn a_sourced_secret_has_no_value_until_one_is_minted() {
+        let rule = SecretRule {
+            targets: vec![target("h.example", &[], None)],
+            present: Presentation::Bearer,
+            source: Some("github-app".into()),
+        };
+        let name = SecretName::new("T").unwrap();
+        assert!(EgressSecret::new(name.clone(), rule.clone(), "a-stored-value".into()).is_err());
+        let sourced = EgressSecret::new(name, rule.clone(), String::new()).unwrap();
+        assert!(sourced.minted("ok-minted-token".into()).is_ok());
+        assert!(sourced.minted("bad\ntoken".into()).is_err());
+        let bad_source = SecretRule {
+            source: Some("Has Spaces".into()),
+            ..rule
+        };
+        assert!(bad_source.validate().is_err());
+    }
+
+    #[test]
     fn a_secret_never_prints_its_value() {
         let secret = EgressSecret::new(
             SecretName::new("T").unwrap(),
             SecretRule {
                 targets: vec![target("h.example", &[], None)],
                 present: Presentation::Bearer,
+                source: None,
             },
             "supersecretvalue123".into(),
         )

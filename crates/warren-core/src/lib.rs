@@ -27,9 +27,9 @@ pub use binding::{BackendKind, Binding, BindingPart};
 pub use branch::BranchName;
 pub use data_dir::DataLayout;
 pub use egress::{
-    placeholder, EgressEvent, EgressSecret, EgressVerdict, Presentation, SecretName, SecretRule,
-    SecretTarget, MAX_EGRESS_SECRETS, MAX_SECRET_TARGETS, MAX_SECRET_VALUE_BYTES,
-    PLACEHOLDER_PREFIX, SECRET_ENV_PREFIX,
+    check_source_name, placeholder, EgressEvent, EgressSecret, EgressVerdict, Presentation,
+    SecretName, SecretRule, SecretTarget, MAX_EGRESS_SECRETS, MAX_SECRET_TARGETS,
+    MAX_SECRET_VALUE_BYTES, PLACEHOLDER_PREFIX, SECRET_ENV_PREFIX,
 };
 pub use env::{
     check_env_name, check_env_value, AgentEnvVar, MaskingStream, SecretMasker, MAX_AGENT_ENV_VARS,

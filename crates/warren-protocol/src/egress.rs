@@ -63,7 +63,12 @@ pub struct SetEgressSecret {
     /// How it is presented there.
     pub present: SecretPresentation,
     /// The value: 6 bytes to 8 KiB, no control character. Never returned.
-    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Instead of a value, one of the operator's sources (`network.secret_sources`): it
+    /// mints a short-lived value for each sandbox, kept until it expires, never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// One secret given with `POST /v1/sandboxes`: the sandbox's own, over its uid's of the
@@ -78,7 +83,11 @@ pub struct NewEgressSecret {
     /// How it is presented there.
     pub present: SecretPresentation,
     /// The value. Never returned.
-    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Instead of a value, one of the operator's sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// Whose a secret is.
@@ -104,7 +113,10 @@ pub struct EgressSecretInfo {
     pub targets: Vec<SecretTargetSpec>,
     /// How it is presented.
     pub present: SecretPresentation,
-    /// The value's length in bytes.
+    /// The operator's source that mints it, for a secret with no stored value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The stored value's length in bytes (0 for a source's).
     pub length: usize,
     /// The last four characters, for values of 16 characters or more.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -142,6 +142,7 @@ impl ProvisionerError {
             },
             P::BadRequest(_) => class!(Invalid, "invalid_request"),
             P::TokenInEnv { .. } => class!(Invalid, "token_in_env"),
+            P::SecretSourceUnknown { .. } => class!(Invalid, "invalid_secret"),
             P::TokenInCommand { .. } => class!(Invalid, "token_in_command"),
             P::WorkdirNotFound { .. } => class!(NotFound, "workdir_not_found"),
             P::WorkdirNotADirectory { .. } => class!(Invalid, "workdir_not_a_directory"),

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use warren_backend::{Authority, EgressBroker, FileOp};
 use warren_core::{
@@ -38,18 +39,62 @@ const IMAGE_ROOTS: [&str; 3] = [
     "/etc/ssl/cert.pem",
 ];
 
+/// An operator's source of short-lived secrets: a command warren runs to mint a value for
+/// one sandbox. It gets `WARREN_UID`, `WARREN_SANDBOX` and `WARREN_SECRET` and prints
+/// `{"value": "...", "expires_in": <seconds>}` (or `"expires_at"`, Unix seconds); the value
+/// is kept for that sandbox until then, and never stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSource {
+    /// The program and its arguments (no shell).
+    pub command: Vec<String>,
+    /// How long it may take, seconds (default 10).
+    #[serde(default = "SecretSource::default_timeout")]
+    pub timeout_s: u64,
+}
+
+impl SecretSource {
+    fn default_timeout() -> u64 {
+        10
+    }
+}
+
+/// Most bytes a source may print.
+const SOURCE_OUTPUT: usize = 64 * 1024;
+/// How long before its expiry a minted value is minted again.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
+/// Minted values kept across all sandboxes; past it the cache starts over.
+const MINTED_KEPT: usize = 4096;
+
+/// A value a source minted, and until when it may be presented.
+struct Minted {
+    value: String,
+    until: Instant,
+}
+
 /// The provisioner's side of every runtime's egress proxy.
 pub(crate) struct Broker {
     store: Arc<dyn StateStore>,
     audit: Option<tokio::sync::mpsc::Sender<EgressEvent>>,
     upstream_roots: Option<String>,
+    sources: BTreeMap<String, SecretSource>,
     /// Each sandbox's uid (a sandbox id is derived from it, so this never changes).
     owners: Mutex<HashMap<SandboxId, Uid>>,
+    /// Minted values per (sandbox, secret), each sandbox's own, each behind a lock of its
+    /// own: one slow source holds up only the connections that wait for its value.
+    minted: Mutex<MintedSlots>,
 }
+
+/// Per (sandbox, secret), what its source last minted.
+type MintedSlots = HashMap<(SandboxId, SecretName), Arc<tokio::sync::Mutex<Option<Minted>>>>;
 
 impl Broker {
     /// A broker over `store`; its audit writer runs on the current tokio runtime, if any.
-    pub(crate) fn new(store: Arc<dyn StateStore>, upstream_roots: Option<String>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn StateStore>,
+        upstream_roots: Option<String>,
+        sources: BTreeMap<String, SecretSource>,
+    ) -> Self {
         let audit = tokio::runtime::Handle::try_current().ok().map(|runtime| {
             let (sender, receiver) = tokio::sync::mpsc::channel(AUDIT_QUEUE);
             runtime.spawn(write_audit(store.clone(), receiver));
@@ -59,10 +104,135 @@ impl Broker {
             store,
             audit,
             upstream_roots,
+            sources,
             owners: Mutex::new(HashMap::new()),
+            minted: Mutex::new(HashMap::new()),
         }
     }
 
+    /// Whether the operator configured a source of this name.
+    pub(crate) fn has_source(&self, name: &str) -> bool {
+        self.sources.contains_key(name)
+    }
+
+    /// Forgets what was minted for `sandbox`: it ended, and nothing it held outlives it.
+    pub(crate) fn forget(&self, sandbox: &SandboxId) {
+        self.minted_slots().retain(|(id, _), _| id != sandbox);
+    }
+
+    fn minted_slots(&self) -> std::sync::MutexGuard<'_, MintedSlots> {
+        // A cache: poisoning loses nothing a new mint cannot give back.
+        self.minted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The value `secret`'s source mints for `sandbox`, kept until its expiry. One mint at a
+    /// time per sandbox and secret: concurrent connections wait for it rather than each
+    /// running the source.
+    async fn mint(
+        &self,
+        uid: &Uid,
+        sandbox: &SandboxId,
+        secret: &EgressSecret,
+        source_name: &str,
+    ) -> Result<EgressSecret, String> {
+        let key = (sandbox.clone(), secret.name.clone());
+        let slot = {
+            let mut slots = self.minted_slots();
+            if slots.len() >= MINTED_KEPT && !slots.contains_key(&key) {
+                // Past the bound, start over: each sandbox mints again when it next needs to.
+                slots.clear();
+            }
+            slots.entry(key).or_default().clone()
+        };
+        let mut kept = slot.lock().await;
+        if let Some(minted) = kept.as_ref().filter(|m| Instant::now() < m.until) {
+            return secret
+                .minted(minted.value.clone())
+                .map_err(|e| e.to_string());
+        }
+        let source = self
+            .sources
+            .get(source_name)
+            .ok_or_else(|| format!("no secret source {source_name:?} is configured"))?;
+        let (value, lifetime) = run_source(source, uid, sandbox, &secret.name).await?;
+        let fresh = secret.minted(value.clone()).map_err(|e| e.to_string())?;
+        *kept = Some(Minted {
+            value,
+            until: Instant::now() + lifetime.saturating_sub(EXPIRY_MARGIN),
+        });
+        tracing::info!(%sandbox, secret = %secret.name, source = source_name, "egress secret minted");
+        Ok(fresh)
+    }
+}
+
+/// What a source printed.
+#[derive(serde::Deserialize)]
+struct SourceAnswer {
+    value: String,
+    expires_in: Option<u64>,
+    expires_at: Option<u64>,
+}
+
+/// Runs `source` for one sandbox's secret: its value and how long it may be kept.
+async fn run_source(
+    source: &SecretSource,
+    uid: &Uid,
+    sandbox: &SandboxId,
+    name: &SecretName,
+) -> Result<(String, Duration), String> {
+    use tokio::io::AsyncReadExt as _;
+    let (program, args) = source
+        .command
+        .split_first()
+        .ok_or("the source names no command")?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("WARREN_UID", uid.as_str())
+        .env("WARREN_SANDBOX", sandbox.as_str())
+        .env("WARREN_SECRET", name.as_str())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let run = async {
+        let mut output = Vec::new();
+        (&mut stdout)
+            .take(SOURCE_OUTPUT as u64 + 1)
+            .read_to_end(&mut output)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = child.wait().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((output, status))
+    };
+    let (output, status) = tokio::time::timeout(Duration::from_secs(source.timeout_s), run)
+        .await
+        .map_err(|_| format!("{program} took longer than {} s", source.timeout_s))??;
+    if !status.success() {
+        return Err(format!("{program} failed ({status})"));
+    }
+    if output.len() > SOURCE_OUTPUT {
+        return Err(format!("{program} printed more than 64 KiB"));
+    }
+    let answer: SourceAnswer = serde_json::from_slice(&output)
+        .map_err(|e| format!("{program} did not print {{\"value\", \"expires_in\"}}: {e}"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let lifetime = match (answer.expires_in, answer.expires_at) {
+        (Some(seconds), _) => seconds,
+        (None, Some(at)) => at.saturating_sub(now),
+        (None, None) => 0,
+    };
+    Ok((answer.value, Duration::from_secs(lifetime)))
+}
+
+impl Broker {
     async fn owner(&self, sandbox: &SandboxId) -> Result<Uid, String> {
         if let Some(uid) = self
             .owners
@@ -94,7 +264,22 @@ impl EgressBroker for Broker {
         let records = visible_secrets(self.store.as_ref(), &uid, sandbox)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(records.into_iter().map(|record| record.secret).collect())
+        let mut secrets = Vec::with_capacity(records.len());
+        for record in records {
+            let secret = record.secret;
+            match secret.rule.source.clone() {
+                None => secrets.push(secret),
+                // A source that fails leaves its secret out: nothing is presented (its
+                // placeholder, worth nothing, goes as it is).
+                Some(source) => match self.mint(&uid, sandbox, &secret, &source).await {
+                    Ok(minted) => secrets.push(minted),
+                    Err(error) => {
+                        tracing::warn!(%sandbox, secret = %secret.name, %source, %error, "an egress secret's source failed");
+                    }
+                },
+            }
+        }
+        Ok(secrets)
     }
 
     async fn authority(&self, sandbox: &SandboxId) -> Result<Authority, String> {
@@ -263,6 +448,13 @@ impl Provisioner {
         secret: EgressSecret,
     ) -> Result<Created, ProvisionerError> {
         self.refuse_token_in_env(&secret.name.env_name(), &secret.value)?;
+        if let Some(source) = &secret.rule.source {
+            if !self.egress_broker.has_source(source) {
+                return Err(ProvisionerError::SecretSourceUnknown {
+                    name: source.clone(),
+                });
+            }
+        }
         let new = self
             .store
             .set_egress_secret(uid, sandbox, &secret, MAX_EGRESS_SECRETS)

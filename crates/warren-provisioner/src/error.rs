@@ -158,6 +158,12 @@ pub enum ProvisionerError {
         /// Why.
         reason: String,
     },
+    /// An egress secret names a source the operator did not configure.
+    #[error("no secret source {name:?} is configured on this server (network.secret_sources)")]
+    SecretSourceUnknown {
+        /// The source named.
+        name: String,
+    },
     /// No egress secret of that name is set there.
     #[error("no egress secret {name:?} is set here")]
     EgressSecretNotFound {

@@ -66,7 +66,7 @@ pub use code::{
     RunCode, DEFAULT_CONTEXT, LANGUAGES, MAX_CODE_BYTES, MAX_CONTEXTS,
 };
 pub use drain::DrainReport;
-pub use egress::{CA_BUNDLE_PATH, CA_PATH, EGRESS_EVENTS_KEPT};
+pub use egress::{SecretSource, CA_BUNDLE_PATH, CA_PATH, EGRESS_EVENTS_KEPT};
 pub use error::{
     error_chain, is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError,
 };
@@ -183,6 +183,9 @@ pub struct ProvisionerConfig {
     /// Roots (PEM) the egress proxy trusts for bound HTTPS destinations beside the host's
     /// own (issue 38): a private CA an operator's services use.
     pub egress_upstream_roots: Option<String>,
+    /// The operator's sources of short-lived secrets, by name (issue 38): a secret naming
+    /// one has its value minted per sandbox, never stored.
+    pub secret_sources: BTreeMap<String, SecretSource>,
 }
 
 /// Where snapshot chunks and manifests are stored (I31). Each uid gets its own namespace
@@ -234,6 +237,7 @@ impl ProvisionerConfig {
             quotas: QuotaSettings::default(),
             token_finder: None,
             egress_upstream_roots: None,
+            secret_sources: BTreeMap::new(),
             node: NodeIdentity {
                 node_id: "local".to_owned(),
                 advertise: "http://127.0.0.1:7878".to_owned(),
@@ -290,6 +294,8 @@ pub struct Provisioner {
     ownership: ownership::Ownership,
     /// How runtime operations reach their owner elsewhere; `None` on a lone node.
     peers: Mutex<Option<Arc<dyn ownership::PeerLink>>>,
+    /// What runtimes' egress proxies ask (`egress.rs`), with its minted secrets.
+    egress_broker: Arc<egress::Broker>,
 }
 
 impl Provisioner {
@@ -300,11 +306,14 @@ impl Provisioner {
         backend: Arc<dyn Backend>,
     ) -> Self {
         let reap_slots = Arc::new(tokio::sync::Semaphore::new(config.reap_concurrency.max(1)));
-        backend.attach_egress(Arc::new(egress::Broker::new(
+        let egress_broker = Arc::new(egress::Broker::new(
             store.clone(),
             config.egress_upstream_roots.clone(),
-        )));
+            config.secret_sources.clone(),
+        ));
+        backend.attach_egress(egress_broker.clone());
         Self {
+            egress_broker,
             workspaces: Workspaces::new(&config),
             config,
             store,

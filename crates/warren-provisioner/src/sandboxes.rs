@@ -721,6 +721,7 @@ impl Provisioner {
         if let Err(error) = self.store.remove_sandbox_egress(id).await {
             tracing::warn!(sandbox = %id, %error, "could not remove a sandbox's egress secrets; its next generation removes them");
         }
+        self.egress_broker.forget(id);
         let terminated = match self.advance(&fenced, LifeEvent::Terminated, None).await? {
             Some(terminated) => terminated,
             // Another replica's termination of the same generation finished first.

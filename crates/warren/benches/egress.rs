@@ -267,6 +267,7 @@ async fn main() {
                 path_prefix: None,
             }],
             present: Presentation::Bearer,
+            source: None,
         },
         VALUE.to_owned(),
     )

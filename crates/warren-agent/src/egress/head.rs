@@ -278,6 +278,7 @@ mod tests {
                     path_prefix: None,
                 }],
                 present,
+                source: None,
             },
             "s3cr3t value&x".into(),
         )

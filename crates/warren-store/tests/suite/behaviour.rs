@@ -408,6 +408,7 @@ fn egress_secret(name: &str, host: &str, value: &str) -> EgressSecret {
                 name: "X-Api-Key".to_owned(),
                 prefix: "token ".to_owned(),
             },
+            source: None,
         },
         value.to_owned(),
     )

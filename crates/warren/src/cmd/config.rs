@@ -205,6 +205,10 @@ pub struct NetworkSection {
     /// A PEM file of roots the egress proxy trusts, beside the host's own, when it checks
     /// a destination an egress secret is bound to (issue 38).
     pub upstream_ca: Option<std::path::PathBuf>,
+    /// Sources of short-lived egress secrets, by name: `{ command = [...], timeout_s = 10 }`
+    /// (issue 38).
+    #[serde(default)]
+    pub secret_sources: std::collections::BTreeMap<String, warren_provisioner::SecretSource>,
 }
 
 impl NetworkSection {

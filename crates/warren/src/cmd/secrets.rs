@@ -50,7 +50,7 @@ enum SecretCommand {
         owner: Owner,
     },
     /// Set a secret, or rotate it in place; the value is read from stdin (one trailing
-    /// newline removed). Inside a sandbox only `WARREN_SECRET_<NAME>` exists, holding a
+    /// newline removed) unless a --source mints it. Inside a sandbox only `WARREN_SECRET_<NAME>` exists, holding a
     /// placeholder; warren's proxy presents the value to the bound destinations only.
     Set {
         #[command(flatten)]
@@ -71,6 +71,10 @@ enum SecretCommand {
         /// Present it as basic authentication with this user name.
         #[arg(long)]
         basic: Option<String>,
+        /// Mint it per sandbox from this operator's source (`network.secret_sources`)
+        /// instead of reading a value from stdin.
+        #[arg(long)]
+        source: Option<String>,
     },
     /// Remove a secret.
     Rm {
@@ -143,14 +147,21 @@ pub async fn secret(args: SecretArgs) -> anyhow::Result<ExitCode> {
             header,
             query,
             basic,
+            source,
         } => {
-            let mut value = String::new();
-            std::io::stdin()
-                .read_to_string(&mut value)
-                .context("cannot read the value from stdin")?;
-            if value.ends_with('\n') {
-                value.pop();
-            }
+            let value = match source {
+                Some(_) => None,
+                None => {
+                    let mut value = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut value)
+                        .context("cannot read the value from stdin")?;
+                    if value.ends_with('\n') {
+                        value.pop();
+                    }
+                    Some(value)
+                }
+            };
             let present = match (header, query, basic) {
                 (Some(header), _, _) => {
                     let (name, prefix) = header.split_once(':').unwrap_or((&header, ""));
@@ -170,6 +181,7 @@ pub async fn secret(args: SecretArgs) -> anyhow::Result<ExitCode> {
                     .collect::<anyhow::Result<_>>()?,
                 present,
                 value,
+                source,
             };
             client
                 .set_egress_secret(owner.owner(), &name, &secret)

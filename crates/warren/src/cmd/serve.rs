@@ -362,6 +362,20 @@ fn provisioner_config(
         }
         config.egress_upstream_roots = Some(pem);
     }
+    for (name, source) in &file.network.secret_sources {
+        warren_core::check_source_name(name)
+            .map_err(|e| anyhow::anyhow!("network.secret_sources.{name}: {e}"))?;
+        let Some(program) = source.command.first() else {
+            bail!("network.secret_sources.{name}: command names no program");
+        };
+        if !std::path::Path::new(program).is_absolute() {
+            bail!("network.secret_sources.{name}: the program {program:?} is not an absolute path");
+        }
+        if source.timeout_s == 0 || source.timeout_s > 300 {
+            bail!("network.secret_sources.{name}: timeout_s is 1 to 300");
+        }
+    }
+    config.secret_sources = file.network.secret_sources.clone();
     config.sandbox_env = file.sandbox_env.clone();
     config.sandbox_secrets = file.sandbox_secrets.clone();
     config.quotas = file

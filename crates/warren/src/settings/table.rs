@@ -237,6 +237,8 @@ pub static SETTINGS: &[Setting] = &[
         "The network policy of a sandbox whose request names none (I23), on /v1 (so the CLI and every client) and DeerFlow (unless deerflow.network); E2B names its own (allowInternetAccess, e2b.internet)."),
     setting("network.upstream_ca", Kind::Path, Default::Unset("none: the host's roots only"),
         "A PEM file of roots the egress proxy trusts, beside the host's own, when it checks a destination an egress secret is bound to."),
+    setting("network.secret_sources", Kind::Structured("table of names to { command = [...], timeout_s = 10 }"), Default::Unset("none"),
+        "Sources of short-lived egress secrets: a command warren runs (no shell; absolute path) to mint a value for one sandbox, given WARREN_UID, WARREN_SANDBOX and WARREN_SECRET, printing {\"value\", \"expires_in\"}; kept for that sandbox until it expires, never stored."),
     // The sandbox environment.
     setting("sandbox_env", Kind::Structured("table of variable names to values"), Default::Unset("none"),
         "Environment every command of a sandbox that inherits it gets; the uid's agent environment and the call's own env go over it."),

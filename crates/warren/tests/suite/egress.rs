@@ -692,3 +692,115 @@ async fn bad_secrets_get_clear_errors_and_change_nothing() {
         (404, Some("sandbox_not_found"))
     );
 }
+
+/// A source script: counts its runs in `<dir>/<name>.count` and prints a value naming the
+/// sandbox and the run, kept `expires_in` seconds.
+fn source_script(dir: &std::path::Path, name: &str, expires_in: u64) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let count = dir.join(format!("{name}.count"));
+    let path = dir.join(format!("{name}.sh"));
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nn=$(( $(cat {count} 2>/dev/null || echo 0) + 1 ))\necho $n > {count}\n\
+             printf '{{\"value\": \"{name}-%s-%s-%s\", \"expires_in\": {expires_in}}}' \"$WARREN_UID\" \"$WARREN_SANDBOX\" \"$n\"\n",
+            count = count.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_from_a_source_is_minted_per_sandbox_and_kept_until_it_expires() {
+    let pki = Pki::new();
+    let bound = Destination::start(&pki, "bound-host").await;
+    let scripts = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[network.secret_sources.long]\ncommand = [{:?}]\n\n[network.secret_sources.short]\ncommand = [{:?}]\n",
+        source_script(scripts.path(), "long", 3600),
+        source_script(scripts.path(), "short", 0),
+    );
+    let server = Host::Local.start_configured(&config, &[]);
+    let put = |name: &str, body: serde_json::Value| {
+        server.send_json(
+            server
+                .request(Method::PUT, &format!("/v1/users/alice/secrets/{name}"))
+                .json(&body),
+        )
+    };
+    let targets = json!([{"host": bound.host.address, "ports": [bound.host.port]}]);
+    let (status, body) = put(
+        "LONG",
+        json!({"targets": targets, "present": {"type": "bearer"}, "source": "long"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        (body["source"].as_str(), body["length"].as_u64()),
+        (Some("long"), Some(0))
+    );
+    let (status, _) = put(
+        "SHORT",
+        json!({"targets": targets, "present": {"type": "header", "name": "X-Short"}, "source": "short"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // A source the operator did not configure, or a value beside a source: refused.
+    for body in [
+        json!({"targets": targets, "present": {"type": "bearer"}, "source": "nowhere"}),
+        json!({"targets": targets, "present": {"type": "bearer"}, "source": "long", "value": "also-a-value"}),
+        json!({"targets": targets, "present": {"type": "bearer"}}),
+    ] {
+        let (status, answer) = put("BAD", body).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("invalid_secret")),
+            "{answer}"
+        );
+    }
+    let network = json!({"mode": "allowlist", "allow": [bound.host.address]});
+    let first = sandbox_with(&server, "one", network.clone()).await;
+    let second = sandbox_with(&server, "two", network).await;
+    for id in [&first, &first, &second] {
+        let result = server.exec(id, &fetch(&bound.http("/v1/x"))).await;
+        assert_eq!(out(&result).trim(), "bound-host", "{result}");
+    }
+    let heads = bound.requests();
+    let header = |head: &str, name: &str| -> String {
+        head.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} in {head}"))
+            .to_owned()
+    };
+    // The long-lived value is minted once per sandbox and kept; the one that expires at
+    // once is minted for every connection.
+    assert_eq!(
+        heads
+            .iter()
+            .map(|h| header(h, "Authorization"))
+            .collect::<Vec<_>>(),
+        [
+            format!("Bearer long-alice-{first}-1"),
+            format!("Bearer long-alice-{first}-1"),
+            format!("Bearer long-alice-{second}-2"),
+        ]
+    );
+    assert_eq!(
+        heads
+            .iter()
+            .map(|h| header(h, "X-Short"))
+            .collect::<Vec<_>>(),
+        [
+            format!("short-alice-{first}-1"),
+            format!("short-alice-{first}-2"),
+            format!("short-alice-{second}-3"),
+        ]
+    );
+    // Nothing minted is stored or shown.
+    let (_, listed) = server
+        .send_json(server.request(Method::GET, "/v1/users/alice/secrets"))
+        .await;
+    assert!(!listed.to_string().contains("alice-sbx"), "{listed}");
+}

@@ -517,7 +517,7 @@ class EgressSecretInfo(TypedDict, total=False):
     env: Required[str]
     # The last four characters, for values of 16 characters or more.
     hint: str | None
-    # The value's length in bytes.
+    # The stored value's length in bytes (0 for a source's).
     length: Required[int]
     # The name.
     name: Required[str]
@@ -525,6 +525,8 @@ class EgressSecretInfo(TypedDict, total=False):
     present: Required[SecretPresentation]
     # Whose it is.
     scope: Required[SecretScope]
+    # The operator's source that mints it, for a secret with no stored value.
+    source: str | None
     # Where it may go.
     targets: Required[builtins.list[SecretTargetSpec]]
     # RFC 3339: when it was last set.
@@ -907,10 +909,12 @@ class NewEgressSecret(TypedDict, total=False):
     name: Required[str]
     # How it is presented there.
     present: Required[SecretPresentation]
+    # Instead of a value, one of the operator's sources.
+    source: str | None
     # Where it may go (1 to 16 targets).
     targets: Required[builtins.list[SecretTargetSpec]]
     # The value. Never returned.
-    value: Required[str]
+    value: str | None
 
 
 OnDeadline: TypeAlias = "Literal[\"terminate\", \"pause\"]"
@@ -1186,10 +1190,12 @@ class SetEgressSecret(TypedDict, total=False):
     """
     # How it is presented there.
     present: Required[SecretPresentation]
+    # Instead of a value, one of the operator's sources (`network.secret_sources`): it
+    source: str | None
     # Where it may go (1 to 16 targets).
     targets: Required[builtins.list[SecretTargetSpec]]
     # The value: 6 bytes to 8 KiB, no control character. Never returned.
-    value: Required[str]
+    value: str | None
 
 
 class SignalProcess(TypedDict, total=False):
@@ -2607,7 +2613,8 @@ class SecretsApi:
         *,
         present: SecretPresentation,
         targets: builtins.list[SecretTargetSpec],
-        value: str,
+        source: str | None = None,
+        value: str | None = None,
         fence: str | int | None = None,
     ) -> EgressSecretInfo:
         """`PUT /v1/sandboxes/{id}/secrets/{name}`
@@ -2617,7 +2624,7 @@ class SecretsApi:
         return cast("EgressSecretInfo", self._t.request(
             "PUT",
             f"/v1/sandboxes/{_seg(sandbox_id)}/secrets/{_seg(name)}",
-            json={"present": present, "targets": targets, "value": value},
+            json={"present": present, "source": source, "targets": targets, "value": value},
             headers={"X-Warren-Fence": fence},
             expect="json",
         ))
@@ -2629,7 +2636,8 @@ class SecretsApi:
         *,
         present: SecretPresentation,
         targets: builtins.list[SecretTargetSpec],
-        value: str,
+        source: str | None = None,
+        value: str | None = None,
     ) -> EgressSecretInfo:
         """`PUT /v1/users/{uid}/secrets/{name}`
 
@@ -2639,7 +2647,7 @@ class SecretsApi:
         return cast("EgressSecretInfo", self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/secrets/{_seg(name)}",
-            json={"present": present, "targets": targets, "value": value},
+            json={"present": present, "source": source, "targets": targets, "value": value},
             expect="json",
         ))
 
@@ -4182,7 +4190,8 @@ class AsyncSecretsApi:
         *,
         present: SecretPresentation,
         targets: builtins.list[SecretTargetSpec],
-        value: str,
+        source: str | None = None,
+        value: str | None = None,
         fence: str | int | None = None,
     ) -> EgressSecretInfo:
         """`PUT /v1/sandboxes/{id}/secrets/{name}`
@@ -4192,7 +4201,7 @@ class AsyncSecretsApi:
         return cast("EgressSecretInfo", await self._t.request(
             "PUT",
             f"/v1/sandboxes/{_seg(sandbox_id)}/secrets/{_seg(name)}",
-            json={"present": present, "targets": targets, "value": value},
+            json={"present": present, "source": source, "targets": targets, "value": value},
             headers={"X-Warren-Fence": fence},
             expect="json",
         ))
@@ -4204,7 +4213,8 @@ class AsyncSecretsApi:
         *,
         present: SecretPresentation,
         targets: builtins.list[SecretTargetSpec],
-        value: str,
+        source: str | None = None,
+        value: str | None = None,
     ) -> EgressSecretInfo:
         """`PUT /v1/users/{uid}/secrets/{name}`
 
@@ -4214,7 +4224,7 @@ class AsyncSecretsApi:
         return cast("EgressSecretInfo", await self._t.request(
             "PUT",
             f"/v1/users/{_seg(uid)}/secrets/{_seg(name)}",
-            json={"present": present, "targets": targets, "value": value},
+            json={"present": present, "source": source, "targets": targets, "value": value},
             expect="json",
         ))
 
