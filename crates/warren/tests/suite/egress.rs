@@ -424,8 +424,10 @@ print(t.recv(1000).decode().split('\r\n\r\n')[-1])
         "{heads:?}"
     );
 
-    // The audit lists every connection of the run, with what decided it.
-    let connections = audit(&server, &id, 6).await;
+    // The audit lists every connection of the run, with what decided it. It is written as
+    // each connection ends, so it is read in the order they began.
+    let mut connections = audit(&server, &id, 6).await;
+    connections.sort_by_key(|c| (c["at"].as_str().unwrap().to_owned(), c["id"].as_i64()));
     let summary: Vec<(String, String, String, bool, Vec<String>)> = connections
         .iter()
         .map(|c| {
