@@ -254,7 +254,10 @@ def execute(request):
     errored = False
     # An interrupt that came after the check above, while the cell was on its way, found
     # no cell to stop (an idle kernel ignores SIGINT): sent again once the cell runs.
+    # That signal can still land before the cell's code runs, in the kernel's own handler,
+    # which swallows it: until the cell says it stopped, it is sent again each second.
     late_interrupt_sent = False
+    late_interrupt_at = 0.0
     while True:
         try:
             message = client.get_iopub_msg(timeout=0.5)
@@ -267,6 +270,9 @@ def execute(request):
                 })
                 emit({"id": rid, "t": "end", "status": "error", "count": count})
                 return
+            if late_interrupt_sent and not errored and time.monotonic() - late_interrupt_at >= 1.0:
+                late_interrupt_at = time.monotonic()
+                kernel.interrupt()
             continue
         if message.get("parent_header", {}).get("msg_id") != msg_id:
             continue
@@ -293,6 +299,7 @@ def execute(request):
                 late = current["interrupted"]
             if late and not late_interrupt_sent:
                 late_interrupt_sent = True
+                late_interrupt_at = time.monotonic()
                 kernel.interrupt()
         elif kind == "status" and content.get("execution_state") == "idle":
             break
