@@ -20,7 +20,7 @@ use crate::sandboxes::Created;
 use crate::{Provisioner, ProvisionerError};
 
 /// Events kept per sandbox; older ones are dropped.
-pub const EGRESS_EVENTS_KEPT: usize = 10_000;
+const EGRESS_EVENTS_KEPT: usize = 10_000;
 /// Events waiting to be written, across all sandboxes; past it new ones are dropped (and
 /// counted in the log), so a sandbox opening connections fast cannot grow the server.
 const AUDIT_QUEUE: usize = 8192;
@@ -29,9 +29,9 @@ const AUDIT_BATCH: usize = 512;
 
 /// Where, inside a runtime, its trust store for the proxy lives: the image's roots and the
 /// sandbox's authority, and the authority alone.
-pub const CA_BUNDLE_PATH: &str = "/tmp/.warren-egress/ca-bundle.pem";
+const CA_BUNDLE_PATH: &str = "/tmp/.warren-egress/ca-bundle.pem";
 /// The sandbox's authority alone (`NODE_EXTRA_CA_CERTS` adds to Node's own roots).
-pub const CA_PATH: &str = "/tmp/.warren-egress/ca.pem";
+const CA_PATH: &str = "/tmp/.warren-egress/ca.pem";
 /// Where images keep their roots, most common first.
 const IMAGE_ROOTS: [&str; 3] = [
     "/etc/ssl/certs/ca-certificates.crt",

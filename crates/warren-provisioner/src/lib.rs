@@ -66,7 +66,7 @@ pub use code::{
     RunCode, DEFAULT_CONTEXT, LANGUAGES, MAX_CODE_BYTES, MAX_CONTEXTS,
 };
 pub use drain::DrainReport;
-pub use egress::{SecretSource, CA_BUNDLE_PATH, CA_PATH, EGRESS_EVENTS_KEPT};
+pub use egress::SecretSource;
 pub use error::{
     error_chain, is_disk_full, is_internal_file_error, strip_relative_path, ProvisionerError,
 };

@@ -84,11 +84,6 @@ impl RuntimeEgress {
         })
     }
 
-    /// The network policy it serves.
-    pub fn policy(&self) -> &NetworkPolicy {
-        &self.policy
-    }
-
     fn event(&self) -> EgressEvent {
         EgressEvent {
             at: std::time::SystemTime::now()
