@@ -134,7 +134,7 @@ impl Drop for Fixture {
                 .args([root.as_str(), "delete", "--force", id])
                 .status();
         }
-        let instance = blake3::hash(self.data().as_os_str().as_encoded_bytes()).to_hex();
+        let instance = self.instance();
         for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
             .into_iter()
             .flatten()
@@ -142,11 +142,7 @@ impl Drop for Fixture {
         {
             let warren = hierarchy.path().join("warren");
             for entry in std::fs::read_dir(&warren).into_iter().flatten().flatten() {
-                if entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(&instance.as_str()[..8])
-                {
+                if entry.file_name().to_string_lossy().starts_with(&instance) {
                     let _ = std::fs::remove_dir(entry.path());
                 }
             }
@@ -155,6 +151,12 @@ impl Drop for Fixture {
 }
 
 impl Fixture {
+    /// The backend's instance: the first 8 hex digits of its data directory's hash, as
+    /// its cgroups are named (`warren/<instance>-<sandbox>`).
+    fn instance(&self) -> String {
+        blake3::hash(self.data().as_os_str().as_encoded_bytes()).to_hex()[..8].to_owned()
+    }
+
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let fixture = Self { dir };
@@ -265,6 +267,9 @@ impl Fixture {
             "runsc still lists {:?}",
             String::from_utf8_lossy(&listed.stdout)
         );
+        // This backend's cgroup of the sandbox: another instance's (a run killed before
+        // its cleanup, on a host whose cgroupfs outlives it) is not this test's to judge.
+        let own = format!("{}-{sandbox}", self.instance());
         let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
             .unwrap()
             .flatten()
@@ -275,7 +280,7 @@ impl Fixture {
             })
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p.to_string_lossy().ends_with(sandbox.as_str()))
+            .filter(|p| p.file_name() == Some(own.as_ref()))
             .collect();
         assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
         assert!(!data.join("runtimes").join(sandbox.as_str()).exists());

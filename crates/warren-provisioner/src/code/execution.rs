@@ -39,6 +39,8 @@ pub(super) struct Execution {
     pub(super) status: Option<ExecutionStatus>,
     /// Its end was handed on: dropping it interrupts nothing.
     pub(super) ended: bool,
+    /// Its end was recorded (before it was handed on): dropping it records nothing.
+    pub(super) recorded: bool,
     /// Holds the sandbox busy (the context's driver is quiet) until the execution ended
     /// and its end was recorded as the sandbox's last activity.
     pub(super) busy: Option<crate::InflightHold>,
@@ -61,6 +63,9 @@ impl Drop for Execution {
     /// before the end interrupts its execution (or drops it, when it still waits behind
     /// another), so an abandoned loop does not hold the kernel.
     fn drop(&mut self) {
+        if self.recorded {
+            return;
+        }
         let busy = self.busy.take();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -69,7 +74,22 @@ impl Drop for Execution {
         let sandbox = self.sandbox.clone();
         let pid = self.context.pid;
         let interrupt = (!self.ended).then(|| self.interrupt_line());
-        let outcome = RunOutcome {
+        let outcome = self.outcome();
+        let run_id = self.run_id.clone();
+        runtime.spawn(async move {
+            if let Some(line) = interrupt {
+                let _ = provisioner.write_stdin(&sandbox, pid, &line, false).await;
+            }
+            record(&provisioner, &sandbox, &run_id, &outcome).await;
+            drop(busy);
+        });
+    }
+}
+
+impl Execution {
+    /// Its run's outcome, as far as it came.
+    fn outcome(&self) -> RunOutcome {
+        RunOutcome {
             exit_code: match self.status {
                 Some(ExecutionStatus::Ok) => Some(0),
                 Some(ExecutionStatus::Error) => Some(1),
@@ -82,20 +102,30 @@ impl Drop for Execution {
                 .is_none()
                 .then(|| "interrupted: the caller went away before the end".to_owned()),
             ..RunOutcome::default()
-        };
-        let run_id = self.run_id.clone();
-        runtime.spawn(async move {
-            if let Some(line) = interrupt {
-                let _ = provisioner.write_stdin(&sandbox, pid, &line, false).await;
-            }
-            // Finishing the run moves the sandbox's last activity too.
-            if let Err(crate::exec::RunError::Store(error)) =
-                crate::exec::record_outcome(provisioner.store.as_ref(), &run_id, &outcome).await
-            {
-                tracing::warn!(%sandbox, %error, "could not record the end of an execution");
-            }
-            drop(busy);
-        });
+        }
+    }
+
+    /// Records its end before the end is handed on, so a caller that saw the end reads a
+    /// finished run; then the sandbox is no longer busy with it.
+    async fn record_end(&mut self) {
+        let outcome = self.outcome();
+        record(&self.provisioner, &self.sandbox, &self.run_id, &outcome).await;
+        self.recorded = true;
+        self.busy = None;
+    }
+}
+
+/// Finishes an execution's run; finishing it moves the sandbox's last activity too.
+async fn record(
+    provisioner: &Provisioner,
+    sandbox: &SandboxId,
+    run_id: &str,
+    outcome: &RunOutcome,
+) {
+    if let Err(crate::exec::RunError::Store(error)) =
+        crate::exec::record_outcome(provisioner.store.as_ref(), run_id, outcome).await
+    {
+        tracing::warn!(%sandbox, %error, "could not record the end of an execution");
     }
 }
 
@@ -136,6 +166,7 @@ impl Execution {
                             phase = Phase::Done;
                             execution.ended = true;
                             execution.status = Some(*status);
+                            execution.record_end().await;
                         }
                         let event = mask_event(event, &execution.masker);
                         return Some((event, (execution, output, lines, phase, deadline, queue)));

@@ -557,6 +557,7 @@ impl Provisioner {
             started: std::time::Instant::now(),
             status: None,
             ended: false,
+            recorded: false,
             busy: Some(busy),
         };
         Ok(execution.events(output))
