@@ -342,11 +342,16 @@ pub(crate) async fn egress(
         .into_iter()
         .map(|record| {
             let event = record.event;
+            let time = |ms: i64| {
+                DateTime::<Utc>::from_timestamp_millis(ms)
+                    .unwrap_or_default()
+                    .to_rfc3339_opts(SecondsFormat::Millis, true)
+            };
             EgressConnection {
                 id: record.id,
-                at: DateTime::<Utc>::from_timestamp_millis(event.at)
-                    .unwrap_or_default()
-                    .to_rfc3339_opts(SecondsFormat::Millis, true),
+                connection: event.connection,
+                at: time(event.at),
+                ended_at: event.ended_at.map(time),
                 host: event.host,
                 port: event.port,
                 address: event.address,

@@ -381,11 +381,21 @@ pub enum EgressVerdict {
     Refused,
 }
 
-/// One connection of a sandbox through warren's egress proxy (the audit, I22).
+/// One connection of a sandbox through warren's egress proxy (the audit, I22). An allowed
+/// connection is recorded twice, with the same `connection`: when it opens (no `ended_at`,
+/// nothing carried yet), so a connection still open, or cut by a stopping server, is in
+/// the audit; and when it ends, with what it carried. A refused one is recorded once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EgressEvent {
     /// When the connection was made, Unix milliseconds.
     pub at: i64,
+    /// The connection's id, shared by its records.
+    #[serde(default)]
+    pub connection: String,
+    /// When it ended (or was refused), Unix milliseconds; `None` on the record of its
+    /// opening.
+    #[serde(default)]
+    pub ended_at: Option<i64>,
     /// The sandbox.
     pub sandbox: SandboxId,
     /// The host the client named.

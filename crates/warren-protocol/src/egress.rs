@@ -132,13 +132,21 @@ pub struct EgressSecretList {
     pub secrets: Vec<EgressSecretInfo>,
 }
 
-/// One connection a sandbox made or was refused.
+/// One record of a connection a sandbox made or was refused. An allowed connection has
+/// two, with the same `connection`: one written when it opened (no `ended_at`, nothing
+/// carried yet) and one when it ended, with the bytes it carried. A refused connection
+/// has one, with `ended_at`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct EgressConnection {
     /// Its place in the sandbox's audit: pass the last one as `after` for the next page.
     pub id: i64,
+    /// The connection's id, shared by its records.
+    pub connection: String,
     /// RFC 3339: when it was made.
     pub at: String,
+    /// RFC 3339: when it ended or was refused; absent on the record of its opening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
     /// The host the client named.
     pub host: String,
     /// The port.
@@ -170,7 +178,7 @@ pub struct EgressConnection {
 pub struct EgressLog {
     /// The sandbox.
     pub sandbox_id: String,
-    /// Its connections after the cursor.
+    /// Its connections' records after the cursor.
     pub connections: Vec<EgressConnection>,
 }
 

@@ -85,10 +85,18 @@ impl RuntimeEgress {
     }
 
     fn event(&self) -> EgressEvent {
-        EgressEvent {
-            at: std::time::SystemTime::now()
+        let mut id = [0u8; 8];
+        // A connection id that cannot be had is still unique enough from the clock.
+        if getrandom::fill(&mut id).is_err() {
+            id = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                .map_or(0, |d| d.as_nanos() as u64)
+                .to_be_bytes();
+        }
+        EgressEvent {
+            at: now_ms(),
+            connection: id.iter().map(|b| format!("{b:02x}")).collect(),
+            ended_at: None,
             sandbox: self.sandbox.clone(),
             host: String::new(),
             port: 0,
@@ -103,9 +111,22 @@ impl RuntimeEgress {
         }
     }
 
-    fn record(&self, event: EgressEvent) {
+    /// Records the end of a connection (or its refusal).
+    fn record(&self, mut event: EgressEvent) {
+        event.ended_at = Some(now_ms());
         if let Some(broker) = &self.broker {
             broker.record(event);
+        }
+    }
+
+    /// Records a connection as it opens, before a byte is carried: one still open, or cut
+    /// by a server that stops, is in the audit too.
+    fn opened(&self, event: &EgressEvent) {
+        if let Some(broker) = &self.broker {
+            broker.record(EgressEvent {
+                ended_at: None,
+                ..event.clone()
+            });
         }
     }
 
@@ -330,6 +351,7 @@ async fn serve(
         }
         let mut target = target;
         target.write_all(&head.to_bytes()).await?;
+        egress.opened(event);
         let forbidden = placeholders(&foreign);
         let carried = splice::splice(client, target, TUNNEL_IDLE, &forbidden, rest).await?;
         note_carried(event, carried, &foreign);
@@ -347,6 +369,7 @@ async fn serve(
     // Not bound anywhere here: a placeholder sent in clear through a tunnel (plain TCP) is
     // still cut; inside TLS it is the destination's to see, and worth nothing there.
     let foreign: Vec<&(EgressSecret, String)> = secrets.iter().collect();
+    egress.opened(event);
     let carried =
         splice::splice(client, target, TUNNEL_IDLE, &placeholders(&foreign), rest).await?;
     note_carried(event, carried, &foreign);
@@ -437,10 +460,18 @@ async fn intercept(
     }
     let mut upstream = upstream;
     upstream.write_all(&head.to_bytes()).await?;
+    egress.opened(event);
     let forbidden = placeholders(&foreign);
     let carried = splice::splice(inside, upstream, TUNNEL_IDLE, &forbidden, rest).await?;
     note_carried(event, carried, &foreign);
     Ok(())
+}
+
+/// The time now, Unix milliseconds.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Secrets with their placeholders.

@@ -438,6 +438,8 @@ fn egress_sandbox(uid_: &str, scope: &str) -> SandboxId {
 fn egress_event(sandbox: &SandboxId, host: &str, at: i64) -> EgressEvent {
     EgressEvent {
         at,
+        connection: format!("{host}-{at}"),
+        ended_at: Some(at + 50),
         sandbox: sandbox.clone(),
         host: host.to_owned(),
         port: 443,

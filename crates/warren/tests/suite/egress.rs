@@ -189,9 +189,14 @@ async fn set_secret(
     status
 }
 
-/// The sandbox's egress audit once it holds at least `count` connections (it is written
-/// behind the connections, so it is polled until then).
-async fn audit(server: &TestServer, id: &str, count: usize) -> Vec<serde_json::Value> {
+/// The sandbox's egress audit once it holds at least `count` records that match (it is
+/// written behind the connections, so it is polled until then).
+async fn audit_until(
+    server: &TestServer,
+    id: &str,
+    count: usize,
+    matches: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (status, body) = server
@@ -199,13 +204,13 @@ async fn audit(server: &TestServer, id: &str, count: usize) -> Vec<serde_json::V
             .await;
         assert_eq!(status, 200, "{body}");
         let connections = body["connections"].as_array().unwrap().clone();
-        if connections.len() >= count {
+        let matching = connections.iter().filter(|c| matches(c)).count();
+        if matching >= count {
             return connections;
         }
         assert!(
             Instant::now() < deadline,
-            "the audit holds {} connections, not {count}: {body}",
-            connections.len()
+            "the audit holds {matching} such records, not {count}: {body}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -424,9 +429,36 @@ print(t.recv(1000).decode().split('\r\n\r\n')[-1])
         "{heads:?}"
     );
 
-    // The audit lists every connection of the run, with what decided it. It is written as
-    // each connection ends, so it is read in the order they began.
-    let mut connections = audit(&server, &id, 6).await;
+    // The audit lists every connection of the run, with what decided it. Each connection
+    // that carried anything was recorded as it opened, before a byte went through, and
+    // again as it ended; the ends are read in the order the connections began.
+    let ended = |c: &serde_json::Value| c.get("ended_at").is_some();
+    let records = audit_until(&server, &id, 6, ended).await;
+    let (mut connections, openings): (Vec<_>, Vec<_>) =
+        records.iter().cloned().partition(|c| ended(c));
+    let allowed: Vec<&serde_json::Value> = connections
+        .iter()
+        .filter(|c| c["verdict"] == "allowed")
+        .collect();
+    assert_eq!(openings.len(), allowed.len(), "{records:#?}");
+    for end in allowed {
+        let opening = openings
+            .iter()
+            .find(|o| o["connection"] == end["connection"])
+            .unwrap_or_else(|| panic!("no opening of {end}: {records:#?}"));
+        assert!(opening["id"].as_i64() < end["id"].as_i64(), "{records:#?}");
+        assert_eq!(
+            (
+                &opening["at"],
+                &opening["host"],
+                &opening["port"],
+                &opening["bytes_out"],
+                &opening["bytes_in"]
+            ),
+            (&end["at"], &end["host"], &end["port"], &json!(0), &json!(0)),
+            "{records:#?}"
+        );
+    }
     connections.sort_by_key(|c| (c["at"].as_str().unwrap().to_owned(), c["id"].as_i64()));
     let summary: Vec<(String, String, String, bool, Vec<String>)> = connections
         .iter()
@@ -497,12 +529,38 @@ print(t.recv(1000).decode().split('\r\n\r\n')[-1])
         "{connections:#?}"
     );
     assert!(connections[0]["bytes_in"].as_u64().unwrap() > 0);
+
+    // A connection still open is in the audit already: its opening, with no end.
+    let held = format!(
+        r#"nohup python3 -c "
+import socket, time
+s = socket.create_connection(('127.0.0.1', 3128))
+s.sendall(b'CONNECT {o}:{op} HTTP/1.1\r\nHost: {o}\r\n\r\n')
+s.recv(100)
+time.sleep(120)
+" >/dev/null 2>&1 &"#
+    );
+    assert_eq!(server.exec(&id, &held).await["exit_code"], 0);
+    let tunnel = format!("{o}:{op}");
+    let is_held = |c: &serde_json::Value| {
+        format!("{}:{}", c["host"].as_str().unwrap_or(""), c["port"]) == tunnel
+            && !ended(c)
+            && !records.iter().any(|r| r["connection"] == c["connection"])
+    };
+    let now = audit_until(&server, &id, 1, is_held).await;
+    let open = now.iter().find(|c| is_held(c)).unwrap();
+    assert_eq!(open["verdict"], "allowed", "{open}");
+    assert!(
+        !now.iter()
+            .any(|c| c["connection"] == open["connection"] && ended(c)),
+        "the held tunnel ended: {now:#?}"
+    );
     // No read of the audit or the secrets shows the value.
     let (_, listed) = server
         .send_json(server.request(Method::GET, &format!("/v1/sandboxes/{id}/secrets")))
         .await;
     assert_eq!(listed["secrets"][0]["env"], "WARREN_SECRET_API_TOKEN");
-    for text in [listed.to_string(), json!(connections).to_string()] {
+    for text in [listed.to_string(), json!(now).to_string()] {
         assert!(!text.contains(&value) && !text.contains(&rotated), "{text}");
     }
 }

@@ -476,7 +476,11 @@ class EditResult(TypedDict, total=False):
 
 
 class EgressConnection(TypedDict, total=False):
-    """One connection a sandbox made or was refused."""
+    """One record of a connection a sandbox made or was refused. An allowed connection has
+    two, with the same `connection`: one written when it opened (no `ended_at`, nothing
+    carried yet) and one when it ended, with the bytes it carried. A refused connection
+    has one, with `ended_at`.
+    """
     # The address connected to, when one was.
     address: str | None
     # RFC 3339: when it was made.
@@ -485,6 +489,10 @@ class EgressConnection(TypedDict, total=False):
     bytes_in: Required[int]
     # Bytes the sandbox sent.
     bytes_out: Required[int]
+    # The connection's id, shared by its records.
+    connection: Required[str]
+    # RFC 3339: when it ended or was refused; absent on the record of its opening.
+    ended_at: str | None
     # The host the client named.
     host: Required[str]
     # Its place in the sandbox's audit: pass the last one as `after` for the next page.
@@ -505,7 +513,7 @@ class EgressConnection(TypedDict, total=False):
 
 class EgressLog(TypedDict, total=False):
     """`GET /v1/sandboxes/{id}/egress`: oldest first."""
-    # Its connections after the cursor.
+    # Its connections' records after the cursor.
     connections: Required[builtins.list[EgressConnection]]
     # The sandbox.
     sandbox_id: Required[str]
