@@ -303,14 +303,24 @@ def execute(request):
                 kernel.interrupt()
         elif kind == "status" and content.get("execution_state") == "idle":
             break
+    reply_content = {}
     try:
         reply = client.get_shell_msg(timeout=5)
         while reply.get("parent_header", {}).get("msg_id") != msg_id:
             reply = client.get_shell_msg(timeout=5)
-        count = reply["content"].get("execution_count", count)
-        status = reply["content"].get("status", status)
+        reply_content = reply["content"]
+        count = reply_content.get("execution_count", count)
+        status = reply_content.get("status", status)
     except queue.Empty:
         pass
+    if status == "error" and not errored:
+        # The cell failed but its error was never published: a second interrupt landed
+        # while IPython was showing the first one's traceback (it then only prints
+        # "KeyboardInterrupt" to stderr). The reply still names the error.
+        emit({
+            "id": rid, "t": "error", "name": reply_content.get("ename") or "Error",
+            "value": reply_content.get("evalue", ""), "traceback": reply_content.get("traceback", []),
+        })
     if status == "abort" and not errored:
         # A kernel that stopped on an interrupt without saying so (bash_kernel).
         emit({"id": rid, "t": "error", "name": "KeyboardInterrupt", "value": "interrupted", "traceback": []})

@@ -344,6 +344,49 @@ async fn contexts_are_created_listed_restarted_interrupted_and_removed(host: Hos
         "'nb'"
     );
 
+    // An interrupt that lands while IPython shows a failed cell's traceback stops the
+    // display (IPython then only prints "KeyboardInterrupt" to stderr): the execution
+    // still ends with its error, named.
+    let slow_error = "import time\nclass SlowError(Exception):\n    def _render_traceback_(self):\n        print('showing', flush=True)\n        time.sleep(60)\n        return []\nraise SlowError('slow to show')";
+    let mut response = server
+        .request(Method::POST, &format!("/v1/sandboxes/{id}/code/execute"))
+        .header("accept", "application/x-ndjson")
+        .json(&json!({"code": slow_error, "context": "nb"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut text = String::new();
+    let mut interrupted = false;
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        if !interrupted && text.contains("showing") {
+            interrupted = true;
+            let (status, _) = send(
+                &server,
+                Method::POST,
+                &format!("{base}/nb/interrupt"),
+                json!({}),
+            )
+            .await;
+            assert_eq!(status, 204);
+        }
+    }
+    let events: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let error = events
+        .iter()
+        .find(|e| e["type"] == "error")
+        .unwrap_or_else(|| panic!("no error event: {events:?}"));
+    assert_eq!(
+        (&error["name"], &error["value"]),
+        (&json!("SlowError"), &json!("slow to show")),
+        "{events:?}"
+    );
+    assert_eq!(events.last().unwrap()["status"], "error", "{events:?}");
+
     // Restart: the state is gone; the id, directory and environment stay.
     let (status, restarted) = send(
         &server,
