@@ -453,6 +453,11 @@ async fn inbound(
             Err(error) => break Err(error),
         }
     };
+    // Readers see the end of the output now: a simplex stream's reader reaches its end
+    // only when the writer shuts it down, never when the writer is merely dropped (the
+    // caller would wait out its output grace after every command).
+    let _ = stdout.shutdown().await;
+    let _ = stderr.shutdown().await;
     drop((stdout, stderr));
     let _ = ended.send(());
     let _ = exit.send(result);
@@ -623,5 +628,74 @@ impl std::io::Write for ChannelWriter {
         self.data
             .blocking_send(chunk)
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use tokio::io::AsyncReadExt as _;
+
+    /// Serves one connection as an agent would: the handshake, then `frames`.
+    fn agent(key: wire::AgentKey, frames: Vec<(Kind, Vec<u8>)>) -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let (mut sealer, _opener) = wire::accept(&mut stream, &key).unwrap();
+            for (kind, payload) in frames {
+                stream
+                    .write_all(&sealer.seal(kind, &payload).unwrap())
+                    .unwrap();
+            }
+            // The connection stays open, as the gateway's does until warren closes it.
+            std::thread::sleep(Duration::from_secs(30));
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn the_output_ends_as_the_exit_arrives_while_the_connection_stays_open() {
+        let key = wire::AgentKey::from_bytes([7; 32]);
+        let exited = serde_json::to_vec(&Reply::Exited {
+            exit_code: Some(0),
+            signal: None,
+            user_us: 0,
+            system_us: 0,
+            max_rss_kib: 0,
+        })
+        .unwrap();
+        let address = agent(
+            wire::AgentKey::from_bytes([7; 32]),
+            vec![(Kind::Stdout, b"hi\n".to_vec()), (Kind::Reply, exited)],
+        );
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let (_sealer, opener) = wire::connect(&mut stream, &key).await.unwrap();
+        let (reader, _writer) = stream.into_split();
+        let (mut stdout, stdout_write) = tokio::io::simplex(wire::DATA_CHUNK);
+        let (mut stderr, stderr_write) = tokio::io::simplex(wire::DATA_CHUNK);
+        let (exit_sender, exit) = tokio::sync::oneshot::channel();
+        let (ended_sender, _ended) = tokio::sync::oneshot::channel();
+        tokio::spawn(inbound(
+            reader,
+            opener,
+            stdout_write,
+            stderr_write,
+            exit_sender,
+            ended_sender,
+            None,
+            Pending::default(),
+        ));
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let read = async {
+            stdout.read_to_end(&mut out).await.unwrap();
+            stderr.read_to_end(&mut err).await.unwrap();
+        };
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("the output ends with the exit, not with the connection");
+        assert_eq!((out.as_slice(), err.as_slice()), (&b"hi\n"[..], &b""[..]));
+        assert_eq!(exit.await.unwrap().unwrap().exit_code, Some(0));
     }
 }
