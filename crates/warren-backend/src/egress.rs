@@ -73,8 +73,16 @@ fn authority_params(sandbox: &SandboxId) -> rcgen::CertificateParams {
 /// next one.
 #[async_trait::async_trait]
 pub trait EgressBroker: Send + Sync + 'static {
-    /// The secrets `sandbox` may present now: its uid's and its own.
-    async fn secrets(&self, sandbox: &SandboxId) -> Result<Vec<EgressSecret>, String>;
+    /// The secrets `sandbox` may present now, its uid's and its own, for a connection to
+    /// `host:port`: one bound there carries its value (a sourced one minted now, or left
+    /// out when its source fails); the others may carry none, and serve only to refuse
+    /// their placeholders.
+    async fn secrets(
+        &self,
+        sandbox: &SandboxId,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<EgressSecret>, String>;
     /// The sandbox's authority, made the first time it is asked for.
     async fn authority(&self, sandbox: &SandboxId) -> Result<Authority, String>;
     /// Records one connection; never blocks.

@@ -259,7 +259,12 @@ impl Broker {
 
 #[async_trait::async_trait]
 impl EgressBroker for Broker {
-    async fn secrets(&self, sandbox: &SandboxId) -> Result<Vec<EgressSecret>, String> {
+    async fn secrets(
+        &self,
+        sandbox: &SandboxId,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<EgressSecret>, String> {
         let uid = self.owner(sandbox).await?;
         let records = visible_secrets(self.store.as_ref(), &uid, sandbox)
             .await
@@ -269,6 +274,9 @@ impl EgressBroker for Broker {
             let secret = record.secret;
             match secret.rule.source.clone() {
                 None => secrets.push(secret),
+                // Minted only for a connection it is bound to: no other connection waits
+                // for a source. Unminted, it still names its placeholder, to refuse it.
+                Some(_) if !secret.rule.covers(host, port) => secrets.push(secret),
                 // A source that fails leaves its secret out: nothing is presented (its
                 // placeholder, worth nothing, goes as it is).
                 Some(source) => match self.mint(&uid, sandbox, &secret, &source).await {

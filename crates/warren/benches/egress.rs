@@ -131,7 +131,7 @@ struct Broker {
 
 #[async_trait::async_trait]
 impl EgressBroker for Broker {
-    async fn secrets(&self, _: &SandboxId) -> Result<Vec<EgressSecret>, String> {
+    async fn secrets(&self, _: &SandboxId, _: &str, _: u16) -> Result<Vec<EgressSecret>, String> {
         Ok(self.secret.clone().into_iter().collect())
     }
     async fn authority(&self, _: &SandboxId) -> Result<Authority, String> {

@@ -130,14 +130,14 @@ impl RuntimeEgress {
         }
     }
 
-    /// The secrets the sandbox may present now, each with its placeholder. A broker that
-    /// cannot answer leaves none: nothing is presented, and nothing the sandbox holds is
-    /// worth anything.
-    async fn secrets(&self) -> Vec<(EgressSecret, String)> {
+    /// The secrets the sandbox may present now on a connection to `host:port`, each with
+    /// its placeholder. A broker that cannot answer leaves none: nothing is presented, and
+    /// nothing the sandbox holds is worth anything.
+    async fn secrets(&self, host: &str, port: u16) -> Vec<(EgressSecret, String)> {
         let Some(broker) = &self.broker else {
             return Vec::new();
         };
-        match broker.secrets(&self.sandbox).await {
+        match broker.secrets(&self.sandbox, host, port).await {
             Ok(secrets) => secrets
                 .into_iter()
                 .map(|secret| {
@@ -307,7 +307,7 @@ async fn serve(
     };
     event.host.clone_from(&request.host);
     event.port = request.port;
-    let secrets = egress.secrets().await;
+    let secrets = egress.secrets(&request.host, request.port).await;
     // A placeholder in a plain request's head where it may not go: refused before any
     // connection is made.
     if let Some(head) = &request.head {

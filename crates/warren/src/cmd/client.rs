@@ -894,6 +894,19 @@ pub async fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A value given on stdin, as `printf %s "$V" |` or `echo "$V" |` give it: one final
+/// newline is not part of it.
+pub(crate) fn value_from_stdin() -> anyhow::Result<String> {
+    let mut value = String::new();
+    std::io::stdin()
+        .read_to_string(&mut value)
+        .context("cannot read the value from stdin")?;
+    if value.ends_with('\n') {
+        value.pop();
+    }
+    Ok(value)
+}
+
 pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
     let client = args.connection.client()?;
     let result = match args.command {
@@ -902,15 +915,8 @@ pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
             .await
             .map(|env| serde_json::to_value(env).unwrap_or_default()),
         EnvCommand::Set { uid, name, plain } => {
-            let mut value = String::new();
-            std::io::stdin()
-                .read_to_string(&mut value)
-                .context("cannot read the value from stdin")?;
-            if value.ends_with('\n') {
-                value.pop();
-            }
             let value = SetAgentEnvVar {
-                value,
+                value: value_from_stdin()?,
                 secret: Some(!plain),
             };
             client

@@ -2,7 +2,6 @@
 //! `warren egress`. All of it is the server's API; a value is read from stdin and never
 //! printed.
 
-use std::io::Read as _;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -10,7 +9,7 @@ use clap::{Args, Subcommand};
 use warren_client::SecretOwner;
 use warren_protocol::{SecretPresentation, SecretTargetSpec, SetEgressSecret};
 
-use super::client::{print_json, report, Connection};
+use super::client::{print_json, report, value_from_stdin, Connection};
 
 #[derive(Debug, Args)]
 pub struct SecretArgs {
@@ -151,16 +150,7 @@ pub async fn secret(args: SecretArgs) -> anyhow::Result<ExitCode> {
         } => {
             let value = match source {
                 Some(_) => None,
-                None => {
-                    let mut value = String::new();
-                    std::io::stdin()
-                        .read_to_string(&mut value)
-                        .context("cannot read the value from stdin")?;
-                    if value.ends_with('\n') {
-                        value.pop();
-                    }
-                    Some(value)
-                }
+                None => Some(value_from_stdin()?),
             };
             let present = match (header, query, basic) {
                 (Some(header), _, _) => {

@@ -35,10 +35,26 @@ async fn stream(server: &TestServer, id: &str, body: Value) -> Vec<Value> {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
+    events_of(&response.text().await.unwrap())
+}
+
+/// The events of a streamed execution's NDJSON.
+fn events_of(text: &str) -> Vec<Value> {
     text.lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()
+}
+
+/// Interrupts context `context` of the sandbox whose contexts are at `base`.
+async fn interrupt(server: &TestServer, base: &str, context: &str) {
+    let (status, body) = send(
+        server,
+        Method::POST,
+        &format!("{base}/{context}/interrupt"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
 }
 
 /// The main result's `text/plain`.
@@ -319,14 +335,7 @@ async fn contexts_are_created_listed_restarted_interrupted_and_removed(host: Hos
     let deadline = Instant::now() + Duration::from_secs(60);
     let interrupted = loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let (status, _) = send(
-            &server,
-            Method::POST,
-            &format!("{base}/nb/interrupt"),
-            json!({}),
-        )
-        .await;
-        assert_eq!(status, 204);
+        interrupt(&server, &base, "nb").await;
         if looping.is_finished() {
             break looping.await.unwrap();
         }
@@ -362,20 +371,10 @@ async fn contexts_are_created_listed_restarted_interrupted_and_removed(host: Hos
         text.push_str(&String::from_utf8_lossy(&chunk));
         if !interrupted && text.contains("showing") {
             interrupted = true;
-            let (status, _) = send(
-                &server,
-                Method::POST,
-                &format!("{base}/nb/interrupt"),
-                json!({}),
-            )
-            .await;
-            assert_eq!(status, 204);
+            interrupt(&server, &base, "nb").await;
         }
     }
-    let events: Vec<Value> = text
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let events = events_of(&text);
     let error = events
         .iter()
         .find(|e| e["type"] == "error")

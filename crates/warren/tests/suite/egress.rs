@@ -858,6 +858,15 @@ async fn a_secret_from_a_source_is_minted_per_sandbox_and_kept_until_it_expires(
             format!("short-alice-{second}-3"),
         ]
     );
+    // A connection the secrets are not bound to (the host's HTTPS port) runs no source:
+    // the one whose value expires at once was run three times, no more.
+    let minted =
+        |name: &str| std::fs::read_to_string(scripts.path().join(format!("{name}.count"))).unwrap();
+    server.exec(&first, &fetch(&bound.https("/v1/x"))).await;
+    assert_eq!(
+        (minted("long"), minted("short")),
+        ("2\n".into(), "3\n".into())
+    );
     // Nothing minted is stored or shown.
     let (_, listed) = server
         .send_json(server.request(Method::GET, "/v1/users/alice/secrets"))
