@@ -191,6 +191,7 @@ impl DeployOptions {
             warren_pod_labels: self.warren_pod_labels(),
             instance: self.name.clone(),
             api_url: None,
+            kubeconfig: None,
             agent_port: default_agent_port(),
             agent_clients_cidr: None,
             ready_timeout_s: default_ready_timeout(),
@@ -324,6 +325,10 @@ pub struct KubernetesSettings {
     /// kubeconfig (`KUBECONFIG`, `~/.kube/config`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_url: Option<String>,
+    /// A kubeconfig file to reach the cluster with (its current context), instead of the
+    /// service account or `KUBECONFIG`; not with `api_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<std::path::PathBuf>,
     /// The agent's TCP port in sandbox pods [default: 7070].
     #[serde(default = "default_agent_port")]
     pub agent_port: u16,

@@ -93,7 +93,10 @@ impl KubernetesBackend {
             limits: Limits {
                 cpu_millis: limits.cpu_millis.unwrap_or(1000),
                 memory_bytes: limits.memory_bytes.unwrap_or(2048 * MIB),
-                // The home's emptyDir counts only where there is one (not E2B's, I30).
+                // The writable layer, logs and the disk-backed emptyDirs (the agent's
+                // bundle, the accounts): the home's and /tmp's sizes are in memory now but
+                // still counted, which keeps the bound what it was on every cluster. The
+                // home's counts only where there is one (not E2B's, I30).
                 ephemeral_storage_bytes: limits.cow_bytes
                     + if layout.home_is_ephemeral() {
                         limits.home_bytes

@@ -101,11 +101,19 @@ fn mount(volume: &str, target: &str, sub_path: Option<&str>, read_only: bool) ->
     }
 }
 
-fn empty_dir(name: &str, bytes: u64) -> Volume {
+/// A size-limited `emptyDir`; in memory (a tmpfs) when `memory`.
+///
+/// The sandbox's writable trees (the home, `/tmp`) are tmpfs, as on the other backends: a
+/// kubelet enforces a disk-backed `emptyDir`'s `sizeLimit` only by evicting the pod once it
+/// notices (every ten seconds or so), after the writes have succeeded, where a tmpfs ends the
+/// write that goes past it with ENOSPC (its size is the `sizeLimit` since Kubernetes 1.22,
+/// `SizeMemoryBackedVolumes`) and counts against the pod's memory limit.
+fn empty_dir(name: &str, bytes: u64, memory: bool) -> Volume {
     Volume {
         name: name.to_owned(),
         empty_dir: Some(EmptyDirVolumeSource {
             size_limit: Some(quantity(bytes)),
+            medium: memory.then(|| "Memory".to_owned()),
             ..EmptyDirVolumeSource::default()
         }),
         ..Volume::default()
@@ -217,14 +225,11 @@ pub(super) fn pod(plan: &PodPlan) -> Pod {
         claim_volume(VOLUME_USER_DATA, &plan.user_data_claim, false),
         claim_volume(VOLUME_SKILLS, &plan.skills_claim, skills_read_only),
     ];
-    volumes.extend(empty_dirs(plan.layout).into_iter().map(|name| {
-        let bytes = match name {
-            VOLUME_HOME => plan.limits.home_bytes,
-            VOLUME_TMP => plan.limits.tmp_bytes,
-            VOLUME_ACCOUNTS => crate::accounts::VOLUME_BYTES,
-            _ => plan.agent.bundle_bytes,
-        };
-        empty_dir(name, bytes)
+    volumes.extend(empty_dirs(plan.layout).into_iter().map(|name| match name {
+        VOLUME_HOME => empty_dir(name, plan.limits.home_bytes, true),
+        VOLUME_TMP => empty_dir(name, plan.limits.tmp_bytes, true),
+        VOLUME_ACCOUNTS => empty_dir(name, crate::accounts::VOLUME_BYTES, false),
+        _ => empty_dir(name, plan.agent.bundle_bytes, false),
     }));
     Pod {
         metadata: ObjectMeta {

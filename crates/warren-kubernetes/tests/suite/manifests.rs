@@ -57,8 +57,8 @@ fn the_pod_runs_the_sandbox_unprivileged_with_no_token_and_no_service_links() {
 }
 
 #[test]
-fn the_pod_mounts_exactly_the_two_sub_paths_the_size_limited_home_and_tmp_and_the_read_only_agent()
-{
+fn the_pod_mounts_exactly_the_two_sub_paths_the_size_limited_home_and_tmp_in_memory_and_the_read_only_agent(
+) {
     let (pod, _, _) = objects(&ars());
     let sandbox = &pod["spec"]["containers"][0];
     assert_eq!(sandbox["volumeMounts"].as_array().unwrap().len(), 5);
@@ -82,8 +82,8 @@ fn the_pod_mounts_exactly_the_two_sub_paths_the_size_limited_home_and_tmp_and_th
         &json!([
             {"name": "user-data", "persistentVolumeClaim": {"claimName": "warren-user-data"}},
             {"name": "skills", "persistentVolumeClaim": {"claimName": "warren-skills", "readOnly": true}},
-            {"name": "home", "emptyDir": {"sizeLimit": "268435456"}},
-            {"name": "tmp", "emptyDir": {"sizeLimit": "268435456"}},
+            {"name": "home", "emptyDir": {"medium": "Memory", "sizeLimit": "268435456"}},
+            {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "268435456"}},
             {"name": "agent", "emptyDir": {"sizeLimit": "268435456"}},
         ])
     );
@@ -170,7 +170,7 @@ fn an_e2b_pod_mounts_its_workdir_at_the_home_and_warrens_accounts_read_only() {
         json!([
             {"name": "user-data", "persistentVolumeClaim": {"claimName": "warren-user-data"}},
             {"name": "skills", "persistentVolumeClaim": {"claimName": "warren-skills", "readOnly": true}},
-            {"name": "tmp", "emptyDir": {"sizeLimit": "268435456"}},
+            {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "268435456"}},
             {"name": "agent", "emptyDir": {"sizeLimit": "268435456"}},
             {"name": "accounts", "emptyDir": {"sizeLimit": "65536"}},
         ])

@@ -25,12 +25,28 @@ pub(super) async fn backend(
     workspace_dir: &Path,
     limits: RuntimeLimits,
 ) -> anyhow::Result<Arc<dyn Backend>> {
-    let config = match &settings.api_url {
-        Some(url) => kube::Config::new(
+    let config = match (&settings.api_url, &settings.kubeconfig) {
+        (Some(_), Some(_)) => {
+            anyhow::bail!("[kubernetes] names both api_url and kubeconfig: name one")
+        }
+        (Some(url), None) => kube::Config::new(
             url.parse()
                 .with_context(|| format!("[kubernetes] api_url {url:?} is not a URL"))?,
         ),
-        None => kube::Config::infer().await.context(
+        (None, Some(path)) => {
+            let file = kube::config::Kubeconfig::read_from(path).with_context(|| {
+                format!("cannot read [kubernetes] kubeconfig {}", path.display())
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| {
+                    format!(
+                        "[kubernetes] kubeconfig {} names no usable cluster",
+                        path.display()
+                    )
+                })?
+        }
+        (None, None) => kube::Config::infer().await.context(
             "cannot find the cluster: warren is not in a pod with a service account, and no \
              kubeconfig was found (KUBECONFIG, ~/.kube/config); or set [kubernetes] api_url",
         )?,
