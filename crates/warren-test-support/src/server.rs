@@ -312,9 +312,10 @@ impl TestServer {
     /// be one that is safe as a directory name.
     pub fn workspace_of(&self, safe_uid: &str) -> PathBuf {
         // On a test cluster the workspace directory is the claims', not the data dir.
-        let root = match self.cluster() {
-            Some(cluster) => cluster.workspace.path().to_owned(),
-            None => self.data_dir(),
+        let root = match (self.cluster(), self.real_cluster()) {
+            (Some(cluster), _) => cluster.workspace.path().to_owned(),
+            (None, Some(cluster)) => cluster.workspace.path().to_owned(),
+            (None, None) => self.data_dir(),
         };
         root.join("user-data/shared")
             .join(safe_uid)
@@ -450,15 +451,41 @@ impl TestServer {
     /// [`TestServer::start_kubernetes`] with more `warren serve` arguments.
     pub fn start_kubernetes_with(bin: &Path, extra: &str, args: &[&str]) -> Self {
         let cluster = kube::TestCluster::start(bin);
-        let config = tempfile::NamedTempFile::new().expect("a config file");
-        std::fs::write(config.path(), cluster.config("test", extra)).expect("write the config");
-        let path = config.path().display().to_string();
+        let config = cluster.config("test", extra);
+        Self::start_on_cluster(bin, &config, args, cluster)
+    }
+
+    /// Starts `bin serve --config <config> <args>`, holding `cluster` (what serves the
+    /// config's `[kubernetes]`) until the server is gone.
+    fn start_on_cluster(
+        bin: &Path,
+        config: &str,
+        args: &[&str],
+        cluster: impl std::any::Any + Send + Sync,
+    ) -> Self {
+        let file = tempfile::NamedTempFile::new().expect("a config file");
+        std::fs::write(file.path(), config).expect("write the config");
+        let path = file.path().display().to_string();
         let mut all = vec!["--config", path.as_str()];
         all.extend_from_slice(args);
         let mut server = Self::start_with(bin, &all);
-        server.hold(config);
+        server.hold(file);
         server.hold(cluster);
         server
+    }
+
+    /// Starts `bin serve` with the Kubernetes backend on a namespace of the real cluster
+    /// (`scripts/k8s-cluster up`), `extra` appended to its `[kubernetes]` section.
+    pub fn start_kubernetes_real_with(bin: &Path, extra: &str, args: &[&str]) -> Self {
+        let cluster = kube::real::RealCluster::start(bin);
+        let config = cluster.config("test", extra);
+        Self::start_on_cluster(bin, &config, args, cluster)
+    }
+
+    /// The namespace of the real cluster a server from
+    /// [`TestServer::start_kubernetes_real_with`] serves.
+    pub fn real_cluster(&self) -> Option<&kube::real::RealCluster> {
+        self.held.iter().find_map(|held| held.downcast_ref())
     }
 
     /// The simulated cluster of a server from [`TestServer::start_kubernetes`].

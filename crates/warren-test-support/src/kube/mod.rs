@@ -2,6 +2,10 @@
 //! stateful API server (`api`) that the real `kube::Client` talks to over real HTTP, and a
 //! test-side kubelet (`kubelet`) that runs the pods it is told about on this machine.
 //!
+//! A real cluster (`real`, issue 39) now runs here too, and holds the backend to the rules
+//! a real kubelet enforces; the fakes stay for what a real API server cannot be made to do
+//! on demand (faults, 429s and 5xx, 410 storms, newer fields).
+//!
 //! Both are fakes, named as such: admission, scheduling, kube-proxy and a real kubelet are
 //! not exercised. PyPI's `kmock` (0.8) was the first choice for the API server and is not
 //! enough: its Kubernetes emulator answers every list with `resourceVersion: "..."`,
@@ -13,6 +17,7 @@
 
 pub mod api;
 pub mod kubelet;
+pub mod real;
 
 use std::sync::Arc;
 

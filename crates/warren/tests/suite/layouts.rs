@@ -294,7 +294,7 @@ fn started_anything(host: Host, server: &TestServer, id: &str) -> Vec<String> {
     let mut found = Vec::new();
     let data = server.data_dir();
     match host {
-        Host::Kubernetes | Host::LocalGvisor | Host::DockerGvisor => {
+        Host::Kubernetes | Host::KubernetesReal | Host::LocalGvisor | Host::DockerGvisor => {
             unreachable!("the layout rules run on the local and Docker backends' kernel tier")
         }
         Host::Local => {
@@ -470,7 +470,7 @@ impl Drop for BackendLeftovers {
 async fn backend(host: Host, data_dir: &Path) -> Box<dyn Backend> {
     let limits = warren_isolation::config::RuntimeLimits::default();
     match host {
-        Host::Kubernetes | Host::LocalGvisor | Host::DockerGvisor => {
+        Host::Kubernetes | Host::KubernetesReal | Host::LocalGvisor | Host::DockerGvisor => {
             unreachable!("the layout rules run on the local and Docker backends' kernel tier")
         }
         Host::Local => Box::new(
@@ -546,7 +546,7 @@ fn deerflow_spec(
             backend: match host {
                 Host::Local => BackendKind::Local,
                 Host::Docker => BackendKind::Docker,
-                Host::Kubernetes => BackendKind::Kubernetes,
+                Host::Kubernetes | Host::KubernetesReal => BackendKind::Kubernetes,
                 Host::LocalGvisor | Host::DockerGvisor => {
                     unreachable!("the layout rules run on the kernel tier")
                 }
@@ -930,7 +930,15 @@ mod e2b {
     );
     // The same rules on the Kubernetes backend's test cluster: the pod's home is the
     // workdir's subPath and its accounts warren's (I7, I11), its snapshots skip it (I30).
-    conformance_kubernetes!(
+    conformance_on!(
+        kubernetes, Kubernetes:
+        an_e2b_runtime_runs_as_user_in_its_home_which_is_the_workdir,
+        files_in_the_e2b_home_outlive_a_reap_and_the_runtime,
+        paths_and_links_in_the_e2b_home_expose_nothing_else,
+    );
+    // And on the real cluster (issue 39).
+    conformance_on!(
+        kubernetes_real, KubernetesReal:
         an_e2b_runtime_runs_as_user_in_its_home_which_is_the_workdir,
         files_in_the_e2b_home_outlive_a_reap_and_the_runtime,
         paths_and_links_in_the_e2b_home_expose_nothing_else,

@@ -1,0 +1,324 @@
+//! A real Kubernetes cluster for tests (issue 39): the single-node cluster that
+//! `scripts/k8s-cluster up` starts on this machine (kube-apiserver, kubelet and containerd
+//! built from Debian's packages), which `scripts/test` brings up and names in
+//! `WARREN_TEST_K8S_KUBECONFIG`.
+//!
+//! Each [`RealCluster`] is one test's share of it: a namespace of its own, and the two
+//! claims warren's pods mount (hostPath volumes on a directory of the test's, bound to
+//! exactly those claims), all removed when it is dropped. warren runs on the host, outside
+//! the cluster, as an operator's warren does with a kubeconfig: it reaches the API server
+//! and its pods over the cluster's veth, from [`HOST_IP`].
+//!
+//! A sandbox pod requests the CPU it is limited to (one CPU by default) and the node has
+//! two: these tests run one at a time (`--test-threads=1`, as `scripts/test` runs them), so
+//! that the two pods a test may make always fit.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The variable naming the cluster's kubeconfig; `scripts/test` sets it.
+pub const KUBECONFIG_VAR: &str = "WARREN_TEST_K8S_KUBECONFIG";
+/// The host's address on the cluster's network: where pods reach warren's egress proxy and
+/// where warren's connections to their agents come from.
+pub const HOST_IP: &str = "10.213.0.1";
+/// The network warren's connections to agents come from.
+pub const AGENT_CLIENTS_CIDR: &str = "10.213.0.0/24";
+
+/// The cluster's kubeconfig. Panics, naming what to run, when no cluster was brought up: a
+/// real-cluster test never passes without one.
+pub fn kubeconfig() -> PathBuf {
+    match std::env::var_os(KUBECONFIG_VAR) {
+        Some(path) if Path::new(&path).is_file() => PathBuf::from(path),
+        Some(path) => panic!(
+            "{KUBECONFIG_VAR}={} names no file: is the cluster down? (scripts/k8s-cluster up)",
+            Path::new(&path).display()
+        ),
+        None => panic!(
+            "no real Kubernetes cluster: {KUBECONFIG_VAR} is unset. scripts/test brings one up \
+             (scripts/k8s-cluster up) and sets it to /run/warren-k8s/kubeconfig"
+        ),
+    }
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/k8s-cluster")
+}
+
+fn run(command: &mut Command, what: &str) -> Output {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what}: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The images sandbox pods run, in the cluster's containerd: the Docker test image (the
+/// sandboxes' image) and warren's image (that image with `bin` as warren, for the pods'
+/// init containers and agent). Built and imported once per test process; returns warren's.
+pub fn warren_image(bin: &Path) -> &'static str {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let meta = std::fs::metadata(bin).expect("the warren binary");
+        let stamp = format!(
+            "{}-{}",
+            meta.len(),
+            std::os::unix::fs::MetadataExt::mtime_nsec(&meta)
+                ^ std::os::unix::fs::MetadataExt::mtime(&meta)
+        );
+        let tag = format!(
+            "warren-k8s-test:{}",
+            &blake3::hash(stamp.as_bytes()).to_hex()[..16]
+        );
+        let context = tempfile::tempdir().expect("a build context");
+        std::fs::copy(bin, context.path().join("warren")).expect("copy the warren binary");
+        std::fs::write(
+            context.path().join("Dockerfile"),
+            format!(
+                "FROM {}\nCOPY warren /usr/local/bin/warren\n",
+                crate::DOCKER_TEST_IMAGE
+            ),
+        )
+        .expect("write the Dockerfile");
+        run(
+            Command::new("docker")
+                .args(["build", "-q", "-t", &tag])
+                .arg(context.path()),
+            "docker build of warren's image for the cluster",
+        );
+        run(
+            Command::new("bash")
+                .arg(script())
+                .args(["import", crate::DOCKER_TEST_IMAGE, &tag]),
+            "scripts/k8s-cluster import",
+        );
+        tag
+    })
+}
+
+/// One test's share of the real cluster: its namespace and its two claims.
+pub struct RealCluster {
+    /// The namespace of this test's sandbox pods.
+    pub namespace: String,
+    /// warren's workspace directory: the SKILLS claim's volume, its `user-data/` the
+    /// USER_DATA claim's.
+    pub workspace: tempfile::TempDir,
+    /// warren's image, as the cluster knows it.
+    pub warren_image: &'static str,
+    kubeconfig: PathBuf,
+}
+
+impl RealCluster {
+    /// A namespace with the two claims, bound to directories of a new workspace.
+    pub fn start(bin: &Path) -> Self {
+        let kubeconfig = kubeconfig();
+        let warren_image = warren_image(bin);
+        let workspace = tempfile::tempdir().expect("a workspace directory");
+        std::fs::create_dir_all(workspace.path().join("user-data")).expect("the user-data claim");
+        let namespace = format!("wt-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let cluster = Self {
+            namespace,
+            workspace,
+            warren_image,
+            kubeconfig,
+        };
+        let mut objects = vec![serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": cluster.namespace},
+        })];
+        for (claim, path) in [
+            (
+                super::USER_DATA_CLAIM,
+                cluster.workspace.path().join("user-data"),
+            ),
+            (super::SKILLS_CLAIM, cluster.workspace.path().to_owned()),
+        ] {
+            let volume = format!("{}-{claim}", cluster.namespace);
+            objects.push(serde_json::json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": volume, "labels": {"dev.warren.test": cluster.namespace}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "warren-test",
+                    "hostPath": {"path": path, "type": "Directory"},
+                    "claimRef": {"namespace": cluster.namespace, "name": claim},
+                },
+            }));
+            objects.push(serde_json::json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": cluster.namespace},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "warren-test",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "volumeName": volume,
+                },
+            }));
+        }
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        cluster.kubectl_with_input(&["apply", "-f", "-"], &list.to_string());
+        // The claims are bound by the controller manager a moment later; a pod created
+        // before is unschedulable, and warren reports that at once.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let phases =
+                cluster.kubectl(&["get", "pvc", "-o", "jsonpath={.items[*].status.phase}"]);
+            if String::from_utf8_lossy(&phases.stdout) == "Bound Bound" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the claims of {} are not bound after 60 s: {}",
+                cluster.namespace,
+                String::from_utf8_lossy(&phases.stdout)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        cluster
+    }
+
+    /// `kubectl <args>` against the cluster, in this namespace; panics when it fails.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        run(
+            Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(["--namespace", &self.namespace])
+                .args(args),
+            &format!("kubectl {}", args.join(" ")),
+        )
+    }
+
+    fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child
+            .stdin
+            .take()
+            .expect("kubectl's stdin")
+            .write_all(input.as_bytes())
+            .expect("write to kubectl");
+        let output = child.wait_with_output().expect("kubectl ends");
+        assert!(
+            output.status.success(),
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+
+    /// One object of this namespace (`kind` as kubectl names it: `pods`,
+    /// `networkpolicies`), as JSON; `None` when there is none.
+    pub fn object(&self, kind: &str, name: &str) -> Option<serde_json::Value> {
+        let output = self.kubectl(&["get", kind, name, "--ignore-not-found", "-o", "json"]);
+        if output.stdout.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        Some(serde_json::from_slice(&output.stdout).expect("kubectl prints JSON"))
+    }
+
+    /// A warren.toml that serves this namespace with the Kubernetes backend (instance
+    /// `instance`), `extra` appended to its `[kubernetes]` section.
+    pub fn config(&self, instance: &str, extra: &str) -> String {
+        format!(
+            r#"backend = "kubernetes"
+workspace_dir = "{workspace}"
+
+[kubernetes]
+image = "{image}"
+namespace = "{namespace}"
+warren_image = "{warren_image}"
+user_data_claim = "{user_data}"
+skills_claim = "{skills}"
+service_type = "ClusterIP"
+instance = "{instance}"
+kubeconfig = "{kubeconfig}"
+agent_clients_cidr = "{AGENT_CLIENTS_CIDR}"
+ready_timeout_s = 120
+# Pods reach warren's proxy at the host's end of the cluster's veth.
+proxy_port = 0
+proxy_host = "{HOST_IP}"
+{extra}
+[kubernetes.warren_pod_labels]
+"app.kubernetes.io/name" = "warren"
+"#,
+            workspace = self.workspace.path().display(),
+            image = crate::DOCKER_TEST_IMAGE,
+            namespace = self.namespace,
+            warren_image = self.warren_image,
+            user_data = super::USER_DATA_CLAIM,
+            skills = super::SKILLS_CLAIM,
+            kubeconfig = self.kubeconfig.display(),
+        )
+    }
+}
+
+impl Drop for RealCluster {
+    fn drop(&mut self) {
+        // The pods go first, their containers stopped and their mounts of the workspace
+        // gone before the workspace directory is (`kubectl delete` waits until the kubelet
+        // has removed them), with a short grace: a namespace's deletion would give each
+        // pod its own (30 s by default).
+        let pods = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--namespace", &self.namespace])
+            .args([
+                "delete",
+                "pods",
+                "--all",
+                "--grace-period=1",
+                "--timeout=120s",
+            ])
+            .stdin(Stdio::null())
+            .output();
+        // With no pod left, nothing mounts the workspace: the namespace and the volumes
+        // are objects only, and go in the background (a namespace takes seconds).
+        let namespace = format!("namespace/{}", self.namespace);
+        let deleted = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["delete", &namespace, "--wait=false"])
+            .stdin(Stdio::null())
+            .output();
+        let volumes = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["delete", "pv", "--wait=false", "-l"])
+            .arg(format!("dev.warren.test={}", self.namespace))
+            .stdin(Stdio::null())
+            .output();
+        if !std::thread::panicking() {
+            for (what, output) in [
+                ("the pods", pods),
+                ("the namespace", deleted),
+                ("the volumes", volumes),
+            ] {
+                let output = output.expect("run kubectl");
+                assert!(
+                    output.status.success(),
+                    "deleting {what} of {}: {}",
+                    self.namespace,
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+        }
+    }
+}
