@@ -44,11 +44,30 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// with frames of at most 64 KiB, a megabyte.
 const STDIN_WINDOW: u32 = 16;
 
+/// Threads started with the gateway that serve a connection no new thread can be made for:
+/// a fork bomb takes every pid the runtime's pids limit allows, and the connection that
+/// would kill it (`KillAll`) must still be served.
+const RESERVE_WORKERS: usize = 2;
+
 /// Serves `listener` until the channel to the server fails; never returns.
 pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
     let channel = Arc::new(Mutex::new(channel));
     let open = Arc::new(AtomicUsize::new(0));
     let key = Arc::new(key);
+    // A rendezvous channel: a connection goes to a reserve worker only if one is idle.
+    let (reserve, idle) = std::sync::mpsc::sync_channel::<TcpStream>(0);
+    let idle = Arc::new(Mutex::new(idle));
+    for _ in 0..RESERVE_WORKERS {
+        let (idle, channel, counted, key) =
+            (idle.clone(), channel.clone(), open.clone(), key.clone());
+        let _ = std::thread::Builder::new()
+            .name("agent-reserve".into())
+            .spawn(move || loop {
+                let next = idle.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok(stream) = next else { return };
+                serve_connection(stream, &key, &channel, &counted);
+            });
+    }
     loop {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
@@ -62,23 +81,46 @@ pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
             open.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let (channel, counted, key) = (channel.clone(), open.clone(), key.clone());
+        // The stream is handed over through a slot, so that it is still here when no
+        // thread can be made.
+        let slot = Arc::new(Mutex::new(Some(stream)));
+        let (taken, channel_of, counted, key_of) =
+            (slot.clone(), channel.clone(), open.clone(), key.clone());
         let spawned = std::thread::Builder::new()
             .name("agent-connection".into())
             .spawn(move || {
-                if let Err(error) = connection(stream, &key, &channel) {
-                    if error.kind() == io::ErrorKind::BrokenPipe && channel_gone(&channel) {
-                        eprintln!("warren-agent: the server is gone");
-                        crate::sys::exit_immediately(1);
-                    }
+                let stream = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(stream) = stream {
+                    serve_connection(stream, &key_of, &channel_of, &counted);
                 }
-                counted.fetch_sub(1, Ordering::SeqCst);
             });
-        // No thread (the pids limit): the stream went with the closure; its slot is free.
         if spawned.is_err() {
-            open.fetch_sub(1, Ordering::SeqCst);
+            // No thread (the pids limit): an idle reserve worker serves it, or it is
+            // dropped and its slot is free.
+            let stream = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(stream) = stream {
+                if reserve.try_send(stream).is_err() {
+                    open.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
         }
     }
+}
+
+/// Serves one connection, then frees its slot; the agent exits when the server is gone.
+fn serve_connection(
+    stream: TcpStream,
+    key: &AgentKey,
+    channel: &Mutex<OwnedFd>,
+    counted: &AtomicUsize,
+) {
+    if let Err(error) = connection(stream, key, channel) {
+        if error.kind() == io::ErrorKind::BrokenPipe && channel_gone(channel) {
+            eprintln!("warren-agent: the server is gone");
+            crate::sys::exit_immediately(1);
+        }
+    }
+    counted.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Whether the server's end of the channel is closed.

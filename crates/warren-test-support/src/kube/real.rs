@@ -98,6 +98,18 @@ pub fn warren_image(bin: &Path) -> &'static str {
                 .args(["import", crate::DOCKER_TEST_IMAGE, &tag]),
             "scripts/k8s-cluster import",
         );
+        // Images of earlier builds go: each holds a copy of the binary.
+        let tags = run(
+            Command::new("docker").args(["images", "warren-k8s-test", "--format", "{{.Tag}}"]),
+            "docker images",
+        );
+        for old in String::from_utf8_lossy(&tags.stdout).lines() {
+            if format!("warren-k8s-test:{old}") != tag {
+                let _ = Command::new("docker")
+                    .args(["rmi", &format!("warren-k8s-test:{old}")])
+                    .output();
+            }
+        }
         tag
     })
 }
