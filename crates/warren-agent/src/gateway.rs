@@ -47,7 +47,7 @@ const STDIN_WINDOW: u32 = 16;
 /// Threads started with the gateway that serve a connection no new thread can be made for:
 /// a fork bomb takes every pid the runtime's pids limit allows, and the connection that
 /// would kill it (`KillAll`) must still be served.
-const RESERVE_WORKERS: usize = 2;
+pub const RESERVE_WORKERS: usize = 2;
 
 /// Serves `listener` until the channel to the server fails; never returns.
 pub fn serve(listener: TcpListener, key: AgentKey, channel: OwnedFd) -> ! {
