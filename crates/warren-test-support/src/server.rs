@@ -312,11 +312,11 @@ impl TestServer {
     /// be one that is safe as a directory name.
     pub fn workspace_of(&self, safe_uid: &str) -> PathBuf {
         // On a test cluster the workspace directory is the claims', not the data dir.
-        let root = match (self.cluster(), self.real_cluster()) {
-            (Some(cluster), _) => cluster.workspace.path().to_owned(),
-            (None, Some(cluster)) => cluster.workspace.path().to_owned(),
-            (None, None) => self.data_dir(),
-        };
+        let root = self
+            .cluster()
+            .map(|cluster| cluster.workspace.path())
+            .or_else(|| self.real_cluster().map(|cluster| cluster.workspace.path()))
+            .map_or_else(|| self.data_dir(), Path::to_owned);
         root.join("user-data/shared")
             .join(safe_uid)
             .join("workspace")

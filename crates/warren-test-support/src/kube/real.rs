@@ -67,10 +67,10 @@ pub fn warren_image(bin: &Path) -> &'static str {
     IMAGE.get_or_init(|| {
         let meta = std::fs::metadata(bin).expect("the warren binary");
         let stamp = format!(
-            "{}-{}",
+            "{}-{}-{}",
             meta.len(),
+            std::os::unix::fs::MetadataExt::mtime(&meta),
             std::os::unix::fs::MetadataExt::mtime_nsec(&meta)
-                ^ std::os::unix::fs::MetadataExt::mtime(&meta)
         );
         let tag = format!(
             "warren-k8s-test:{}",
@@ -197,23 +197,28 @@ impl RealCluster {
         cluster
     }
 
+    /// `kubectl` against the cluster, in this namespace.
+    fn command(&self) -> Command {
+        let mut command = Command::new("kubectl");
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--namespace", &self.namespace]);
+        command
+    }
+
     /// `kubectl <args>` against the cluster, in this namespace; panics when it fails.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         run(
-            Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(&self.kubeconfig)
-                .args(["--namespace", &self.namespace])
-                .args(args),
+            self.command().args(args),
             &format!("kubectl {}", args.join(" ")),
         )
     }
 
     fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
         use std::io::Write;
-        let mut child = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+        let mut child = self
+            .command()
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -288,31 +293,22 @@ impl Drop for RealCluster {
         // gone before the workspace directory is (`kubectl delete` waits until the kubelet
         // has removed them), with a short grace: a namespace's deletion would give each
         // pod its own (30 s by default).
-        let pods = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["--namespace", &self.namespace])
-            .args([
-                "delete",
-                "pods",
-                "--all",
-                "--grace-period=1",
-                "--timeout=120s",
-            ])
+        let pods = self
+            .command()
+            .args(["delete", "pods", "--all", "--grace-period=1"])
+            .arg("--timeout=120s")
             .stdin(Stdio::null())
             .output();
         // With no pod left, nothing mounts the workspace: the namespace and the volumes
         // are objects only, and go in the background (a namespace takes seconds).
         let namespace = format!("namespace/{}", self.namespace);
-        let deleted = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+        let deleted = self
+            .command()
             .args(["delete", &namespace, "--wait=false"])
             .stdin(Stdio::null())
             .output();
-        let volumes = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+        let volumes = self
+            .command()
             .args(["delete", "pv", "--wait=false", "-l"])
             .arg(format!("dev.warren.test={}", self.namespace))
             .stdin(Stdio::null())

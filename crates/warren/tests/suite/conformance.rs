@@ -227,7 +227,8 @@ impl Host {
                 {
                     found.push(format!("networkpolicy {name}"));
                 }
-                // A real kubelet removes a pod's object only once its containers are gone.
+                // Only the simulated kubelet can be asked for a pod's processes; on the
+                // real cluster the pod's status above says whether any runs.
                 let Some(cluster) = server.cluster() else {
                     return found;
                 };
