@@ -5,7 +5,7 @@
 //!   frames, a gateway relaying stdio) beside the Docker backend's agent on a Unix socket
 //!   (descriptors passed, no relay): the same agent server behind both.
 //! - Create sandbox + first exec against the fake API server and the simulated kubelet of
-//!   the test support crate (no kube-apiserver or kubelet can be installed here): it
+//!   `warren-kube-fake` (a real cluster's figures: `--bench kubernetes_real`): it
 //!   measures warren's side (objects created, the watch, the agent's start, the key
 //!   check) and this machine's namespaces and mounts, not a real cluster's scheduling,
 //!   image pulls or CNI. Reported as what it is, beside Docker's create for scale.

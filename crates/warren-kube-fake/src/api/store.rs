@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{lock, Fault, HISTORY_LIMIT, NODE_PORTS};
-use crate::kube::{Kubelet, StatusReporter};
+use crate::{Kubelet, StatusReporter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum Kind {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use serde_json::{json, Value};
-use warren_test_support::kube::kubelet::{KubeletConfig, PodInfo, SimulatedKubelet};
-use warren_test_support::kube::{Kubelet, StatusReporter};
+use warren_kube_fake::kubelet::{KubeletConfig, PodInfo, SimulatedKubelet};
+use warren_kube_fake::{Kubelet, StatusReporter};
 
 const NAMESPACE: &str = "sandboxes";
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::kube::StatusReporter;
+use crate::StatusReporter;
 
 use super::{Network, PodRun, TICK};
 

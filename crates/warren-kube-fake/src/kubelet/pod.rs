@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Container, ContainerStateTerminated, Pod, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::kube::StatusReporter;
+use crate::StatusReporter;
 
 use super::host::kill_container;
 use super::network::make_network;

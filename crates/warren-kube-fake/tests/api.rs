@@ -19,8 +19,8 @@ use kube::api::{
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
-use warren_test_support::kube::api::{FakeApiServer, Fault};
-use warren_test_support::kube::{Kubelet, StatusReporter};
+use warren_kube_fake::api::{FakeApiServer, Fault};
+use warren_kube_fake::{Kubelet, StatusReporter};
 
 const WAIT: Duration = Duration::from_secs(10);
 
