@@ -59,9 +59,24 @@ impl DataLayout {
         self.workspace_dir != self.data_dir
     }
 
+    /// The tree of every uid's UserWorkspace, relative to the workspace directory. It may be
+    /// a mount of its own (warren on Kubernetes mounts the USER_DATA claim there), so it is
+    /// opened as a root of its own: no resolution below the workspace directory crosses
+    /// into it.
+    pub const USER_DATA_RELATIVE: &'static str = "user-data";
+
+    /// The directory of `uid`'s UserWorkspace, relative to [`Self::USER_DATA_RELATIVE`].
+    pub fn user_dir_in_user_data(uid: &SafeUid) -> String {
+        format!("shared/{uid}")
+    }
+
     /// The UserWorkspace of `uid`, relative to the workspace directory.
     pub fn user_workspace_relative(uid: &SafeUid) -> String {
-        format!("user-data/shared/{uid}/workspace")
+        format!(
+            "{}/{}/workspace",
+            Self::USER_DATA_RELATIVE,
+            Self::user_dir_in_user_data(uid)
+        )
     }
 
     /// The skill projection of `uid`, relative to the workspace directory.

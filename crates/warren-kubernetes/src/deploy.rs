@@ -585,6 +585,12 @@ pub fn warren_toml(options: &DeployOptions) -> String {
     for (key, value) in &settings.warren_pod_labels {
         line(&mut toml, &toml_string(key), value);
     }
+    // One replica, replaced with its pod (a drain, an upgrade): the node keeps its name, so
+    // the next pod adopts the sandbox pods as its own rather than as a lost node's, which
+    // it would destroy at start-up and restart from their snapshots (the default is the
+    // host name, the pod's).
+    toml.push_str("\n[cluster]\n");
+    line(&mut toml, "node_id", &options.name);
     if options.postgres.is_some() {
         toml.push_str(
             "\n# [state] url: from WARREN_STATE (a Secret), since the URL holds a password.\n",

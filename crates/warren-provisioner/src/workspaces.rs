@@ -116,19 +116,35 @@ impl Workspaces {
         let volume = self.volume_job(uid);
         self.blocking(move || -> Result<PathBuf, ProvisionerError> {
             let workspace_relative = DataLayout::user_workspace_relative(&safe);
+            let data_error = |source| crate::sandboxes::file_error("the data directory", source);
             // The workspace directory's own tree is the provisioner's (root-owned when run
             // as root); only the UserWorkspace and what is inside it belong to 1000:1000
             // (I11).
             let data = WorkspaceRoot::open(&data_dir)
-                .map_err(|source| crate::sandboxes::file_error("the data directory", source))?
+                .map_err(data_error)?
                 .with_owner(None);
+            data.mkdir_p(&DataLayout::skill_projection_relative(&safe))
+                .map_err(data_error)?;
+            // The UserWorkspaces' tree, as a root of its own: it may be a mount (warren's
+            // pod on Kubernetes has the USER_DATA claim there), which nothing resolved from
+            // the workspace directory may cross.
+            let user_data_dir = data_dir.join(DataLayout::USER_DATA_RELATIVE);
+            let user_data = match WorkspaceRoot::open(&user_data_dir) {
+                Ok(root) => root,
+                Err(FsError::RootUnavailable { .. }) => {
+                    data.mkdir_p(DataLayout::USER_DATA_RELATIVE)
+                        .map_err(data_error)?;
+                    WorkspaceRoot::open(&user_data_dir).map_err(data_error)?
+                }
+                Err(source) => return Err(data_error(source)),
+            }
+            .with_owner(None);
+            user_data
+                .mkdir_p(&DataLayout::user_dir_in_user_data(&safe))
+                .map_err(data_error)?;
             let (parent, _) = workspace_relative
                 .rsplit_once('/')
                 .expect("the workspace path has a parent component");
-            for dir in [parent, &DataLayout::skill_projection_relative(&safe)] {
-                data.mkdir_p(dir)
-                    .map_err(|source| crate::sandboxes::file_error("the data directory", source))?;
-            }
             match volume {
                 // With quotas the workspace is the root of the uid's own filesystem (I23).
                 Some(volume) => volume.run()?,
@@ -357,5 +373,44 @@ mod tests {
         // No quotas: no volumes, and nothing refused.
         assert_eq!(workspaces.prepare_volumes().await.unwrap(), 0);
         assert!(!workspaces.quota_enforced_for(&alice));
+    }
+
+    /// Unmounts what a test mounted, even when it fails.
+    struct Mounted(PathBuf);
+
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_user_workspace_is_made_on_a_user_data_tree_that_is_a_mount_of_its_own() {
+        // As warren's pod on Kubernetes has it: the USER_DATA claim mounted at
+        // `<workspace>/user-data`, inside the SKILLS claim at `<workspace>`.
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test mounts a tmpfs: run it as root (scripts/test does)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let user_data = dir.path().join(DataLayout::USER_DATA_RELATIVE);
+        std::fs::create_dir(&user_data).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "user-data"])
+            .arg(&user_data)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount a tmpfs at {}", user_data.display());
+        let _mounted = Mounted(user_data.clone());
+        let workspaces = Workspaces::new(&ProvisionerConfig::new(dir.path()));
+        let alice = Uid::new("alice").unwrap();
+        let made = workspaces.prepare_user_workspace(&alice).await.unwrap();
+        assert!(made.starts_with(&user_data) && made.is_dir());
+        assert_eq!(
+            workspaces.prepare_user_workspace(&alice).await.unwrap(),
+            made,
+            "and confirmed on the next call"
+        );
+        assert!(workspaces.layout().skill_projection(&alice.safe()).is_dir());
     }
 }

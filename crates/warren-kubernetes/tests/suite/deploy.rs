@@ -304,6 +304,11 @@ fn warren_toml_uses_warrens_keys_and_holds_no_secret() {
         "the URL comes from WARREN_STATE"
     );
     assert!(!parsed.contains_key("token_file"));
+    assert_eq!(
+        parsed["cluster"]["node_id"].as_str(),
+        Some(options.name.as_str()),
+        "the one replica keeps its node's name from pod to pod, to adopt its sandbox pods"
+    );
     // The [kubernetes] section is exactly the settings struct the binary embeds.
     let settings: KubernetesSettings = parsed["kubernetes"].clone().try_into().unwrap();
     assert_eq!(settings, options.settings());

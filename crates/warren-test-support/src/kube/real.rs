@@ -7,7 +7,9 @@
 //! claims warren's pods mount (hostPath volumes on a directory of the test's, bound to
 //! exactly those claims), all removed when it is dropped. warren runs on the host, outside
 //! the cluster, as an operator's warren does with a kubeconfig: it reaches the API server
-//! and its pods over the cluster's veth, from [`HOST_IP`].
+//! and its pods over the cluster's veth, from [`HOST_IP`]. Or, with
+//! [`RealCluster::for_manifests`], warren runs in the cluster from the manifests `warren k8s
+//! manifests` prints, on volumes made for the claims they make.
 //!
 //! A sandbox pod requests the CPU it is limited to (one CPU by default) and the node has
 //! two: these tests run one at a time (`--test-threads=1`, as `scripts/test` runs them), so
@@ -24,6 +26,9 @@ pub const KUBECONFIG_VAR: &str = "WARREN_TEST_K8S_KUBECONFIG";
 pub const HOST_IP: &str = "10.213.0.1";
 /// The network warren's connections to agents come from.
 pub const AGENT_CLIENTS_CIDR: &str = "10.213.0.0/24";
+/// The storage class of the tests' volumes and claims (no provisioner: each volume is made
+/// by the test, for one claim).
+pub const STORAGE_CLASS: &str = "warren-test";
 
 /// The cluster's kubeconfig. Panics, naming what to run, when no cluster was brought up: a
 /// real-cluster test never passes without one.
@@ -123,12 +128,70 @@ pub struct RealCluster {
     pub workspace: tempfile::TempDir,
     /// warren's image, as the cluster knows it.
     pub warren_image: &'static str,
+    /// The volume of the state claim of warren running in the cluster
+    /// ([`RealCluster::for_manifests`]).
+    state: Option<tempfile::TempDir>,
     kubeconfig: PathBuf,
+}
+
+/// Whether a volume's claim is made with it, or left for what is applied later.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    Made,
+    Awaited,
 }
 
 impl RealCluster {
     /// A namespace with the two claims, bound to directories of a new workspace.
     pub fn start(bin: &Path) -> Self {
+        let cluster = Self::empty(bin, false);
+        cluster.volumes(
+            &[
+                (
+                    super::USER_DATA_CLAIM,
+                    cluster.workspace.path().join("user-data"),
+                ),
+                (super::SKILLS_CLAIM, cluster.workspace.path().to_owned()),
+            ],
+            Claim::Made,
+        );
+        cluster.wait_bound(2);
+        cluster
+    }
+
+    /// A namespace for `warren k8s manifests --name <name> --storage-class warren-test`:
+    /// the volumes of its three claims (USER_DATA, SKILLS, and the SQLite state), each
+    /// bound to the claim of that name once the manifests make it, and the Secret of the
+    /// provisioner token `token` (`warren-token/token`). [`RealCluster::wait_bound`] waits
+    /// for the claims.
+    pub fn for_manifests(bin: &Path, name: &str, token: &str) -> Self {
+        let cluster = Self::empty(bin, true);
+        let state = cluster.state.as_ref().expect("a state volume").path();
+        cluster.volumes(
+            &[
+                (
+                    &format!("{name}-user-data"),
+                    cluster.workspace.path().join("user-data"),
+                ),
+                (
+                    &format!("{name}-skills"),
+                    cluster.workspace.path().to_owned(),
+                ),
+                (&format!("{name}-state"), state.to_owned()),
+            ],
+            Claim::Awaited,
+        );
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "warren-token", "namespace": cluster.namespace},
+            "stringData": {"token": token},
+        });
+        cluster.apply(&secret);
+        cluster
+    }
+
+    /// A new namespace and workspace (and a state directory), nothing in them yet.
+    fn empty(bin: &Path, state: bool) -> Self {
         let kubeconfig = kubeconfig();
         let warren_image = warren_image(bin);
         let workspace = tempfile::tempdir().expect("a workspace directory");
@@ -138,67 +201,80 @@ impl RealCluster {
             namespace,
             workspace,
             warren_image,
+            state: state.then(|| tempfile::tempdir().expect("a state directory")),
             kubeconfig,
         };
-        let mut objects = vec![serde_json::json!({
+        cluster.apply(&serde_json::json!({
             "apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": cluster.namespace},
-        })];
-        for (claim, path) in [
-            (
-                super::USER_DATA_CLAIM,
-                cluster.workspace.path().join("user-data"),
-            ),
-            (super::SKILLS_CLAIM, cluster.workspace.path().to_owned()),
-        ] {
-            let volume = format!("{}-{claim}", cluster.namespace);
+        }));
+        cluster
+    }
+
+    /// hostPath volumes on `(claim, directory)`, each reserved for the claim of that name
+    /// in this namespace, and the claims themselves when `claims` is [`Claim::Made`].
+    fn volumes(&self, volumes: &[(&str, PathBuf)], claims: Claim) {
+        let mut objects = Vec::new();
+        for (claim, path) in volumes {
+            let volume = format!("{}-{claim}", self.namespace);
             objects.push(serde_json::json!({
                 "apiVersion": "v1", "kind": "PersistentVolume",
-                "metadata": {"name": volume, "labels": {"dev.warren.test": cluster.namespace}},
+                "metadata": {"name": volume, "labels": {"dev.warren.test": self.namespace}},
                 "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteMany"],
+                    // Nominal (a hostPath volume has no size): at least what any claim asks,
+                    // the manifests' 100 GiB included.
+                    "capacity": {"storage": "1Ti"},
+                    "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
                     "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": "warren-test",
+                    "storageClassName": STORAGE_CLASS,
                     "hostPath": {"path": path, "type": "Directory"},
-                    "claimRef": {"namespace": cluster.namespace, "name": claim},
+                    "claimRef": {"namespace": self.namespace, "name": claim},
                 },
             }));
-            objects.push(serde_json::json!({
-                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": {"name": claim, "namespace": cluster.namespace},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": "warren-test",
-                    "resources": {"requests": {"storage": "1Gi"}},
-                    "volumeName": volume,
-                },
-            }));
+            if claims == Claim::Made {
+                objects.push(serde_json::json!({
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim, "namespace": self.namespace},
+                    "spec": {
+                        "accessModes": ["ReadWriteMany"],
+                        "storageClassName": STORAGE_CLASS,
+                        "resources": {"requests": {"storage": "1Gi"}},
+                        "volumeName": volume,
+                    },
+                }));
+            }
         }
-        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
-        cluster.kubectl_with_input(&["apply", "-f", "-"], &list.to_string());
-        // The claims are bound by the controller manager a moment later; a pod created
-        // before is unschedulable, and warren reports that at once.
+        self.apply(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}));
+    }
+
+    /// `kubectl apply` of one object (or a `List`).
+    fn apply(&self, object: &serde_json::Value) {
+        self.kubectl_with_input(&["apply", "-f", "-"], &object.to_string());
+    }
+
+    /// Waits until this namespace has `count` claims, all bound. The controller manager
+    /// binds a claim a moment after it is made; a pod created before is unschedulable, and
+    /// warren reports that at once.
+    pub fn wait_bound(&self, count: usize) {
+        let bound = vec!["Bound"; count].join(" ");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
-            let phases =
-                cluster.kubectl(&["get", "pvc", "-o", "jsonpath={.items[*].status.phase}"]);
-            if String::from_utf8_lossy(&phases.stdout) == "Bound Bound" {
+            let phases = self.kubectl(&["get", "pvc", "-o", "jsonpath={.items[*].status.phase}"]);
+            if String::from_utf8_lossy(&phases.stdout) == bound {
                 break;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "the claims of {} are not bound after 60 s: {}",
-                cluster.namespace,
+                "the claims of {} are not {bound} after 60 s: {}",
+                self.namespace,
                 String::from_utf8_lossy(&phases.stdout)
             );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        cluster
     }
 
-    /// `kubectl` against the cluster, in this namespace.
-    fn command(&self) -> Command {
+    /// `kubectl` against the cluster, in this namespace, for a test that reads a failure.
+    pub fn command(&self) -> Command {
         let mut command = Command::new("kubectl");
         command
             .arg("--kubeconfig")
@@ -215,7 +291,8 @@ impl RealCluster {
         )
     }
 
-    fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
+    /// `kubectl <args>` with `input` on its stdin; panics when it fails.
+    pub fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
         use std::io::Write;
         let mut child = self
             .command()
@@ -289,10 +366,16 @@ proxy_host = "{HOST_IP}"
 
 impl Drop for RealCluster {
     fn drop(&mut self) {
-        // The pods go first, their containers stopped and their mounts of the workspace
+        // What makes pods goes before them (warren's own Deployment, when it runs in the
+        // cluster), so none comes back. The pods go next, their containers stopped and their mounts of the workspace
         // gone before the workspace directory is (`kubectl delete` waits until the kubelet
         // has removed them), with a short grace: a namespace's deletion would give each
         // pod its own (30 s by default).
+        let controllers = self
+            .command()
+            .args(["delete", "deployments,replicasets", "--all"])
+            .stdin(Stdio::null())
+            .output();
         let pods = self
             .command()
             .args(["delete", "pods", "--all", "--grace-period=1"])
@@ -315,6 +398,7 @@ impl Drop for RealCluster {
             .output();
         if !std::thread::panicking() {
             for (what, output) in [
+                ("the controllers", controllers),
                 ("the pods", pods),
                 ("the namespace", deleted),
                 ("the volumes", volumes),

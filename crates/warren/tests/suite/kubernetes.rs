@@ -73,7 +73,14 @@ async fn a_sandbox_runs_in_a_pod_whose_agent_answers_over_tcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_cross_the_boundary_between_warren_and_the_pod_as_1000() {
-    let server = server();
+    files_cross_the_boundary_as_1000(server()).await;
+}
+
+/// Files written through the API and inside the pod are the sandbox user's on both sides;
+/// files of the uid's subtree from before any pod (root's) are given to it once, by the
+/// prepare init container (I19). On the fake cluster and on the real one
+/// (`kubernetes_real::`).
+pub(crate) async fn files_cross_the_boundary_as_1000(server: TestServer) {
     let id = server.sandbox("alice", "t", "projects/a").await;
     // Files of the uid's subtree from before any pod (root's, as an operator's copy
     // leaves them): the prepare init container gives them to the sandbox user, once.
@@ -921,10 +928,15 @@ async fn assert_gone(server: &TestServer, id: &str) {
     );
 }
 
-/// The USER_DATA claim's `shared/` directory, as warren sees it.
+/// The USER_DATA claim's `shared/` directory, as warren sees it (on the fake cluster or
+/// the real one).
 fn user_data(server: &TestServer) -> PathBuf {
-    let cluster = server.cluster().expect("a Kubernetes server");
-    cluster.workspace.path().join("user-data/shared")
+    let workspace = match (server.cluster(), server.real_cluster()) {
+        (Some(cluster), _) => cluster.workspace.path(),
+        (None, Some(cluster)) => cluster.workspace.path(),
+        (None, None) => panic!("not a Kubernetes server"),
+    };
+    workspace.join("user-data/shared")
 }
 
 /// Runs an exec request; its status and JSON body, whatever they are.

@@ -14,6 +14,14 @@ use super::bin;
 fn granted() -> BTreeMap<String, BTreeSet<String>> {
     let options = warren_kubernetes::DeployOptions::new("sandboxes", "registry.example/warren:1");
     let manifests = warren_kubernetes::deployment_manifests(&options).unwrap();
+    role_rules(&manifests)
+        .into_iter()
+        .map(|((_, resource), verbs)| (resource, verbs))
+        .collect()
+}
+
+/// (API group, resource) → verbs of the Role in `manifests` (`warren k8s manifests`).
+pub(crate) fn role_rules(manifests: &str) -> BTreeMap<(String, String), BTreeSet<String>> {
     let mut granted = BTreeMap::new();
     for document in manifests.split("\n---\n") {
         let json: String = document
@@ -26,10 +34,11 @@ fn granted() -> BTreeMap<String, BTreeSet<String>> {
             continue;
         }
         for rule in object["rules"].as_array().unwrap() {
+            let group = rule["apiGroups"][0].as_str().unwrap().to_owned();
             for resource in rule["resources"].as_array().unwrap() {
-                let verbs = granted
-                    .entry(resource.as_str().unwrap().to_owned())
-                    .or_insert_with(BTreeSet::new);
+                let verbs: &mut BTreeSet<String> = granted
+                    .entry((group.clone(), resource.as_str().unwrap().to_owned()))
+                    .or_default();
                 for verb in rule["verbs"].as_array().unwrap() {
                     verbs.insert(verb.as_str().unwrap().to_owned());
                 }

@@ -64,6 +64,7 @@ mod init;
 mod kill;
 mod kubernetes;
 mod kubernetes_rbac;
+mod kubernetes_real;
 mod layouts;
 mod lifecycle;
 mod mcp;
