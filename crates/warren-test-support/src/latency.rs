@@ -134,18 +134,9 @@ pub async fn create_and_exec(
     let mut create = Vec::new();
     let mut ids = Vec::new();
     for i in 0..cold + WARM_UP {
-        let started = Instant::now();
-        let (status, body) = server
-            .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
-                "uid": "bench", "runtime_scope_id": format!("cold-{i}"), "workdir": "projects/p"
-            })))
-            .await;
-        assert_eq!(status, 201, "{body}");
-        let id = body["sandbox_id"].as_str().unwrap().to_owned();
-        let result = server.exec(&id, "true").await;
-        assert_eq!(result["exit_code"], 0, "{result}");
+        let (took, id) = create_and_first_exec(server, &format!("cold-{i}")).await;
         if i >= WARM_UP {
-            create.push(started.elapsed());
+            create.push(took);
         }
         ids.push(id);
     }
@@ -165,6 +156,22 @@ pub async fn create_and_exec(
         }
     }
     (create, times)
+}
+
+/// Creates a sandbox of uid `bench` and runtime scope `scope` on workdir `projects/p` and
+/// runs the command `true` in it (the runtime starts lazily): how long both took, and the sandbox.
+pub async fn create_and_first_exec(server: &TestServer, scope: &str) -> (Duration, String) {
+    let started = Instant::now();
+    let (status, body) = server
+        .send_json(server.request(Method::POST, "/v1/sandboxes").json(&json!({
+            "uid": "bench", "runtime_scope_id": scope, "workdir": "projects/p"
+        })))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["sandbox_id"].as_str().unwrap().to_owned();
+    let result = server.exec(&id, "true").await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    (started.elapsed(), id)
 }
 
 /// The `p` quantile (0..=1) of `samples` (sorted in place).
