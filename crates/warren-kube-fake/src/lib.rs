@@ -21,14 +21,15 @@
 //! | label selectors on lists and watches | `discover`'s listing at start-up: `a_runtime_survives_a_killed_server_and_is_adopted_after_restart` |
 //! | watch from a resourceVersion, pods' status changes as events | readiness on every sandbox create; `destroy_leaves_nothing_running_and_keeps_the_workspace` (destroy waits, by watch, until nothing runs) |
 //! | delete with a grace period, uid preconditions | `one_identity_gets_one_runtime_and_a_new_generation_starts_fresh` (a pod of the same name replaces a stopped one) |
-//! | a pod's terminated containers and reasons (`OOMKilled`, exit codes) | `a_memory_bomb_is_killed_and_the_runtime_survives` |
+//! | a pod's container states as the kubelet reports them (waiting, running, terminated) | `destroy_leaves_nothing_running_and_keeps_the_workspace` (waits until no container runs) |
 //! | init containers before the main one, their mounts of the claims' subPaths | `files_cross_the_boundary_and_the_claims_are_migrated_once_to_1000` |
 //! | authorization of each request (not modelled: the request log is compared with the Role) | `warren_deployed_from_its_manifests_runs_sandboxes_with_its_role_alone` (the real RBAC authoriser) |
 //!
 //! Not checked on the real cluster, so emulated only: `410 Expired` on a compacted watch
 //! (`a_readiness_watch_that_expires_is_resumed_and_the_pod_still_ready`), 429/5xx retries
 //! and refused connections (`the_clusters_errors_are_mapped_and_retried_where_kubernetes_allows`),
-//! an image that cannot be pulled and a pod that cannot be scheduled, and egress through
+//! an image that cannot be pulled and a pod that cannot be scheduled (their waiting
+//! reasons), a container's terminated reasons, and egress through
 //! warren's proxy under a sandbox's policy
 //! (`a_pods_egress_goes_through_warrens_proxy_under_its_sandboxs_policy`). NetworkPolicy is
 //! enforced by neither: the real cluster's bridge CNI stores policies and enforces none,
